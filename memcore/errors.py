@@ -1,0 +1,70 @@
+"""memcore's exceptions.
+
+Every error memcore raises derives from :class:`MemcoreError` and, where one fits, from the
+built-in it refines, so ``except ValueError`` keeps working for callers who do not know memcore.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "MemcoreError",
+    "InvalidNamespaceError",
+    "InvalidTextError",
+    "InvalidVectorError",
+    "DimensionMismatchError",
+    "EmbedderMismatchError",
+    "ModelNotFoundError",
+    "ModelChecksumError",
+    "StoreCorruptedError",
+    "StoreLockedError",
+    "FormatVersionError",
+    "ReadOnlyStoreError",
+]
+
+
+class MemcoreError(Exception):
+    """Root of every error memcore raises."""
+
+
+class InvalidNamespaceError(MemcoreError, ValueError):
+    """A namespace is empty, has an empty segment, a NUL, or cannot be stored safely."""
+
+
+class InvalidTextError(MemcoreError, ValueError):
+    """A text is not a str, or cannot be encoded (e.g. lone surrogates)."""
+
+
+class InvalidVectorError(MemcoreError, ValueError):
+    """A vector holds NaN/inf, is all zeros, or has the wrong shape."""
+
+
+class DimensionMismatchError(InvalidVectorError):
+    """A vector's dim differs from the store's or embedder's dim."""
+
+
+class EmbedderMismatchError(MemcoreError, ValueError):
+    """A store was written with another embedder (name or dim) than the one given."""
+
+
+class ModelNotFoundError(MemcoreError, FileNotFoundError):
+    """The ONNX model file cannot be found; the message says what to install or set."""
+
+
+class ModelChecksumError(MemcoreError, ValueError):
+    """The model file's sha256 differs from the manifest's."""
+
+
+class StoreCorruptedError(MemcoreError, OSError):
+    """A store file is damaged beyond a torn tail; the message names the file and offset."""
+
+
+class StoreLockedError(MemcoreError, TimeoutError):
+    """Another process holds the store's writer lock."""
+
+
+class FormatVersionError(MemcoreError, ValueError):
+    """A store was written by a newer (or unknown) on-disk format version."""
+
+
+class ReadOnlyStoreError(MemcoreError, PermissionError):
+    """A write was attempted on a store opened read-only."""
