@@ -1,0 +1,265 @@
+"""Input validation shared by every public entry point.
+
+Each function checks one kind of user input, converts it once to the canonical form the
+kernels and stores use, and raises a :class:`~memcore.errors.MemcoreError` subclass (which is
+also the matching built-in) with a message naming what was wrong, expected and received.
+Nothing here uses ``assert``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+from memcore.errors import (
+    DimensionMismatchError,
+    InvalidNamespaceError,
+    InvalidTextError,
+    InvalidVectorError,
+)
+from memcore.types import Namespace
+
+__all__ = [
+    "namespace",
+    "namespace_prefix",
+    "text",
+    "key",
+    "importance",
+    "metadata",
+    "top_k",
+    "threshold",
+    "vector",
+    "vectors",
+    "metadata_filter",
+    "matches_filter",
+]
+
+FILTER_OPERATORS = ("$in", "$ne", "$eq")
+
+
+def namespace(ns: Any) -> Namespace:
+    """Canonical namespace tuple from a str or tuple/list of str segments.
+
+    Raises
+    ------
+    InvalidNamespaceError
+        If ns is empty, not str/tuple of str, or a segment is empty or holds a NUL.
+    """
+    if isinstance(ns, str):
+        segments: tuple = (ns,)
+    elif isinstance(ns, (tuple, list)):
+        segments = tuple(ns)
+    else:
+        raise InvalidNamespaceError(
+            f"namespace must be a str or a tuple of str, got {type(ns).__name__}")
+    if not segments:
+        raise InvalidNamespaceError("namespace must have at least one segment, got ()")
+    for seg in segments:
+        if not isinstance(seg, str):
+            raise InvalidNamespaceError(
+                f"namespace segments must be str, got {type(seg).__name__} in {segments!r}")
+        if not seg:
+            raise InvalidNamespaceError(f"namespace segments must be non-empty, got {segments!r}")
+        if "\x00" in seg:
+            raise InvalidNamespaceError(f"namespace segments must not contain NUL, got {segments!r}")
+        try:
+            seg.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise InvalidNamespaceError(
+                f"namespace segment {seg!r} is not valid Unicode (lone surrogate?)") from err
+    return segments
+
+
+def namespace_prefix(prefix: Any) -> Namespace:
+    """Like :func:`namespace` but ``None`` and ``()`` mean "every namespace" (returns ())."""
+    if prefix is None or prefix == ():
+        return ()
+    return namespace(prefix)
+
+
+def text(value: Any, *, name: str = "text") -> str:
+    """A str that is valid Unicode (encodable as UTF-8); lone surrogates are rejected.
+
+    Raises
+    ------
+    InvalidTextError
+    """
+    if not isinstance(value, str):
+        raise InvalidTextError(f"{name} must be a str, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise InvalidTextError(
+            f"{name} is not valid Unicode at position {err.start} (lone surrogate "
+            f"{value[err.start]!r}); decode your bytes with errors='replace' first") from err
+    return value
+
+
+def key(value: Any) -> str:
+    """A non-empty str key without NUL.
+
+    Raises
+    ------
+    InvalidTextError
+    """
+    value = text(value, name="key")
+    if not value or "\x00" in value:
+        raise InvalidTextError(f"key must be a non-empty str without NUL, got {value!r}")
+    return value
+
+
+def importance(value: Any) -> float:
+    """A float in [0, 1].
+
+    Raises
+    ------
+    ValueError
+    """
+    try:
+        f = float(value)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"importance must be a number in [0, 1], got {value!r}") from err
+    if isinstance(value, bool) or not (0.0 <= f <= 1.0):
+        raise ValueError(f"importance must be a number in [0, 1], got {value!r}")
+    return f
+
+
+def metadata(value: Any) -> dict:
+    """A JSON-serialisable dict (deep-copied through JSON), ``None`` -> {}.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If value is not a dict with str keys, or is not JSON-serialisable (incl. NaN).
+    """
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise TypeError(f"metadata must be a dict, got {type(value).__name__}")
+    try:
+        blob = json.dumps(dict(value), allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"metadata must be JSON-serialisable (no NaN/inf): {err}") from err
+    return json.loads(blob)
+
+
+def top_k(value: Any) -> int:
+    """An int >= 1.
+
+    Raises
+    ------
+    ValueError
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"top_k must be an int >= 1, got {value!r}")
+    return int(value)
+
+
+def threshold(value: Any) -> float:
+    """A finite similarity threshold (cosine, so values below -1 admit everything).
+
+    Raises
+    ------
+    ValueError
+    """
+    try:
+        f = float(value)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"threshold must be a finite number, got {value!r}") from err
+    if not math.isfinite(f):
+        raise ValueError(f"threshold must be a finite number, got {value!r}")
+    return f
+
+
+def vectors(value: Any, dim: int, *, name: str = "vectors") -> np.ndarray:
+    """Validate and L2-normalise a (n, dim) batch; returns a new C-contiguous float32 array.
+
+    Raises
+    ------
+    DimensionMismatchError
+        If the shape is not (n, dim).
+    InvalidVectorError
+        If a row holds NaN/inf or has zero norm.
+    """
+    try:
+        arr = np.array(value, dtype=np.float64, copy=True)
+    except (TypeError, ValueError) as err:
+        raise InvalidVectorError(f"{name} must be numeric, got {type(value).__name__}") from err
+    if arr.ndim != 2 or arr.shape[1] != dim:
+        got = arr.shape[-1] if arr.ndim >= 1 else "a scalar"
+        raise DimensionMismatchError(
+            f"{name} has shape {arr.shape} (dim {got}), but this store expects dim={dim}")
+    if not np.isfinite(arr).all():
+        bad = int(np.flatnonzero(~np.isfinite(arr).all(axis=1))[0])
+        raise InvalidVectorError(f"{name} row {bad} holds NaN or inf")
+    norms = np.linalg.norm(arr, axis=1)
+    if (norms == 0).any():
+        bad = int(np.flatnonzero(norms == 0)[0])
+        raise InvalidVectorError(f"{name} row {bad} is all zeros; it has no direction to compare")
+    return np.ascontiguousarray(arr / norms[:, None], dtype=np.float32)
+
+
+def vector(value: Any, dim: int, *, name: str = "vector") -> np.ndarray:
+    """Validate and L2-normalise one (dim,) vector; returns float32 (dim,).
+
+    Raises
+    ------
+    DimensionMismatchError, InvalidVectorError
+    """
+    arr = np.asarray(value)
+    if arr.ndim != 1:
+        raise DimensionMismatchError(f"{name} must be 1-D of length {dim}, got shape {arr.shape}")
+    return vectors(arr[None, :], dim, name=name)[0]
+
+
+def metadata_filter(value: Any) -> dict | None:
+    """Validate a metadata filter: ``{key: value | {"$in": list} | {"$ne": v} | {"$eq": v}}``.
+
+    Raises
+    ------
+    ValueError
+        On an unknown operator (anything starting with "$" not in $in/$ne/$eq) or a bad operand.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ValueError(f"filter must be a dict, got {type(value).__name__}")
+    out = {}
+    for k, cond in value.items():
+        if not isinstance(k, str):
+            raise ValueError(f"filter keys must be str, got {k!r}")
+        if isinstance(cond, Mapping) and any(isinstance(op, str) and op.startswith("$") for op in cond):
+            for op, operand in cond.items():
+                if op not in FILTER_OPERATORS:
+                    raise ValueError(
+                        f"unknown filter operator {op!r} on {k!r}; supported: {', '.join(FILTER_OPERATORS)}")
+                if op == "$in" and not isinstance(operand, (list, tuple, set, frozenset)):
+                    raise ValueError(f"filter {k!r}: $in needs a list, got {type(operand).__name__}")
+        out[k] = cond
+    return out
+
+
+def _match(have: Any, present: bool, cond: Any) -> bool:
+    if isinstance(cond, Mapping) and any(isinstance(op, str) and op.startswith("$") for op in cond):
+        for op, operand in cond.items():
+            if op == "$eq" and not (present and have == operand):
+                return False
+            if op == "$ne" and present and have == operand:
+                return False
+            if op == "$in" and not (present and have in list(operand)):
+                return False
+        return True
+    return present and have == cond
+
+
+def matches_filter(meta: Mapping[str, Any], flt: Mapping[str, Any] | None) -> bool:
+    """True when metadata ``meta`` satisfies a validated filter (all conditions must hold).
+
+    ``$ne`` matches items that lack the key; equality and ``$in`` require it.
+    """
+    if not flt:
+        return True
+    return all(_match(meta.get(k), k in meta, cond) for k, cond in flt.items())
