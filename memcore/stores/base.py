@@ -53,7 +53,15 @@ class MemoryStore(Protocol):
 
     def search(self, query: MemoryQuery | NamespaceLike, text: str | None = None, *,
                top_k: int = 5, threshold: float = -1.0, weights: DecayWeights | None = None,
-               filter: Mapping[str, Any] | None = None, touch: bool = True) -> list[MemoryHit]: ...
+               filter: Mapping[str, Any] | None = None, touch: bool = True,
+               query_vector: np.ndarray | None = None) -> list[MemoryHit]:
+        """Rank the namespace's live items for a query.
+
+        ``query_vector`` is an optional precomputed embedding of the query text (validated for
+        dim and finiteness, normalised); with it the store does not encode the text again, so
+        a tick that already embedded its input (or a two-tier search) encodes once.
+        """
+        ...
 
     def namespaces(self, prefix: NamespaceLike | None = None) -> list[Namespace]: ...
 
