@@ -30,4 +30,5 @@ def shared() -> Path:
 @pytest.fixture(scope="session")
 def bench_enabled(request) -> bool:
     """True under ``--benchmark-enable``: use full sizes; otherwise smoke-test sizes."""
-    return not request.config.getoption("benchmark_disable")
+    config = request.config
+    return bool(config.getoption("benchmark_enable") or not config.getoption("benchmark_disable"))

@@ -7,6 +7,12 @@ Ranking contract shared by every top-k kernel: a row is a candidate when it is a
 ``sim >= threshold``; its score is computed in float64 and rounded to float32; candidates are
 ordered by float32 score descending, ties by lower row id; unused output slots hold
 id -1, score -inf, sim -inf.
+
+Similarity is the one inexact step: the oracles take a float64 matmul rounded to float32, the
+kernels a float32 dot product accumulated in float32 (vectorised), so for unit vectors a
+kernel's ``sim`` agrees within 1e-5, not bit for bit. Given the same ``sim``, scores agree to
+the float32 rounding of ``2 ** x`` (NumPy's ``exp2`` may be a SIMD version a few float64 ulps
+from libm's); tests therefore compare scores within 1e-5 and ranks with near-ties tolerated.
 """
 
 from __future__ import annotations
@@ -86,3 +92,132 @@ def rerank(cand_ids, cand_sims, last_accessed_at, importance, alive, now, half_l
     decay_scores(sims, last_accessed_at[ids], importance[ids], now, half_life,
                  w_sim, w_rec, w_imp, scores)
     return _select(ids.astype(np.int64), sims, scores, out_ids, out_scores, out_sims)
+
+
+# --------------------------------------------------------------------------------------------
+# Hashing embedder and lexical scorer (oracles of memcore.kernels.hashing): pure Python over
+# bytes and str, one token at a time; the natural statement of each recipe.
+# --------------------------------------------------------------------------------------------
+
+_M64 = (1 << 64) - 1
+_HASH_SEP, _HASH_WORD, _HASH_NOSPACE, _HASH_MARK = 0, 1, 2, 3
+
+
+def fnv1a32(data, start, end):
+    """32-bit FNV-1a of ``bytes(data[start:end])``, as np.uint32."""
+    h = 2166136261
+    for b in bytes(data[start:end]):
+        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
+    return np.uint32(h)
+
+
+def token_hash(data, start, end):
+    """FNV-1a 64 of ``bytes(data[start:end])`` then the splitmix64 finaliser, as np.uint64."""
+    h = 14695981039346656037
+    for b in bytes(data[start:end]):
+        h = ((h ^ b) * 1099511628211) & _M64
+    h = ((h ^ (h >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    h = ((h ^ (h >> 27)) * 0x94D049BB133111EB) & _M64
+    return np.uint64(h ^ (h >> 31))
+
+
+def _normalised_row(counts, dim):
+    v = np.zeros(dim, np.float64)
+    for j, c in counts.items():
+        v[j] = c
+    norm = np.sqrt((v * v).sum())
+    return (v / norm if norm > 0 else v).astype(np.float32)
+
+
+def hash_embed_classic(data, offsets, out):
+    """Classic hashing trick: ASCII-lowercase, tokens ``[a-z0-9]{2,}``, FNV-1a 32 bucket,
+    sign by parity of the first byte. out (n, dim) float32 is written."""
+    import re
+
+    dim = out.shape[1]
+    for i in range(offsets.shape[0] - 1):
+        raw = bytes(data[offsets[i]:offsets[i + 1]]).lower()   # bytes.lower: ASCII only
+        counts: dict = {}
+        for tok in re.findall(rb"[a-z0-9]{2,}", raw):
+            tok_arr = np.frombuffer(tok, np.uint8)
+            j = int(fnv1a32(tok_arr, 0, len(tok))) % dim
+            counts[j] = counts.get(j, 0) + (1 if tok[0] % 2 == 0 else -1)
+        out[i] = _normalised_row(counts, dim)
+
+
+hash_embed_classic_parallel = hash_embed_classic
+
+
+def _unicode_tokens(text, char_class):
+    """Token strings of one decoded text under the unicode tokenisation."""
+    def cls(ch):
+        cp = ord(ch)
+        return int(char_class[cp]) if cp < char_class.shape[0] else _HASH_SEP
+
+    units = []   # (class, unit str): a base char plus its trailing marks
+    for ch in text:
+        c = cls(ch)
+        if c == _HASH_MARK and units and units[-1][0] in (_HASH_WORD, _HASH_NOSPACE) \
+                and units[-1][2]:
+            units[-1] = (units[-1][0], units[-1][1] + ch, True)
+        elif c in (_HASH_WORD, _HASH_NOSPACE):
+            units.append((c, ch, True))
+        else:
+            units.append((_HASH_SEP, ch, False))
+    tokens = []
+    i = 0
+    while i < len(units):
+        c = units[i][0]
+        j = i
+        while j < len(units) and units[j][0] == c:
+            j += 1
+        run = [u[1] for u in units[i:j]]
+        if c == _HASH_WORD:
+            tokens.append("".join(run))
+        elif c == _HASH_NOSPACE:
+            tokens.extend([run[0]] if len(run) == 1 else
+                          [run[k] + run[k + 1] for k in range(len(run) - 1)])
+        i = j
+    return tokens
+
+
+def unicode_token_hashes(data, offsets, char_class, out_hashes, out_counts):
+    """Unicode tokenisation of each text (invalid UTF-8 decodes to U+FFFD, a separator);
+    token hashes go to ``out_hashes[offsets[i]:]``, counts to out_counts."""
+    for i in range(offsets.shape[0] - 1):
+        text = bytes(data[offsets[i]:offsets[i + 1]]).decode("utf-8", errors="replace")
+        tokens = _unicode_tokens(text, char_class)
+        for t, tok in enumerate(tokens):
+            b = np.frombuffer(tok.encode("utf-8"), np.uint8)
+            out_hashes[offsets[i] + t] = token_hash(b, 0, b.shape[0])
+        out_counts[i] = len(tokens)
+
+
+unicode_token_hashes_parallel = unicode_token_hashes
+
+
+def embed_token_hashes(hashes, offsets, counts, out):
+    """Signed bucket sums: +1/-1 (bit 63) at ``(h & 0xFFFFFFFF) % dim``; rows L2-normalised."""
+    dim = out.shape[1]
+    for i in range(offsets.shape[0] - 1):
+        acc: dict = {}
+        for h in hashes[offsets[i]:offsets[i] + counts[i]].tolist():
+            j = (h & 0xFFFFFFFF) % dim
+            acc[j] = acc.get(j, 0) + (-1 if h >> 63 else 1)
+        out[i] = _normalised_row(acc, dim)
+
+
+embed_token_hashes_parallel = embed_token_hashes
+
+
+def tf_cosine(query_hashes, hashes, offsets, counts, out):
+    """Cosine of term-frequency vectors (Counter of hashes), query against each text."""
+    from collections import Counter
+
+    q = Counter(query_hashes.tolist())
+    qn = np.sqrt(sum(v * v for v in q.values()))
+    for i in range(offsets.shape[0] - 1):
+        d = Counter(hashes[offsets[i]:offsets[i] + counts[i]].tolist())
+        dn = np.sqrt(sum(v * v for v in d.values()))
+        dot = sum(v * d.get(k, 0) for k, v in q.items())
+        out[i] = np.float32(dot / (qn * dn)) if qn > 0 and dn > 0 else np.float32(0.0)

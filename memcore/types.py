@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import math
+import numbers
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Tuple, Union
@@ -87,12 +88,13 @@ class DecayWeights:
     def __post_init__(self) -> None:
         for name in ("w_similarity", "w_recency", "w_importance"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
+            if not isinstance(value, numbers.Real) or isinstance(value, bool):
                 raise ValueError(f"DecayWeights.{name} must be a number, got {value!r}")
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"DecayWeights.{name} must be finite and >= 0, got {value!r}")
         hl = self.half_life
-        if not isinstance(hl, (int, float)) or isinstance(hl, bool) or not math.isfinite(hl) or hl <= 0:
+        if (not isinstance(hl, numbers.Real) or isinstance(hl, bool)
+                or not math.isfinite(hl) or hl <= 0):
             raise ValueError(f"DecayWeights.half_life must be finite and > 0 seconds, got {hl!r}")
 
     @classmethod

@@ -1,0 +1,196 @@
+"""Hypothesis strategies for memcore's arrays and ranking problems, and a top-k checker.
+
+Arrays are generated from a drawn seed with NumPy (fast, any size) while hypothesis draws the
+shapes, weights and the *kind* of data, so shrinking still reaches small shapes and simple
+kinds. Two kinds of vectors:
+
+- ``"dyadic"``: entries in {-1, -1/2, -1/4, 0, 1/4, 1/2, 1} / 4, so every dot product is exact in
+  float32 *and* float64 (kernel and oracle similarities agree bit for bit) and ties are common;
+- ``"unit"``: Gaussian rows normalised to unit length (the production case; sims within 1e-5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from hypothesis import strategies as st
+
+__all__ = [
+    "RankingProblem",
+    "vectors_for",
+    "timestamps_for",
+    "importance_for",
+    "ranking_problems",
+    "weights_tuples",
+    "NOW",
+    "score_tolerance",
+    "assert_topk_matches",
+]
+
+#: A fixed "now" (Unix seconds) for generated problems.
+NOW = 1_700_000_000.0
+
+_DYADIC = np.array([-1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0], np.float32) / 4
+
+
+def vectors_for(rng: np.random.Generator, n: int, dim: int, kind: str) -> np.ndarray:
+    """(n, dim) float32 C-contiguous rows of the given kind (see module docstring)."""
+    if kind == "dyadic":
+        out = _DYADIC[rng.integers(0, _DYADIC.size, size=(n, dim))]
+        if n > 1:  # duplicate some rows so exact ties between rows are frequent
+            dup = rng.random(n) < 0.2
+            out[dup] = out[rng.integers(0, n, size=int(dup.sum()))]
+        return np.ascontiguousarray(out, np.float32)
+    x = rng.standard_normal((n, dim))
+    x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+    return np.ascontiguousarray(x, np.float32)
+
+
+def timestamps_for(rng: np.random.Generator, n: int, now: float, half_life: float) -> np.ndarray:
+    """(n,) float64 Unix seconds mixing ages 0, exactly half_life, random, and the future."""
+    choice = rng.integers(0, 5, size=n)
+    ages = np.select(
+        [choice == 0, choice == 1, choice == 2, choice == 3],
+        [np.zeros(n), np.full(n, half_life), rng.uniform(0, 10 * half_life, n),
+         -rng.uniform(0, half_life, n)],                     # in the future: age counts as 0
+        rng.integers(0, 4, size=n) * half_life)              # whole half-lives: ties
+    return np.ascontiguousarray(now - ages, np.float64)
+
+
+def importance_for(rng: np.random.Generator, n: int) -> np.ndarray:
+    """(n,) float32 in [0, 1], with many exact 0, 0.5 and 1 values."""
+    imp = rng.random(n).astype(np.float32)
+    pick = rng.random(n)
+    imp[pick < 0.3] = np.float32(0.5)
+    imp[pick < 0.15] = np.float32(0.0)
+    imp[pick > 0.85] = np.float32(1.0)
+    return imp
+
+
+#: (w_sim, w_rec, w_imp) from "pure similarity" to "recency only", including exact zeros.
+weights_tuples = st.tuples(
+    st.sampled_from([0.0, 0.25, 1.0, 2.0]) | st.floats(0.0, 5.0),
+    st.sampled_from([0.0, 0.1, 1.0]) | st.floats(0.0, 5.0),
+    st.sampled_from([0.0, 0.1, 1.0]) | st.floats(0.0, 5.0),
+)
+
+
+@dataclass
+class RankingProblem:
+    """One fused top-k problem: arrays in the kernels' dtypes plus the scalars."""
+
+    queries: np.ndarray           # (n_queries, dim) float32
+    vectors: np.ndarray           # (n, dim) float32
+    last_accessed_at: np.ndarray  # (n,) float64
+    importance: np.ndarray        # (n,) float32
+    alive: np.ndarray             # (n,) bool
+    now: float
+    half_life: float
+    w_sim: float
+    w_rec: float
+    w_imp: float
+    threshold: float
+    k: int
+    kind: str
+
+    @property
+    def query(self) -> np.ndarray:
+        """The first query, (dim,) float32 C-contiguous."""
+        return self.queries[0]
+
+    def columns(self):
+        """(vectors, last_accessed_at, importance, alive, now, half_life, w_sim, w_rec, w_imp,
+        threshold): the kernels' arguments after the query."""
+        return (self.vectors, self.last_accessed_at, self.importance, self.alive, self.now,
+                self.half_life, self.w_sim, self.w_rec, self.w_imp, self.threshold)
+
+
+@st.composite
+def ranking_problems(draw, max_n=300, max_dim=12, max_queries=3, kinds=("dyadic", "unit")):
+    """A :class:`RankingProblem` with n in [0, max_n], k in [0, n + 3] and varied weights.
+
+    The threshold is -inf, a random value, or (for dyadic data) exactly some row's similarity,
+    so the ``sim >= threshold`` boundary is exercised.
+    """
+    n = draw(st.integers(0, max_n))
+    dim = draw(st.integers(1, max_dim))
+    n_queries = draw(st.integers(1, max_queries))
+    kind = draw(st.sampled_from(kinds))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    half_life = draw(st.sampled_from([1.0, 3600.0, 497817.262749819]) | st.floats(1e-3, 1e9))
+    w_sim, w_rec, w_imp = draw(weights_tuples)
+    vectors = vectors_for(rng, n, dim, kind)
+    if n and draw(st.booleans()):       # queries equal to stored rows: sim exactly |row|^2
+        queries = vectors[rng.integers(0, n, size=n_queries)].copy()
+    else:
+        queries = vectors_for(rng, n_queries, dim, kind)
+    alive = rng.random(n) >= draw(st.sampled_from([0.0, 0.3, 0.9]))
+    thr_kind = draw(st.sampled_from(["none", "random", "row"]))
+    threshold = -np.inf
+    if thr_kind == "random":
+        threshold = draw(st.floats(-1.0, 1.0))
+    elif thr_kind == "row" and n and kind == "dyadic":
+        threshold = float(vectors[rng.integers(0, n)] @ queries[0])
+    k = draw(st.integers(0, n + 3))
+    return RankingProblem(
+        queries=np.ascontiguousarray(queries, np.float32), vectors=vectors,
+        last_accessed_at=timestamps_for(rng, n, NOW, half_life),
+        importance=importance_for(rng, n), alive=alive, now=NOW, half_life=half_life,
+        w_sim=w_sim, w_rec=w_rec, w_imp=w_imp, threshold=threshold, k=k, kind=kind)
+
+
+def score_tolerance(w_sim: float, w_rec: float, w_imp: float) -> float:
+    """Absolute tolerance between kernel and oracle float32 scores.
+
+    Covers the float32-vs-float64 similarity (1e-5 per unit of w_sim) plus a float32 rounding
+    step of the score.
+    """
+    return 1e-5 * (1.0 + w_sim + w_rec + w_imp)
+
+
+def assert_topk_matches(got, ref, full, tol, exact_sims=False):
+    """Check a kernel's top-k against the oracle's, with near-ties tolerated.
+
+    In the style of FAISS ``check_ref_knn_with_draws``: the score sequences agree within
+    ``tol``; every returned id is a candidate whose oracle score (from ``full``, the oracle's
+    ranking of *all* candidates) agrees within ``tol``; an id the oracle did not return must tie
+    the oracle's k-th score within ``tol``. The kernel's own output must be exactly ordered
+    (score desc, ties by lower id), distinct, finite, and padded with -1 / -inf / -inf.
+
+    Parameters
+    ----------
+    got, ref : tuple (ids, scores, sims, count)
+        Kernel and oracle outputs for the same k.
+    full : tuple (ids, scores, sims, count)
+        Oracle output with k >= number of candidates.
+    tol : float
+    exact_sims : bool
+        Require the kernel's sims to equal the oracle's exactly (dyadic data).
+    """
+    g_ids, g_scores, g_sims, g_count = got
+    r_ids, r_scores, r_sims, r_count = ref
+    f_ids, f_scores, f_sims, f_count = full
+    assert g_count == r_count, (g_count, r_count)
+    c = int(g_count)
+    assert (g_ids[c:] == -1).all() and np.isneginf(g_scores[c:]).all()
+    assert np.isneginf(g_sims[c:]).all()
+    assert np.isfinite(g_scores[:c]).all() and np.isfinite(g_sims[:c]).all()
+    assert len(set(g_ids[:c].tolist())) == c, "duplicate ids"
+    for j in range(1, c):
+        assert g_scores[j] < g_scores[j - 1] or (
+            g_scores[j] == g_scores[j - 1] and g_ids[j] > g_ids[j - 1]), (j, g_ids, g_scores)
+    np.testing.assert_allclose(g_scores[:c], r_scores[:c], rtol=0, atol=tol)
+    score_of = dict(zip(f_ids[:f_count].tolist(), f_scores[:f_count].tolist()))
+    sim_of = dict(zip(f_ids[:f_count].tolist(), f_sims[:f_count].tolist()))
+    returned_by_ref = set(r_ids[:c].tolist())
+    for i, s, sim in zip(g_ids[:c].tolist(), g_scores[:c].tolist(), g_sims[:c].tolist()):
+        assert i in score_of, f"row {i} is not a candidate (dead or below threshold)"
+        assert abs(s - score_of[i]) <= tol, (i, s, score_of[i])
+        if exact_sims:
+            assert sim == sim_of[i], (i, sim, sim_of[i])
+        else:
+            assert abs(sim - sim_of[i]) <= 1e-5, (i, sim, sim_of[i])
+        if i not in returned_by_ref:
+            assert score_of[i] >= r_scores[c - 1] - tol, f"row {i} is not a near-tie of the k-th"
