@@ -174,8 +174,11 @@ def threshold(value: Any) -> float:
     return f
 
 
-def vectors(value: Any, dim: int, *, name: str = "vectors") -> np.ndarray:
+def vectors(value: Any, dim: int, *, name: str = "vectors", allow_zero: bool = False) -> np.ndarray:
     """Validate and L2-normalise a (n, dim) batch; returns a new C-contiguous float32 array.
+
+    ``allow_zero=True`` keeps all-zero rows as they are (an embedder's vector for a text
+    without content, e.g. when moving stored memories between stores) instead of raising.
 
     Raises
     ------
@@ -185,21 +188,32 @@ def vectors(value: Any, dim: int, *, name: str = "vectors") -> np.ndarray:
         If a row holds NaN/inf or has zero norm.
     """
     try:
-        arr = np.array(value, dtype=np.float64, copy=True)
+        src = np.asarray(value)
+        if src.dtype.kind not in "fiub":
+            src = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as err:
         raise InvalidVectorError(f"{name} must be numeric, got {type(value).__name__}") from err
-    if arr.ndim != 2 or arr.shape[1] != dim:
-        got = arr.shape[-1] if arr.ndim >= 1 else "a scalar"
+    if src.ndim != 2 or src.shape[1] != dim:
+        got = src.shape[-1] if src.ndim >= 1 else "a scalar"
         raise DimensionMismatchError(
-            f"{name} has shape {arr.shape} (dim {got}), but this store expects dim={dim}")
-    if not np.isfinite(arr).all():
-        bad = int(np.flatnonzero(~np.isfinite(arr).all(axis=1))[0])
-        raise InvalidVectorError(f"{name} row {bad} holds NaN or inf")
-    norms = np.linalg.norm(arr, axis=1)
-    if (norms == 0).any():
-        bad = int(np.flatnonzero(norms == 0)[0])
-        raise InvalidVectorError(f"{name} row {bad} is all zeros; it has no direction to compare")
-    return np.ascontiguousarray(arr / norms[:, None], dtype=np.float32)
+            f"{name} has shape {src.shape} (dim {got}), but this store expects dim={dim}")
+    out = np.empty(src.shape, np.float32)
+    step = 4096   # float64 work in chunks: same result, bounded temporary memory
+    for start in range(0, src.shape[0], step):
+        arr = np.asarray(src[start:start + step], dtype=np.float64)
+        finite = np.isfinite(arr).all(axis=1)
+        if not finite.all():
+            bad = start + int(np.flatnonzero(~finite)[0])
+            raise InvalidVectorError(f"{name} row {bad} holds NaN or inf")
+        norms = np.linalg.norm(arr, axis=1)
+        if allow_zero:
+            norms[norms == 0] = 1.0
+        if (norms == 0).any():
+            bad = start + int(np.flatnonzero(norms == 0)[0])
+            raise InvalidVectorError(
+                f"{name} row {bad} is all zeros; it has no direction to compare")
+        out[start:start + step] = arr / norms[:, None]
+    return out
 
 
 def vector(value: Any, dim: int, *, name: str = "vector") -> np.ndarray:

@@ -1,0 +1,276 @@
+"""LongTermMemory crash recovery, corruption handling, repair, the writer lock, fault injection."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memcore import HashingEmbedder, LongTermMemory, StoreCorruptedError, StoreLockedError
+from memcore import storage
+
+DIM = 16
+T0 = 1_700_000_000.0
+REPO = Path(__file__).resolve().parents[1]
+
+
+def clock():
+    return T0
+
+
+def store(path, **kw):
+    return LongTermMemory(path, HashingEmbedder(dim=DIM), clock=clock, **kw)
+
+
+def ns_dir(root) -> Path:
+    return next((Path(root) / "ns.0").iterdir())
+
+
+def filled(root, n=10):
+    with store(root) as s:
+        for i in range(n):
+            s.put("ns", f"k{i}", f"text number {i}")
+    return ns_dir(root) / "log.0"
+
+
+def texts(s):
+    return {k: s.get("ns", k).text for k in s.keys("ns")}
+
+
+def test_torn_tail_is_truncated_to_last_committed_record(tmp_path):
+    s = store(tmp_path / "m")
+    for i in range(5):
+        s.put("ns", f"k{i}", f"text {i}")
+    log = ns_dir(tmp_path / "m") / "log.0"
+    good = log.stat().st_size
+    s._release()                                   # crash: no checkpoint
+    partial = storage.encode_put(5, b"k5", b"torn", b"{}", 1.0, 1.0, 1.0, 0, 0.5, 0)
+    want = {f"k{i}": f"text {i}" for i in range(5)}
+    for j, cut in enumerate((3, 20, len(partial) - 1)):   # short frame, short payload, bad CRC
+        with open(log, "r+b") as f:
+            f.truncate(good)
+            f.seek(good)
+            f.write(partial[:cut])
+        with store(tmp_path / "m") as r:
+            assert texts(r) == want
+            r.put("ns", f"after{j}", "after recovery")
+            want[f"after{j}"] = "after recovery"
+        good = log.stat().st_size
+        with store(tmp_path / "m") as r:
+            assert texts(r) == want
+        s = store(tmp_path / "m")
+        s._release()
+
+
+def test_mid_file_corruption_names_file_and_offset_then_repair(tmp_path):
+    log = filled(tmp_path / "m")
+    data = bytearray(log.read_bytes())
+    frame = storage.FRAME.size
+    second = frame + storage.FRAME.unpack_from(data, 0)[1]      # offset of record 2
+    data[second + frame + 70] ^= 0xFF                            # flip a byte of its text
+    log.write_bytes(bytes(data))
+    with pytest.raises(StoreCorruptedError, match=rf"log\.0 is corrupted at offset {second} "):
+        store(tmp_path / "m")
+    with pytest.raises(StoreCorruptedError):
+        LongTermMemory.open(tmp_path / "m")
+    with store(tmp_path / "m", repair=True) as s:
+        assert s.repair_report[0]["skipped"] == 1
+        got = texts(s)
+    assert got == {f"k{i}": f"text number {i}" for i in range(10) if i != 1}
+    with store(tmp_path / "m") as s:                   # repaired for good
+        assert texts(s) == got
+
+
+def test_corrupted_vector_is_detected_and_dropped_never_misattributed(tmp_path):
+    s = store(tmp_path / "m")
+    for i in range(6):
+        s.put("ns", f"k{i}", f"text number {i}")
+    vec = ns_dir(tmp_path / "m") / "vectors.0.f32"
+    s._release()                                    # rows past the checkpoint are re-verified
+    raw = bytearray(vec.read_bytes())
+    raw[3 * DIM * 4 + 5] ^= 0x40
+    vec.write_bytes(bytes(raw))
+    with pytest.raises(StoreCorruptedError, match=rf"vectors\.0\.f32 is corrupted at offset "
+                                                  rf"{3 * DIM * 4}"):
+        store(tmp_path / "m")
+    with store(tmp_path / "m", repair=True) as r:
+        assert sorted(r.keys("ns")) == ["k0", "k1", "k2", "k4", "k5"]
+        emb = HashingEmbedder(dim=DIM)
+        for k in r.keys("ns"):
+            assert np.array_equal(r.vector("ns", k), emb.encode([r.get("ns", k).text])[0])
+
+
+def test_repair_on_open_store_finds_later_damage(tmp_path):
+    with store(tmp_path / "m") as s:
+        for i in range(8):
+            s.put("ns", f"k{i}", f"text number {i}")
+        s.flush()
+        log = ns_dir(tmp_path / "m") / "log.0"
+        data = bytearray(log.read_bytes())
+        data[-3] ^= 0x01                            # damage inside the checkpoint
+        log.write_bytes(bytes(data))
+        report = s.repair()
+        assert report and report[0]["kept"] == 7
+        assert s.repair() == []                     # nothing left to repair
+        s.put("ns", "new", "still writable")
+    with store(tmp_path / "m") as r:
+        assert r.count("ns") == 8
+
+
+def test_truncated_log_inside_checkpoint_is_corruption(tmp_path):
+    log = filled(tmp_path / "m")
+    with open(log, "r+b") as f:
+        f.truncate(log.stat().st_size - 5)
+    with pytest.raises(StoreCorruptedError, match="corrupted at offset"):
+        store(tmp_path / "m")
+
+
+# ---------------------------------------------------------------------------- locking
+
+HOLDER = textwrap.dedent("""
+    import sys
+    from memcore import HashingEmbedder, LongTermMemory
+    s = LongTermMemory(sys.argv[1], HashingEmbedder(dim=16))
+    s.put("ns", "a", "held by another process")
+    s.flush()
+    print("ready", flush=True)
+    sys.stdin.read()
+    s.close()
+""")
+
+
+def test_second_writer_gets_store_locked_error_and_readers_read(tmp_path):
+    root = tmp_path / "m"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(root)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, env=env, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        with pytest.raises(StoreLockedError, match="locked by another writer"):
+            store(root, lock_timeout=0.2)
+        with LongTermMemory.open(root) as r:
+            assert r.get("ns", "a").text == "held by another process"
+    finally:
+        proc.communicate("", timeout=60)
+    with store(root, lock_timeout=0) as s:            # released when the holder exits
+        assert s.count("ns") == 1
+
+
+def test_same_process_second_writer_is_locked_out(tmp_path):
+    with store(tmp_path / "m"):
+        with pytest.raises(StoreLockedError):
+            store(tmp_path / "m", lock_timeout=0)
+    store(tmp_path / "m", lock_timeout=0).close()
+
+
+# ---------------------------------------------------------------------------- fault injection
+
+DRIVER = textwrap.dedent(r"""
+    import json, os, random, signal, sys, time
+    import numpy as np
+    from memcore import LongTermMemory, _validate
+
+    root, rounds, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    DIM, KEYS = 16, 40
+    rnd = random.Random(seed)
+
+    def vec(key, ver):
+        r = np.random.default_rng([int(key[1:]), ver])
+        return _validate.vector(r.standard_normal(DIM), DIM)
+
+    def child(w, round_no):
+        s = LongTermMemory(root, None if False else _Emb(), durability="flush")
+        r = random.Random(round_no)
+        ver = 1000 * round_no
+        while True:
+            ver += 1
+            key = f"k{r.randrange(KEYS)}"
+            op = "D" if r.random() < 0.25 else "P"
+            os.write(w, f"B {op} {key} {ver}\n".encode())
+            if op == "P":
+                s.put("ns", key, f"{key} v{ver}", importance=(ver % 100) / 100,
+                      metadata={"v": ver}, vector=vec(key, ver))
+            else:
+                s.delete("ns", key)
+            os.write(w, b"A\n")
+            if ver % 97 == 0:
+                s.compact()
+
+    class _Emb:
+        name, dim = "fault-test", DIM
+        def encode(self, texts, *, batch_size=32):
+            return np.zeros((len(texts), DIM), np.float32)
+
+    model = {}          # key -> ver of the acknowledged state (None: absent)
+    failures, acked_total = [], 0
+    for rnd_no in range(1, rounds + 1):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            try:
+                child(w, rnd_no)
+            finally:
+                os._exit(1)
+        os.close(w)
+        time.sleep(rnd.uniform(0.02, 0.12))
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        lines = b""
+        while True:
+            chunk = os.read(r, 1 << 16)
+            if not chunk:
+                break
+            lines += chunk
+        os.close(r)
+        pending = None
+        for line in lines.decode().splitlines():
+            if line.startswith("B "):
+                _, op, key, ver = line.split()
+                pending = (op, key, int(ver))
+            elif line == "A" and pending is not None:
+                op, key, ver = pending
+                model[key] = ver if op == "P" else None
+                acked_total += 1
+                pending = None
+        s = LongTermMemory(root, _Emb(), durability="flush")
+        for i in range(KEYS):
+            key = f"k{i}"
+            want = model.get(key)
+            allowed = {want}
+            if pending is not None and pending[1] == key:
+                allowed.add(pending[2] if pending[0] == "P" else None)
+            m = s.get("ns", key)
+            got = None
+            if m is not None:
+                got = int(m.text.split(" v")[1])
+                exact = (m.text == f"{key} v{got}" and m.metadata == {"v": got}
+                         and m.importance == (got % 100) / 100
+                         and np.array_equal(s.vector("ns", key), vec(key, got)))
+                if not exact:
+                    failures.append(f"round {rnd_no}: {key} holds inexact data {m!r}")
+            if got not in allowed:
+                failures.append(f"round {rnd_no}: {key} is {got}, expected one of {allowed}")
+            model[key] = got
+        s.put("ns", "probe", "the store still accepts writes", vector=vec("k0", 0))
+        s.delete("ns", "probe")
+        s.close()
+    print(json.dumps({"failures": failures, "acked": acked_total, "rounds": rounds}))
+""")
+
+
+def test_sigkill_fault_injection_never_loses_an_acknowledged_write(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    out = subprocess.run([sys.executable, "-c", DRIVER, str(tmp_path / "m"), "30", "7"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["failures"] == []
+    assert result["rounds"] == 30
+    assert result["acked"] >= 30 * 5                  # the children really did work
