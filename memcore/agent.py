@@ -1,0 +1,676 @@
+"""SemanticMemory: what an agent or robot runtime calls every control tick.
+
+A tick reads like this::
+
+    hits = memory.retrieve(sensed_text, mode="patrol")      # encodes sensed_text once
+    prompt = system_prompt + memory.format_prompt(hits)     # "RELEVANT MEMORIES" section
+    answer = llm(prompt)
+    memory.store(sensed_text, answer, mode="patrol", background=True)  # reuses the vector
+
+Design
+------
+- One namespace per robot *mode*: ``namespace + (mode,)`` (``("agent", "patrol")`` by default).
+  Any non-empty mode name without NUL is safe: namespaces are tuples, never joined into
+  strings, and the on-disk store encodes them injectively (never as raw paths).
+- Storage is a :class:`~memcore.TwoTierMemory`: writes land in a bounded in-memory
+  :class:`~memcore.ShortTermMemory`; :meth:`SemanticMemory.consolidate` (run automatically every
+  ``consolidate_every`` stores, and by :meth:`close`) promotes what clears the
+  :class:`~memcore.PromotionPolicy` into a :class:`~memcore.LongTermMemory`, on disk when
+  ``path`` is given. What the short tier evicts before qualifying is forgotten, and a crash loses
+  the short tier (not the long one): keep ``consolidate_every`` small when that matters.
+- A pair memory's text is the input (the situation); its vector is the embedding of that input,
+  which :meth:`retrieve` computed for the same text this tick. The last retrieved text's vector
+  is cached, so ``retrieve`` + ``store`` of one tick calls the embedder once.
+- ``store(..., background=True)`` hands the write to one worker thread that embeds (what has no
+  vector yet) and writes in batches; :meth:`flush` waits for it, :meth:`close` drains,
+  consolidates and closes. A worker error is raised (as :class:`BackgroundWriteError`) by the
+  next call, never swallowed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from memcore import _validate
+from memcore.errors import InvalidNamespaceError, MemcoreError
+from memcore.extractors import MemoryExtractor, PairExtractor, Turn
+from memcore.types import (
+    Clock,
+    DecayWeights,
+    MemoryHit,
+    MemoryItem,
+    MemoryTier,
+    Namespace,
+    NamespaceLike,
+    PromotionPolicy,
+    system_clock,
+)
+
+__all__ = [
+    "SemanticMemory",
+    "BackgroundWriteError",
+    "MemoryClosedError",
+    "format_prompt",
+    "human_age",
+]
+
+logger = logging.getLogger(__name__)
+
+PROMPT_HEADER = "RELEVANT MEMORIES"
+
+
+class BackgroundWriteError(MemcoreError, RuntimeError):
+    """A ``store(..., background=True)`` write failed in the worker thread.
+
+    Raised by the next call into the :class:`SemanticMemory`; ``__cause__`` is the original
+    error.
+    """
+
+
+class MemoryClosedError(MemcoreError, RuntimeError):
+    """A :class:`SemanticMemory` was used after :meth:`~SemanticMemory.close`."""
+
+
+def human_age(seconds: float) -> str:
+    """An age in human terms: "just now", "42 s ago", "3 min ago", "5 h ago", "2 days ago".
+
+    Parameters
+    ----------
+    seconds : float
+        Age in seconds; negative (a clock that went back) counts as 0.
+
+    Examples
+    --------
+    >>> human_age(185.0)
+    '3 min ago'
+    """
+    s = max(float(seconds), 0.0) if math.isfinite(seconds) else 0.0
+    if s < 5:
+        return "just now"
+    for limit, unit, size in ((60, "s", 1), (3600, "min", 60), (86400, "h", 3600)):
+        if s < limit:
+            return f"{int(s // size)} {unit} ago"
+    days = int(s // 86400)
+    if days < 14:
+        return f"{days} day{'s' if days != 1 else ''} ago"
+    if days < 60:
+        return f"{days // 7} weeks ago"
+    if days < 730:
+        return f"{days // 30} months ago"
+    return f"{days // 365} years ago"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def format_prompt(hits: Sequence[MemoryHit], now: float) -> str:
+    """The "RELEVANT MEMORIES" prompt section for ``hits``, or "" when there are none.
+
+    One line per memory, in the given order, with its age (``now - created_at``) in human
+    terms. A pair memory reads ``input -> response``; any other memory is its text. Newlines in
+    texts are collapsed, so each memory stays on one line.
+
+    Parameters
+    ----------
+    hits : sequence of MemoryHit
+    now : float
+        Unix seconds the ages are measured from.
+
+    Examples
+    --------
+    >>> print(format_prompt(hits, now=clock()))  # doctest: +SKIP
+    RELEVANT MEMORIES
+    - [3 min ago] Where is the kettle? -> In the left cupboard.
+    """
+    if not hits:
+        return ""
+    lines = [PROMPT_HEADER]
+    for hit in hits:
+        age = human_age(now - hit.created_at)
+        response = hit.metadata.get("response") if isinstance(hit.metadata, Mapping) else None
+        body = _one_line(hit.text)
+        if hit.metadata.get("kind") == "pair" and isinstance(response, str) and response.strip():
+            body = f"{body} -> {_one_line(response)}"
+        lines.append(f"- [{age}] {body}")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class _Write:
+    namespace: Namespace
+    items: list[MemoryItem]
+    vectors: list[np.ndarray | None]
+
+
+_STOP = object()
+
+
+def _percentiles(samples: deque) -> dict[str, float | int]:
+    if not samples:
+        return {"count": 0, "p50_ms": float("nan"), "p95_ms": float("nan")}
+    arr = np.fromiter(samples, np.float64, len(samples))
+    p50, p95 = np.percentile(arr, [50, 95])
+    return {"count": len(arr), "p50_ms": float(p50), "p95_ms": float(p95)}
+
+
+class SemanticMemory:
+    """Tick-oriented semantic memory with one namespace per robot mode.
+
+    Parameters
+    ----------
+    path : str or os.PathLike, optional
+        Directory of the persistent long tier (:class:`~memcore.LongTermMemory`); in memory
+        when None.
+    embedder : Embedder, optional
+        ``memcore.embedders.default()`` when None.
+    top_k : int, default 3
+        Hits per :meth:`retrieve`.
+    threshold : float, default 0.3
+        Minimum cosine similarity of a hit.
+    weights : DecayWeights, optional
+        Ranking weights of both tiers; ``DecayWeights()`` when None.
+    namespace : str or tuple of str, default ("agent",)
+        Prefix of every mode's namespace (``namespace + (mode,)``).
+    short_capacity : int, default 256
+        Memories per mode kept in the short tier.
+    policy : PromotionPolicy, optional
+        What :meth:`consolidate` promotes; ``PromotionPolicy()`` when None.
+    consolidate_every : int, default 32
+        Run :meth:`consolidate` after this many stores; 0 disables it. Must be <=
+        ``short_capacity`` (otherwise memories are evicted before they can be promoted).
+    max_input_chars, max_response_chars : int, default 1000
+        Caps per side of a stored pair; truncation is recorded in its metadata.
+    extractors : sequence of MemoryExtractor, default ()
+        Extra extractors run on every stored turn (e.g. ``FactExtractor()``); their memories go
+        into the same mode's namespace, embedded by their own text.
+    clock : Clock, optional
+        Unix seconds; ``time.time`` when None. Every timestamp and age comes from it.
+    durability, lock_timeout
+        Passed to :class:`~memcore.LongTermMemory`; only valid with a ``path``.
+    batch_size : int, default 64
+        Most memories the background worker embeds and writes per batch.
+    warmup : bool, default True
+        Run :meth:`warmup` now, so the first tick does not pay for model loading and JIT
+        compilation.
+
+    Raises
+    ------
+    ValueError
+        On a bad number, or ``durability``/``lock_timeout`` without ``path``.
+    StoreLockedError
+        If another process writes to ``path``.
+
+    Examples
+    --------
+    >>> with SemanticMemory(embedder=HashingEmbedder()) as mem:
+    ...     mem.store("My name is Ada.", "Hello Ada!", mode="chat")
+    ...     hits = mem.retrieve("What is my name?", mode="chat")
+    >>> hits[0].text
+    'My name is Ada.'
+    """
+
+    def __init__(self, path: Any = None, embedder: Any = None, top_k: int = 3, threshold: float = 0.3,
+                 weights: DecayWeights | None = None, *, namespace: NamespaceLike = ("agent",),
+                 short_capacity: int = 256, policy: PromotionPolicy | None = None,
+                 consolidate_every: int = 32, max_input_chars: int = 1000,
+                 max_response_chars: int = 1000, extractors: Sequence[MemoryExtractor] = (),
+                 clock: Clock | None = None, durability: str | None = None,
+                 lock_timeout: float | None = None, batch_size: int = 64, warmup: bool = True) -> None:
+        from memcore.stores.long import LongTermMemory
+        from memcore.stores.short import ShortTermMemory
+        from memcore.tiered import TwoTierMemory
+
+        self.top_k = _validate.top_k(top_k)
+        self.threshold = _validate.threshold(threshold)
+        if weights is not None and not isinstance(weights, DecayWeights):
+            raise TypeError(f"weights must be a DecayWeights, got {type(weights).__name__}")
+        self.weights = weights if weights is not None else DecayWeights()
+        self.prefix: Namespace = _validate.namespace(namespace)
+        for name, value in (("short_capacity", short_capacity), ("batch_size", batch_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if isinstance(consolidate_every, bool) or not isinstance(consolidate_every, int) \
+                or not 0 <= consolidate_every <= short_capacity:
+            raise ValueError(f"consolidate_every must be an int in [0, short_capacity={short_capacity}] "
+                             f"(0 disables it), got {consolidate_every!r}")
+        if policy is not None and not isinstance(policy, PromotionPolicy):
+            raise TypeError(f"policy must be a PromotionPolicy, got {type(policy).__name__}")
+        for ex in extractors:
+            if not isinstance(ex, MemoryExtractor):
+                raise TypeError(f"extractors must have extract(turn), got {type(ex).__name__}")
+        if path is None and (durability is not None or lock_timeout is not None):
+            raise ValueError("durability and lock_timeout apply to a persistent store; pass path= too")
+        self.consolidate_every = consolidate_every
+        self.batch_size = batch_size
+        self.clock: Clock = clock if clock is not None else system_clock
+        self._pair = PairExtractor(max_input_chars=max_input_chars, max_response_chars=max_response_chars)
+        self._extractors = list(extractors)
+        if embedder is None:
+            from memcore.embedders import default
+            embedder = default()
+        self.embedder = embedder
+        self.path = path
+        long_kwargs: dict[str, Any] = {"weights": self.weights, "clock": self.clock}
+        if durability is not None:
+            long_kwargs["durability"] = durability
+        if lock_timeout is not None:
+            long_kwargs["lock_timeout"] = lock_timeout
+        self.long = LongTermMemory(path, embedder, **long_kwargs)
+        try:
+            self.short = ShortTermMemory(capacity=short_capacity, embedder=embedder, clock=self.clock,
+                                         weights=self.weights)
+            self.tiers = TwoTierMemory(self.short, self.long,
+                                       policy=policy if policy is not None else PromotionPolicy(),
+                                       weights=self.weights)
+        except BaseException:
+            self.long.close()
+            raise
+        self._lock = threading.Lock()
+        self._cache: tuple[str, np.ndarray] | None = None
+        self._since_consolidate = 0
+        self._stored = 0
+        self._consolidations = 0
+        self._retrieve_ms: deque = deque(maxlen=10_000)
+        self._store_ms: deque = deque(maxlen=10_000)
+        self._queue: queue.Queue = queue.Queue()
+        self._worker: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._closed = False
+        if warmup:
+            self.warmup()
+
+    # ------------------------------------------------------------------ helpers
+    def __repr__(self) -> str:
+        return (f"SemanticMemory(path={self.path!r}, embedder={getattr(self.embedder, 'name', '?')!r}, "
+                f"top_k={self.top_k}, threshold={self.threshold})")
+
+    def __enter__(self) -> "SemanticMemory":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _check(self) -> None:
+        if self._closed:
+            raise MemoryClosedError("this SemanticMemory is closed")
+        err, self._error = self._error, None
+        if err is not None:
+            raise BackgroundWriteError(f"a background store failed: {type(err).__name__}: {err}") from err
+
+    def namespace_of(self, mode: str) -> Namespace:
+        """The namespace holding ``mode``'s memories: ``self.prefix + (mode,)``.
+
+        Raises
+        ------
+        InvalidNamespaceError
+            If ``mode`` is not a str, is empty, or holds NUL.
+        """
+        if not isinstance(mode, str):
+            raise InvalidNamespaceError(f"mode must be a str, got {type(mode).__name__}")
+        return _validate.namespace(self.prefix + (mode,))
+
+    def _encode(self, text: str) -> np.ndarray:
+        cached = self._cache
+        if cached is not None and cached[0] == text:
+            return cached[1]
+        vec = np.ascontiguousarray(self.embedder.encode([text])[0], dtype=np.float32)
+        self._cache = (text, vec)
+        return vec
+
+    def warmup(self) -> None:
+        """Load the model and compile the kernels a tick uses, leaving no trace in the store.
+
+        Encodes two texts, writes them to the short tier under a private namespace (outside
+        ``namespace``), searches both tiers there, and removes them. Nothing reaches disk.
+
+        Examples
+        --------
+        >>> mem = SemanticMemory(embedder=HashingEmbedder(), warmup=False); mem.warmup()
+        """
+        ns = ("__memcore_warmup__",)
+        texts = ["the robot warms up its memory", "warm up"]
+        vecs = np.ascontiguousarray(self.embedder.encode(texts), dtype=np.float32)
+        if not np.all(np.any(vecs, axis=1)):
+            return
+        try:
+            self.short.put_many(ns, [MemoryItem(key=str(i), text=t) for i, t in enumerate(texts)],
+                                vectors=vecs)
+            self.short.search(ns, texts[1], top_k=1, weights=self.weights, touch=False,
+                              query_vector=vecs[1])
+            self.long.search(ns, texts[1], top_k=1, weights=self.weights, touch=False,
+                             query_vector=vecs[1])
+        finally:
+            self.short.clear(ns)
+
+    # ------------------------------------------------------------------ the tick
+    def retrieve(self, inputs: str, mode: str, *, top_k: int | None = None,
+                 threshold: float | None = None, filter: Mapping[str, Any] | None = None,
+                 touch: bool = True) -> list[MemoryHit]:
+        """The memories of ``mode`` most relevant to ``inputs``: top_k above the threshold.
+
+        Encodes ``inputs`` once (and caches the vector for a following :meth:`store` of the
+        same text), then searches both tiers with that vector.
+
+        Parameters
+        ----------
+        inputs : str
+            What the agent senses now. Empty, whitespace-only or content-free text
+            (an all-zero embedding) returns [].
+        mode : str
+        top_k, threshold : optional
+            Override the instance's defaults for this call.
+        filter : dict, optional
+            Metadata filter (``{"k": v}``, ``$in``, ``$ne``), applied before top-k.
+        touch : bool, default True
+            Refresh the returned memories' ``last_accessed_at``/``access_count`` (which counts
+            toward promotion); False peeks.
+
+        Returns
+        -------
+        list of MemoryHit, best first, at most top_k.
+
+        Raises
+        ------
+        InvalidNamespaceError, InvalidTextError, ValueError
+            On a bad mode, text, top_k, threshold or filter.
+        BackgroundWriteError
+            If an earlier background store failed.
+
+        Examples
+        --------
+        >>> mem.retrieve("Where is the kettle?", mode="kitchen")[0].text  # doctest: +SKIP
+        'Remember that the kettle is in the left cupboard.'
+        """
+        self._check()
+        t0 = time.perf_counter()
+        ns = self.namespace_of(mode)
+        text = _validate.text(inputs, name="inputs")
+        k = self.top_k if top_k is None else _validate.top_k(top_k)
+        thr = self.threshold if threshold is None else _validate.threshold(threshold)
+        hits: list[MemoryHit] = []
+        if text.strip():
+            vec = self._encode(text)
+            if np.any(vec):
+                hits = self.tiers.search(ns, text, top_k=k, threshold=thr, weights=self.weights,
+                                         filter=filter, touch=touch, query_vector=vec)
+        with self._lock:
+            self._retrieve_ms.append((time.perf_counter() - t0) * 1e3)
+        return hits
+
+    def store(self, input: str, response: str, mode: str, *, importance: float | None = None,
+              metadata: Mapping[str, Any] | None = None, key: str | None = None,
+              background: bool = False) -> list[MemoryItem]:
+        """Store the input/response pair of a tick (plus what the extra extractors find).
+
+        The pair is one memory whose text is ``input`` (capped at ``max_input_chars``) and whose
+        ``metadata["response"]`` is ``response`` (capped at ``max_response_chars``); a cut side
+        is listed in ``metadata["truncated"]``. Its vector is the embedding of ``input``, reused
+        from :meth:`retrieve` when it was the last text retrieved. The same pair stored twice
+        replaces itself (stable key, ``created_at`` kept) unless ``key`` is given.
+
+        Writes are ordered within each path (foreground, or the background queue); a
+        foreground store of a key still queued in the background may land first, so
+        :meth:`flush` before mixing the two on one key. A background write becomes visible to
+        :meth:`retrieve` once the worker has written it.
+
+        Parameters
+        ----------
+        input, response : str
+            A blank ``input`` stores nothing (returns []). An input without content for the
+            embedder (an all-zero vector, e.g. only punctuation for the hashing embedder)
+            could never be recalled and is not written.
+        mode : str
+        importance : float, optional
+            In [0, 1]; 0.5 when None. Decides promotion to the long tier.
+        metadata : dict, optional
+            JSON-serialisable, merged into the memory's metadata.
+        key : str, optional
+            Explicit key of the pair memory.
+        background : bool, default False
+            Queue the write to the worker thread and return at once; see :meth:`flush`.
+
+        Returns
+        -------
+        list of MemoryItem
+            What was written (or queued), the pair first.
+
+        Raises
+        ------
+        InvalidNamespaceError, InvalidTextError, ValueError, TypeError
+            On a bad mode, text, importance, key or metadata (before anything is written).
+        BackgroundWriteError
+            If an earlier background store failed.
+
+        Examples
+        --------
+        >>> mem.store("Battery at 18 percent.", "Going to the dock.", mode="patrol")  # doctest: +SKIP
+        """
+        self._check()
+        t0 = time.perf_counter()
+        ns = self.namespace_of(mode)
+        turn = Turn(user=input, assistant=response, timestamp=self.clock(), namespace=ns,
+                    metadata=_validate.metadata(metadata))
+        items = self._pair.extract(turn)
+        if not items:
+            return []
+        pair = items[0]
+        if importance is not None or key is not None:
+            pair = MemoryItem(key=pair.key if key is None else _validate.key(key), text=pair.text,
+                              importance=pair.importance if importance is None
+                              else _validate.importance(importance),
+                              metadata=pair.metadata)
+        extra = [it for ex in self._extractors for it in ex.extract(turn)]
+        items = [pair] + extra
+        cached = self._cache
+        vectors: list[np.ndarray | None] = [cached[1] if cached is not None and cached[0] == input
+                                            and np.any(cached[1]) else None]
+        vectors += [None] * len(extra)
+        write = _Write(ns, items, vectors)
+        if background:
+            self._start_worker()
+            self._queue.put(write)
+        else:
+            self._write([write])
+        with self._lock:
+            self._store_ms.append((time.perf_counter() - t0) * 1e3)
+        return items
+
+    # ------------------------------------------------------------------ writing
+    def _write(self, writes: list[_Write]) -> None:
+        """Embed what has no vector (one encoder call) and write each namespace with put_many."""
+        todo = [(w, i) for w in writes for i, v in enumerate(w.vectors) if v is None]
+        if todo:
+            encoded = self.embedder.encode([w.items[i].text for w, i in todo])
+            for (w, i), vec in zip(todo, encoded):
+                w.vectors[i] = vec
+        by_ns: dict[Namespace, tuple[list[MemoryItem], list[np.ndarray]]] = {}
+        for w in writes:
+            items, vecs = by_ns.setdefault(w.namespace, ([], []))
+            for item, vec in zip(w.items, w.vectors):
+                if not np.any(vec):
+                    # Content-free text (e.g. only punctuation for the hashing embedder) has
+                    # no direction: it could never be recalled, so it is not stored.
+                    logger.debug("skipping %r in %r: its embedding is all zeros", item.key, w.namespace)
+                    continue
+                items.append(item)
+                vecs.append(vec)
+        for ns, (items, vecs) in by_ns.items():
+            if items:
+                self.tiers.put_many(ns, items, vectors=np.stack(vecs).astype(np.float32, copy=False))
+        with self._lock:
+            self._stored += len(writes)
+            self._since_consolidate += len(writes)
+            due = self.consolidate_every and self._since_consolidate >= self.consolidate_every
+            if due:
+                self._since_consolidate = 0
+        if due:
+            self._consolidate_now()
+
+    def _consolidate_now(self) -> Any:
+        result = self.tiers.consolidate(now=self.clock())
+        with self._lock:
+            self._consolidations += 1
+        return result
+
+    def _start_worker(self) -> None:
+        if self._worker is None:
+            self._worker = threading.Thread(target=self._run, name="memcore-writer", daemon=True)
+            self._worker.start()
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            batch = [first]
+            while len(batch) < self.batch_size:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            writes = [w for w in batch if w is not _STOP]
+            try:
+                if writes:
+                    self._write(writes)
+            except BaseException as err:  # re-raised by the caller's next call
+                logger.debug("background write failed", exc_info=True)
+                if self._error is None:
+                    self._error = err
+            finally:
+                for _ in batch:
+                    self._queue.task_done()
+            if any(w is _STOP for w in batch):
+                return
+
+    def flush(self) -> None:
+        """Wait until every queued background store is written.
+
+        Raises
+        ------
+        BackgroundWriteError
+            If a queued write failed.
+        MemoryClosedError
+            If the memory is closed.
+        """
+        if self._closed:
+            raise MemoryClosedError("this SemanticMemory is closed")
+        self._queue.join()
+        self._check()
+
+    def close(self) -> None:
+        """Drain the background queue, consolidate the short tier, and close the long tier.
+
+        Idempotent. Memories that do not clear the promotion policy are forgotten (they lived
+        only in the in-memory short tier).
+
+        Raises
+        ------
+        BackgroundWriteError
+            If a queued write failed (the store is closed anyway).
+        """
+        if self._closed:
+            return
+        try:
+            if self._worker is not None:
+                self._queue.put(_STOP)
+                self._worker.join()
+                self._worker = None
+            pending, self._error = self._error, None
+            if not getattr(self.long, "read_only", False):
+                self._consolidate_now()
+        finally:
+            self._closed = True
+            self.long.close()
+        if pending is not None:
+            raise BackgroundWriteError(
+                f"a background store failed: {type(pending).__name__}: {pending}") from pending
+
+    # ------------------------------------------------------------------ housekeeping
+    def format_prompt(self, hits: Sequence[MemoryHit], *, now: float | None = None) -> str:
+        """The "RELEVANT MEMORIES" section for ``hits`` ("" for none); ages from the clock.
+
+        See :func:`format_prompt`.
+
+        Examples
+        --------
+        >>> mem.format_prompt([])
+        ''
+        """
+        return format_prompt(hits, self.clock() if now is None else float(now))
+
+    def consolidate(self) -> Any:
+        """Flush pending writes, then promote qualifying short-tier memories to the long tier.
+
+        Returns
+        -------
+        What :meth:`TwoTierMemory.consolidate` returns (the promotion count).
+
+        Raises
+        ------
+        BackgroundWriteError
+        """
+        self.flush()
+        with self._lock:
+            self._since_consolidate = 0
+        return self._consolidate_now()
+
+    def clear_mode(self, mode: str) -> int:
+        """Forget every memory of ``mode`` in both tiers (after flushing); returns how many.
+
+        Raises
+        ------
+        InvalidNamespaceError
+        """
+        ns = self.namespace_of(mode)
+        self.flush()
+        return int(self.tiers.clear(ns))
+
+    def modes(self) -> list[str]:
+        """The modes that hold memories (in either tier), sorted.
+
+        Examples
+        --------
+        >>> mem.modes()  # doctest: +SKIP
+        ['kitchen', 'patrol']
+        """
+        self._check()
+        n = len(self.prefix)
+        return sorted({ns[n] for ns in self.tiers.namespaces(self.prefix) if len(ns) == n + 1})
+
+    def stats(self) -> dict[str, Any]:
+        """Counts per tier and mode, and latency so far.
+
+        Returns
+        -------
+        dict with ``embedder``, ``modes`` ({mode: {"short": n, "long": n}}), ``tiers``
+        ({"short": n, "long": n}), ``stored`` (store calls written), ``pending`` (queued
+        background writes), ``consolidations``, and ``retrieve``/``store`` each
+        ``{"count", "p50_ms", "p95_ms"}`` over the last 10,000 calls (NaN before the first).
+        A background store's latency is the time to queue it.
+        """
+        self._check()
+        modes = {}
+        for mode in self.modes():
+            ns = self.prefix + (mode,)
+            modes[mode] = {MemoryTier.SHORT.value: self.short.count(ns),
+                           MemoryTier.LONG.value: self.long.count(ns)}
+        with self._lock:
+            return {
+                "embedder": getattr(self.embedder, "name", type(self.embedder).__name__),
+                "path": None if self.path is None else str(self.path),
+                "modes": modes,
+                "tiers": {t.value: sum(m[t.value] for m in modes.values()) for t in MemoryTier},
+                "stored": self._stored,
+                "pending": self._queue.unfinished_tasks,
+                "consolidations": self._consolidations,
+                "retrieve": _percentiles(self._retrieve_ms),
+                "store": _percentiles(self._store_ms),
+            }

@@ -1,0 +1,554 @@
+"""The store and demo subcommands of the ``memcore`` command line.
+
+:func:`add_global_options` adds ``--store`` and ``--embedder`` to the top-level parser and
+:func:`add_commands` registers ``put``, ``search``, ``get``, ``delete``, ``namespaces``,
+``stats``, ``import``, ``export`` and ``demo`` on its subparsers (:mod:`memcore.cli` calls both).
+Each subcommand sets ``args.func(args) -> int``.
+
+Conventions
+-----------
+- The store is ``--store PATH``, else ``$MEMCORE_HOME``, else ``./memcore-data``. The global
+  options may also follow the subcommand (``memcore search --store s ns q``).
+- A namespace on the command line is its segments joined by "/" (``agent/patrol``), or a JSON
+  list of segments (``'["a/b", "c"]'``) when a segment holds "/".
+- Exit status: 0 success, 1 error (missing store, locked store, missing key, corrupted file),
+  2 usage (a bad argument: namespace, JSON, number). An error is one line on stderr,
+  ``memcore: error: ...``, never a traceback.
+- ``--json`` prints one JSON document on stdout.
+- Reads (``search``, ``get``, ``namespaces``, ``stats``, ``export``) open the store read-only,
+  so they work while another process writes, and peek (``touch=False``): a look from the
+  command line does not change what the agent recalls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import itertools
+import json
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from memcore.errors import InvalidNamespaceError, InvalidTextError, MemcoreError
+
+__all__ = ["add_global_options", "add_commands", "store_path", "parse_namespace", "UsageError"]
+
+DEFAULT_STORE = "memcore-data"
+
+
+class UsageError(MemcoreError, ValueError):
+    """A command-line argument is malformed (exit status 2)."""
+
+
+class MemoryNotFoundError(MemcoreError, LookupError):
+    """A key the command needs is absent (exit status 1)."""
+
+
+# ------------------------------------------------------------------ options and parsing
+
+def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool = False) -> None:
+    """Add ``--store`` and ``--embedder`` to ``parser``.
+
+    With ``suppress=True`` (used on subcommands) an absent option leaves the top-level value
+    alone instead of overwriting it with a default.
+    """
+    default = argparse.SUPPRESS if suppress else None
+    parser.add_argument("--store", metavar="PATH", default=default,
+                        help="store directory (default: $MEMCORE_HOME, else ./memcore-data)")
+    parser.add_argument("--embedder", choices=("minilm", "hashing"), default=default,
+                        help="embedder (default: minilm when its model loads, else hashing)")
+
+
+def store_path(args: argparse.Namespace) -> Path:
+    """``--store``, else ``$MEMCORE_HOME``, else ``./memcore-data``."""
+    chosen = getattr(args, "store", None) or os.environ.get("MEMCORE_HOME") or DEFAULT_STORE
+    return Path(chosen)
+
+
+def parse_namespace(text: str) -> tuple[str, ...]:
+    """``"a/b"`` -> ``("a", "b")``; a JSON list of str is taken segment by segment.
+
+    Raises
+    ------
+    InvalidNamespaceError
+        If a segment is empty or holds NUL, or the JSON is not a list of str.
+
+    Examples
+    --------
+    >>> parse_namespace("agent/patrol"), parse_namespace('["a/b", "c"]')
+    (('agent', 'patrol'), ('a/b', 'c'))
+    """
+    from memcore import _validate
+
+    if text.startswith("["):
+        try:
+            segments = json.loads(text)
+        except ValueError as err:
+            raise InvalidNamespaceError(f"namespace {text!r} is not a JSON list: {err}") from err
+        if not isinstance(segments, list):
+            raise InvalidNamespaceError(f"namespace {text!r} must be a JSON list of str")
+        return _validate.namespace(tuple(segments))
+    return _validate.namespace(tuple(text.split("/")))
+
+
+def format_namespace(ns: tuple[str, ...]) -> str:
+    """Inverse of :func:`parse_namespace`: "/"-joined, or JSON when a segment holds "/"."""
+    if any("/" in s for s in ns) or (ns and ns[0].startswith("[")):
+        return json.dumps(list(ns), ensure_ascii=False)
+    return "/".join(ns)
+
+
+def _embedder(args: argparse.Namespace) -> Any:
+    """The embedder named by ``--embedder``, else the default (MiniLM, or hashing)."""
+    choice = getattr(args, "embedder", None)
+    if choice == "hashing":
+        from memcore.embedders import HashingEmbedder
+        return HashingEmbedder(dim=384, mode="unicode")
+    if choice == "minilm":
+        from memcore.embedders import MiniLMEmbedder
+        return MiniLMEmbedder().load()
+    from memcore.embedders import default
+    return default()
+
+
+def _matching_embedder(store: Any) -> Any:
+    """An embedder equal to the one a store was written with (by its recorded name and dim).
+
+    Raises
+    ------
+    EmbedderMismatchError
+        If memcore cannot build that embedder here; the message says what to pass.
+    """
+    from memcore.embedders import HashingEmbedder, MiniLMEmbedder
+    from memcore.errors import EmbedderMismatchError
+
+    name, dim = store.embedder_name, store.dim
+    candidate = None
+    if name.startswith("hashing-"):
+        mode = name.split("-")[1]
+        if mode in ("unicode", "classic"):
+            candidate = HashingEmbedder(dim=dim, mode=mode)
+    elif name.startswith("minilm"):
+        candidate = MiniLMEmbedder().load()
+    if candidate is None or candidate.name != name or candidate.dim != dim:
+        got = "nothing" if candidate is None else f"{candidate.name!r} (dim {candidate.dim})"
+        raise EmbedderMismatchError(
+            f"{store_path_of(store)} was written with embedder {name!r} (dim {dim}); memcore here "
+            f"builds {got}; pass --embedder or re-create the store")
+    return candidate
+
+
+def store_path_of(store: Any) -> str:
+    return str(getattr(store, "path", None) or "the store")
+
+
+class _Opened:
+    """An open store plus the embedder that encodes for it (built only when needed)."""
+
+    def __init__(self, store: Any, given: Any) -> None:
+        self.store = store
+        self._embedder = given
+
+    @property
+    def embedder(self) -> Any:
+        if self._embedder is None:
+            self._embedder = _matching_embedder(self.store)
+        return self._embedder
+
+    def vector(self, text: str) -> Any:
+        """The embedding of ``text`` (1-D float32), or None when it has no content."""
+        vec = self.embedder.encode([text])[0]
+        return vec if vec.any() else None
+
+    def __enter__(self) -> "_Opened":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.store.close()
+
+
+def _open(args: argparse.Namespace, *, write: bool, encoder: bool = False) -> _Opened:
+    """Open the store read-only (it must exist) or for writing (created when absent).
+
+    With ``--embedder`` the store checks it against the one it was written with; without,
+    an existing store's own embedder is used, built only if a text must be encoded
+    (``encoder=True`` builds it up front and hands it to the store).
+    """
+    from memcore.stores.long import LongTermMemory
+
+    path = store_path(args)
+    given = _embedder(args) if getattr(args, "embedder", None) else None
+    if not write:
+        return _Opened(LongTermMemory.open(path, given, read_only=True), given)
+    if given is None:
+        try:
+            probe = LongTermMemory.open(path, None, read_only=encoder, lock_timeout=1.0)
+        except FileNotFoundError:
+            given = _embedder(args)  # a new store: the default embedder
+        else:
+            if not encoder:
+                return _Opened(probe, None)
+            with probe:
+                given = _matching_embedder(probe)
+    return _Opened(LongTermMemory(path, given, lock_timeout=1.0), given)
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "value"):  # enums
+        return value.value
+    if isinstance(value, tuple):
+        return list(value)
+    raise TypeError(f"not JSON-serialisable: {type(value).__name__}")
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def _print_json(obj: Any) -> None:
+    json.dump(obj, sys.stdout, ensure_ascii=False, default=_json_default, allow_nan=False)
+    sys.stdout.write("\n")
+
+
+def _memory_dict(m: Any) -> dict[str, Any]:
+    return {"namespace": list(m.namespace), "key": m.key, "text": m.text,
+            "importance": m.importance, "metadata": dict(m.metadata), "created_at": m.created_at,
+            "updated_at": m.updated_at, "last_accessed_at": m.last_accessed_at,
+            "access_count": m.access_count, "tier": m.tier.value}
+
+
+def _hit_dict(h: Any) -> dict[str, Any]:
+    return {"key": h.key, "text": h.text, "score": h.score, "similarity": h.similarity,
+            "recency": h.recency, "importance": h.importance, "tier": h.tier.value,
+            "metadata": dict(h.metadata), "namespace": list(h.namespace),
+            "created_at": h.created_at, "last_accessed_at": h.last_accessed_at}
+
+
+def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Turn expected failures into one line on stderr and an exit status (1 error, 2 usage)."""
+
+    @functools.wraps(fn)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except (UsageError, InvalidNamespaceError, InvalidTextError) as err:
+            print(f"memcore {args.command}: usage error: {err}", file=sys.stderr)
+            return 2
+        except (MemcoreError, OSError, ValueError, TypeError, LookupError, ImportError) as err:
+            print(f"memcore {args.command}: error: {err}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            print(f"memcore {args.command}: interrupted", file=sys.stderr)
+            return 130
+
+    return run
+
+
+def _json_arg(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {err}") from err
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _unit_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from err
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from err
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return value
+
+
+def _finite_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from err
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be finite, got {text}")
+    return value
+
+
+# ------------------------------------------------------------------ commands
+
+@_guard
+def cmd_put(args: argparse.Namespace) -> int:
+    ns = parse_namespace(args.namespace)
+    key = args.key or "cli:" + hashlib.sha1(args.text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    with _open(args, write=True) as opened:
+        vec = opened.vector(args.text)
+        if vec is None:
+            raise UsageError(f"text {args.text!r} has no content for embedder "
+                             f"{opened.embedder.name!r}; it could never be recalled")
+        stored = opened.store.put(ns, key, args.text, importance=args.importance,
+                                  metadata=args.metadata, vector=vec)
+    if args.json:
+        _print_json(_memory_dict(stored))
+    else:
+        print(f"stored {format_namespace(ns)} {stored.key}")
+    return 0
+
+
+@_guard
+def cmd_search(args: argparse.Namespace) -> int:
+    ns = parse_namespace(args.namespace)
+    with _open(args, write=False) as opened:
+        vec = opened.vector(args.query) if args.query.strip() else None
+        hits = [] if vec is None else opened.store.search(
+            ns, args.query, top_k=args.top_k, threshold=args.threshold, touch=False, query_vector=vec)
+    if args.json:
+        _print_json([_hit_dict(h) for h in hits])
+        return 0
+    if not hits:
+        print("(no memories above the threshold)")
+    for h in hits:
+        print(f"{h.score:7.4f}  sim {h.similarity:6.3f}  {h.key}  {' '.join(h.text.split())}")
+    return 0
+
+
+@_guard
+def cmd_get(args: argparse.Namespace) -> int:
+    ns = parse_namespace(args.namespace)
+    with _open(args, write=False) as opened:
+        m = opened.store.get(ns, args.key)
+    if m is None:
+        raise MemoryNotFoundError(f"no memory {args.key!r} in namespace {format_namespace(ns)}")
+    if args.json:
+        _print_json(_memory_dict(m))
+    else:
+        print(m.text)
+        if m.metadata:
+            print(json.dumps(dict(m.metadata), ensure_ascii=False))
+    return 0
+
+
+@_guard
+def cmd_delete(args: argparse.Namespace) -> int:
+    ns = parse_namespace(args.namespace)
+    with _open(args, write=True) as opened:
+        gone = opened.store.delete(ns, args.key)
+    if not gone:
+        raise MemoryNotFoundError(f"no memory {args.key!r} in namespace {format_namespace(ns)}")
+    print(f"deleted {format_namespace(ns)} {args.key}")
+    return 0
+
+
+@_guard
+def cmd_namespaces(args: argparse.Namespace) -> int:
+    prefix = parse_namespace(args.prefix) if args.prefix else None
+    with _open(args, write=False) as opened:
+        found = [(ns, opened.store.count(ns)) for ns in opened.store.namespaces(prefix)]
+    if args.json:
+        _print_json([{"namespace": list(ns), "count": n} for ns, n in found])
+    else:
+        for ns, n in found:
+            print(f"{format_namespace(ns)}\t{n}")
+    return 0
+
+
+@_guard
+def cmd_stats(args: argparse.Namespace) -> int:
+    path = store_path(args)
+    with _open(args, write=False) as opened:
+        per_ns = {format_namespace(ns): opened.store.count(ns) for ns in opened.store.namespaces()}
+        embedder = opened.store.embedder_name
+    disk = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    out = {"store": str(path), "embedder": embedder, "namespaces": len(per_ns),
+           "memories": sum(per_ns.values()), "disk_bytes": disk, "per_namespace": per_ns}
+    if args.json:
+        _print_json(out)
+    else:
+        print(f"store {out['store']}  embedder {embedder}  {out['memories']} memories in "
+              f"{out['namespaces']} namespaces  {disk / 1e6:.2f} MB on disk")
+        for ns, n in per_ns.items():
+            print(f"  {ns}\t{n}")
+    return 0
+
+
+IMPORT_CHUNK = 2048
+
+
+def _import_with_progress(store: Any, src: Path, progress: bool) -> int:
+    """``store.import_jsonl`` in chunks of :data:`IMPORT_CHUNK` lines, with a tqdm bar.
+
+    Each chunk is a temporary file holding the export's header line and the chunk's lines,
+    so the store's own import (vector reuse or re-embedding, lifecycle fields) does the work.
+    """
+    from tqdm import tqdm
+
+    with src.open("r", encoding="utf-8") as f:
+        header = f.readline()
+        total = sum(1 for line in f if line.strip())
+    if not header.strip():
+        raise ValueError(f"{src} is empty; expected a memcore JSONL export")
+    done = 0
+    with src.open("r", encoding="utf-8") as f, tempfile.TemporaryDirectory(prefix="memcore-import-") as tmp, \
+            tqdm(total=total, unit="mem", desc=f"import {src.name}", disable=not progress,
+                 file=sys.stderr) as bar:
+        next(f)  # the header, repeated in every chunk
+        chunk_path = Path(tmp) / "chunk.jsonl"
+        first = True
+        while True:
+            lines = [line for line in itertools.islice(f, IMPORT_CHUNK) if line.strip()]
+            if not lines and not first:
+                break
+            first = False  # a header-only file still goes through the store's header check
+            chunk_path.write_text(header + "".join(lines), encoding="utf-8")
+            done += store.import_jsonl(chunk_path)
+            bar.update(len(lines))
+    return done
+
+
+@_guard
+def cmd_import(args: argparse.Namespace) -> int:
+    src = Path(args.file)
+    if not src.is_file():
+        raise FileNotFoundError(f"no file {src}")
+    with _open(args, write=True, encoder=True) as opened:  # an import may re-embed
+        n = _import_with_progress(opened.store, src, progress=not args.quiet)
+    if args.json:
+        _print_json({"imported": n})
+    else:
+        print(f"imported {n} memories from {src} into {store_path(args)}")
+    return 0
+
+
+@_guard
+def cmd_export(args: argparse.Namespace) -> int:
+    dest = Path(args.file)
+    with _open(args, write=False) as opened:
+        n = opened.store.export_jsonl(dest)
+    if args.json:
+        _print_json({"exported": n})
+    else:
+        print(f"exported {n} memories from {store_path(args)} to {dest}")
+    return 0
+
+
+@_guard
+def cmd_demo(args: argparse.Namespace) -> int:
+    from memcore.agent import SemanticMemory
+    from memcore.demo import ManualClock, load_locomo, load_script, run_locomo, run_script
+    from memcore.extractors import FactExtractor
+    from memcore.types import DecayWeights
+
+    out = None if args.json else sys.stdout
+    clock = ManualClock()
+    with tempfile.TemporaryDirectory(prefix="memcore-demo-") as tmp:
+        path = store_path(args) if args.keep else Path(tmp) / "store"
+        embedder = _embedder(args)
+        weights = DecayWeights.similarity() if args.similarity_only else None
+        if args.locomo:
+            conv = load_locomo(args.locomo, args.conversation)
+            with SemanticMemory(path, embedder, clock=clock, short_capacity=256,
+                                consolidate_every=64, weights=weights) as memory:
+                summary = run_locomo(memory, conv, clock, top_k=args.top_k, out=out,
+                                     verbose=args.verbose)
+        else:
+            if args.conversation != "conv-26" or args.top_k != 5:
+                raise UsageError("--conversation and --top-k apply to --locomo replays")
+            script = load_script(args.script)
+            with SemanticMemory(path, embedder, clock=clock, extractors=[FactExtractor()],
+                                weights=weights) as memory:
+                summary = run_script(memory, script, clock, out=out)
+    if args.json:
+        _print_json(_json_safe(summary))
+    return 0
+
+
+def _json_safe(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, float):
+        return _finite(obj)
+    return obj
+
+
+def add_commands(subparsers: Any) -> None:
+    """Register the store and demo subcommands on an ``add_subparsers()`` object."""
+    common = argparse.ArgumentParser(add_help=False)
+    add_global_options(common, suppress=True)
+
+    def sub(name: str, help_: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+        p = subparsers.add_parser(name, help=help_, description=help_, parents=[common])
+        p.set_defaults(func=func, command=name)
+        return p
+
+    def json_flag(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
+
+    p = sub("put", "store (or replace) one memory", cmd_put)
+    p.add_argument("namespace", help='namespace, segments joined by "/" (or a JSON list)')
+    p.add_argument("text")
+    p.add_argument("--key", help="key (default: derived from the text)")
+    p.add_argument("--importance", type=_unit_float, default=0.5, help="in [0, 1] (default 0.5)")
+    p.add_argument("--metadata", type=_json_arg, default=None, metavar="JSON", help="a JSON object")
+    json_flag(p)
+
+    p = sub("search", "the memories of a namespace most relevant to a query", cmd_search)
+    p.add_argument("namespace")
+    p.add_argument("query")
+    p.add_argument("--top-k", type=_positive_int, default=5, help="hits (default 5)")
+    p.add_argument("--threshold", type=_finite_float, default=-1.0,
+                   help="minimum cosine similarity (default -1: no threshold)")
+    json_flag(p)
+
+    p = sub("get", "one memory by key", cmd_get)
+    p.add_argument("namespace")
+    p.add_argument("key")
+    json_flag(p)
+
+    p = sub("delete", "delete one memory by key (exit 1 when absent)", cmd_delete)
+    p.add_argument("namespace")
+    p.add_argument("key")
+
+    p = sub("namespaces", "list namespaces and their memory counts", cmd_namespaces)
+    p.add_argument("prefix", nargs="?", default=None, help="only namespaces under this prefix")
+    json_flag(p)
+
+    p = sub("stats", "counts, embedder and disk use of the store", cmd_stats)
+    json_flag(p)
+
+    p = sub("import", "import memories from a JSONL export", cmd_import)
+    p.add_argument("file", metavar="FILE.jsonl")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    json_flag(p)
+
+    p = sub("export", "export every memory to JSONL", cmd_export)
+    p.add_argument("file", metavar="FILE.jsonl")
+    json_flag(p)
+
+    p = sub("demo", "replay a conversation tick by tick through SemanticMemory", cmd_demo)
+    p.add_argument("--locomo", metavar="FILE", help="a LoCoMo JSON file (e.g. locomo_dev.json)")
+    p.add_argument("--conversation", default="conv-26", help="LoCoMo sample_id (default conv-26)")
+    p.add_argument("--top-k", type=_positive_int, default=5,
+                   help="hits per LoCoMo question for evidence recall (default 5)")
+    p.add_argument("--script", metavar="FILE", help="a demo script JSON instead of the bundled one")
+    p.add_argument("--keep", action="store_true",
+                   help="write into --store instead of a temporary store")
+    p.add_argument("--similarity-only", action="store_true",
+                   help="rank by similarity alone (no recency or importance terms)")
+    p.add_argument("--verbose", action="store_true", help="print every LoCoMo turn and question")
+    json_flag(p)
