@@ -221,3 +221,133 @@ def tf_cosine(query_hashes, hashes, offsets, counts, out):
         dn = np.sqrt(sum(v * v for v in d.values()))
         dot = sum(v * d.get(k, 0) for k, v in q.items())
         out[i] = np.float32(dot / (qn * dn)) if qn > 0 and dn > 0 else np.float32(0.0)
+
+
+# --------------------------------------------------------------------------- record log
+def crc32(data, start, stop, table):
+    """zlib's CRC-32 of ``data[start:stop]`` (``table`` is accepted and unused)."""
+    import zlib
+
+    return zlib.crc32(bytes(data[start:stop]))
+
+
+def scan_records(data, start, table, out_offsets):
+    """Walk log frames until the end or the first bad record; ``(count, stop)``.
+
+    Good record: the frame fits, magic 0x52434D4D, length <= 2**30 and inside ``data``, zlib
+    CRC-32 of the payload matches, op 1 (PUT, >= 64 bytes, ``64 + kl + tl + ml == length``)
+    or op 2 (DEL, >= 12 bytes, ``12 + kl == length``). Offsets go to ``out_offsets``.
+    """
+    import struct
+    import zlib
+
+    buf = bytes(data)
+    size, off, count = len(buf), int(start), 0
+    while off < size:
+        if size - off < 12:
+            break
+        magic, length, crc = struct.unpack_from("<III", buf, off)
+        begin, end = off + 12, off + 12 + length
+        if magic != 0x52434D4D or length > (1 << 30) or end > size:
+            break
+        if zlib.crc32(buf[begin:end]) != crc:
+            break
+        op = buf[begin]
+        if op == 1:
+            if length < 64 or 64 + sum(struct.unpack_from("<III", buf, begin + 52)) != length:
+                break
+        elif op == 2:
+            if length < 12 or 12 + struct.unpack_from("<I", buf, begin + 8)[0] != length:
+                break
+        else:
+            break
+        out_offsets[count] = off
+        count += 1
+        off = end
+    return count, off
+
+
+def gather_segments(data, starts, lengths, sep, out):
+    """``bytes([sep]).join(data[s:s + l] for s, l in zip(starts, lengths))`` into ``out``
+    (no separator when ``sep < 0``)."""
+    blob = (bytes([sep]) if sep >= 0 else b"").join(bytes(data[s:s + n]) for s, n in zip(starts, lengths))
+    out[:len(blob)] = np.frombuffer(blob, np.uint8)
+    return len(blob)
+
+
+# --------------------------------------------------------------------------------------------
+# BM25 and hybrid recall (oracles of memcore.kernels.bm25 and memcore.kernels.hybrid).
+# --------------------------------------------------------------------------------------------
+
+def bm25_append(doc, term_ids, tfs, term_head, term_tail, term_fill, block_start, block_size,
+                block_next, n_blocks, pool_doc, pool_tf, pool_used, min_block, max_block):
+    """Append one document's postings to the blocked lists (see kernels/bm25.py)."""
+    for t, tf in zip(term_ids.tolist(), tfs.tolist()):
+        tail = int(term_tail[t])
+        if tail < 0 or term_fill[t] == block_size[tail]:
+            size = min_block if tail < 0 else min(2 * int(block_size[tail]), max_block)
+            blk = n_blocks
+            n_blocks += 1
+            block_start[blk], block_size[blk], block_next[blk] = pool_used, size, -1
+            pool_used += size
+            if tail < 0:
+                term_head[t] = blk
+            else:
+                block_next[tail] = blk
+            term_tail[t], term_fill[t], tail = blk, 0, blk
+        p = block_start[tail] + term_fill[t]
+        pool_doc[p], pool_tf[p] = doc, tf
+        term_fill[t] += 1
+    return n_blocks, pool_used
+
+
+def bm25_scores(q_terms, q_idf, term_head, term_tail, term_fill, block_start, block_size,
+                block_next, pool_doc, pool_tf, doc_row, doc_len, doc_alive, k1, b, avgdl, out):
+    """BM25 of every live document: walk each query term's postings into a dict, then scatter."""
+    out[:] = 0.0
+    for t, idf in zip(q_terms.tolist(), q_idf.tolist()):
+        postings = []
+        blk = int(term_head[t])
+        while blk >= 0:
+            stop = term_fill[t] if blk == term_tail[t] else block_size[blk]
+            s = int(block_start[blk])
+            postings += list(zip(pool_doc[s:s + stop].tolist(), pool_tf[s:s + stop].tolist()))
+            blk = int(block_next[blk])
+        for d, tf in postings:
+            if doc_alive[d]:
+                out[doc_row[d]] += idf * tf / (tf + k1 * (1.0 - b + b * doc_len[d] / avgdl))
+    return out
+
+
+def masked_stats(x, alive):
+    """(mean, population std) of x[alive] in float64; (0, 0) when none is alive."""
+    v = np.asarray(x, np.float64)[alive]
+    if v.shape[0] == 0:
+        return 0.0, 0.0
+    return float(v.mean()), float(np.sqrt(((v - v.mean()) ** 2).mean()))
+
+
+def hybrid_topk(query, vectors, lex, w_dense, w_lex, boost, w_boost, last_accessed_at,
+                importance, alive, now, half_life, w_rec, w_imp, normalize, threshold, sims,
+                out_ids, out_scores, out_sims):
+    """Exact hybrid top-k (see kernels/hybrid.py): z-normalised dense + lexical + decay + boost."""
+    s = (vectors.astype(np.float64) @ query.astype(np.float64)).astype(np.float32)
+    sims[alive] = s[alive]
+
+    def z(x):
+        if not normalize:
+            return np.asarray(x, np.float64)
+        m, sd = masked_stats(x, alive)
+        return (np.asarray(x, np.float64) - m) / sd if sd > 0 else np.zeros(x.shape[0])
+
+    age = np.maximum(np.float64(now) - last_accessed_at, 0.0)
+    score = (w_dense * z(s) + w_rec * np.exp2(-age / half_life)
+             + w_imp * importance.astype(np.float64))
+    for l in range(lex.shape[0]):
+        if w_lex[l] != 0.0:
+            score = score + w_lex[l] * z(lex[l])
+    if w_boost != 0.0:
+        score = score + w_boost * boost.astype(np.float64)
+    keep = np.flatnonzero(alive & (s >= np.float32(threshold)))
+    return _select(keep.astype(np.int64), s[keep], score[keep].astype(np.float32),
+                   out_ids, out_scores, out_sims)

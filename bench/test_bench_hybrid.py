@@ -1,0 +1,65 @@
+"""Hybrid recall latency (excluding the query encode): HybridIndex.search at ~600 and 1e5 memories.
+
+Smoke test by default; real numbers with ``--benchmark-enable``. Targets (issue 9): <= 1 ms at
+~600 memories and <= 10 ms at 1e5 on one core. Memories are LoCoMo dialog turns (repeated with
+variations, ``bench.datasets.tick_memories``) in episodes of 20, with seeded unit vectors (the
+scan cost does not depend on the values).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numba
+import numpy as np
+import pytest
+
+from bench.datasets import locomo_conversations, tick_memories
+from memcore.hybrid import HybridIndex, HybridWeights
+
+DIM = 384
+
+
+@lru_cache(maxsize=2)
+def _index(n: int) -> HybridIndex:
+    texts = tick_memories(n)
+    rng = np.random.default_rng(0)
+    idx = HybridIndex(DIM)
+    speakers = ("Caroline", "Melanie")
+    for i, text in enumerate(texts):
+        v = rng.standard_normal(DIM).astype(np.float32)
+        idx.put(i, text, v / np.linalg.norm(v), episode=i // 20, speaker=speakers[i % 2])
+    return idx
+
+
+def _queries():
+    return [q.question for q in locomo_conversations()[0].questions[:50]]
+
+
+@pytest.mark.parametrize("weights", ["hybrid", "similarity"])
+@pytest.mark.parametrize("n", [600, 100_000], ids=["n600", "n1e5"])
+def test_hybrid_recall_latency(benchmark, bench_enabled, n, weights):
+    if not bench_enabled and n > 600:
+        n = 2_000                                  # smoke size
+    idx = _index(n)
+    w = HybridWeights() if weights == "hybrid" else HybridWeights.similarity()
+    rng = np.random.default_rng(1)
+    qv = rng.standard_normal(DIM).astype(np.float32)
+    qv /= np.linalg.norm(qv)
+    prepared = [idx.prepare(q) for q in _queries()]
+    idx.search(prepared[0], qv, top_k=10, weights=w)   # warm-up (JIT cache)
+    state = {"i": 0}
+
+    def recall():
+        p = prepared[state["i"] % len(prepared)]
+        state["i"] += 1
+        return idx.search(p, qv, top_k=10, weights=w)
+
+    old = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        res = benchmark.pedantic(recall, rounds=30 if bench_enabled else 2, iterations=1)
+    finally:
+        numba.set_num_threads(old)
+    assert res.count == 10
+    benchmark.extra_info.update(n=n, weights=weights)

@@ -1,0 +1,155 @@
+"""LexicalIndex (exact Okapi BM25): equals bm25s, incremental equals batch-built, kernels equal
+their oracles."""
+
+from __future__ import annotations
+
+import bm25s
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memcore import _text
+from memcore.kernels import bm25 as kb
+from memcore.kernels import reference as ref
+from memcore.lexical import LexicalIndex
+
+CORPUS = [
+    "Caroline: I went to the LGBTQ support group yesterday and it was powerful.",
+    "Melanie: I painted a lake sunrise last year, painting is my therapy.",
+    "Caroline: the adoption agency called about the adoption interview.",
+    "Melanie: we went camping at the beach with the kids, the kids loved it",
+    "Straße ＡＢＣ東京タワー ロボット",
+    "",
+    "support support support group",
+]
+QUERIES = ["adoption agency interview", "kids beach camping", "support group", "東京 straße",
+           "painting therapy lake", "nothing matches here"]
+
+
+def _hex_tokens(text):
+    h, _, c = _text.token_hashes([text], parallel=False)
+    return [format(x, "x") for x in h[:c[0]].tolist()]
+
+
+@pytest.mark.parametrize("k1,b", [(1.2, 0.75), (0.9, 0.1), (2.0, 1.0), (1.5, 0.0)])
+def test_bm25_equals_bm25s_lucene(k1, b):
+    idx = LexicalIndex(k1=k1, b=b)
+    idx.add_many(range(len(CORPUS)), CORPUS)
+    oracle = bm25s.BM25(k1=k1, b=b, method="lucene")
+    oracle.index([_hex_tokens(t) for t in CORPUS], show_progress=False)
+    for q in QUERIES:
+        toks = list(dict.fromkeys(_hex_tokens(q)))   # unique query tokens
+        got = idx.scores(" ".join(dict.fromkeys(q.split())))
+        want = oracle.get_scores(toks) if toks else np.zeros(len(CORPUS))
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
+
+
+def test_scores_shape_and_unknown_rows():
+    idx = LexicalIndex()
+    assert idx.scores("anything").shape == (0,)
+    idx.add(5, "red apple")
+    s = idx.scores("apple")
+    assert s.shape == (6,) and s[5] > 0 and not s[:5].any()
+    assert idx.remove(5) and not idx.remove(5)
+    assert not idx.scores("apple").any() and idx.n_docs == 0
+
+
+@pytest.mark.parametrize("bad", [{"k1": -1}, {"b": 1.5}, {"b": float("nan")}, {"k1": True}])
+def test_rejects_bad_parameters(bad):
+    with pytest.raises(ValueError):
+        LexicalIndex(**bad)
+
+
+def test_rejects_bad_rows_and_out():
+    idx = LexicalIndex()
+    with pytest.raises(ValueError):
+        idx.add(-1, "x")
+    idx.add(3, "x")
+    with pytest.raises(ValueError):
+        idx.scores("x", out=np.empty(2))
+    with pytest.raises(ValueError):
+        idx.add_many([0, 1], ["a"])
+
+
+WORDS = ["robot", "dock", "battery", "low", "kitchen", "the", "a", "東京", "noon", "red"]
+ops = st.lists(st.tuples(st.sampled_from(["put", "delete"]), st.integers(0, 7),
+                         st.lists(st.sampled_from(WORDS), max_size=8)), max_size=40)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops, st.lists(st.sampled_from(WORDS), min_size=1, max_size=4))
+def test_incremental_equals_batch(seq, query):
+    idx = LexicalIndex(k1=1.2, b=0.3)
+    model: dict = {}
+    for op, row, words in seq:
+        text = " ".join(words)
+        if op == "put":
+            idx.add(row, text)
+            model[row] = text
+        else:
+            assert idx.remove(row) == (row in model)
+            model.pop(row, None)
+    batch = LexicalIndex(k1=1.2, b=0.3)
+    batch.add_many(sorted(model), [model[r] for r in sorted(model)])
+    q = " ".join(query)
+    got = idx.scores(q, out=np.empty(8))
+    want = batch.scores(q, out=np.empty(8))
+    np.testing.assert_array_equal(got, want)     # exact: same N, df, avgdl, summation order
+    assert idx.n_docs == len(model) and idx.avgdl == batch.avgdl
+
+
+def test_compaction_keeps_scores():
+    idx = LexicalIndex(b=0.5)
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(WORDS, 5)) for _ in range(3000)]
+    for i, t in enumerate(texts):
+        idx.add(i % 500, t)                      # 2500 replacements trigger compaction
+    batch = LexicalIndex(b=0.5)
+    batch.add_many(range(500), texts[-500:])
+    assert idx._n_docs_total < 3000              # compacted
+    np.testing.assert_array_equal(idx.scores("robot dock 東京"), batch.scores("robot dock 東京"))
+
+
+def _fresh_state(n_terms=8, n_blocks=64, pool=4096):
+    return dict(term_head=np.full(n_terms, -1, np.int64), term_tail=np.full(n_terms, -1, np.int64),
+                term_fill=np.zeros(n_terms, np.int64), block_start=np.zeros(n_blocks, np.int64),
+                block_size=np.zeros(n_blocks, np.int64), block_next=np.zeros(n_blocks, np.int64),
+                pool_doc=np.zeros(pool, np.int64), pool_tf=np.zeros(pool, np.int32))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 7), min_size=1, max_size=8, unique=True), max_size=20),
+       st.lists(st.integers(0, 7), max_size=5), st.floats(0.0, 1.0), st.floats(0.0, 3.0))
+def test_kernels_equal_oracles(docs, q, b, k1):
+    states = [_fresh_state(), _fresh_state()]
+    counts = [(0, 0), (0, 0)]
+    rng = np.random.default_rng(len(docs))
+    for d, terms in enumerate(docs):
+        t = np.array(terms, np.int64)
+        tf = rng.integers(1, 4, t.shape[0]).astype(np.int32)
+        for j, fn in enumerate((kb.bm25_append, ref.bm25_append)):
+            s = states[j]
+            counts[j] = fn(d, t, tf, s["term_head"], s["term_tail"], s["term_fill"],
+                           s["block_start"], s["block_size"], s["block_next"], counts[j][0],
+                           s["pool_doc"], s["pool_tf"], counts[j][1], 2, 8)
+    assert counts[0] == counts[1]
+    for key in states[0]:
+        np.testing.assert_array_equal(states[0][key], states[1][key])
+    n = len(docs)
+    alive = rng.random(n) < 0.7
+    dl = rng.integers(1, 10, n).astype(np.int64)
+    row = rng.permutation(n).astype(np.int64)
+    qt = np.array(q, np.int64)
+    idf = rng.random(qt.shape[0])
+    outs = []
+    for fn in (kb.bm25_scores, ref.bm25_scores):
+        s = states[0]
+        args = [x.copy() for x in (qt, idf, s["term_head"], s["term_tail"], s["term_fill"],
+                                   s["block_start"], s["block_size"], s["block_next"],
+                                   s["pool_doc"], s["pool_tf"], row, dl, alive)]
+        before = [a.copy() for a in args]
+        outs.append(fn(*args, k1, b, 4.0, np.full(n, 7.0)))
+        for a, bb in zip(args, before):
+            np.testing.assert_array_equal(a, bb)  # inputs not mutated
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-12, atol=1e-12)
