@@ -73,6 +73,10 @@ records to the log with one ``write`` -- the commit point. ``put_many`` commits 
 - ``"none"``: records are buffered in the process and written at 1 MiB, ``flush()``,
   ``close()`` or a checkpoint; a crash loses the buffered writes (tests, bulk loads).
 
+Compaction copies each live row's PUT record byte for byte, patching only its row,
+``last_accessed_at`` and ``access_count`` (and so its CRC): the result is what re-encoding
+would write.
+
 A checkpoint (``close()``, ``flush()``, ``compact()``) fsyncs every file and then replaces the
 header with the current record count, log length and row count.
 
@@ -80,7 +84,10 @@ Recovery (on open)
 ------------------
 1. Header: an unknown format or a missing field -> :class:`StoreCorruptedError`; a version
    newer than :data:`FORMAT_VERSION` -> :class:`FormatVersionError` (never a misread).
-2. The log is scanned record by record (frame, length, CRC, row rule). At the first bad
+2. The log is scanned record by record (frame, length, CRC, row rule) -- frames and CRCs by
+   the numba kernel :func:`memcore.kernels.logscan.scan_records`, fixed fields and texts
+   decoded column-wise; any record that breaks a replay rule, or damage that is not a torn
+   tail, is re-examined by the exact Python scan, which names it. At the first bad
    record at offset ``x``: if ``x`` lies inside the checkpoint, or any valid record follows
    it, the damage is in the middle of the file -> :class:`StoreCorruptedError` naming the file
    and ``x``. Otherwise it is a torn tail (a write cut short by a crash) and the log is
@@ -113,6 +120,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from memcore.errors import FormatVersionError, StoreCorruptedError
+from memcore.kernels.logscan import CRC_TABLE, gather_segments, max_records, scan_records
 
 __all__ = [
     "FORMAT_VERSION",
@@ -283,6 +291,144 @@ def encode_put(row: int, key: bytes, text: bytes, meta: bytes, created_at: float
     return FRAME.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload
 
 
+#: A whole PUT record's first 76 bytes: the frame, then the payload's fixed part.
+FRAMED_PUT_DTYPE = np.dtype({
+    "names": ["magic", "length", "crc", "op", "row", "created_at", "updated_at",
+              "last_accessed_at", "access_count", "importance", "vector_crc", "key_len",
+              "text_len", "meta_len"],
+    "formats": ["<u4", "<u4", "<u4", "u1", "<u4", "<f8", "<f8", "<f8", "<i8", "<f8", "<u4",
+                "<u4", "<u4", "<u4"],
+    "offsets": [0, 4, 8, 12, 16, 20, 28, 36, 44, 52, 60, 64, 68, 72],
+    "itemsize": 12 + 64})
+
+
+def _patch_crcs(blob: bytearray, starts: np.ndarray, ends: np.ndarray) -> None:
+    """Write each record's payload CRC-32 into its frame (records at ``[starts, ends)``)."""
+    n = starts.shape[0]
+    if n == 0:
+        return
+    mv = memoryview(blob)
+    crc = zlib.crc32
+    crcs = np.fromiter((crc(mv[s + 12:e]) for s, e in zip(starts.tolist(), ends.tolist())),
+                       np.dtype("<u4"), n)
+    mv.release()
+    buf = np.frombuffer(blob, np.uint8)
+    buf[(starts + 8)[:, None] + np.arange(4)] = crcs.view(np.uint8).reshape(n, 4)
+
+
+def encode_puts(first_row: int, keys: Sequence[bytes], texts: Sequence[bytes],
+                metas: Sequence[bytes], created_at, updated_at, last_accessed_at, access_count,
+                importance, vector_crcs) -> tuple[bytearray, np.ndarray]:
+    """Many framed PUT records at once, byte for byte what :func:`encode_put` writes.
+
+    Parameters
+    ----------
+    first_row : int
+        Row of the first record; the others follow.
+    keys, texts, metas : sequence of bytes, length n
+        UTF-8 key, text and metadata JSON.
+    created_at, updated_at, last_accessed_at : array_like of shape (n,), float64
+        Unix seconds.
+    access_count : array_like of shape (n,), int64
+    importance : array_like of shape (n,), float64
+    vector_crcs : array_like of shape (n,), uint32
+
+    Returns
+    -------
+    blob : bytearray
+        The records, concatenated.
+    offsets : ndarray of shape (n,), int64
+        Where each record starts in ``blob``.
+
+    Examples
+    --------
+    >>> blob, offs = encode_puts(0, [b"k"], [b"t"], [b"{}"], [1.0], [1.0], [1.0], [0], [0.5],
+    ...                          [0])
+    >>> bytes(blob) == encode_put(0, b"k", b"t", b"{}", 1.0, 1.0, 1.0, 0, 0.5, 0)
+    True
+    """
+    n = len(keys)
+    head = np.zeros(n, FRAMED_PUT_DTYPE)
+    kl = np.fromiter(map(len, keys), np.int64, n)
+    tl = np.fromiter(map(len, texts), np.int64, n)
+    ml = np.fromiter(map(len, metas), np.int64, n)
+    length = PUT_FIXED.size + kl + tl + ml
+    head["magic"] = MAGIC
+    head["length"] = length
+    head["op"] = OP_PUT
+    head["row"] = np.arange(first_row, first_row + n)
+    head["created_at"] = created_at
+    head["updated_at"] = updated_at
+    head["last_accessed_at"] = last_accessed_at
+    head["access_count"] = access_count
+    head["importance"] = importance
+    head["vector_crc"] = vector_crcs
+    head["key_len"], head["text_len"], head["meta_len"] = kl, tl, ml
+    ends = np.cumsum(length + FRAME.size)
+    starts = ends - (length + FRAME.size)
+    hb = head.tobytes()
+    size = FRAMED_PUT_DTYPE.itemsize
+    parts: list = [None] * (4 * n)
+    parts[0::4] = [hb[i:i + size] for i in range(0, n * size, size)]
+    parts[1::4] = keys
+    parts[2::4] = texts
+    parts[3::4] = metas
+    blob = bytearray(b"".join(parts))
+    _patch_crcs(blob, starts, ends)
+    return blob, starts
+
+
+def copy_puts(log: bytes, offsets: np.ndarray, last_accessed_at, access_count
+              ) -> tuple[bytearray, np.ndarray]:
+    """Copy PUT records of ``log`` as rows 0..n-1 of a new log, refreshing access statistics.
+
+    Byte for byte what re-encoding each record with :func:`encode_put` (new row, the given
+    ``last_accessed_at``/``access_count``, everything else as recorded) writes: compaction
+    copies live records instead of rebuilding them field by field.
+
+    Parameters
+    ----------
+    log : bytes
+        The source log.
+    offsets : ndarray of shape (n,), int64
+        Where each PUT record starts in ``log`` (valid, CRC-checked records).
+    last_accessed_at : array_like of shape (n,), float64
+    access_count : array_like of shape (n,), int64
+
+    Returns
+    -------
+    blob : bytearray
+    offsets : ndarray of shape (n,), int64
+        Where each record starts in ``blob``.
+
+    Examples
+    --------
+    >>> rec = encode_put(7, b"k", b"t", b"{}", 1.0, 1.0, 1.0, 0, 0.5, 0)
+    >>> blob, _ = copy_puts(rec, np.array([0]), [2.0], [3])
+    >>> bytes(blob) == encode_put(0, b"k", b"t", b"{}", 1.0, 1.0, 2.0, 3, 0.5, 0)
+    True
+    """
+    offsets = np.asarray(offsets, np.int64)
+    n = offsets.shape[0]
+    src = np.frombuffer(log, np.uint8)
+    if n == 0:
+        return bytearray(), offsets.copy()
+    lengths = (src[(offsets + 4)[:, None] + np.arange(4)].copy().view("<u4").reshape(n)
+               .astype(np.int64) + FRAME.size)
+    out = bytearray(int(lengths.sum()))
+    gather_segments(src, offsets, lengths, -1, np.frombuffer(out, np.uint8))
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    buf = np.frombuffer(out, np.uint8)
+    for at, values, dtype in ((16, np.arange(n), "<u4"), (36, last_accessed_at, "<f8"),
+                              (44, access_count, "<i8")):
+        raw = np.ascontiguousarray(values, dtype=dtype).view(np.uint8).reshape(n, -1)
+        buf[(starts + at)[:, None] + np.arange(raw.shape[1])] = raw
+    del buf
+    _patch_crcs(out, starts, ends)
+    return out, starts
+
+
 def encode_delete(row: int, key: bytes) -> bytes:
     """One framed DEL record."""
     payload = DEL_FIXED.pack(OP_DEL, row, len(key)) + key
@@ -421,6 +567,133 @@ def _valid_record_after(data, off: int, size: int) -> int | None:
             pos += 1
 
 
+#: The fixed part of a PUT payload as a NumPy record (decodes every PUT of a log at once).
+PUT_DTYPE = np.dtype({
+    "names": ["op", "row", "created_at", "updated_at", "last_accessed_at", "access_count",
+              "importance", "vector_crc", "key_len", "text_len", "meta_len"],
+    "formats": ["u1", "<u4", "<f8", "<f8", "<f8", "<i8", "<f8", "<u4", "<u4", "<u4", "<u4"],
+    "offsets": [0, 4, 8, 16, 24, 32, 40, 48, 52, 56, 60],
+    "itemsize": PUT_FIXED.size})
+DEL_DTYPE = np.dtype({"names": ["op", "row", "key_len"], "formats": ["u1", "<u4", "<u4"],
+                      "offsets": [0, 4, 8], "itemsize": DEL_FIXED.size})
+
+
+def _fixed_fields(buf: np.ndarray, starts: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The fixed parts at payload offsets ``starts``, gathered into one record array."""
+    idx = starts[:, None] + np.arange(dtype.itemsize, dtype=np.int64)
+    return np.ascontiguousarray(buf[idx]).view(dtype).reshape(-1)
+
+
+def _decode_segments(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                     text: bool) -> list | None:
+    """Byte ranges of ``buf`` as str (``text``) or bytes, in one gather + decode + split.
+
+    Returns None when a range is not valid UTF-8 (the caller falls back to the exact scan).
+    """
+    m = starts.shape[0]
+    if m == 0:
+        return []
+    out = np.empty(int(lengths.sum()) + m - 1, np.uint8)
+    gather_segments(buf, starts, lengths, 0, out)
+    blob = out.tobytes()
+    try:
+        parts = blob.decode("utf-8").split("\0") if text else blob.split(b"\0")
+    except UnicodeDecodeError:
+        return None
+    if len(parts) != m:      # a segment holds NUL bytes itself: slice them one by one
+        mv = memoryview(buf)
+        try:
+            parts = [bytes(mv[s:s + n]).decode("utf-8") if text else bytes(mv[s:s + n])
+                     for s, n in zip(starts.tolist(), lengths.tolist())]
+        except UnicodeDecodeError:
+            return None
+    return parts
+
+
+def _scan_log_fast(data: bytes, path: str, committed_bytes: int) -> Replay | None:
+    """:func:`scan_log` without salvage, vectorised: the frame walk and CRCs in a numba kernel,
+    fixed fields decoded by NumPy, texts by one ``decode`` per column.
+
+    Handles clean logs and torn tails exactly as the record-by-record scan; returns None when
+    a record breaks a replay rule (row numbering, DEL of a live row, UTF-8), so the caller
+    re-runs the exact scan, which names the offset and decides torn tail vs corruption.
+    """
+    size = len(data)
+    buf = np.frombuffer(data, np.uint8)
+    offsets = np.empty(max_records(size), np.int64)
+    count, stop = scan_records(buf, 0, CRC_TABLE, offsets)
+    count, stop = int(count), int(stop)
+    offsets = offsets[:count]
+    if stop < size:                          # the first bad frame: torn tail or corruption
+        try:
+            _parse_one(data, stop, size)
+            return None                      # the kernel and the exact parser disagree
+        except _BadRecord:
+            if stop < committed_bytes or _valid_record_after(data, stop, size) is not None:
+                return None                  # corruption: the exact scan names it
+
+    payload = offsets + FRAME.size
+    ops = buf[payload] if count else np.zeros(0, np.uint8)
+    is_put = ops == OP_PUT
+    put_at = payload[is_put]
+    fixed = _fixed_fields(buf, put_at, PUT_DTYPE)
+    m = fixed.shape[0]
+    if not np.array_equal(fixed["row"], np.arange(m, dtype=np.uint32)):
+        return None
+    kl = fixed["key_len"].astype(np.int64)
+    tl = fixed["text_len"].astype(np.int64)
+    ml = fixed["meta_len"].astype(np.int64)
+    k0 = put_at + PUT_FIXED.size
+    keys = _decode_segments(buf, k0, kl, True)
+    texts = _decode_segments(buf, k0 + kl, tl, True)
+    metas = _decode_segments(buf, k0 + kl + tl, ml, False)
+    if keys is None or texts is None or metas is None:
+        return None
+    rep = Replay()
+    dead: list[int] = []
+    if m == count:                           # no deletes: the last PUT of a key wins
+        live = dict(zip(keys, range(m)))
+        if len(live) < m:
+            dead = [i for i, k in enumerate(keys) if live[k] != i]
+    else:
+        del_at = payload[~is_put]
+        dfix = _fixed_fields(buf, del_at, DEL_DTYPE)
+        del_keys = _decode_segments(buf, del_at + DEL_FIXED.size,
+                                    dfix["key_len"].astype(np.int64), True)
+        if del_keys is None:
+            return None
+        del_rows = dfix["row"].tolist()
+        live = {}
+        row = d = 0
+        for put in is_put.tolist():
+            if put:
+                k = keys[row]
+                old = live.get(k)
+                if old is not None:
+                    dead.append(old)
+                live[k] = row
+                row += 1
+            else:
+                k = del_keys[d]
+                old = live.pop(k, None)
+                if old is None or old != del_rows[d]:
+                    return None
+                dead.append(old)
+                d += 1
+    rep.keys, rep.key_of, rep.texts, rep.metas, rep.dead = live, keys, texts, metas, dead
+    rep.created_at = fixed["created_at"]
+    rep.updated_at = fixed["updated_at"]
+    rep.last_accessed_at = fixed["last_accessed_at"]
+    rep.access_count = fixed["access_count"]
+    rep.importance = fixed["importance"].tolist()
+    rep.vector_crc = fixed["vector_crc"]
+    rep.record_offset = offsets[is_put]
+    rep.file_rows = range(m)
+    rep.records = count
+    rep.end = stop
+    return rep
+
+
 def scan_log(data: bytes, path: str, committed_bytes: int, *, salvage: bool = False) -> Replay:
     """Replay a log: every record up to the first bad one (or, with salvage, every intact one).
 
@@ -451,6 +724,19 @@ def scan_log(data: bytes, path: str, committed_bytes: int, *, salvage: bool = Fa
     >>> scan_log(encode_delete(0, b"k")[:5], "log.0", 0).end      # a torn tail
     0
     """
+    if not salvage:
+        rep = _scan_log_fast(data, path, committed_bytes)
+        if rep is not None:
+            if rep.end < committed_bytes:
+                raise StoreCorruptedError(
+                    f"{path} ends at offset {len(data)}, before its last checkpoint at "
+                    f"{committed_bytes}; the file was truncated")
+            return rep
+    return _scan_log_exact(data, path, committed_bytes, salvage)
+
+
+def _scan_log_exact(data: bytes, path: str, committed_bytes: int, salvage: bool) -> Replay:
+    """:func:`scan_log` record by record in Python: salvage, and the arbiter of damage."""
     size = len(data)
     rep = Replay()
     off = 0
@@ -859,23 +1145,38 @@ def write_generation(directory: str, ns: tuple, dim: int, generation: int,
     (Columns, records, log_bytes) of the new generation.
     """
     rows = list(rows)
-    n = len(rows)
+    fields = list(zip(*rows)) if rows else [[]] * 8
+    blob, _ = encode_puts(0, [k.encode("utf-8") for k in fields[0]],
+                          [t.encode("utf-8") for t in fields[1]], list(fields[2]), fields[3],
+                          fields[4], fields[5], fields[6], fields[7], vector_crcs(vectors))
+    return write_generation_blob(directory, ns, dim, generation, blob, vectors, {
+        "created_at": fields[3], "updated_at": fields[4], "last_accessed_at": fields[5],
+        "access_count": fields[6], "importance": fields[7]})
+
+
+def write_generation_blob(directory: str, ns: tuple, dim: int, generation: int, blob,
+                          vectors: np.ndarray, columns: dict) -> tuple[Columns, int, int]:
+    """:func:`write_generation` from ready records: ``blob`` holds one PUT per row (rows 0..n-1,
+    e.g. from :func:`copy_puts`), ``columns`` maps created_at, updated_at, last_accessed_at,
+    access_count and importance to (n,) arrays; vectors are (n, dim) float32.
+
+    Returns
+    -------
+    (Columns, records, log_bytes) of the new generation.
+    """
+    n = vectors.shape[0]
+    probe = Columns.__new__(Columns)
+    probe.dim, probe.directory, probe.generation = dim, directory, generation
+    with open(probe.path("vectors"), "wb") as f:       # write(): no page fault per 4 KiB
+        f.write(np.ascontiguousarray(vectors, np.float32))
+        f.flush()
+        os.fsync(f.fileno())
     cols = Columns(dim, max(n, 1), directory, generation)
     log_path = os.path.join(directory, f"log.{generation}")
-    crcs = vector_crcs(vectors)
-    parts = []
-    for i, (k, t, m, c, u, la, ac, imp) in enumerate(rows):
-        parts.append(encode_put(i, k.encode("utf-8"), t.encode("utf-8"), m, c, u, la, ac, imp,
-                                crcs[i]))
-        cols.created_at[i] = c
-        cols.updated_at[i] = u
-        cols.last_accessed_at[i] = la
-        cols.access_count[i] = ac
-        cols.importance[i] = imp
     if n:
-        cols.vectors[:n] = vectors
+        for name, values in columns.items():
+            getattr(cols, name)[:n] = values
         cols.alive[:n] = True
-    blob = b"".join(parts)
     with open(log_path, "wb") as f:
         f.write(blob)
         f.flush()
