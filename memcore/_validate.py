@@ -127,6 +127,9 @@ def importance(value: Any) -> float:
     return f
 
 
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
 def metadata(value: Any) -> dict:
     """A JSON-serialisable dict (deep-copied through JSON), ``None`` -> {}.
 
@@ -137,8 +140,11 @@ def metadata(value: Any) -> dict:
     """
     if value is None:
         return {}
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):
         raise TypeError(f"metadata must be a dict, got {type(value).__name__}")
+    if all(type(k) is str and (type(v) in _JSON_SCALARS and (type(v) is not float or math.isfinite(v)))
+           for k, v in value.items()):
+        return dict(value)  # flat dict of JSON scalars (the common case): a copy is enough
     try:
         blob = json.dumps(dict(value), allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as err:
