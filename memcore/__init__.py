@@ -11,5 +11,10 @@ from memcore.types import (  # noqa: F401
     PromotionPolicy,
     StoredMemory,
 )
+from memcore.embedders import HashingEmbedder, LexicalScorer, MiniLMEmbedder  # noqa: F401
+from memcore.stores.short import ShortTermMemory  # noqa: F401
+from memcore.stores.long import LongTermMemory  # noqa: F401
+from memcore.tiered import TwoTierMemory  # noqa: F401
+from memcore.agent import SemanticMemory  # noqa: F401
 
 __version__ = "0.1.0"

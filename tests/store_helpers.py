@@ -1,0 +1,99 @@
+"""Test doubles and store factories shared by the store test suites.
+
+``STORE_FACTORIES`` lists every store that implements the MemoryStore protocol, built with a
+:class:`FakeClock` and a small :class:`~memcore.HashingEmbedder`; the semantic and stateful
+tests are parametrised over it, so a new store joins every test by adding one entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from memcore import (
+    DecayWeights,
+    HashingEmbedder,
+    LongTermMemory,
+    PromotionPolicy,
+    ShortTermMemory,
+    TwoTierMemory,
+)
+
+DIM = 64
+T0 = 1_700_000_000.0
+
+
+class FakeClock:
+    """A settable clock (Unix seconds): tests advance it instead of sleeping."""
+
+    def __init__(self, t: float = T0):
+        self.t = float(t)
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> float:
+        self.t += float(seconds)
+        return self.t
+
+
+class CountingEmbedder:
+    """Wraps an embedder and counts ``encode`` calls and texts (to check "encode once")."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.name = inner.name
+        self.dim = inner.dim
+        self.calls = 0
+        self.texts = 0
+
+    def encode(self, texts, *, batch_size: int = 4096) -> np.ndarray:
+        self.calls += 1
+        self.texts += len(texts)
+        return self.inner.encode(texts, batch_size=batch_size)
+
+
+def embedder() -> CountingEmbedder:
+    return CountingEmbedder(HashingEmbedder(dim=DIM))
+
+
+@dataclass
+class StoreCase:
+    """One store under test: how to build it and what it supports."""
+
+    id: str
+    build: Callable[[FakeClock, Any], Any]
+    vectors: bool = True        # keeps vectors: accepts vector=/query_vector=
+    short_capacity: int | None = None  # FIFO bound of the (short) tier, None = unbounded
+    long_tier: bool = False     # has a long tier (TwoTierMemory)
+    policy: PromotionPolicy | None = None
+
+
+def _short(clock, emb, capacity=100_000):
+    return ShortTermMemory(capacity=capacity, embedder=emb, clock=clock, weights=DecayWeights())
+
+
+def _long(clock, emb):
+    return LongTermMemory(None, emb, clock=clock, weights=DecayWeights())
+
+
+STORE_CASES = [
+    StoreCase("short", lambda c, e: _short(c, e)),
+    StoreCase("short-lexical", lambda c, e: ShortTermMemory(capacity=100_000, clock=c,
+                                                            weights=DecayWeights()),
+              vectors=False),
+    StoreCase("long", _long),
+    # A tiny short tier that promotes everything it evicts behaves like one unbounded store,
+    # so every protocol semantic holds while evictions/promotions happen all the time.
+    StoreCase("two-tier", lambda c, e: TwoTierMemory(
+        _short(c, e, capacity=4), _long(c, e), PromotionPolicy(min_importance=0.0),
+        weights=DecayWeights())),
+]
+
+
+def make_store(case: StoreCase, clock: FakeClock | None = None, emb: Any = None):
+    clock = clock if clock is not None else FakeClock()
+    emb = emb if emb is not None else embedder()
+    return case.build(clock, emb)
