@@ -1,0 +1,112 @@
+"""The ``memcore`` command line: one argparse subparser per command.
+
+``main(argv=None) -> int`` parses, dispatches to the subcommand's ``func`` and returns its exit
+status (0 success, 1 error, 2 usage). The store and demo commands live in
+:mod:`memcore.commands`; the benchmark harness adds ``bench``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Sequence
+
+from memcore import __version__
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every subcommand registered."""
+    from memcore.commands import add_commands, add_global_options
+
+    parser = argparse.ArgumentParser(
+        prog="memcore", description="Long-term semantic memory for agents and robots.")
+    parser.add_argument("--version", action="version", version=f"memcore {__version__}")
+    add_global_options(parser)
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    add_commands(subparsers)
+    _add_bench(subparsers)
+    _add_models(subparsers)
+    return parser
+
+
+def _add_models(subparsers) -> None:
+    """``memcore models build [--variant V | --all] [--force]``: derive MiniLM variants now."""
+    from memcore.models.variants import DEFAULT_VARIANT, VARIANTS
+
+    p = subparsers.add_parser("models", help="build the cached MiniLM model variants")
+    sub = p.add_subparsers(dest="models_command", metavar="ACTION", required=True)
+    b = sub.add_parser("build", help="derive a variant from the packaged model and cache it",
+                       description="Derive a MiniLM variant from the packaged int8 model (once; "
+                                   "later runs verify the cached file's sha256).")
+    b.add_argument("--variant", choices=VARIANTS, default=DEFAULT_VARIANT,
+                   help=f"default: {DEFAULT_VARIANT}")
+    b.add_argument("--all", action="store_true", help="build every variant")
+    b.add_argument("--force", action="store_true", help="rebuild even if a valid build is cached")
+    b.set_defaults(func=_run_models_build, command="models")
+
+
+def _run_models_build(args: argparse.Namespace) -> int:
+    from memcore.errors import MemcoreError
+    from memcore.models import variants
+
+    names = variants.VARIANTS if args.all else (args.variant,)
+    try:
+        for name in names:
+            print(f"{name}\t{variants.build(name, force=args.force)}")
+    except (MemcoreError, ImportError) as err:
+        print(f"memcore: error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+BENCH_SUITES = ("tick", "locomo", "beir")
+
+
+def _add_bench(subparsers) -> None:
+    """``memcore bench tick|locomo|beir [options]``: the harness in the checkout's ``bench/``."""
+    p = subparsers.add_parser(
+        "bench", help="run the benchmark harness (from a source checkout)",
+        description="Run memcore's benchmark harness: tick latency (tick), LoCoMo retrieval "
+                    "(locomo) or BEIR SciFact (beir). `memcore bench SUITE --help` lists a "
+                    "suite's options (--quick, --data PATH, --out DIR, ...).")
+    p.add_argument("suite", choices=BENCH_SUITES)
+    p.add_argument("options", nargs=argparse.REMAINDER, help="the suite's options")
+    p.set_defaults(func=_run_bench, command="bench")
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    """Import ``bench.harness`` from the source checkout holding this package and run it."""
+    import importlib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "bench" / "harness.py").is_file():
+        print(f"memcore: error: the benchmark harness is not installed with the package; run "
+              f"`memcore bench` from a source checkout (no bench/harness.py under {root})",
+              file=sys.stderr)
+        return 1
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    harness = importlib.import_module("bench.harness")
+    return int(harness.main([args.suite, *args.options]))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status.
+
+    Examples
+    --------
+    >>> main(["namespaces", "--store", "memcore-data"])  # doctest: +SKIP
+    0
+    """
+    logging.basicConfig(level=logging.WARNING, format="memcore: %(levelname)s: %(message)s")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
