@@ -1,0 +1,1 @@
+"""memcore's benchmark harness (not installed; run through ``memcore bench`` from a checkout)."""

