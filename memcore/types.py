@@ -57,10 +57,13 @@ class DecayWeights:
     in [-1, 1]; ``age = now - last_accessed_at`` in seconds (future timestamps count as 0);
     ``importance`` is in [0, 1].
 
-    Defaults: similarity dominates (``w_similarity = 1``), with small recency and importance
-    terms (0.1 each) so they break near-ties between equally relevant memories without
-    overriding relevance; the half-life is the Generative Agents decay of 0.995 per hour
-    (about 138 hours). ``DecayWeights.similarity()`` is OM1-style pure similarity.
+    Defaults: similarity dominates (``w_similarity = 1``); importance adds up to 0.1 so an
+    explicitly important memory wins near-ties; recency adds at most 0.02 with the Generative
+    Agents half-life (0.995 per hour, about 138 hours), a tie-breaker between equally relevant
+    memories. Measured on LoCoMo (6 dev conversations, 2026-11-30, MiniLM int8): recency 0.1
+    cost 0.023 R@10 (0.428 vs 0.451 without recency), 0.05 cost 0.008, 0.02 cost 0.003 (noise
+    level) — a conversation's questions ask about old sessions, so recency must not outweigh
+    relevance by default. ``DecayWeights.similarity()`` is OM1-style pure similarity.
 
     Parameters
     ----------
@@ -81,7 +84,7 @@ class DecayWeights:
     """
 
     w_similarity: float = 1.0
-    w_recency: float = 0.1
+    w_recency: float = 0.02
     w_importance: float = 0.1
     half_life: float = GENERATIVE_AGENTS_HALF_LIFE
 
