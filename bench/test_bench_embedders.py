@@ -37,21 +37,32 @@ def _texts_per_s(benchmark, n_texts: int) -> None:
     benchmark.extra_info["n_texts"] = n_texts
 
 
+_NON_TOKEN_CHARS = re.compile(r"[^a-z0-9 ]")
+
+
 def pure_python_classic(texts, dim=384):
-    """The classic hashing recipe in plain Python: the baseline the kernel is compared to."""
+    """The classic hashing recipe in plain, idiomatic Python: the baseline the kernel is compared to.
+
+    The bucket sums live in a dict (a text touches ~20 of the dim buckets), as a Python
+    programmer would write it; a dense ``[0.0] * dim`` list per text is ~2.4x slower, all of
+    it spent on the untouched buckets, and would flatter the kernel.
+    """
     out = np.zeros((len(texts), dim), np.float32)
     for i, text in enumerate(texts):
-        acc = [0.0] * dim
-        for tok in re.sub(r"[^a-z0-9 ]", " ", text.lower()).split():
+        acc = {}
+        for tok in _NON_TOKEN_CHARS.sub(" ", text.lower()).split():
             if len(tok) < 2:
                 continue
             h = 2166136261
             for ch in tok:
                 h = ((h ^ ord(ch)) * 16777619) & 0xFFFFFFFF
-            acc[h % dim] += 1.0 if ord(tok[0]) % 2 == 0 else -1.0
-        norm = sum(x * x for x in acc) ** 0.5
+            j = h % dim
+            acc[j] = acc.get(j, 0.0) + (1.0 if ord(tok[0]) % 2 == 0 else -1.0)
+        norm = sum(x * x for x in acc.values()) ** 0.5
         if norm:
-            out[i] = [x / norm for x in acc]
+            row = out[i]
+            for j, x in acc.items():
+                row[j] = x / norm
     return out
 
 

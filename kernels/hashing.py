@@ -160,34 +160,59 @@ def _write_row(acc, touched, n_touched, ss, out_row):
         touched[dim + j] = 0
 
 
-@numba.njit(cache=True, locals={"h": numba.uint32, "lb": numba.uint32, "b": numba.uint32,
-                                 "first": numba.uint32})
-def _classic_row(data, start, end, acc, touched, out_row):
-    dim = numba.uint32(out_row.shape[0])
+#: Classic token bytes: ``_CLASSIC_BYTE[b]`` is b lowercased if b is in ``[A-Za-z0-9]``, else 0.
+_CLASSIC_BYTE = np.zeros(256, np.uint8)
+_CLASSIC_BYTE[ord("0"):ord("9") + 1] = np.arange(ord("0"), ord("9") + 1)
+_CLASSIC_BYTE[ord("a"):ord("z") + 1] = np.arange(ord("a"), ord("z") + 1)
+_CLASSIC_BYTE[ord("A"):ord("Z") + 1] = np.arange(ord("a"), ord("z") + 1)
+_CLASSIC_BYTE.setflags(write=False)
+
+
+@numba.njit(cache=True, inline="always")
+def _mod_magic(dim):
+    """Lemire's constant for :func:`_mod`: ``floor((2**64 - 1) / dim) + 1`` (mod 2**64)."""
+    return numba.uint64(0xFFFFFFFFFFFFFFFF) // numba.uint64(dim) + numba.uint64(1)
+
+
+@numba.njit(cache=True, inline="always", locals={"x": numba.uint64, "d": numba.uint64})
+def _mod(h, magic, dim):
+    """``h % dim`` for ``h, dim < 2**32`` without a division instruction.
+
+    Lemire, Kaser & Kurz, "Faster remainder by direct computation" (2019): exact for 32-bit
+    numerators and divisors with a 64-bit magic; the high half of the 64 x 32 product is
+    assembled from two 32 x 32 products (no overflow: the sum stays below 2**64).
+    """
+    d = numba.uint64(dim)
+    x = magic * numba.uint64(h)
+    return np.int64(((x >> numba.uint64(32)) * d
+                     + (((x & _LOW32) * d) >> numba.uint64(32))) >> numba.uint64(32))
+
+
+@numba.njit(cache=True, locals={"h": numba.uint32, "c": numba.uint32, "first": numba.uint32})
+def _classic_row(data, start, end, magic, acc, touched, out_row):
+    dim = out_row.shape[0]
     n_touched = 0
     ss = 0
-    h = _FNV32_OFFSET
-    tok_len = 0
-    first = 0
-    for p in range(start, end):
-        # ``b | 0x20`` lowercases A-Z and keeps digits; a byte is a token byte iff it is a
-        # lowered letter or a digit.
-        b = data[p]
-        lb = b | 32
-        if (lb >= 97 and lb <= 122) or (b >= 48 and b <= 57):
-            if tok_len == 0:
-                h = _FNV32_OFFSET
-                first = lb
-            h = (h ^ lb) * _FNV32_PRIME
-            tok_len += 1
-        elif tok_len > 0:
-            if tok_len >= 2:
-                n_touched, ss = _bump(acc, touched, n_touched, ss, np.int64(h % dim),
-                                      1 - 2 * np.int64(first & 1))
-            tok_len = 0
-    if tok_len >= 2:
-        n_touched, ss = _bump(acc, touched, n_touched, ss, np.int64(h % dim),
-                              1 - 2 * np.int64(first & 1))
+    p = start
+    while p < end:
+        c = _CLASSIC_BYTE[data[p]]
+        if c == 0:          # separator
+            p += 1
+            continue
+        # A token starts at p; the loop below ends on the separator after it (or at end).
+        first = c
+        h = (_FNV32_OFFSET ^ c) * _FNV32_PRIME
+        q = p + 1
+        while q < end:
+            c = _CLASSIC_BYTE[data[q]]
+            if c == 0:
+                break
+            h = (h ^ c) * _FNV32_PRIME
+            q += 1
+        if q - p >= 2:
+            n_touched, ss = _bump(acc, touched, n_touched, ss, _mod(h, magic, dim),
+                                  1 - 2 * np.int64(first & 1))
+        p = q + 1
     _write_row(acc, touched, n_touched, ss, out_row)
 
 
@@ -216,19 +241,21 @@ def hash_embed_classic(data, offsets, out):
     """
     acc = np.zeros(out.shape[1], np.int64)
     touched = np.zeros(2 * out.shape[1], np.int64)
+    magic = _mod_magic(out.shape[1])
     for i in range(offsets.shape[0] - 1):
-        _classic_row(data, offsets[i], offsets[i + 1], acc, touched, out[i])
+        _classic_row(data, offsets[i], offsets[i + 1], magic, acc, touched, out[i])
 
 
 @numba.njit(cache=True, parallel=True)
 def hash_embed_classic_parallel(data, offsets, out):
     """:func:`hash_embed_classic` with texts spread over numba's threads (same results)."""
     n = offsets.shape[0] - 1
+    magic = _mod_magic(out.shape[1])
     for blk in numba.prange((n + _BLOCK - 1) // _BLOCK):
         acc = np.zeros(out.shape[1], np.int64)
         touched = np.zeros(2 * out.shape[1], np.int64)
         for i in range(blk * _BLOCK, min(n, (blk + 1) * _BLOCK)):
-            _classic_row(data, offsets[i], offsets[i + 1], acc, touched, out[i])
+            _classic_row(data, offsets[i], offsets[i + 1], magic, acc, touched, out[i])
 
 
 # --------------------------------------------------------------------------------------------
@@ -368,14 +395,14 @@ def unicode_token_hashes_parallel(data, offsets, char_class, out_hashes, out_cou
 
 
 @numba.njit(cache=True, locals={"h": numba.uint64})
-def _embed_row(hashes, start, count, acc, touched, out_row):
-    dim = numba.uint64(out_row.shape[0])
+def _embed_row(hashes, start, count, magic, acc, touched, out_row):
+    dim = out_row.shape[0]
     n_touched = 0
     ss = 0
     for t in range(start, start + count):
         h = hashes[t]
         sign = -1 if h >> numba.uint64(63) else 1
-        n_touched, ss = _bump(acc, touched, n_touched, ss, np.int64((h & _LOW32) % dim), sign)
+        n_touched, ss = _bump(acc, touched, n_touched, ss, _mod(h & _LOW32, magic, dim), sign)
     _write_row(acc, touched, n_touched, ss, out_row)
 
 
@@ -404,19 +431,21 @@ def embed_token_hashes(hashes, offsets, counts, out):
     """
     acc = np.zeros(out.shape[1], np.int64)
     touched = np.zeros(2 * out.shape[1], np.int64)
+    magic = _mod_magic(out.shape[1])
     for i in range(offsets.shape[0] - 1):
-        _embed_row(hashes, offsets[i], counts[i], acc, touched, out[i])
+        _embed_row(hashes, offsets[i], counts[i], magic, acc, touched, out[i])
 
 
 @numba.njit(cache=True, parallel=True)
 def embed_token_hashes_parallel(hashes, offsets, counts, out):
     """:func:`embed_token_hashes` with texts spread over numba's threads (same results)."""
     n = offsets.shape[0] - 1
+    magic = _mod_magic(out.shape[1])
     for blk in numba.prange((n + _BLOCK - 1) // _BLOCK):
         acc = np.zeros(out.shape[1], np.int64)
         touched = np.zeros(2 * out.shape[1], np.int64)
         for i in range(blk * _BLOCK, min(n, (blk + 1) * _BLOCK)):
-            _embed_row(hashes, offsets[i], counts[i], acc, touched, out[i])
+            _embed_row(hashes, offsets[i], counts[i], magic, acc, touched, out[i])
 
 
 # --------------------------------------------------------------------------------------------

@@ -190,3 +190,62 @@ def test_many_tokens_few_buckets(tokens, dim):
         got = np.full_like(want, np.nan)
         kernel(hashes, offsets, counts, got)
         np.testing.assert_array_equal(got, want)
+
+
+# --------------------------------------------------------------------------------------------
+# Division-free modulo, packing, ASCII table and the cached class table
+# --------------------------------------------------------------------------------------------
+
+@given(st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=50),
+       st.one_of(st.integers(1, 5000), st.integers(1, 2**32 - 1)))
+def test_bucket_mod_matches_remainder(hs, dim):
+    # Bucket of a token of hash h is _mod(h, magic, dim) == h % dim (Lemire's remainder);
+    # embed_token_hashes goes through it, so compare with the oracle at odd dims.
+    hashes = np.array(hs, np.uint64)
+    if dim <= 5000:
+        got = np.empty((1, dim), np.float32)
+        want = np.empty_like(got)
+        offsets, counts = np.array([0, len(hs)]), np.array([len(hs)])
+        K.embed_token_hashes(hashes, offsets, counts, got)
+        R.embed_token_hashes(hashes, offsets, counts, want)
+        np.testing.assert_array_equal(got, want)
+    magic = K._mod_magic(dim)
+    assert [int(K._mod(np.uint64(h), magic, dim)) for h in hs] == [h % dim for h in hs]
+
+
+@given(st.lists(st.text(max_size=12), max_size=12))
+def test_pack_matches_per_text_encoding(texts):
+    texts = [t for t in texts if not any(0xD800 <= ord(c) <= 0xDFFF for c in t)]
+    data, offsets, is_ascii = _text.pack(texts)
+    parts = [t.encode("utf-8") for t in texts]
+    assert data.tobytes() == b"".join(parts)
+    assert offsets.tolist() == np.concatenate([[0], np.cumsum([len(p) for p in parts])]).tolist()
+    assert is_ascii == all(t.isascii() for t in texts)
+
+
+def test_ascii_class_table_is_the_head_of_the_full_table():
+    table = _text.ascii_class_table()
+    assert table.shape == (128,) and table.dtype == np.uint8 and not table.flags.writeable
+    np.testing.assert_array_equal(table, _text.char_class_table()[:128])
+
+
+def test_class_table_cache_round_trip_and_bad_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMCORE_CACHE_DIR", str(tmp_path))
+    path = _text._table_cache_path()
+    assert path.parent == tmp_path
+    built = _text._build_table(0x110000)
+    np.testing.assert_array_equal(built, _text.char_class_table())
+    _text._save_table(path, built)
+    loaded = _text._load_table(path)
+    assert loaded is not None and not loaded.flags.writeable
+    np.testing.assert_array_equal(loaded, built)
+    runs = np.load(path)
+    # A wrong class, a moved boundary, a wrong dtype, a truncated file: all rejected.
+    for bad in (runs + np.array([0, 1], np.int32) * (np.arange(len(runs))[:, None] == 5),
+                runs + np.array([1, 0], np.int32) * (np.arange(len(runs))[:, None] == 9),
+                runs.astype(np.int64)):
+        np.save(path, bad)
+        assert _text._load_table(path) is None
+    path.write_bytes(path.read_bytes()[:100])
+    assert _text._load_table(path) is None
+    assert _text._load_table(tmp_path / "missing.npy") is None

@@ -142,16 +142,12 @@ class HashingEmbedder:
         if self.mode == "classic":
             # The kernel lowercases ASCII itself; str.lower covers the rest (e.g. KELVIN SIGN
             # lowers to "k"), which keeps the result identical to the str recipe.
-            data, offsets = _text.pack_utf8([t if t.isascii() else t.lower() for t in texts])
+            data, offsets, _ = _text.pack([t if t.isascii() else t.lower() for t in texts])
             kernel = _k.hash_embed_classic_parallel if parallel else _k.hash_embed_classic
             kernel(data, offsets, out)
             return
-        data, offsets = _text.pack_utf8([_text.normalize(t) for t in texts])
-        hashes = np.empty(data.shape[0], np.uint64)
-        counts = np.empty(len(texts), np.int64)
+        hashes, offsets, counts = _text.unicode_token_hashes(texts, parallel=parallel)
         if parallel:
-            _k.unicode_token_hashes_parallel(data, offsets, _text.char_class_table(), hashes, counts)
             _k.embed_token_hashes_parallel(hashes, offsets, counts, out)
         else:
-            _k.unicode_token_hashes(data, offsets, _text.char_class_table(), hashes, counts)
             _k.embed_token_hashes(hashes, offsets, counts, out)
