@@ -32,10 +32,13 @@ a new memory map); rows are append-only: a replaced or deleted key's row is only
 and stays garbage until :func:`compact_namespace` writes a new generation.
 
 Namespace header: ``{"format": "memcore-ltm-namespace", "version": 1, "namespace": [...],
-"dim": dim, "generation": g, "records": r, "log_bytes": b, "rows": n}`` -- a *checkpoint*: the
-first ``b`` bytes of the log (``r`` records) and the first ``n`` rows of every column file were
-fsynced before the header was written. Headers are replaced atomically: write
-``header.json.tmp``, fsync, rename over ``header.json``, fsync the directory.
+"dim": dim, "generation": g, "records": r, "log_bytes": b, "rows": n}`` -- a *verified
+checkpoint*: the first ``b`` bytes of the log (``r`` records) and the first ``n`` rows of every
+column file were fsynced before the header was written, and each of the first ``n`` vectors was
+checked against its PUT record's ``vector_crc`` (the rows written since the previous checkpoint
+at every checkpoint; every live row when compaction writes a generation). Headers are
+replaced atomically: write ``header.json.tmp``, fsync, rename over ``header.json``, fsync the
+directory.
 
 Record layout (little-endian)
 -----------------------------
@@ -73,12 +76,18 @@ records to the log with one ``write`` -- the commit point. ``put_many`` commits 
 - ``"none"``: records are buffered in the process and written at 1 MiB, ``flush()``,
   ``close()`` or a checkpoint; a crash loses the buffered writes (tests, bulk loads).
 
-Compaction copies each live row's PUT record byte for byte, patching only its row,
-``last_accessed_at`` and ``access_count`` (and so its CRC): the result is what re-encoding
-would write.
+Compaction first checks every live vector against its PUT record's ``vector_crc`` (a mismatch
+-> :class:`StoreCorruptedError` naming the vectors file, byte offset and row; nothing is
+written, the old generation stays the store and ``repair()`` drops that key), then copies each
+live row's PUT record byte for byte, patching only its row, ``last_accessed_at`` and
+``access_count`` (and so the frame CRC): the result is what re-encoding would write. The
+``vector_crc`` is never recomputed from the vectors file, so a damaged vector cannot be
+laundered into a consistent row.
 
-A checkpoint (``close()``, ``flush()``, ``compact()``) fsyncs every file and then replaces the
-header with the current record count, log length and row count.
+A checkpoint (``close()``, ``flush()``) checks the vectors of the rows written since the last
+checkpoint against their records' ``vector_crc`` (a mismatch -> :class:`StoreCorruptedError`
+as above; the header is not advanced, so the next open finds the row again), fsyncs every file
+and then replaces the header with the current record count, log length and row count.
 
 Recovery (on open)
 ------------------
@@ -92,9 +101,10 @@ Recovery (on open)
    it, the damage is in the middle of the file -> :class:`StoreCorruptedError` naming the file
    and ``x``. Otherwise it is a torn tail (a write cut short by a crash) and the log is
    truncated to ``x``, the end of the last committed record (read-only opens just ignore it).
-3. Rows past the checkpoint are checked against their records' ``vector_crc``; a mismatch ->
-   :class:`StoreCorruptedError` naming the vectors file and byte offset. (Checkpointed rows
-   were fsynced; ``verify``/``repair`` checks all rows.)
+3. Every row written since the last verified checkpoint (rows ``n`` and up) is checked
+   against its record's ``vector_crc``; a mismatch -> :class:`StoreCorruptedError` naming the
+   vectors file, byte offset and row. (Rows below ``n`` were verified and fsynced, and rows
+   are append-only: nothing writes a committed row's vector again; ``repair()`` checks all.)
 4. Derived columns are rewritten from the log; files of other generations or epochs and
    half-created or half-deleted namespace directories (``tmp-*``, ``trash-*``) are removed.
 
@@ -131,7 +141,10 @@ __all__ = [
     "namespace_dirname",
     "encode_put",
     "encode_delete",
+    "first_bad_row",
+    "record_vector_crcs",
     "scan_log",
+    "verify_vectors",
     "atomic_write_json",
     "read_store_header",
     "write_store_header",
@@ -923,6 +936,7 @@ class NamespaceFiles:
         self.log_path = os.path.join(directory, f"log.{generation}")
         self.log_bytes = 0          # bytes in the log file incl. anything buffered
         self.records = 0
+        self.checkpoint_rows = 0    # rows covered by the header's (verified) checkpoint
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._fd = None if read_only else os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
@@ -1021,15 +1035,18 @@ class NamespaceFiles:
         files = cls(directory, ns, dim, gen, durability, read_only)
         files.records = rep.records
         files.log_bytes = rep.end
+        files.checkpoint_rows = min(h["rows"], rep.rows)
         if not salvage:
-            bad = _first_bad_vector(cols.vectors, rep, start=min(h["rows"], rep.rows))
-            if bad is not None:
+            start = files.checkpoint_rows          # rows since the last verified checkpoint
+            try:
+                verify_vectors(cols.vectors[start:rep.rows],
+                               np.asarray(rep.vector_crc[start:rep.rows], np.uint32),
+                               range(start, rep.rows), vec_path,
+                               rep.record_offset[start:rep.rows], "the store was not opened")
+            except StoreCorruptedError:
                 files.close()
                 cols.release()
-                raise StoreCorruptedError(
-                    f"{vec_path} is corrupted at offset {bad * dim * 4}: row {bad} does not "
-                    f"match the CRC its PUT record (log offset {rep.record_offset[bad]}) holds; "
-                    "LongTermMemory(..., repair=True) or store.repair() drops it")
+                raise
         if not read_only:
             files._remove_stale()
         return files, cols, rep
@@ -1076,15 +1093,43 @@ class NamespaceFiles:
             self._pending.clear()
             self._pending_bytes = 0
 
-    def checkpoint(self, cols: Columns, rows: int) -> None:
-        """fsync everything, then atomically record the checkpoint in the header."""
+    def checkpoint(self, cols: Columns, rows: int, offsets: Sequence[int]) -> None:
+        """Verify the rows written since the last checkpoint, fsync everything, then atomically
+        record the checkpoint in the header.
+
+        Parameters
+        ----------
+        cols : Columns
+        rows : int
+            Rows in use.
+        offsets : sequence of int, length rows
+            Log offset of each row's PUT record.
+
+        Raises
+        ------
+        StoreCorruptedError
+            If a vector written since the last checkpoint no longer matches its record's
+            ``vector_crc``; the header keeps the previous checkpoint (the next open re-checks
+            the row).
+        """
         if self.read_only:
             return
         self.flush_pending()
+        start = min(self.checkpoint_rows, rows)
+        if start < rows:
+            first = int(offsets[start])
+            with open(self.log_path, "rb") as f:
+                f.seek(first)
+                tail = f.read(self.log_bytes - first)
+            part = np.asarray(offsets[start:rows], np.int64)
+            verify_vectors(cols.vectors[start:rows], record_vector_crcs(tail, part, first),
+                           range(start, rows), cols.path("vectors"), part,
+                           "the checkpoint was not written")
         cols.sync()
         os.fsync(self._fd)
         _write_ns_header(self.directory, self.ns, self.dim, self.generation, self.records,
                          self.log_bytes, rows, durable=True)
+        self.checkpoint_rows = rows
 
     def close(self) -> None:
         self.flush_pending()
@@ -1105,16 +1150,109 @@ def _file_rows_min(cols: Columns, have_rows: int) -> int:
 
 
 def _first_bad_vector(vectors: np.ndarray, rep: Replay, start: int) -> int | None:
-    crc = zlib.crc32
     n = rep.rows
     if start >= n:
         return None
-    raw = np.asarray(vectors[start:n]).view(np.uint8).reshape(n - start, -1)
-    want = rep.vector_crc
-    for i in range(n - start):
-        if crc(raw[i]) != want[start + i]:
-            return start + i
+    bad = first_bad_row(vectors[start:n], np.asarray(rep.vector_crc[start:n], np.uint32))
+    return None if bad is None else start + bad
+
+
+def first_bad_row(vectors: np.ndarray, crcs: np.ndarray) -> int | None:
+    """Index of the first row whose float32 bytes do not have the expected CRC-32, or None.
+
+    Parameters
+    ----------
+    vectors : ndarray of shape (n, dim), float32
+    crcs : ndarray of shape (n,), uint32
+        The ``vector_crc`` of each row's PUT record.
+
+    Examples
+    --------
+    >>> v = np.ones((2, 4), np.float32)
+    >>> first_bad_row(v, np.asarray(vector_crcs(v), np.uint32)) is None
+    True
+    """
+    n = vectors.shape[0]
+    if n == 0:
+        return None
+    raw = np.ascontiguousarray(vectors, np.float32).view(np.uint8).reshape(n, -1)
+    crc = zlib.crc32
+    want = crcs.tolist()
+    for i in range(n):
+        if crc(raw[i]) != want[i]:
+            return i
     return None
+
+
+#: Where a PUT record's ``vector_crc`` lies, from the start of its frame.
+VECTOR_CRC_AT = FRAME.size + 48
+
+
+def record_vector_crcs(log, offsets: np.ndarray, base: int = 0) -> np.ndarray:
+    """The ``vector_crc`` field of the PUT records starting at ``offsets`` (valid records).
+
+    Parameters
+    ----------
+    log : bytes-like
+        The log, or the part of it that starts at log offset ``base``.
+    offsets : ndarray of shape (n,), int64
+        Log offsets of PUT records.
+    base : int, default 0
+
+    Returns
+    -------
+    ndarray of shape (n,), uint32
+
+    Examples
+    --------
+    >>> rec = encode_put(0, b"k", b"t", b"{}", 1.0, 1.0, 1.0, 0, 0.5, 1234)
+    >>> record_vector_crcs(rec, np.array([0])).tolist()
+    [1234]
+    """
+    buf = np.frombuffer(log, np.uint8)
+    at = np.asarray(offsets, np.int64) - base + VECTOR_CRC_AT
+    return np.ascontiguousarray(buf[at[:, None] + np.arange(4)]).view("<u4").reshape(-1)
+
+
+def verify_vectors(vectors: np.ndarray, crcs: np.ndarray, rows, path: str, offsets,
+                   what: str) -> None:
+    """Check vectors against their PUT records' CRCs; raise naming the first bad one.
+
+    Parameters
+    ----------
+    vectors : ndarray of shape (n, dim), float32
+        The vectors as they are about to be trusted (checkpointed or copied).
+    crcs : ndarray of shape (n,), uint32
+        Their records' ``vector_crc``.
+    rows : sequence of int, length n
+        Their rows in the vectors file ``path`` (for the message).
+    offsets : sequence of int, length n
+        Log offsets of their PUT records (for the message).
+    what : str
+        What was refused, e.g. ``"compact() wrote nothing"``.
+
+    Raises
+    ------
+    StoreCorruptedError
+        Naming ``path``, the byte offset and row of the first mismatch.
+
+    Examples
+    --------
+    >>> v = np.ones((1, 4), np.float32)
+    >>> verify_vectors(v, np.zeros(1, np.uint32), [0], "vectors.0.f32", [0], "x")
+    ... # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    memcore.errors.StoreCorruptedError: vectors.0.f32 is corrupted at offset 0: ...
+    """
+    bad = first_bad_row(vectors, crcs)
+    if bad is None:
+        return
+    row = int(rows[bad])
+    raise StoreCorruptedError(
+        f"{path} is corrupted at offset {row * vectors.shape[1] * 4}: row {row} does not "
+        f"match the CRC its PUT record (log offset {int(offsets[bad])}) holds; {what}; "
+        "store.repair() or LongTermMemory(..., repair=True) drops that key")
 
 
 def _write_all(fd: int, blob: bytes) -> None:

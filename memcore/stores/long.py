@@ -485,12 +485,17 @@ class LongTermMemory:
             self._filelock = None
 
     def flush(self) -> None:
-        """Checkpoint: write buffered records, fsync every file, update the headers.
+        """Checkpoint: write buffered records, verify the vectors written since the last
+        checkpoint against their records' CRCs, fsync every file, update the headers.
 
         Raises
         ------
         ValueError
             If the store is closed.
+        StoreCorruptedError
+            If such a vector no longer matches its record (the message names the vectors file,
+            offset and row); that namespace's header keeps its previous checkpoint, and
+            :meth:`repair` drops the key.
 
         Examples
         --------
@@ -500,8 +505,14 @@ class LongTermMemory:
             self._check_open()
             if self.path is None or self.read_only:
                 return
-            for sp in self._spaces.values():
-                sp.files.checkpoint(sp.cols, sp.rows)
+            errors = []
+            for sp in self._spaces.values():     # a damaged namespace stops no other one
+                try:
+                    sp.files.checkpoint(sp.cols, sp.rows, sp.offsets)
+                except StoreCorruptedError as err:
+                    errors.append(err)
+            if errors:
+                raise errors[0]
 
     def close(self) -> None:
         """Checkpoint (see :meth:`flush`), unmap the files and release the writer lock.
@@ -1209,6 +1220,7 @@ class LongTermMemory:
             files = storage.NamespaceFiles(directory, sp.ns, vecs.shape[1], generation,
                                            self.durability, False)
             files.records, files.log_bytes = records, log_bytes
+            files.checkpoint_rows = n                # write_generation_blob's header
             offsets = starts.tolist()
         new = _Space(sp.ns, cols, files)
         new.keys = dict(zip(keys, range(n)))
@@ -1222,7 +1234,8 @@ class LongTermMemory:
 
         Crash-safe on disk: the new generation's files are complete and fsynced before the
         header naming them replaces the old one; a crash at any point leaves either the old or
-        the new generation, both valid. A namespace left without live rows is removed.
+        the new generation, both valid. A namespace left without live rows is removed. Every
+        live vector is checked against its record's CRC before it is copied.
 
         Parameters
         ----------
@@ -1232,6 +1245,9 @@ class LongTermMemory:
         Raises
         ------
         InvalidNamespaceError, ReadOnlyStoreError
+        StoreCorruptedError
+            If a live vector does not match its record's CRC (naming the vectors file, offset
+            and row); that namespace is left as it was, and :meth:`repair` drops the key.
 
         Examples
         --------
@@ -1264,6 +1280,10 @@ class LongTermMemory:
                     sp.files.flush_pending()
                     with open(sp.files.log_path, "rb") as f:
                         log = f.read(sp.files.log_bytes)
+                    offsets = np.asarray(sp.offsets, np.int64)[rows]
+                    storage.verify_vectors(    # never launder a damaged vector into gen g+1
+                        vecs, storage.record_vector_crcs(log, offsets), rows,
+                        sp.cols.path("vectors"), offsets, "compact() wrote nothing")
                     new = self._rebuild(sp, rows, vecs, self._epoch_dir(),
                                         sp.files.generation + 1, log)
                     sp.files.close()
@@ -1403,7 +1423,11 @@ class LongTermMemory:
         report = []
         with self._lock:
             self._check_writable()
-            self.flush()
+            for sp in self._spaces.values():
+                try:
+                    sp.files.checkpoint(sp.cols, sp.rows, sp.offsets)
+                except StoreCorruptedError:
+                    pass        # its header keeps the last good checkpoint: reopened below
             for ns in list(self._spaces):
                 sp = self._spaces[ns]
                 directory = sp.files.directory
