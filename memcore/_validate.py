@@ -183,6 +183,9 @@ def threshold(value: Any) -> float:
 def vectors(value: Any, dim: int, *, name: str = "vectors", allow_zero: bool = False) -> np.ndarray:
     """Validate and L2-normalise a (n, dim) batch; returns a new C-contiguous float32 array.
 
+    float32 rows whose norm is already 1 within 1e-6 are copied unchanged (renormalising them
+    could move a component by one ulp), so stored vectors round-trip bit-exactly.
+
     ``allow_zero=True`` keeps all-zero rows as they are (an embedder's vector for a text
     without content, e.g. when moving stored memories between stores) instead of raising.
 
@@ -219,6 +222,13 @@ def vectors(value: Any, dim: int, *, name: str = "vectors", allow_zero: bool = F
             raise InvalidVectorError(
                 f"{name} row {bad} is all zeros; it has no direction to compare")
         out[start:start + step] = arr / norms[:, None]
+        if src.dtype == np.float32:
+            # Rows already unit-norm in float32 are kept bit for bit, so a vector read back from
+            # a store (``put(k, vector=store.vector(k))``) round-trips exactly.
+            unit = np.abs(norms - 1.0) <= 1e-6
+            if unit.any():
+                chunk = out[start:start + step]
+                chunk[unit] = src[start:start + step][unit]
     return out
 
 
