@@ -16,6 +16,8 @@ import numpy as np
 
 from memcore.errors import (
     DimensionMismatchError,
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
     InvalidNamespaceError,
     InvalidTextError,
     InvalidVectorError,
@@ -26,6 +28,7 @@ __all__ = [
     "namespace",
     "namespace_prefix",
     "text",
+    "memory_text",
     "key",
     "importance",
     "metadata",
@@ -98,6 +101,23 @@ def text(value: Any, *, name: str = "text") -> str:
     return value
 
 
+def memory_text(value: Any) -> str:
+    """The text of a memory being stored: valid Unicode with at least one non-space character.
+
+    An empty or whitespace-only memory carries no content to recall by; an embedder would give it
+    a meaningless vector that then matches unrelated queries, so it is refused up front.
+
+    Raises
+    ------
+    InvalidTextError
+    """
+    value = text(value)
+    if not value.strip():
+        raise InvalidTextError(
+            f"text of a memory must have content, got {value!r} (empty or whitespace-only)")
+    return value
+
+
 def key(value: Any) -> str:
     """A non-empty str key without NUL.
 
@@ -121,9 +141,9 @@ def importance(value: Any) -> float:
     try:
         f = float(value)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"importance must be a number in [0, 1], got {value!r}") from err
+        raise InvalidArgumentError(f"importance must be a number in [0, 1], got {value!r}") from err
     if isinstance(value, bool) or not (0.0 <= f <= 1.0):
-        raise ValueError(f"importance must be a number in [0, 1], got {value!r}")
+        raise InvalidArgumentError(f"importance must be a number in [0, 1], got {value!r}")
     return f
 
 
@@ -141,14 +161,14 @@ def metadata(value: Any) -> dict:
     if value is None:
         return {}
     if type(value) is not dict and not isinstance(value, Mapping):
-        raise TypeError(f"metadata must be a dict, got {type(value).__name__}")
+        raise InvalidArgumentTypeError(f"metadata must be a dict, got {type(value).__name__}")
     if all(type(k) is str and (type(v) in _JSON_SCALARS and (type(v) is not float or math.isfinite(v)))
            for k, v in value.items()):
         return dict(value)  # flat dict of JSON scalars (the common case): a copy is enough
     try:
         blob = json.dumps(dict(value), allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"metadata must be JSON-serialisable (no NaN/inf): {err}") from err
+        raise InvalidArgumentError(f"metadata must be JSON-serialisable (no NaN/inf): {err}") from err
     return json.loads(blob)
 
 
@@ -160,12 +180,12 @@ def top_k(value: Any) -> int:
     ValueError
     """
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"top_k must be an int >= 1, got {value!r}")
+        raise InvalidArgumentError(f"top_k must be an int >= 1, got {value!r}")
     return int(value)
 
 
 def threshold(value: Any) -> float:
-    """A finite similarity threshold (cosine, so values below -1 admit everything).
+    """A similarity threshold: a cosine in [-1, 1] (-1 admits everything).
 
     Raises
     ------
@@ -174,9 +194,10 @@ def threshold(value: Any) -> float:
     try:
         f = float(value)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"threshold must be a finite number, got {value!r}") from err
-    if not math.isfinite(f):
-        raise ValueError(f"threshold must be a finite number, got {value!r}")
+        raise InvalidArgumentError(f"threshold must be a finite number, got {value!r}") from err
+    if not math.isfinite(f) or not -1.0 <= f <= 1.0:
+        raise InvalidArgumentError(
+            f"threshold is a cosine similarity and must be in [-1, 1], got {value!r}")
     return f
 
 
@@ -256,18 +277,22 @@ def metadata_filter(value: Any) -> dict | None:
     if value is None:
         return None
     if not isinstance(value, Mapping):
-        raise ValueError(f"filter must be a dict, got {type(value).__name__}")
+        raise InvalidArgumentError(f"filter must be a dict, got {type(value).__name__}")
     out = {}
     for k, cond in value.items():
         if not isinstance(k, str):
-            raise ValueError(f"filter keys must be str, got {k!r}")
+            raise InvalidArgumentError(f"filter keys must be str, got {k!r}")
+        if k.startswith("$"):
+            raise InvalidArgumentError(
+                f"unknown filter operator {k!r} at the top level; conditions are "
+                f"{{key: value}} or {{key: {{op: operand}}}} with op in {', '.join(FILTER_OPERATORS)}")
         if isinstance(cond, Mapping) and any(isinstance(op, str) and op.startswith("$") for op in cond):
             for op, operand in cond.items():
                 if op not in FILTER_OPERATORS:
-                    raise ValueError(
+                    raise InvalidArgumentError(
                         f"unknown filter operator {op!r} on {k!r}; supported: {', '.join(FILTER_OPERATORS)}")
                 if op == "$in" and not isinstance(operand, (list, tuple, set, frozenset)):
-                    raise ValueError(f"filter {k!r}: $in needs a list, got {type(operand).__name__}")
+                    raise InvalidArgumentError(f"filter {k!r}: $in needs a list, got {type(operand).__name__}")
         out[k] = cond
     return out
 

@@ -19,11 +19,26 @@ __all__ = [
     "StoreLockedError",
     "FormatVersionError",
     "ReadOnlyStoreError",
+    "InvalidArgumentError",
+    "InvalidArgumentTypeError",
+    "StoreClosedError",
 ]
 
 
 class MemcoreError(Exception):
     """Root of every error memcore raises."""
+
+
+class InvalidArgumentError(MemcoreError, ValueError):
+    """An argument has the right type but a bad value (top_k < 1, NaN weight, importance > 1, ...)."""
+
+
+class InvalidArgumentTypeError(MemcoreError, TypeError):
+    """An argument has the wrong type (metadata that is not a dict, ...)."""
+
+
+class StoreClosedError(MemcoreError, RuntimeError):
+    """A store (or SemanticMemory) was used after ``close()``."""
 
 
 class InvalidNamespaceError(MemcoreError, ValueError):

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Tuple, Union
 
+from memcore.errors import InvalidArgumentError
+
 __all__ = [
     "Clock",
     "Namespace",
@@ -92,13 +94,13 @@ class DecayWeights:
         for name in ("w_similarity", "w_recency", "w_importance"):
             value = getattr(self, name)
             if not isinstance(value, numbers.Real) or isinstance(value, bool):
-                raise ValueError(f"DecayWeights.{name} must be a number, got {value!r}")
+                raise InvalidArgumentError(f"DecayWeights.{name} must be a number, got {value!r}")
             if not math.isfinite(value) or value < 0:
-                raise ValueError(f"DecayWeights.{name} must be finite and >= 0, got {value!r}")
+                raise InvalidArgumentError(f"DecayWeights.{name} must be finite and >= 0, got {value!r}")
         hl = self.half_life
         if (not isinstance(hl, numbers.Real) or isinstance(hl, bool)
                 or not math.isfinite(hl) or hl <= 0):
-            raise ValueError(f"DecayWeights.half_life must be finite and > 0 seconds, got {hl!r}")
+            raise InvalidArgumentError(f"DecayWeights.half_life must be finite and > 0 seconds, got {hl!r}")
 
     @classmethod
     def similarity(cls) -> "DecayWeights":
@@ -224,9 +226,9 @@ class PromotionPolicy:
 
     def __post_init__(self) -> None:
         if not (isinstance(self.min_importance, (int, float)) and 0.0 <= self.min_importance <= 1.0):
-            raise ValueError(f"PromotionPolicy.min_importance must be in [0, 1], got {self.min_importance!r}")
+            raise InvalidArgumentError(f"PromotionPolicy.min_importance must be in [0, 1], got {self.min_importance!r}")
         if not isinstance(self.min_access_count, int) or self.min_access_count < 0:
-            raise ValueError(f"PromotionPolicy.min_access_count must be an int >= 0, got {self.min_access_count!r}")
+            raise InvalidArgumentError(f"PromotionPolicy.min_access_count must be an int >= 0, got {self.min_access_count!r}")
 
     def qualifies(self, importance: float, access_count: int) -> bool:
         """True when a memory with these fields should be promoted."""

@@ -241,9 +241,9 @@ def test_decay_weights_errors_name_the_field(field, value):
 
 def test_decay_weights_defaults_and_similarity_preset():
     w = DecayWeights()
-    assert (w.w_similarity, w.w_recency, w.w_importance) == (1.0, 0.1, 0.1)
+    assert (w.w_similarity, w.w_recency, w.w_importance) == (1.0, 0.02, 0.1)
     # 0.995 per hour (Park et al. 2023): the half-life is where 0.995 ** hours == 0.5.
     assert abs(0.995 ** (w.half_life / 3600.0) - 0.5) < 1e-12
     assert DecayWeights.similarity() == DecayWeights(w_recency=0.0, w_importance=0.0)
     assert DecayWeights(w_similarity=np.float32(0.5)).w_similarity == 0.5
-    assert w.max_bonus == pytest.approx(0.2)
+    assert w.max_bonus == pytest.approx(0.12)
