@@ -36,6 +36,7 @@ import numpy as np
 from bench.datasets import LOCOMO_CATEGORIES, cached_encode, locomo_conversations, scifact
 from bench.metrics import ndcg_at_k, recall_accuracy
 from memcore import _text
+from memcore.hybrid import _stemmer
 from memcore.lexical import LexicalIndex
 from memcore.query_prep import DefaultQueryPreparer, identity_preparer
 
@@ -46,18 +47,19 @@ class Config:
 
     w_dense: float = 1.5
     w_lex: float = 0.25
-    w_lex_ctx: float = 0.5
+    w_lex_ctx: float = 0.75
     w_speaker: float = 2.0
     alpha: float = 0.4      # share of the memory's own embedding in the combined dense matrix
-    b: float = 0.1
-    k1: float = 0.9
+    b: float = 0.5
+    k1: float = 0.6
     lex_window: int = 2
-    dense_window: int = 1
+    dense_window: int = 2
     lex_prep: bool = True
     names: str = "first_person"
     dense_text: str = "raw"      # "memory": "speaker: text"; "raw": the turn's text alone
     lex_text: str = "memory"
     self_in: bool = True         # the dense window mean includes the memory itself
+    stem: bool = True            # Snowball-stemmed BM25 (memcore.hybrid: HybridWeights.stem)
 
 
 # ------------------------------------------------------------------------------ encoders
@@ -66,7 +68,7 @@ def make_encoder(kind: str):
     if kind == "minilm-int8":
         from memcore.embedders import MiniLMEmbedder
 
-        emb = MiniLMEmbedder(intra_op_num_threads=1)
+        emb = MiniLMEmbedder(variant="packaged", intra_op_num_threads=1)
         state: dict = {}
 
         def encode(texts):
@@ -136,6 +138,9 @@ class Episode:
         self.encode = encode
         self._E: dict = {}
         self._h = {"memory": _text.token_hashes(texts), "raw": _text.token_hashes(self.raw)}
+        stem = _stemmer()
+        self._h_stem = {"memory": _text.token_hashes([stem(t) for t in texts]),
+                        "raw": _text.token_hashes([stem(t) for t in self.raw])}
         self.names = sorted({s for s in speakers if s})
         self._cache: dict = {}
 
@@ -155,11 +160,14 @@ class Episode:
             return self._cache[key]
         if what in ("lex", "lex_ctx"):
             radius = cfg.lex_window if what == "lex_ctx" else 0
-            key = (what, cfg.k1, cfg.b, cfg.lex_prep, radius, cfg.lex_text)
+            key = (what, cfg.k1, cfg.b, cfg.lex_prep, radius, cfg.lex_text, cfg.stem)
             if key not in self._cache:
                 prep = DefaultQueryPreparer() if cfg.lex_prep else identity_preparer
                 qs = [prep(q, self.names).lexical for q in self.questions]
-                docs = window_tokens(*self._h[cfg.lex_text], self.episodes, radius)
+                h = self._h_stem if cfg.stem else self._h
+                if cfg.stem:
+                    qs = [_stemmer()(q) for q in qs]
+                docs = window_tokens(*h[cfg.lex_text], self.episodes, radius)
                 self._cache[key] = bm25_matrix(docs, qs, cfg.k1, cfg.b)
             return self._cache[key]
         if what == "speaker":
@@ -233,7 +241,7 @@ BASELINES = {
     "similarity (dense only)": Config(w_lex=0, w_lex_ctx=0, w_speaker=0, alpha=1.0,
                                       dense_window=0, names="keep"),
     "bm25 (k1 1.2, b 0.75, raw question)": Config(w_dense=0, w_lex=1, w_lex_ctx=0, w_speaker=0,
-                                                 k1=1.2, b=0.75, lex_prep=False),
+                                                 k1=1.2, b=0.75, lex_prep=False, stem=False),
 }
 
 
@@ -257,6 +265,7 @@ def grid(eps, base: Config) -> Config:
         "lex_window": [1, 2, 3],
         "dense_window": [0, 1, 2],
         "self_in": [True, False],
+        "stem": [True, False],
     }
     for _ in range(2):
         for ax, vals in axes.items():
@@ -288,6 +297,7 @@ def run_locomo(args) -> int:
         "  - no query prep": replace(cfg, lex_prep=False, names="keep"),
         "  - no speaker boost": replace(cfg, w_speaker=0),
         "  - b 0.75": replace(cfg, b=0.75),
+        "  - no stemming": replace(cfg, stem=False),
     }
     for name, c in abl.items():
         print(fmt_row(name, evaluate(eps, c)))
@@ -310,7 +320,13 @@ def run_scifact(args) -> int:
         "similarity (dense only)": znorm(dense),
         "bm25 (k1 1.2, b 0.75, raw query)": bm25_matrix(docs, list(ds.query_texts), 1.2, 0.75),
     }
-    lex = bm25_matrix(docs, [prep(q, ()).lexical for q in ds.query_texts], cfg.k1, cfg.b)
+    qs = [prep(q, ()).lexical for q in ds.query_texts]
+    if cfg.stem:
+        stem = _stemmer()
+        hs = _text.token_hashes([stem(t) for t in ds.corpus_texts])
+        docs = [hs[0][hs[1][i]:hs[1][i] + hs[2][i]] for i in range(len(ds.corpus_texts))]
+        qs = [stem(q) for q in qs]
+    lex = bm25_matrix(docs, qs, cfg.k1, cfg.b)
     # No episodes: the context window of a document is the document itself (lex_ctx == lex,
     # the combined dense matrix == E), and no query names a speaker.
     rows["hybrid (LoCoMo-tuned defaults)"] = (cfg.w_dense * znorm(dense)

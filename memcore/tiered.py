@@ -12,6 +12,8 @@ import numpy as np
 
 from memcore import _validate
 from memcore.errors import EmbedderMismatchError
+from memcore.hybrid import HybridWeights, default_for, pooled_weights
+from memcore.query_prep import DefaultQueryPreparer
 from memcore.stores.base import as_query
 from memcore.stores.short import ShortTermMemory
 from memcore.types import (
@@ -27,6 +29,8 @@ from memcore.types import (
 )
 
 __all__ = ["TwoTierMemory"]
+
+_DEFAULT_PREPARER = DefaultQueryPreparer()
 
 #: What TwoTierMemory needs from its long tier beyond the MemoryStore protocol.
 LONG_TIER_METHODS = ("put_stored", "touch", "keys", "search", "get", "delete", "count", "clear",
@@ -47,8 +51,16 @@ class TwoTierMemory:
       way; **memories evicted without qualifying are forgotten**.
     - ``get``/``search``: a key present in both tiers is served from the short tier.
       ``delete``/``clear`` act on both tiers.
-    - ``search`` encodes the query once, ranks both tiers with the same weights (one formula,
-      scores comparable), de-duplicates by key and keeps the best ``top_k``.
+    - ``search`` encodes the query once, ranks both tiers with the same weights (one formula),
+      de-duplicates by key and keeps the best ``top_k``.
+    - Recall is hybrid by default (:mod:`memcore.hybrid`: BM25 + dense + episodic context from
+      the ``episode``/``speaker`` metadata, z-normalised per query): ``HybridWeights.hybrid()``,
+      or ``HybridWeights.no_model()`` with the hashing embedder. The z statistics are pooled
+      over both tiers' memories of the namespace (:func:`memcore.hybrid.pooled_weights`), so
+      scores are those of one index over the union, except that each tier keeps its own
+      BM25 idf and average length, and episode windows stay within a tier. With
+      ``hybrid=HybridWeights.similarity()`` both tiers rank by pure cosine, scores exactly
+      comparable.
 
     Both tiers must use the same embedder (name and dim) and the same clock object, so that
     similarities and recencies are comparable across tiers. Thread-safe (one ``RLock``).
@@ -64,6 +76,8 @@ class TwoTierMemory:
     weights : DecayWeights, optional
         The ranking formula for both tiers; the long tier's ``weights`` when None (else
         ``DecayWeights()``).
+    hybrid : HybridWeights, optional
+        Recall of both tiers; :func:`memcore.hybrid.default_for` the embedder when None.
 
     Attributes
     ----------
@@ -74,7 +88,7 @@ class TwoTierMemory:
     ------
     TypeError
         If ``short`` is not a ShortTermMemory, ``long`` lacks a needed method, or ``policy`` /
-        ``weights`` have the wrong type.
+        ``weights`` / ``hybrid`` have the wrong type.
     EmbedderMismatchError
         If the short tier has no embedder or the tiers' embedders differ in name or dim.
     ValueError
@@ -93,7 +107,7 @@ class TwoTierMemory:
 
     def __init__(self, short: ShortTermMemory, long: Any,
                  policy: PromotionPolicy = PromotionPolicy(), *,
-                 weights: DecayWeights | None = None):
+                 weights: DecayWeights | None = None, hybrid: HybridWeights | None = None):
         if not isinstance(short, ShortTermMemory):
             raise TypeError(f"short must be a ShortTermMemory, got {type(short).__name__}")
         missing = [m for m in LONG_TIER_METHODS if not callable(getattr(long, m, None))]
@@ -103,6 +117,8 @@ class TwoTierMemory:
             raise TypeError(f"policy must be a PromotionPolicy, got {type(policy).__name__}")
         if weights is not None and not isinstance(weights, DecayWeights):
             raise TypeError(f"weights must be a DecayWeights, got {type(weights).__name__}")
+        if hybrid is not None and not isinstance(hybrid, HybridWeights):
+            raise TypeError(f"hybrid must be a HybridWeights, got {type(hybrid).__name__}")
         if short.embedder is None:
             raise EmbedderMismatchError(
                 "the short tier ranks lexically (no embedder) but the long tier needs vectors; "
@@ -127,6 +143,7 @@ class TwoTierMemory:
             lw if isinstance(lw, DecayWeights) else DecayWeights())
         self.clock = short.clock
         self.embedder = short.embedder
+        self.hybrid = hybrid if hybrid is not None else default_for(short.embedder)
         self.dim = short.dim
         self._lock = threading.RLock()
         self._previous_on_evict = short.on_evict
@@ -328,10 +345,47 @@ class TwoTierMemory:
             m = self.long.get(namespace, key)
             return m if m is None or m.tier is MemoryTier.LONG else replace(m, tier=MemoryTier.LONG)
 
+    def _hybrid(self, hybrid: Any) -> HybridWeights:
+        if hybrid is None:
+            return self.hybrid
+        if not isinstance(hybrid, HybridWeights):
+            raise TypeError(f"hybrid must be a HybridWeights, got {type(hybrid).__name__}")
+        return hybrid
+
+    def dense_query(self, namespace: NamespaceLike, text: str, *,
+                    hybrid: HybridWeights | None = None) -> str:
+        """The text whose embedding :meth:`search` expects as ``query_vector``.
+
+        With hybrid weights, the query preparer's dense form with the names of both tiers'
+        speakers known (:class:`~memcore.query_prep.DefaultQueryPreparer`: names to first
+        person); with the similarity preset, ``text`` itself.
+
+        Raises
+        ------
+        InvalidNamespaceError, InvalidTextError, TypeError
+
+        Examples
+        --------
+        >>> mem.dense_query("chat", "What did Ann adopt?")        # doctest: +SKIP
+        'What did I adopt?'
+        """
+        ns = _validate.namespace(namespace)
+        text = _validate.text(text)
+        hw = self._hybrid(hybrid)
+        if hw.is_similarity:
+            return text
+        with self._lock:
+            names = list(self.short.entities(ns, hybrid=hw))
+            if hasattr(self.long, "entities"):
+                names += list(self.long.entities(ns, hybrid=hw))
+        prep = self.short.query_preparer or _DEFAULT_PREPARER
+        return prep(text, names).dense
+
     def search(self, query: MemoryQuery | NamespaceLike, text: str | None = None, *,
                top_k: int = 5, threshold: float = -1.0, weights: DecayWeights | None = None,
                filter: Mapping[str, Any] | None = None, touch: bool = True,
-               query_vector: Any = None) -> list[MemoryHit]:
+               query_vector: Any = None, hybrid: HybridWeights | None = None
+               ) -> list[MemoryHit]:
         """Rank both tiers with one formula, de-duplicate by key (short wins), keep ``top_k``.
 
         The query is encoded once (or ``query_vector`` is used) and handed to both tiers; both
@@ -343,7 +397,10 @@ class TwoTierMemory:
         query, text, top_k, threshold, weights, filter, touch
             As :meth:`ShortTermMemory.search`; ``weights`` defaults to ``self.weights``.
         query_vector : array_like of shape (dim,), optional
-            Precomputed embedding of the query text.
+            Precomputed embedding of ``self.dense_query(namespace, text)`` (the query text
+            itself with the similarity preset).
+        hybrid : HybridWeights, optional
+            ``self.hybrid`` when None.
 
         Returns
         -------
@@ -367,18 +424,36 @@ class TwoTierMemory:
             qvec = _validate.vector(query_vector, self.dim, name="query_vector")
         if not q.text.strip():
             return []
+        hw = self._hybrid(hybrid)
         if qvec is None:
-            qvec = self.short._vectors_for([q.text], None, "query")[0]
+            dense = q.text if hw.is_similarity else self.dense_query(q.namespace, q.text,
+                                                                     hybrid=hw)
+            qvec = self.short._vectors_for([dense], None, "query")[0]
             if not qvec.any():
                 return []
         sub = replace(q, weights=q.weights if q.weights is not None else self.weights,
                       touch=False)
+        kw = {"hybrid": hw} if hasattr(self.long, "hybrid") else {}
+        if not kw and not hw.is_similarity:
+            raise TypeError(f"the long tier {type(self.long).__name__} has no hybrid recall; "
+                            "use hybrid=HybridWeights.similarity() with it")
         with self._lock:
-            short_hits = self.short.search(sub, query_vector=qvec)
+            offset = 0.0
+            if not hw.is_similarity and hw.normalize:
+                # z statistics over both tiers' memories (one population, comparable scores)
+                if not hasattr(self.long, "_hybrid_moments"):
+                    raise TypeError(f"the long tier {type(self.long).__name__} cannot pool "
+                                    "hybrid statistics; use hybrid=HybridWeights.similarity()")
+                hw, offset = pooled_weights(
+                    hw, [self.short._hybrid_moments(sub, qvec, hw),
+                         self.long._hybrid_moments(sub, qvec, hw)], sub.weights.w_similarity)
+                kw = {"hybrid": hw}
+            short_hits = self.short.search(sub, query_vector=qvec, hybrid=hw)
             shadow = set(self.short.keys(q.namespace))
             k_long = q.top_k
             while True:
-                long_hits = self.long.search(replace(sub, top_k=k_long), query_vector=qvec)
+                long_hits = self.long.search(replace(sub, top_k=k_long), query_vector=qvec,
+                                             **kw)
                 kept = [h if h.tier is MemoryTier.LONG else replace(h, tier=MemoryTier.LONG)
                         for h in long_hits if h.key not in shadow]
                 if len(kept) >= q.top_k or len(long_hits) < k_long:
@@ -387,6 +462,8 @@ class TwoTierMemory:
             short_hits = [h if h.tier is MemoryTier.SHORT else replace(h, tier=MemoryTier.SHORT)
                           for h in short_hits]
             merged = sorted(short_hits + kept, key=lambda h: -h.score)[: q.top_k]
+            if offset:
+                merged = [replace(h, score=h.score + offset) for h in merged]
             if q.touch:
                 self.short.touch(q.namespace, [h.key for h in merged if h.tier is MemoryTier.SHORT])
                 long_keys = [h.key for h in merged if h.tier is MemoryTier.LONG]

@@ -15,6 +15,7 @@ import numpy as np
 from memcore import (
     DecayWeights,
     HashingEmbedder,
+    HybridWeights,
     LongTermMemory,
     PromotionPolicy,
     ShortTermMemory,
@@ -89,7 +90,7 @@ STORE_CASES = [
     # so every protocol semantic holds while evictions/promotions happen all the time.
     StoreCase("two-tier", lambda c, e: TwoTierMemory(
         _short(c, e, capacity=4), _long(c, e), PromotionPolicy(min_importance=0.0),
-        weights=DecayWeights())),
+        weights=DecayWeights(), hybrid=HybridWeights.similarity())),
 ]
 
 

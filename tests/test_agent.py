@@ -106,7 +106,9 @@ def test_retrieve_edge_inputs(hashing, clock):
         with pytest.raises(ValueError):
             mem.retrieve("hello", "chat", top_k=0)
         assert mem.store("   ", "nothing to remember", "chat") == []
-        assert mem.retrieve("hello robot", "chat", threshold=1.01) == []
+        with pytest.raises(ValueError, match=r"\[-1, 1\]"):
+            mem.retrieve("hello robot", "chat", threshold=1.01)   # a cosine cannot exceed 1
+        assert mem.retrieve("hello robot", "chat", threshold=1.0) == []
         assert len(mem.retrieve("hello robot", "chat", threshold=-1.0, top_k=10)) == 1
 
 

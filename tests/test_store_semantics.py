@@ -14,6 +14,7 @@ from memcore import (
     DimensionMismatchError,
     EmbedderMismatchError,
     HashingEmbedder,
+    HybridWeights,
     InvalidNamespaceError,
     InvalidTextError,
     InvalidVectorError,
@@ -667,7 +668,7 @@ def two_tier(clock, emb, capacity=3, policy=PromotionPolicy(min_importance=0.6,
                                                               min_access_count=2)):
     short = ShortTermMemory(capacity=capacity, embedder=emb, clock=clock, weights=DecayWeights())
     long = LongTermMemory(None, emb, clock=clock, weights=DecayWeights())
-    return TwoTierMemory(short, long, policy), short, long
+    return TwoTierMemory(short, long, policy, hybrid=HybridWeights.similarity()), short, long
 
 
 def test_tiered_consolidate_promotes_by_policy_keeping_lifecycle(clock, emb):

@@ -21,6 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from memcore import (
     DecayWeights,
+    HybridWeights,
     LexicalScorer,
     LongTermMemory,
     MemoryItem,
@@ -310,7 +311,7 @@ class TwoTierMachine(StoreMachine):
     def build(self, clock, emb):
         short = ShortTermMemory(capacity=self.CAPACITY, embedder=emb, clock=clock)
         long = LongTermMemory(None, emb, clock=clock)
-        return TwoTierMemory(short, long, POLICY)
+        return TwoTierMemory(short, long, POLICY, hybrid=HybridWeights.similarity())
 
     @rule()
     def consolidate(self):

@@ -41,6 +41,8 @@ from memcore.errors import (
     StoreCorruptedError,
     StoreLockedError,
 )
+from memcore.hybrid import HybridWeights, NamespaceRecall
+from memcore.query_prep import DefaultQueryPreparer, PreparedQuery, QueryPreparer, identity_preparer
 from memcore.stores.base import as_query, sorted_namespaces
 from memcore.types import (
     Clock,
@@ -169,7 +171,7 @@ class _Space:
     """One namespace's rows. Not thread-safe by itself: the store's lock guards it."""
 
     __slots__ = ("ns", "keys", "key_of", "texts", "metas", "imp", "meta_cache", "rows", "cols",
-                 "files", "offsets")
+                 "files", "offsets", "recall")
 
     def __init__(self, ns: Namespace, cols: storage.Columns,
                  files: storage.NamespaceFiles | None):
@@ -184,6 +186,7 @@ class _Space:
         self.cols = cols
         self.files = files
         self.offsets: list[int] = []        # log offset of each row's PUT record (on disk)
+        self.recall: NamespaceRecall | None = None   # hybrid indexes, built on first use
 
     @property
     def live(self) -> int:
@@ -204,6 +207,13 @@ class _Space:
             created_at=float(c.created_at[row]), updated_at=float(c.updated_at[row]),
             last_accessed_at=float(c.last_accessed_at[row]),
             access_count=int(c.access_count[row]), tier=MemoryTier.LONG)
+
+    def recall_source(self) -> tuple:
+        """Live rows in insertion (row) order with texts, vectors and parsed metadata."""
+        rows = sorted(self.keys.values())
+        return (rows, [self.texts[r] for r in rows],
+                np.ascontiguousarray(self.cols.vectors[np.asarray(rows, np.int64)]),
+                [json.loads(self.metas[r]) for r in rows])
 
     def load(self, rep: storage.Replay, read_only: bool) -> None:
         """Adopt a log replay: texts and keys, and the columns derived from the log."""
@@ -292,6 +302,17 @@ class LongTermMemory:
     repair : bool, default False
         On opening, rewrite damaged namespaces keeping every intact record (see
         :meth:`repair`) instead of raising :class:`StoreCorruptedError`.
+    hybrid : HybridWeights, optional
+        Default recall of :meth:`search`; ``HybridWeights.similarity()`` (pure cosine, the
+        fused formula alone) when None. Other weights rank by hybrid recall
+        (:mod:`memcore.hybrid`: BM25 + dense + episodic context from the ``episode`` and
+        ``speaker`` metadata). A namespace's hybrid index lives in RAM: it is built from the
+        stored texts, vectors and metadata on the first hybrid search after opening (or
+        after :meth:`compact`/:meth:`reindex`), then kept current by every write; opening
+        stays as fast as without it.
+    query_preparer : callable, optional
+        ``(text, entities) -> PreparedQuery`` for hybrid recall;
+        :class:`~memcore.query_prep.DefaultQueryPreparer` when None.
 
     Attributes
     ----------
@@ -306,7 +327,7 @@ class LongTermMemory:
         On an unknown durability, a negative or non-finite lock_timeout, ``read_only`` or
         ``repair`` without a path, or no embedder for a new store.
     TypeError
-        If weights, clock or embedder have the wrong type.
+        If weights, hybrid, clock, query_preparer or embedder have the wrong type.
     EmbedderMismatchError
         If the store was written with another embedder (name or dim); the message names both.
     StoreLockedError
@@ -327,9 +348,15 @@ class LongTermMemory:
     def __init__(self, path: str | os.PathLike | None = None, embedder: Any = None, *,
                  weights: DecayWeights = DecayWeights(), clock: Clock = system_clock,
                  durability: str = DEFAULT_DURABILITY, lock_timeout: float = 1.0,
-                 read_only: bool = False, repair: bool = False):
+                 read_only: bool = False, repair: bool = False,
+                 hybrid: HybridWeights | None = None,
+                 query_preparer: QueryPreparer | None = None):
         if not isinstance(weights, DecayWeights):
             raise TypeError(f"weights must be a DecayWeights, got {type(weights).__name__}")
+        if hybrid is not None and not isinstance(hybrid, HybridWeights):
+            raise TypeError(f"hybrid must be a HybridWeights, got {type(hybrid).__name__}")
+        if query_preparer is not None and not callable(query_preparer):
+            raise TypeError(f"query_preparer must be callable, got {query_preparer!r}")
         if not callable(clock):
             raise TypeError(f"clock must be a callable returning Unix seconds, got {clock!r}")
         if durability not in storage.DURABILITY_MODES:
@@ -344,6 +371,8 @@ class LongTermMemory:
         if embedder is not None:
             _check_embedder(embedder)
         self.weights = weights
+        self.hybrid = hybrid if hybrid is not None else HybridWeights.similarity()
+        self.query_preparer = query_preparer
         self.clock = clock
         self.durability = durability
         self.lock_timeout = lock_timeout
@@ -653,6 +682,13 @@ class LongTermMemory:
             for r in old:
                 key_of[r] = txt[r] = mts[r] = None
                 sp.meta_cache.pop(r, None)
+        if sp.recall is not None and sp.recall.indexes:
+            for r in old:
+                sp.recall.delete(r)
+            new = [i for i in range(m) if c.alive[n0 + i]]
+            sp.recall.put_many([n0 + i for i in new], [texts[i] for i in new],
+                               np.ascontiguousarray(c.vectors[[n0 + i for i in new]]),
+                               [json.loads(metas[i]) for i in new])
 
     # ------------------------------------------------------------------ writes
 
@@ -886,6 +922,8 @@ class LongTermMemory:
             del sp.keys[key]
             sp.key_of[row] = sp.texts[row] = sp.metas[row] = None
             sp.meta_cache.pop(row, None)
+            if sp.recall is not None:
+                sp.recall.delete(row)
             return True
 
     def clear(self, namespace: NamespaceLike) -> int:
@@ -981,10 +1019,99 @@ class LongTermMemory:
             sp = self._spaces.get(ns)
             return [] if sp is None else sorted(sp.keys, key=sp.keys.__getitem__)
 
+    def _hybrid(self, hybrid: Any) -> HybridWeights:
+        if hybrid is None:
+            return self.hybrid
+        if not isinstance(hybrid, HybridWeights):
+            raise TypeError(f"hybrid must be a HybridWeights, got {type(hybrid).__name__}")
+        return hybrid
+
+    def _recall_index(self, sp: _Space, hw: HybridWeights):
+        if sp.recall is None:
+            sp.recall = NamespaceRecall(self.dim, self.query_preparer)
+        return sp.recall.index(hw, sp.recall_source)
+
+    def prepare(self, namespace: NamespaceLike, text: str, *,
+                hybrid: HybridWeights | None = None) -> PreparedQuery:
+        """The query preparer's forms of ``text`` for this namespace (its speakers known).
+
+        With hybrid weights, ``prepared.dense`` is the text whose embedding :meth:`search`
+        expects as ``query_vector``; with the similarity preset it is ``text`` itself.
+        Builds the namespace's hybrid index if it is missing.
+
+        Raises
+        ------
+        InvalidNamespaceError, InvalidTextError, TypeError
+
+        Examples
+        --------
+        >>> ltm.prepare("robot", "where is the dock?").lexical           # doctest: +SKIP
+        'dock'
+        """
+        self._check_open()
+        ns = _validate.namespace(namespace)
+        text = _validate.text(text)
+        hw = self._hybrid(hybrid)
+        if hw.is_similarity:
+            return identity_preparer(text)
+        with self._lock:
+            sp = self._spaces.get(ns)
+            if sp is None or not sp.keys:
+                return (self.query_preparer or DefaultQueryPreparer())(text, ())
+            return self._recall_index(sp, hw).prepare(text)
+
+    def _alive_mask(self, sp: _Space, q: MemoryQuery) -> np.ndarray:
+        n = sp.rows
+        alive = sp.cols.alive[:n]
+        if q.filter:
+            alive = np.zeros(n, np.bool_)
+            match = _validate.matches_filter
+            for row in sp.keys.values():
+                if match(sp.meta(row), q.filter):
+                    alive[row] = True
+        return alive
+
+    def _hybrid_moments(self, q: MemoryQuery, qvec: np.ndarray, hw: HybridWeights
+                        ) -> np.ndarray:
+        """:meth:`HybridIndex.moments` of the namespace for a validated query (zeros when
+        empty): for :class:`~memcore.TwoTierMemory`'s pooled statistics. Internal."""
+        with self._lock:
+            sp = self._spaces.get(q.namespace)
+            if sp is None or not sp.keys:
+                return np.zeros((3, 3))
+            idx = self._recall_index(sp, hw)
+            return idx.moments(idx.prepare(q.text), qvec, weights=hw,
+                               alive=self._alive_mask(sp, q)[:idx.n_rows])
+
+    def entities(self, namespace: NamespaceLike, *,
+                 hybrid: HybridWeights | None = None) -> list[str]:
+        """Speaker names of the namespace's memories (hybrid recall's known entities).
+
+        Raises
+        ------
+        InvalidNamespaceError, TypeError
+
+        Examples
+        --------
+        >>> ltm.entities("robot")                                        # doctest: +SKIP
+        []
+        """
+        self._check_open()
+        ns = _validate.namespace(namespace)
+        hw = self._hybrid(hybrid)
+        if hw.is_similarity:
+            hw = HybridWeights.hybrid()
+        with self._lock:
+            sp = self._spaces.get(ns)
+            if sp is None or not sp.keys:
+                return []
+            return self._recall_index(sp, hw).entities()
+
     def search(self, query: MemoryQuery | NamespaceLike, text: str | None = None, *,
                top_k: int = 5, threshold: float = -1.0, weights: DecayWeights | None = None,
                filter: Mapping[str, Any] | None = None, touch: bool = True,
-               query_vector: Any = None) -> list[MemoryHit]:
+               query_vector: Any = None, hybrid: HybridWeights | None = None
+               ) -> list[MemoryHit]:
         """Rank a namespace's live memories for a query by the exact fused score.
 
         ``score = w_similarity * sim + w_recency * 2 ** (-age / half_life) + w_importance * imp``
@@ -1009,7 +1136,15 @@ class LongTermMemory:
             Refresh ``last_accessed_at = now`` and ``access_count += 1`` of returned memories
             (in RAM only for a read-only store).
         query_vector : array_like of shape (dim,), optional
-            Precomputed embedding of the query; the embedder is not called.
+            Precomputed embedding of the query; the embedder is not called. With hybrid
+            weights it should embed ``self.prepare(namespace, text).dense`` (what the store
+            encodes itself).
+        hybrid : HybridWeights, optional
+            The store's ``hybrid`` when None. Anything but the similarity preset ranks by
+            hybrid recall (:mod:`memcore.hybrid`): ``score`` is then the fused z-score,
+            ``similarity`` the query's cosine with the memory's combined (memory + episode
+            context) embedding, which ``threshold`` bounds; ``weights.w_similarity`` scales
+            the dense weight.
 
         Returns
         -------
@@ -1039,11 +1174,20 @@ class LongTermMemory:
             qvec = _validate.vector(query_vector, self.dim, name="query_vector")
         if not q.text.strip():
             return []
+        w = q.weights if q.weights is not None else self.weights
+        hw = self._hybrid(hybrid)
+        prepared = None
+        if not hw.is_similarity:
+            prepared = self.prepare(q.namespace, q.text, hybrid=hw)
+            if w.w_similarity != 1.0:
+                hw = replace(hw, dense=hw.dense * w.w_similarity)
+        elif hw.dense != 1.0:
+            w = replace(w, w_similarity=w.w_similarity * hw.dense)
         if qvec is None:
-            qvec = self._encode([q.text], "query_vector")[0]
+            qvec = self._encode([q.text if prepared is None else prepared.dense],
+                                "query_vector")[0]
             if not qvec.any():
                 return []
-        w = q.weights if q.weights is not None else self.weights
         with self._lock:
             self._check_open()
             sp = self._spaces.get(q.namespace)
@@ -1052,20 +1196,23 @@ class LongTermMemory:
             now = self._now()
             n = sp.rows
             c = sp.cols
-            alive = c.alive[:n]
-            if q.filter:
-                alive = np.zeros(n, np.bool_)
-                match = _validate.matches_filter
-                for row in sp.keys.values():
-                    if match(sp.meta(row), q.filter):
-                        alive[row] = True
+            alive = self._alive_mask(sp, q)
             k = min(q.top_k, sp.live)
-            ids = np.empty(k, np.int64)
-            scores = np.empty(k, np.float32)
-            sims = np.empty(k, np.float32)
-            m = int(fused_topk(qvec, c.vectors[:n], c.last_accessed_at[:n], c.importance[:n],
-                               alive, now, w.half_life, w.w_similarity, w.w_recency,
-                               w.w_importance, q.threshold, ids, scores, sims))
+            if prepared is None:
+                ids = np.empty(k, np.int64)
+                scores = np.empty(k, np.float32)
+                sims = np.empty(k, np.float32)
+                m = int(fused_topk(qvec, c.vectors[:n], c.last_accessed_at[:n],
+                                   c.importance[:n], alive, now, w.half_life, w.w_similarity,
+                                   w.w_recency, w.w_importance, q.threshold, ids, scores, sims))
+            else:
+                idx = self._recall_index(sp, hw)
+                n = idx.n_rows
+                res = idx.search(prepared, qvec, top_k=k, weights=hw, decay=w, now=now,
+                                 last_accessed_at=c.last_accessed_at[:n],
+                                 importance=c.importance[:n], alive=alive[:n],
+                                 threshold=q.threshold)
+                ids, scores, sims, m = res.ids, res.scores, res.sims, res.count
             rows = ids[:m]
             hits = []
             for row, score, sim in zip(rows.tolist(), scores[:m].tolist(), sims[:m].tolist()):

@@ -22,6 +22,8 @@ import numpy as np
 
 from memcore import _validate
 from memcore.errors import EmbedderMismatchError, InvalidVectorError
+from memcore.hybrid import HybridWeights, NamespaceRecall
+from memcore.query_prep import PreparedQuery, QueryPreparer, identity_preparer
 from memcore.stores.base import as_query, sorted_namespaces
 from memcore.types import (
     Clock,
@@ -48,6 +50,12 @@ EvictionHandler = Callable[[Sequence[StoredMemory], "np.ndarray | None"], None]
 _INITIAL_ROWS = 16
 
 
+def _default_preparer():
+    from memcore.query_prep import DefaultQueryPreparer
+
+    return DefaultQueryPreparer()
+
+
 _SCALARS = (str, int, float, bool, type(None))
 
 
@@ -63,7 +71,7 @@ class _Shelf:
 
     __slots__ = ("order", "keys", "texts", "metadata", "created_at", "updated_at", "importance_py",
                  "vectors", "last_accessed_at", "importance", "access_count", "alive", "high",
-                 "free")
+                 "free", "recall")
 
     def __init__(self, dim: int | None, capacity: int):
         rows = min(_INITIAL_ROWS, capacity)
@@ -81,6 +89,7 @@ class _Shelf:
         self.vectors = None if dim is None else np.zeros((rows, dim), np.float32)
         self.high = 0  # rows [0, high) have been used at least once
         self.free: list[int] = []
+        self.recall: NamespaceRecall | None = None   # hybrid indexes, built on first use
 
     def _grow(self, capacity: int, new: int | None = None) -> None:
         old = self.alive.shape[0]
@@ -114,6 +123,8 @@ class _Shelf:
         return self.high - 1
 
     def release(self, row: int) -> None:
+        if self.recall is not None:
+            self.recall.delete(row)
         self.alive[row] = False
         self.keys[row] = self.texts[row] = self.metadata[row] = None
         if self.vectors is not None:
@@ -127,6 +138,12 @@ class _Shelf:
             created_at=float(self.created_at[row]), updated_at=float(self.updated_at[row]),
             last_accessed_at=float(self.last_accessed_at[row]),
             access_count=int(self.access_count[row]), tier=MemoryTier.SHORT)
+
+    def recall_source(self) -> tuple:
+        """Live rows in FIFO order (oldest first) with texts, vectors and metadata."""
+        rows = list(self.order.values())
+        return (rows, [self.texts[r] for r in rows], self.vectors[rows],
+                [self.metadata[r] for r in rows])
 
 
 class ShortTermMemory:
@@ -163,14 +180,24 @@ class ShortTermMemory:
         ``on_evict(memories, vectors)`` is called with the memories about to be evicted (oldest
         first; ``vectors`` (n, dim) float32 or None without embedder) while the store's lock is
         held. If it raises, the put that caused the eviction is aborted with nothing changed.
+    hybrid : HybridWeights, optional
+        Default recall of :meth:`search`; ``HybridWeights.similarity()`` (pure cosine, the
+        fused formula alone) when None. Other weights rank by hybrid recall
+        (:mod:`memcore.hybrid`: BM25 + dense + episodic context from the ``episode`` and
+        ``speaker`` metadata); its per-namespace index is built on the first such search and
+        kept current by every write after it. Needs an embedder.
+    query_preparer : callable, optional
+        ``(text, entities) -> PreparedQuery`` for hybrid recall;
+        :class:`~memcore.query_prep.DefaultQueryPreparer` when None.
 
     Raises
     ------
     ValueError
-        If ``capacity`` is not an int >= 1, or both ``embedder`` and ``scorer`` are given.
+        If ``capacity`` is not an int >= 1, both ``embedder`` and ``scorer`` are given, or
+        hybrid weights / a query preparer are given without an embedder.
     TypeError
-        If ``weights`` is not a DecayWeights, ``clock`` or ``on_evict`` is not callable, or the
-        scorer lacks ``score_many``.
+        If ``weights`` is not a DecayWeights, ``hybrid`` not a HybridWeights, ``clock``,
+        ``on_evict`` or ``query_preparer`` is not callable, or the scorer lacks ``score_many``.
 
     Examples
     --------
@@ -182,7 +209,8 @@ class ShortTermMemory:
 
     def __init__(self, capacity: int = 1000, embedder: Any = None, scorer: Any = None, *,
                  clock: Clock = system_clock, weights: DecayWeights | None = None,
-                 on_evict: EvictionHandler | None = None):
+                 on_evict: EvictionHandler | None = None, hybrid: HybridWeights | None = None,
+                 query_preparer: QueryPreparer | None = None):
         if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
             raise ValueError(f"capacity must be an int >= 1, got {capacity!r}")
         if embedder is not None and scorer is not None:
@@ -206,12 +234,22 @@ class ShortTermMemory:
             raise TypeError(f"weights must be a DecayWeights, got {type(weights).__name__}")
         if on_evict is not None and not callable(on_evict):
             raise TypeError(f"on_evict must be callable, got {on_evict!r}")
+        if hybrid is not None and not isinstance(hybrid, HybridWeights):
+            raise TypeError(f"hybrid must be a HybridWeights, got {type(hybrid).__name__}")
+        if query_preparer is not None and not callable(query_preparer):
+            raise TypeError(f"query_preparer must be callable, got {query_preparer!r}")
+        if embedder is None and (query_preparer is not None
+                                 or (hybrid is not None and not hybrid.is_similarity)):
+            raise ValueError("hybrid recall needs an embedder (its dense signal); a "
+                             "ShortTermMemory without one ranks by lexical similarity only")
         self.capacity = int(capacity)
         self.embedder = embedder
         self.scorer = scorer
         self.clock = clock
         self.weights = weights if weights is not None else DecayWeights.similarity()
         self.on_evict = on_evict
+        self.hybrid = hybrid if hybrid is not None else HybridWeights.similarity()
+        self.query_preparer = query_preparer
         self.dim: int | None = None if embedder is None else int(embedder.dim)
         self._shelves: dict[Namespace, _Shelf] = {}
         self._lock = threading.RLock()
@@ -505,6 +543,9 @@ class ShortTermMemory:
             shelf.alive[rows] = True
             if vecs is not None:
                 shelf.vectors[rows] = vecs[js]
+            if shelf.recall is not None and shelf.recall.indexes:
+                for row in rows:
+                    shelf.recall.put(row, texts[row], shelf.vectors[row], metas[row])
         if not shelf.order:
             del self._shelves[ns]
 
@@ -554,10 +595,87 @@ class ShortTermMemory:
             shelf = self._shelves.get(ns)
             return shelf is not None and key in shelf.order
 
+    def _hybrid(self, hybrid: Any) -> HybridWeights:
+        if hybrid is None:
+            return self.hybrid
+        if not isinstance(hybrid, HybridWeights):
+            raise TypeError(f"hybrid must be a HybridWeights, got {type(hybrid).__name__}")
+        if self.embedder is None and not hybrid.is_similarity:
+            raise ValueError("hybrid recall needs an embedder; this ShortTermMemory ranks by "
+                             "lexical similarity only (pass hybrid=None)")
+        return hybrid
+
+    def _recall_index(self, shelf: _Shelf, hw: HybridWeights):
+        if shelf.recall is None:
+            shelf.recall = NamespaceRecall(self.dim, self.query_preparer)
+        return shelf.recall.index(hw, shelf.recall_source)
+
+    def prepare(self, namespace: NamespaceLike, text: str, *,
+                hybrid: HybridWeights | None = None) -> PreparedQuery:
+        """The query preparer's forms of ``text`` for this namespace (its speakers known).
+
+        With hybrid weights, ``prepared.dense`` is the text whose embedding ``search``
+        expects as ``query_vector``; with the similarity preset it is ``text`` itself.
+
+        Parameters
+        ----------
+        namespace : str or tuple of str
+        text : str
+        hybrid : HybridWeights, optional
+            The store's ``hybrid`` when None.
+
+        Returns
+        -------
+        PreparedQuery
+
+        Raises
+        ------
+        InvalidNamespaceError, InvalidTextError, TypeError
+
+        Examples
+        --------
+        >>> ShortTermMemory(capacity=5).prepare("robot", "where is Ann?").dense
+        'where is Ann?'
+        """
+        ns = _validate.namespace(namespace)
+        text = _validate.text(text)
+        hw = self._hybrid(hybrid)
+        if hw.is_similarity:
+            return identity_preparer(text)
+        with self._lock:
+            shelf = self._shelves.get(ns)
+            if shelf is None:
+                return (self.query_preparer or _default_preparer())(text, ())
+            return self._recall_index(shelf, hw).prepare(text)
+
+    def entities(self, namespace: NamespaceLike, *,
+                 hybrid: HybridWeights | None = None) -> list[str]:
+        """Speaker names of the namespace's memories (hybrid recall's known entities).
+
+        Raises
+        ------
+        InvalidNamespaceError, TypeError
+
+        Examples
+        --------
+        >>> ShortTermMemory(capacity=5).entities("robot")
+        []
+        """
+        ns = _validate.namespace(namespace)
+        hw = self._hybrid(hybrid)
+        if hw.is_similarity:
+            hw = HybridWeights.hybrid()
+        with self._lock:
+            shelf = self._shelves.get(ns)
+            if shelf is None or self.embedder is None:
+                return []
+            return self._recall_index(shelf, hw).entities()
+
     def search(self, query: MemoryQuery | NamespaceLike, text: str | None = None, *,
                top_k: int = 5, threshold: float = -1.0, weights: DecayWeights | None = None,
                filter: Mapping[str, Any] | None = None, touch: bool = True,
-               query_vector: Any = None) -> list[MemoryHit]:
+               query_vector: Any = None, hybrid: HybridWeights | None = None
+               ) -> list[MemoryHit]:
         """Rank a namespace's memories for a query by the fused score.
 
         ``score = w_similarity * sim + w_recency * 2 ** (-age / half_life) + w_importance * imp``
@@ -583,7 +701,14 @@ class ShortTermMemory:
             Refresh ``last_accessed_at = now`` and ``access_count += 1`` of the returned memories.
         query_vector : array_like of shape (dim,), optional
             Precomputed embedding of the query text; the embedder is not called. Only for a
-            store with an embedder.
+            store with an embedder. With hybrid weights it should embed
+            ``self.prepare(namespace, text).dense`` (what the store encodes itself).
+        hybrid : HybridWeights, optional
+            The store's ``hybrid`` when None. Anything but the similarity preset ranks by
+            hybrid recall (:mod:`memcore.hybrid`): ``score`` is then the fused z-score,
+            ``similarity`` the query's cosine with the memory's combined (memory + episode
+            context) embedding, which ``threshold`` bounds; ``weights.w_similarity`` scales
+            the dense weight.
 
         Returns
         -------
@@ -620,8 +745,15 @@ class ShortTermMemory:
         if not q.text.strip():
             return []
         w = q.weights if q.weights is not None else self.weights
+        hw = self._hybrid(hybrid)
+        prepared = None
+        if not hw.is_similarity:
+            prepared = self.prepare(q.namespace, q.text, hybrid=hw)
+        elif hw.dense != 1.0:
+            w = replace(w, w_similarity=w.w_similarity * hw.dense)
         if self.embedder is not None and qvec is None:
-            qvec = self._vectors_for([q.text], None, "query")[0]
+            qvec = self._vectors_for([q.text if prepared is None else prepared.dense], None,
+                                     "query")[0]
             if not qvec.any():
                 return []
         if self.embedder is None and not self._scores(q.text, [q.text])[0] > 0:
@@ -631,7 +763,10 @@ class ShortTermMemory:
             if shelf is None:
                 return []
             now = self._now()
-            rows, scores, sims = self._rank(shelf, q, qvec, w, now)
+            if prepared is None:
+                rows, scores, sims = self._rank(shelf, q, qvec, w, now)
+            else:
+                rows, scores, sims = self._rank_hybrid(shelf, q, prepared, qvec, w, hw, now)
             hits = []
             for row, score, sim in zip(rows.tolist(), scores.tolist(), sims.tolist()):
                 t = float(shelf.last_accessed_at[row])
@@ -670,6 +805,42 @@ class ShortTermMemory:
             sims = self._scores(q.text, [shelf.texts[r] for r in cand])
             m = rerank(cand, sims, *args)
         return out_ids[:m], out_scores[:m], out_sims[:m]
+
+    def _rank_hybrid(self, shelf: _Shelf, q: MemoryQuery, prepared: PreparedQuery,
+                     qvec: np.ndarray, w: DecayWeights, hw: HybridWeights, now: float
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        idx = self._recall_index(shelf, hw)
+        n = idx.n_rows
+        alive = self._alive_mask(shelf, q, n)
+        if w.w_similarity != 1.0:
+            hw = replace(hw, dense=hw.dense * w.w_similarity)
+        res = idx.search(prepared, qvec, top_k=min(q.top_k, len(shelf.order)), weights=hw,
+                         decay=w, now=now, last_accessed_at=shelf.last_accessed_at[:n],
+                         importance=shelf.importance[:n], alive=alive, threshold=q.threshold)
+        m = res.count
+        return res.ids[:m], res.scores[:m], res.sims[:m]
+
+    @staticmethod
+    def _alive_mask(shelf: _Shelf, q: MemoryQuery, n: int) -> np.ndarray:
+        alive = shelf.alive[:n]
+        if q.filter:
+            alive = alive.copy()
+            for k, row in shelf.order.items():
+                if row < n and not _validate.matches_filter(shelf.metadata[row], q.filter):
+                    alive[row] = False
+        return alive
+
+    def _hybrid_moments(self, q: MemoryQuery, qvec: np.ndarray, hw: HybridWeights
+                        ) -> np.ndarray:
+        """:meth:`HybridIndex.moments` of the namespace for a validated query (zeros when
+        empty): for :class:`~memcore.TwoTierMemory`'s pooled statistics. Internal."""
+        with self._lock:
+            shelf = self._shelves.get(q.namespace)
+            if shelf is None:
+                return np.zeros((3, 3))
+            idx = self._recall_index(shelf, hw)
+            return idx.moments(idx.prepare(q.text), qvec, weights=hw,
+                               alive=self._alive_mask(shelf, q, idx.n_rows))
 
     def _scores(self, query: str, texts: list) -> np.ndarray:
         sims = np.ascontiguousarray(self.scorer.score_many(query, texts), dtype=np.float32)
