@@ -41,7 +41,13 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from memcore import _validate
-from memcore.errors import InvalidNamespaceError, MemcoreError
+from memcore.errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    InvalidNamespaceError,
+    MemcoreError,
+    StoreClosedError,
+)
 from memcore.extractors import MemoryExtractor, PairExtractor, Turn
 from memcore.types import (
     Clock,
@@ -76,7 +82,7 @@ class BackgroundWriteError(MemcoreError, RuntimeError):
     """
 
 
-class MemoryClosedError(MemcoreError, RuntimeError):
+class MemoryClosedError(StoreClosedError):
     """A :class:`SemanticMemory` was used after :meth:`~SemanticMemory.close`."""
 
 
@@ -240,25 +246,25 @@ class SemanticMemory:
         self.top_k = _validate.top_k(top_k)
         self.threshold = _validate.threshold(threshold)
         if weights is not None and not isinstance(weights, DecayWeights):
-            raise TypeError(f"weights must be a DecayWeights, got {type(weights).__name__}")
+            raise InvalidArgumentTypeError(f"weights must be a DecayWeights, got {type(weights).__name__}")
         self.weights = weights if weights is not None else DecayWeights()
         if hybrid is not None and not isinstance(hybrid, HybridWeights):
-            raise TypeError(f"hybrid must be a HybridWeights, got {type(hybrid).__name__}")
+            raise InvalidArgumentTypeError(f"hybrid must be a HybridWeights, got {type(hybrid).__name__}")
         self.prefix: Namespace = _validate.namespace(namespace)
         for name, value in (("short_capacity", short_capacity), ("batch_size", batch_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+                raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
         if isinstance(consolidate_every, bool) or not isinstance(consolidate_every, int) \
                 or not 0 <= consolidate_every <= short_capacity:
-            raise ValueError(f"consolidate_every must be an int in [0, short_capacity={short_capacity}] "
+            raise InvalidArgumentError(f"consolidate_every must be an int in [0, short_capacity={short_capacity}] "
                              f"(0 disables it), got {consolidate_every!r}")
         if policy is not None and not isinstance(policy, PromotionPolicy):
-            raise TypeError(f"policy must be a PromotionPolicy, got {type(policy).__name__}")
+            raise InvalidArgumentTypeError(f"policy must be a PromotionPolicy, got {type(policy).__name__}")
         for ex in extractors:
             if not isinstance(ex, MemoryExtractor):
-                raise TypeError(f"extractors must have extract(turn), got {type(ex).__name__}")
+                raise InvalidArgumentTypeError(f"extractors must have extract(turn), got {type(ex).__name__}")
         if path is None and (durability is not None or lock_timeout is not None):
-            raise ValueError("durability and lock_timeout apply to a persistent store; pass path= too")
+            raise InvalidArgumentError("durability and lock_timeout apply to a persistent store; pass path= too")
         self.consolidate_every = consolidate_every
         self.batch_size = batch_size
         self.clock: Clock = clock if clock is not None else system_clock

@@ -34,7 +34,13 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from memcore.errors import InvalidNamespaceError, InvalidTextError, MemcoreError
+from memcore.errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    InvalidNamespaceError,
+    InvalidTextError,
+    MemcoreError,
+)
 
 __all__ = ["add_global_options", "add_commands", "store_path", "parse_namespace", "UsageError"]
 
@@ -203,7 +209,7 @@ def _json_default(value: Any) -> Any:
         return value.value
     if isinstance(value, tuple):
         return list(value)
-    raise TypeError(f"not JSON-serialisable: {type(value).__name__}")
+    raise InvalidArgumentTypeError(f"not JSON-serialisable: {type(value).__name__}")
 
 
 def _finite(x: float) -> float | None:
@@ -400,7 +406,7 @@ def _import_with_progress(store: Any, src: Path, progress: bool) -> int:
         header = f.readline()
         total = sum(1 for line in f if line.strip())
     if not header.strip():
-        raise ValueError(f"{src} is empty; expected a memcore JSONL export")
+        raise InvalidArgumentError(f"{src} is empty; expected a memcore JSONL export")
     done = 0
     with src.open("r", encoding="utf-8") as f, tempfile.TemporaryDirectory(prefix="memcore-import-") as tmp, \
             tqdm(total=total, unit="mem", desc=f"import {src.name}", disable=not progress,

@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence, TextIO
 
 import numpy as np
 
-from memcore.errors import MemcoreError
+from memcore.errors import InvalidArgumentError, MemcoreError
 
 __all__ = [
     "ManualClock",
@@ -79,7 +79,7 @@ class ManualClock:
             If seconds is negative or not finite.
         """
         if not np.isfinite(seconds) or seconds < 0:
-            raise ValueError(f"a clock advances by a finite number of seconds >= 0, got {seconds!r}")
+            raise InvalidArgumentError(f"a clock advances by a finite number of seconds >= 0, got {seconds!r}")
         self.now += float(seconds)
 
     def set(self, unix_seconds: float) -> None:
@@ -120,7 +120,7 @@ def load_script(path: str | Path | None = None) -> dict[str, Any]:
             tick = {"after_s": float(t["after_s"]), "mode": str(t["mode"]), "input": str(t["input"]),
                     "response": str(t["response"])}
             if not np.isfinite(tick["after_s"]) or tick["after_s"] < 0:
-                raise ValueError(f"tick {i}: after_s must be >= 0, got {t['after_s']!r}")
+                raise InvalidArgumentError(f"tick {i}: after_s must be >= 0, got {t['after_s']!r}")
             ticks.append(tick)
     except (ValueError, KeyError, TypeError) as err:
         raise DemoScriptError(f"{where}: not a demo script ({type(err).__name__}: {err})") from err

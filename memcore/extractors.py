@@ -18,6 +18,8 @@ answer, when, and in which namespace). A :class:`MemoryExtractor` maps a turn to
 
 from __future__ import annotations
 
+from memcore.errors import InvalidArgumentError, InvalidArgumentTypeError
+
 import hashlib
 import json
 import logging
@@ -118,7 +120,7 @@ def pair_key(user: str, assistant: str) -> str:
 
 def _check_cap(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1 (characters), got {value!r}")
+        raise InvalidArgumentError(f"{name} must be an int >= 1 (characters), got {value!r}")
     return value
 
 
@@ -263,7 +265,7 @@ class FactExtractor:
         table = dict(FACT_IMPORTANCE)
         for kind, value in (importance or {}).items():
             if kind not in table:
-                raise ValueError(f"unknown fact kind {kind!r}; known: {', '.join(sorted(table))}")
+                raise InvalidArgumentError(f"unknown fact kind {kind!r}; known: {', '.join(sorted(table))}")
             table[kind] = _validate.importance(value)
         self.importance = table
         self.max_value_chars = _check_cap(max_value_chars, "max_value_chars")
@@ -391,10 +393,10 @@ class LLMExtractor:
     def __init__(self, complete: Callable[[str], str], *, prompt_template: str = LLM_PROMPT,
                  default_importance: float = 0.5, max_items: int = 20) -> None:
         if not callable(complete):
-            raise TypeError(f"complete must be callable (str) -> str, got {type(complete).__name__}")
+            raise InvalidArgumentTypeError(f"complete must be callable (str) -> str, got {type(complete).__name__}")
         for placeholder in ("{user}", "{assistant}"):
             if placeholder not in prompt_template:
-                raise ValueError(f"prompt_template must contain {placeholder}")
+                raise InvalidArgumentError(f"prompt_template must contain {placeholder}")
         self.complete = complete
         self.prompt_template = prompt_template
         self.default_importance = _validate.importance(default_importance)

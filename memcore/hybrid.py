@@ -50,7 +50,7 @@ from typing import Any, Callable, Hashable, Sequence
 import numpy as np
 
 from memcore import _text
-from memcore.errors import DimensionMismatchError, InvalidVectorError
+from memcore.errors import DimensionMismatchError, InvalidArgumentError, InvalidVectorError
 from memcore.kernels import hybrid as _kh
 from memcore.lexical import LexicalIndex
 from memcore.query_prep import DefaultQueryPreparer, PreparedQuery, QueryPreparer
@@ -126,16 +126,16 @@ class HybridWeights:
             v = getattr(self, f.name)
             if f.name in ("normalize", "stem"):
                 if not isinstance(v, bool):
-                    raise ValueError(f"HybridWeights.{f.name} must be a bool, got {v!r}")
+                    raise InvalidArgumentError(f"HybridWeights.{f.name} must be a bool, got {v!r}")
                 continue
             if f.name in ("dense_window", "lexical_window"):
                 if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v <= 64:
-                    raise ValueError(f"HybridWeights.{f.name} must be an int in [0, 64], got {v!r}")
+                    raise InvalidArgumentError(f"HybridWeights.{f.name} must be an int in [0, 64], got {v!r}")
                 continue
             hi = {"alpha": 1.0, "b": 1.0, "k1": 100.0}.get(f.name, math.inf)
             if (isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v)
                     or not 0.0 <= v <= hi):
-                raise ValueError(f"HybridWeights.{f.name} must be finite and in [0, {hi}], "
+                raise InvalidArgumentError(f"HybridWeights.{f.name} must be finite and in [0, {hi}], "
                                  f"got {v!r}")
 
     @classmethod
@@ -221,11 +221,11 @@ class HybridIndex:
     def __init__(self, dim: int, weights: HybridWeights | None = None,
                  query_preparer: QueryPreparer | None = None):
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
-            raise ValueError(f"HybridIndex dim must be an int >= 1, got {dim!r}")
+            raise InvalidArgumentError(f"HybridIndex dim must be an int >= 1, got {dim!r}")
         self.dim = int(dim)
         self.weights = weights if weights is not None else HybridWeights()
         if not isinstance(self.weights, HybridWeights):
-            raise ValueError(f"weights must be HybridWeights, got {type(self.weights).__name__}")
+            raise InvalidArgumentError(f"weights must be HybridWeights, got {type(self.weights).__name__}")
         self.query_preparer = query_preparer or DefaultQueryPreparer()
         w = self.weights
         self._stem = _stemmer() if w.stem else None
@@ -329,7 +329,7 @@ class HybridIndex:
         V = np.ascontiguousarray(vectors, np.float32).reshape(m, -1) if m else \
             np.zeros((0, self.dim), np.float32)
         if len(texts) != m or len(episode_speakers) != m:
-            raise ValueError(f"put_many got {m} rows, {len(texts)} texts and "
+            raise InvalidArgumentError(f"put_many got {m} rows, {len(texts)} texts and "
                              f"{len(episode_speakers)} episode/speaker pairs")
         if m == 0:
             return
@@ -339,7 +339,7 @@ class HybridIndex:
         if not np.isfinite(V).all():
             raise InvalidVectorError("vectors hold NaN or inf")
         if len(set(rows)) != m or any(r in self._tokens for r in rows):
-            raise ValueError("put_many takes distinct rows that are not indexed yet")
+            raise InvalidArgumentError("put_many takes distinct rows that are not indexed yet")
         hashes, offsets, counts = _text.token_hashes(
             [self._lexical_text(t, es[1]) for t, es in zip(texts, episode_speakers)])
         self.n_rows = max(self.n_rows, max(rows) + 1)
@@ -519,7 +519,7 @@ class HybridIndex:
             If query_vector has the wrong dim.
         """
         if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
-            raise ValueError(f"top_k must be an int >= 1, got {top_k!r}")
+            raise InvalidArgumentError(f"top_k must be an int >= 1, got {top_k!r}")
         w = weights if weights is not None else self.weights
         d = decay if decay is not None else DecayWeights(1.0, 0.0, 0.0)
         n = self.n_rows
@@ -614,7 +614,7 @@ class HybridIndex:
             return np.zeros(n, dtype)
         a = np.ascontiguousarray(arr, dtype)
         if a.shape != (n,):
-            raise ValueError(f"{name} must have shape ({n},), got {a.shape}")
+            raise InvalidArgumentError(f"{name} must have shape ({n},), got {a.shape}")
         return a
 
 

@@ -21,6 +21,8 @@ outnumber the live ones.
 
 from __future__ import annotations
 
+from memcore.errors import InvalidArgumentError
+
 import math
 import numbers
 from typing import Iterable, Sequence
@@ -72,7 +74,7 @@ def _grow(arr: np.ndarray, need: int, fill=None) -> np.ndarray:
 def _check_param(name: str, value, lo: float, hi: float) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) \
             or not math.isfinite(value) or not lo <= value <= hi:
-        raise ValueError(f"LexicalIndex {name} must be a finite number in [{lo}, {hi}], "
+        raise InvalidArgumentError(f"LexicalIndex {name} must be a finite number in [{lo}, {hi}], "
                          f"got {value!r}")
     return float(value)
 
@@ -188,7 +190,7 @@ class LexicalIndex:
         rows = [self._check_row(r) for r in rows]
         texts = _text.check_texts(texts, encodable=False)
         if len(rows) != len(texts):
-            raise ValueError(f"add_many got {len(rows)} rows but {len(texts)} texts")
+            raise InvalidArgumentError(f"add_many got {len(rows)} rows but {len(texts)} texts")
         hashes, offsets, counts = _text.token_hashes(texts)
         for i, row in enumerate(rows):
             self.add_tokens(row, hashes[offsets[i]:offsets[i] + counts[i]])
@@ -301,7 +303,7 @@ class LexicalIndex:
     @staticmethod
     def _check_row(row) -> int:
         if isinstance(row, bool) or not isinstance(row, (int, np.integer)) or row < 0:
-            raise ValueError(f"row must be an int >= 0, got {row!r}")
+            raise InvalidArgumentError(f"row must be an int >= 0, got {row!r}")
         return int(row)
 
     # ------------------------------------------------------------------ reads
@@ -347,7 +349,7 @@ class LexicalIndex:
             out = np.empty(self.n_rows, np.float64)
         elif (not isinstance(out, np.ndarray) or out.dtype != np.float64 or out.ndim != 1
               or out.shape[0] < self.n_rows):
-            raise ValueError(f"out must be a float64 array of length >= {self.n_rows}")
+            raise InvalidArgumentError(f"out must be a float64 array of length >= {self.n_rows}")
         if self.n_docs == 0:
             out[:] = 0.0
             return out

@@ -23,6 +23,8 @@ Pass ``query_preparer=`` to :class:`memcore.hybrid.HybridWeights`-using stores t
 
 from __future__ import annotations
 
+from memcore.errors import InvalidArgumentError
+
 import re
 from dataclasses import dataclass
 from typing import Collection, Protocol
@@ -109,7 +111,7 @@ class DefaultQueryPreparer:
     def __init__(self, stop_words: Collection[str] = ENGLISH_QUESTION_WORDS, *,
                  names: str = "first_person"):
         if names not in self._MODES:
-            raise ValueError(f"names must be one of {self._MODES}, got {names!r}")
+            raise InvalidArgumentError(f"names must be one of {self._MODES}, got {names!r}")
         self.stop_words = frozenset(w.casefold() for w in stop_words)
         self.names = names
         self._cache: dict = {}

@@ -28,7 +28,7 @@ from typing import Callable, NamedTuple, Tuple, Union
 import numpy as np
 
 from memcore import kernels
-from memcore.errors import DimensionMismatchError
+from memcore.errors import DimensionMismatchError, InvalidArgumentError, InvalidArgumentTypeError
 from memcore.types import DecayWeights
 
 __all__ = ["TopK", "SearchCandidates", "exact_topk", "flat_topk"]
@@ -66,7 +66,7 @@ class TopK(NamedTuple):
 
 def _check_int(name, value, minimum):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+        raise InvalidArgumentError(f"{name} must be an int >= {minimum}, got {value!r}")
     return int(value)
 
 
@@ -74,9 +74,9 @@ def _check_time(now):
     try:
         now = float(now)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"now must be finite Unix seconds, got {now!r}") from err
+        raise InvalidArgumentError(f"now must be finite Unix seconds, got {now!r}") from err
     if not math.isfinite(now):
-        raise ValueError(f"now must be finite Unix seconds, got {now!r}")
+        raise InvalidArgumentError(f"now must be finite Unix seconds, got {now!r}")
     return now
 
 
@@ -84,15 +84,15 @@ def _check_threshold(threshold):
     try:
         thr = float(threshold)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"threshold must be a number or -inf, got {threshold!r}") from err
+        raise InvalidArgumentError(f"threshold must be a number or -inf, got {threshold!r}") from err
     if math.isnan(thr) or thr == math.inf:
-        raise ValueError(f"threshold must be a number or -inf, got {threshold!r}")
+        raise InvalidArgumentError(f"threshold must be a number or -inf, got {threshold!r}")
     return thr
 
 
 def _check_weights(weights):
     if not isinstance(weights, DecayWeights):
-        raise TypeError(f"weights must be a DecayWeights, got {type(weights).__name__}")
+        raise InvalidArgumentTypeError(f"weights must be a DecayWeights, got {type(weights).__name__}")
     return weights
 
 
@@ -100,11 +100,11 @@ def _check_column(name, arr, dtype, n_rows):
     """Columns are indexed by row id: never copied (that would cost O(n) per query)."""
     if not isinstance(arr, np.ndarray) or arr.dtype != dtype or arr.ndim != 1:
         got = f"{arr.dtype} {arr.ndim}-D" if isinstance(arr, np.ndarray) else type(arr).__name__
-        raise TypeError(f"{name} must be a 1-D {np.dtype(dtype)} ndarray, got {got}")
+        raise InvalidArgumentTypeError(f"{name} must be a 1-D {np.dtype(dtype)} ndarray, got {got}")
     if not arr.flags.c_contiguous:
-        raise TypeError(f"{name} must be C-contiguous; convert it once with np.ascontiguousarray")
+        raise InvalidArgumentTypeError(f"{name} must be C-contiguous; convert it once with np.ascontiguousarray")
     if arr.shape[0] < n_rows:
-        raise ValueError(f"{name} has {arr.shape[0]} rows, but n_rows={n_rows}")
+        raise InvalidArgumentError(f"{name} has {arr.shape[0]} rows, but n_rows={n_rows}")
     return arr
 
 
@@ -195,18 +195,18 @@ def exact_topk(search_candidates: SearchCandidates, n_rows: int, k: int, *,
         ids = np.ascontiguousarray(ids, dtype=np.int64).reshape(-1)
         sims = np.ascontiguousarray(sims, dtype=np.float32).reshape(-1)
         if ids.shape != sims.shape:
-            raise ValueError(f"search_candidates({m}) returned {ids.shape[0]} ids but "
+            raise InvalidArgumentError(f"search_candidates({m}) returned {ids.shape[0]} ids but "
                              f"{sims.shape[0]} sims; expected equal lengths")
         valid = ids >= 0
         n_valid = int(valid.sum())
         if n_valid and (ids[:n_valid] < 0).any():
-            raise ValueError(f"search_candidates({m}) returned -1 padding before valid ids; "
+            raise InvalidArgumentError(f"search_candidates({m}) returned -1 padding before valid ids; "
                              "expected padding only at the end")
         if n_valid and (ids[:n_valid] >= n_rows).any():
-            raise ValueError(f"search_candidates({m}) returned ids >= n_rows={n_rows}")
+            raise InvalidArgumentError(f"search_candidates({m}) returned ids >= n_rows={n_rows}")
         valid_sims = sims[:n_valid]
         if n_valid > 1 and (valid_sims[1:] > valid_sims[:-1]).any():
-            raise ValueError(f"search_candidates({m}) returned sims not in decreasing order")
+            raise InvalidArgumentError(f"search_candidates({m}) returned sims not in decreasing order")
         count = int(kernels.rerank(ids, sims, last_accessed_at, importance, alive, now,
                                    w.half_life, w.w_similarity, w.w_recency, w.w_importance,
                                    threshold, out_ids, out_scores, out_sims))
@@ -282,14 +282,14 @@ def flat_topk(queries: np.ndarray, vectors: np.ndarray, last_accessed_at: np.nda
             or vectors.ndim != 2 or not vectors.flags.c_contiguous):
         got = (f"{vectors.dtype} {vectors.ndim}-D, c_contiguous={vectors.flags.c_contiguous}"
                if isinstance(vectors, np.ndarray) else type(vectors).__name__)
-        raise TypeError(f"vectors must be a 2-D C-contiguous float32 ndarray, got {got}; "
+        raise InvalidArgumentTypeError(f"vectors must be a 2-D C-contiguous float32 ndarray, got {got}; "
                         "convert it once with np.ascontiguousarray(vectors, np.float32)")
     n, dim = vectors.shape
     for name, arr, dtype in (("last_accessed_at", last_accessed_at, np.float64),
                              ("importance", importance, np.float32), ("alive", alive, np.bool_)):
         _check_column(name, arr, dtype, n)
         if arr.shape[0] != n:
-            raise ValueError(f"{name} has {arr.shape[0]} rows, but vectors has {n}")
+            raise InvalidArgumentError(f"{name} has {arr.shape[0]} rows, but vectors has {n}")
     q = np.ascontiguousarray(queries, dtype=np.float32)
     if q.ndim not in (1, 2) or q.shape[-1] != dim:
         raise DimensionMismatchError(

@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from memcore import _validate
-from memcore.errors import EmbedderMismatchError
+from memcore.errors import EmbedderMismatchError, InvalidArgumentError, InvalidArgumentTypeError
 from memcore.hybrid import HybridWeights, default_for, pooled_weights
 from memcore.query_prep import DefaultQueryPreparer
 from memcore.stores.base import as_query
@@ -109,16 +109,16 @@ class TwoTierMemory:
                  policy: PromotionPolicy = PromotionPolicy(), *,
                  weights: DecayWeights | None = None, hybrid: HybridWeights | None = None):
         if not isinstance(short, ShortTermMemory):
-            raise TypeError(f"short must be a ShortTermMemory, got {type(short).__name__}")
+            raise InvalidArgumentTypeError(f"short must be a ShortTermMemory, got {type(short).__name__}")
         missing = [m for m in LONG_TIER_METHODS if not callable(getattr(long, m, None))]
         if missing:
-            raise TypeError(f"long tier {type(long).__name__} lacks {', '.join(missing)}")
+            raise InvalidArgumentTypeError(f"long tier {type(long).__name__} lacks {', '.join(missing)}")
         if not isinstance(policy, PromotionPolicy):
-            raise TypeError(f"policy must be a PromotionPolicy, got {type(policy).__name__}")
+            raise InvalidArgumentTypeError(f"policy must be a PromotionPolicy, got {type(policy).__name__}")
         if weights is not None and not isinstance(weights, DecayWeights):
-            raise TypeError(f"weights must be a DecayWeights, got {type(weights).__name__}")
+            raise InvalidArgumentTypeError(f"weights must be a DecayWeights, got {type(weights).__name__}")
         if hybrid is not None and not isinstance(hybrid, HybridWeights):
-            raise TypeError(f"hybrid must be a HybridWeights, got {type(hybrid).__name__}")
+            raise InvalidArgumentTypeError(f"hybrid must be a HybridWeights, got {type(hybrid).__name__}")
         if short.embedder is None:
             raise EmbedderMismatchError(
                 "the short tier ranks lexically (no embedder) but the long tier needs vectors; "
@@ -131,7 +131,7 @@ class TwoTierMemory:
                 f"short tier embedder {s_id[0]!r} (dim {s_id[1]}) differs from long tier embedder "
                 f"{l_id[0]!r} (dim {l_id[1]}); both tiers must share one embedder")
         if getattr(long, "clock", None) is not short.clock:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"the tiers have different clocks (short: {short.clock!r}, long: "
                 f"{getattr(long, 'clock', None)!r}); pass the same clock to both so recencies "
                 "are comparable")
@@ -202,7 +202,7 @@ class TwoTierMemory:
         """
         if now is not None and (isinstance(now, bool) or not isinstance(now, (int, float))
                                 or not math.isfinite(now)):
-            raise ValueError(f"now must be finite Unix seconds, got {now!r}")
+            raise InvalidArgumentError(f"now must be finite Unix seconds, got {now!r}")
         with self._lock:
             moved = 0
             for ns in self.short.namespaces():
@@ -287,8 +287,8 @@ class TwoTierMemory:
         clean = []
         for i, it in enumerate(items):
             if not isinstance(it, MemoryItem):
-                raise TypeError(f"items[{i}] must be a MemoryItem, got {type(it).__name__}")
-            clean.append((_validate.key(it.key), _validate.text(it.text),
+                raise InvalidArgumentTypeError(f"items[{i}] must be a MemoryItem, got {type(it).__name__}")
+            clean.append((_validate.key(it.key), _validate.memory_text(it.text),
                           _validate.importance(it.importance), _validate.metadata(it.metadata)))
         # encode once, outside the lock; validates vectors before anything changes
         vecs = self.short._vectors_for([c[1] for c in clean], vectors, "vectors")
@@ -349,7 +349,7 @@ class TwoTierMemory:
         if hybrid is None:
             return self.hybrid
         if not isinstance(hybrid, HybridWeights):
-            raise TypeError(f"hybrid must be a HybridWeights, got {type(hybrid).__name__}")
+            raise InvalidArgumentTypeError(f"hybrid must be a HybridWeights, got {type(hybrid).__name__}")
         return hybrid
 
     def dense_query(self, namespace: NamespaceLike, text: str, *,
@@ -435,14 +435,14 @@ class TwoTierMemory:
                       touch=False)
         kw = {"hybrid": hw} if hasattr(self.long, "hybrid") else {}
         if not kw and not hw.is_similarity:
-            raise TypeError(f"the long tier {type(self.long).__name__} has no hybrid recall; "
+            raise InvalidArgumentTypeError(f"the long tier {type(self.long).__name__} has no hybrid recall; "
                             "use hybrid=HybridWeights.similarity() with it")
         with self._lock:
             offset = 0.0
             if not hw.is_similarity and hw.normalize:
                 # z statistics over both tiers' memories (one population, comparable scores)
                 if not hasattr(self.long, "_hybrid_moments"):
-                    raise TypeError(f"the long tier {type(self.long).__name__} cannot pool "
+                    raise InvalidArgumentTypeError(f"the long tier {type(self.long).__name__} cannot pool "
                                     "hybrid statistics; use hybrid=HybridWeights.similarity()")
                 hw, offset = pooled_weights(
                     hw, [self.short._hybrid_moments(sub, qvec, hw),

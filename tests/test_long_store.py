@@ -22,6 +22,7 @@ from memcore import (
     MemoryItem,
     MemoryTier,
     ReadOnlyStoreError,
+    StoreClosedError,
 )
 from memcore import _validate, storage
 
@@ -270,7 +271,7 @@ def test_bad_arguments_raise(tmp_path):
         LongTermMemory(None, object())
     s = open_store(tmp_path / "m")
     s.close()
-    with pytest.raises(ValueError, match="closed"):
+    with pytest.raises(StoreClosedError, match="closed"):
         s.get("ns", "a")
 
 

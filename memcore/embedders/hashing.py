@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from memcore.errors import InvalidArgumentError
+
 from typing import Sequence
 
 import numpy as np
@@ -70,11 +72,11 @@ class HashingEmbedder:
 
     def __init__(self, dim: int = 384, mode: str = "unicode", *, parallel: bool | None = None):
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
-            raise ValueError(f"HashingEmbedder dim must be an int >= 1, got {dim!r}")
+            raise InvalidArgumentError(f"HashingEmbedder dim must be an int >= 1, got {dim!r}")
         if mode not in _MODES:
-            raise ValueError(f"HashingEmbedder mode must be one of {_MODES}, got {mode!r}")
+            raise InvalidArgumentError(f"HashingEmbedder mode must be one of {_MODES}, got {mode!r}")
         if parallel is not None and not isinstance(parallel, bool):
-            raise ValueError(f"HashingEmbedder parallel must be None, True or False, got {parallel!r}")
+            raise InvalidArgumentError(f"HashingEmbedder parallel must be None, True or False, got {parallel!r}")
         self.dim = int(dim)
         self.mode = mode
         self.parallel = parallel
@@ -129,7 +131,7 @@ class HashingEmbedder:
         texts = _text.check_texts(texts, encodable=False)   # pack_utf8 checks encoding
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
                 or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+            raise InvalidArgumentError(f"batch_size must be an int >= 1, got {batch_size!r}")
         out = np.empty((len(texts), self.dim), np.float32)
         for lo in range(0, len(texts), batch_size):
             chunk = texts[lo:lo + batch_size]

@@ -18,6 +18,8 @@ another. Semantics every store keeps (and the state-machine tests check):
 
 from __future__ import annotations
 
+from memcore.errors import InvalidArgumentTypeError
+
 from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
@@ -89,15 +91,15 @@ def as_query(query: MemoryQuery | NamespaceLike, text: str | None = None, *, top
     """
     if isinstance(query, MemoryQuery):
         if text is not None:
-            raise TypeError("search(MemoryQuery) takes no separate text; put it in the query")
+            raise InvalidArgumentTypeError("search(MemoryQuery) takes no separate text; put it in the query")
         q = query
     else:
         if text is None:
-            raise TypeError("search(namespace, text, ...) needs a query text")
+            raise InvalidArgumentTypeError("search(namespace, text, ...) needs a query text")
         q = MemoryQuery(namespace=query, text=text, top_k=top_k, threshold=threshold,
                         weights=weights, filter=filter, touch=touch)
     if q.weights is not None and not isinstance(q.weights, DecayWeights):
-        raise TypeError(f"weights must be a DecayWeights, got {type(q.weights).__name__}")
+        raise InvalidArgumentTypeError(f"weights must be a DecayWeights, got {type(q.weights).__name__}")
     return MemoryQuery(
         namespace=_validate.namespace(q.namespace),
         text=_validate.text(q.text),

@@ -36,8 +36,11 @@ import numpy as np
 from memcore import _validate, storage
 from memcore.errors import (
     EmbedderMismatchError,
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
     InvalidVectorError,
     ReadOnlyStoreError,
+    StoreClosedError,
     StoreCorruptedError,
     StoreLockedError,
 )
@@ -146,7 +149,7 @@ def _clean_fast(items: list) -> tuple | None:
     keys = [it.key for it in items]
     texts = [it.text for it in items]
     imps = [it.importance for it in items]
-    if not (all(type(k) is str for k in keys) and all(type(t) is str for t in texts)
+    if not (all(type(k) is str for k in keys) and all(type(t) is str and t.strip() for t in texts)
             and all(type(x) is float and 0.0 <= x <= 1.0 for x in imps)):
         return None
     try:
@@ -352,22 +355,22 @@ class LongTermMemory:
                  hybrid: HybridWeights | None = None,
                  query_preparer: QueryPreparer | None = None):
         if not isinstance(weights, DecayWeights):
-            raise TypeError(f"weights must be a DecayWeights, got {type(weights).__name__}")
+            raise InvalidArgumentTypeError(f"weights must be a DecayWeights, got {type(weights).__name__}")
         if hybrid is not None and not isinstance(hybrid, HybridWeights):
-            raise TypeError(f"hybrid must be a HybridWeights, got {type(hybrid).__name__}")
+            raise InvalidArgumentTypeError(f"hybrid must be a HybridWeights, got {type(hybrid).__name__}")
         if query_preparer is not None and not callable(query_preparer):
-            raise TypeError(f"query_preparer must be callable, got {query_preparer!r}")
+            raise InvalidArgumentTypeError(f"query_preparer must be callable, got {query_preparer!r}")
         if not callable(clock):
-            raise TypeError(f"clock must be a callable returning Unix seconds, got {clock!r}")
+            raise InvalidArgumentTypeError(f"clock must be a callable returning Unix seconds, got {clock!r}")
         if durability not in storage.DURABILITY_MODES:
-            raise ValueError(f"durability must be one of {storage.DURABILITY_MODES}, "
+            raise InvalidArgumentError(f"durability must be one of {storage.DURABILITY_MODES}, "
                              f"got {durability!r}")
         try:
             lock_timeout = float(lock_timeout)
         except (TypeError, ValueError) as err:
-            raise ValueError(f"lock_timeout must be seconds >= 0, got {lock_timeout!r}") from err
+            raise InvalidArgumentError(f"lock_timeout must be seconds >= 0, got {lock_timeout!r}") from err
         if not (math.isfinite(lock_timeout) and lock_timeout >= 0):
-            raise ValueError(f"lock_timeout must be finite seconds >= 0, got {lock_timeout!r}")
+            raise InvalidArgumentError(f"lock_timeout must be finite seconds >= 0, got {lock_timeout!r}")
         if embedder is not None:
             _check_embedder(embedder)
         self.weights = weights
@@ -385,10 +388,10 @@ class LongTermMemory:
         self.repair_report: list[dict] = []
         if path is None:
             if read_only or repair:
-                raise ValueError("read_only and repair need a path; an in-memory store "
+                raise InvalidArgumentError("read_only and repair need a path; an in-memory store "
                                  "(path=None) has nothing to open or repair")
             if embedder is None:
-                raise ValueError("an in-memory LongTermMemory needs an embedder "
+                raise InvalidArgumentError("an in-memory LongTermMemory needs an embedder "
                                  "(it fixes the name and dim of its vectors)")
             self.path = None
             self.embedder_name, self.dim = str(embedder.name), int(embedder.dim)
@@ -463,7 +466,7 @@ class LongTermMemory:
         emb = self.embedder
         if header is None:
             if emb is None:
-                raise ValueError(f"{root} holds no store yet; creating one needs an embedder")
+                raise InvalidArgumentError(f"{root} holds no store yet; creating one needs an embedder")
             self.embedder_name, self.dim, self._epoch = str(emb.name), int(emb.dim), 0
             os.makedirs(self._epoch_dir(), exist_ok=True)
             storage.write_store_header(root, self.embedder_name, self.dim, 0,
@@ -577,7 +580,7 @@ class LongTermMemory:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise ValueError("this LongTermMemory is closed")
+            raise StoreClosedError("this LongTermMemory is closed")
 
     def _check_writable(self) -> None:
         self._check_open()
@@ -588,7 +591,7 @@ class LongTermMemory:
     def _now(self) -> float:
         now = float(self.clock())
         if not math.isfinite(now):
-            raise ValueError(f"clock returned {now!r}; it must return finite Unix seconds")
+            raise InvalidArgumentError(f"clock returned {now!r}; it must return finite Unix seconds")
         return now
 
     def _encode(self, texts: Sequence[str], what: str) -> np.ndarray:
@@ -772,7 +775,7 @@ class LongTermMemory:
             vecs = _validate.vectors(vectors, self.dim) if len(items) else \
                 np.zeros((0, self.dim), np.float32)
             if vecs.shape[0] != len(items):
-                raise ValueError(f"vectors has {vecs.shape[0]} rows for {len(items)} items")
+                raise InvalidArgumentError(f"vectors has {vecs.shape[0]} rows for {len(items)} items")
         return self._put_items(namespace, items, vecs)
 
     def _put_items(self, namespace: NamespaceLike, items: list, vecs: np.ndarray | None
@@ -792,9 +795,9 @@ class LongTermMemory:
             keys, texts, mbs, imps = [], [], [], []
             for i, it in enumerate(items):
                 if not isinstance(it, MemoryItem):
-                    raise TypeError(f"items[{i}] must be a MemoryItem, got {type(it).__name__}")
+                    raise InvalidArgumentTypeError(f"items[{i}] must be a MemoryItem, got {type(it).__name__}")
                 keys.append(_validate.key(it.key))
-                texts.append(_validate.text(it.text))
+                texts.append(_validate.memory_text(it.text))
                 mbs.append(_meta_bytes(it.metadata))
                 imps.append(_validate.importance(it.importance))
             copies = [{} if mb == _EMPTY_META else json.loads(mb) for mb in mbs]
@@ -866,19 +869,19 @@ class LongTermMemory:
             unit = np.abs(np.linalg.norm(raw.astype(np.float64), axis=1) - 1.0) < 1e-6
             vecs[unit] = raw[unit]
         if vecs.shape[0] != len(memories):
-            raise ValueError(f"vectors has {vecs.shape[0]} rows for {len(memories)} memories")
+            raise InvalidArgumentError(f"vectors has {vecs.shape[0]} rows for {len(memories)} memories")
         groups: dict[Namespace, list[tuple]] = {}
         rows: dict[Namespace, list[int]] = {}
         for i, m in enumerate(memories):
             if not isinstance(m, StoredMemory):
-                raise TypeError(f"memories[{i}] must be a StoredMemory, got {type(m).__name__}")
+                raise InvalidArgumentTypeError(f"memories[{i}] must be a StoredMemory, got {type(m).__name__}")
             times = (m.created_at, m.updated_at, m.last_accessed_at)
             if not all(isinstance(t, (int, float, np.floating)) and not isinstance(t, bool)
                        and math.isfinite(t) for t in times):
-                raise ValueError(f"memories[{i}] ({m.key!r}) has non-finite timestamps {times}")
+                raise InvalidArgumentError(f"memories[{i}] ({m.key!r}) has non-finite timestamps {times}")
             if isinstance(m.access_count, bool) or not isinstance(m.access_count, (int, np.integer)) \
                     or m.access_count < 0:
-                raise ValueError(f"memories[{i}] ({m.key!r}) access_count must be an int >= 0, "
+                raise InvalidArgumentError(f"memories[{i}] ({m.key!r}) access_count must be an int >= 0, "
                                  f"got {m.access_count!r}")
             ns = _validate.namespace(m.namespace)
             groups.setdefault(ns, []).append((
@@ -1023,7 +1026,7 @@ class LongTermMemory:
         if hybrid is None:
             return self.hybrid
         if not isinstance(hybrid, HybridWeights):
-            raise TypeError(f"hybrid must be a HybridWeights, got {type(hybrid).__name__}")
+            raise InvalidArgumentTypeError(f"hybrid must be a HybridWeights, got {type(hybrid).__name__}")
         return hybrid
 
     def _recall_index(self, sp: _Space, hw: HybridWeights):
@@ -1485,7 +1488,7 @@ class LongTermMemory:
         _check_embedder(embedder)
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
                 or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+            raise InvalidArgumentError(f"batch_size must be an int >= 1, got {batch_size!r}")
         name, dim = str(embedder.name), int(embedder.dim)
         with self._lock:
             self._check_writable()
@@ -1566,7 +1569,7 @@ class LongTermMemory:
         """
         self._check_writable()
         if self.path is None:
-            raise ValueError("an in-memory LongTermMemory has no files to repair")
+            raise InvalidArgumentError("an in-memory LongTermMemory has no files to repair")
         report = []
         with self._lock:
             self._check_writable()
@@ -1670,15 +1673,15 @@ class LongTermMemory:
         self._check_writable()
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
                 or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+            raise InvalidArgumentError(f"batch_size must be an int >= 1, got {batch_size!r}")
         path = os.fspath(path)
         n = 0
         with open(path, "r", encoding="utf-8") as f:
             head = _json_line(f.readline(), path, 1)
             if head.get("format") != EXPORT_FORMAT:
-                raise ValueError(f"{path} line 1 is not a {EXPORT_FORMAT} header: {head!r}")
+                raise InvalidArgumentError(f"{path} line 1 is not a {EXPORT_FORMAT} header: {head!r}")
             if not isinstance(head.get("version"), int) or head["version"] > 1:
-                raise ValueError(f"{path} has export version {head.get('version')!r}; this "
+                raise InvalidArgumentError(f"{path} has export version {head.get('version')!r}; this "
                                  "memcore reads version 1")
             same = head.get("embedder") == self.embedder_name and head.get("dim") == self.dim
             batch: list[StoredMemory] = []
@@ -1710,11 +1713,11 @@ class LongTermMemory:
                         raw = base64.b64decode(obj["vector"], validate=True)
                         vec = np.frombuffer(raw, dtype="<f4")
                         if vec.shape != (self.dim,):
-                            raise ValueError(f"vector has {vec.shape[0]} values, expected "
+                            raise InvalidArgumentError(f"vector has {vec.shape[0]} values, expected "
                                              f"{self.dim}")
                         vecs.append(vec.astype(np.float32))
                 except (KeyError, TypeError, ValueError) as err:
-                    raise ValueError(f"{path} line {lineno} is not a valid memory: "
+                    raise InvalidArgumentError(f"{path} line {lineno} is not a valid memory: "
                                      f"{type(err).__name__}: {err}") from err
                 batch.append(mem)
                 if len(batch) >= batch_size:
@@ -1728,9 +1731,9 @@ def _json_line(line: str, path: str, lineno: int) -> dict:
     try:
         obj = json.loads(line)
     except ValueError as err:
-        raise ValueError(f"{path} line {lineno} is not JSON: {err}") from err
+        raise InvalidArgumentError(f"{path} line {lineno} is not JSON: {err}") from err
     if not isinstance(obj, dict):
-        raise ValueError(f"{path} line {lineno} must be a JSON object")
+        raise InvalidArgumentError(f"{path} line {lineno} must be a JSON object")
     return obj
 
 
@@ -1738,5 +1741,5 @@ def _check_embedder(embedder: Any) -> None:
     dim = getattr(embedder, "dim", None)
     if (not callable(getattr(embedder, "encode", None)) or not isinstance(dim, (int, np.integer))
             or isinstance(dim, bool) or dim < 1 or not isinstance(getattr(embedder, "name", None), str)):
-        raise TypeError(f"embedder must have encode(), a str name and an int dim >= 1, got "
+        raise InvalidArgumentTypeError(f"embedder must have encode(), a str name and an int dim >= 1, got "
                         f"{type(embedder).__name__}")

@@ -21,7 +21,12 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from memcore import _validate
-from memcore.errors import EmbedderMismatchError, InvalidVectorError
+from memcore.errors import (
+    EmbedderMismatchError,
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    InvalidVectorError,
+)
 from memcore.hybrid import HybridWeights, NamespaceRecall
 from memcore.query_prep import PreparedQuery, QueryPreparer, identity_preparer
 from memcore.stores.base import as_query, sorted_namespaces
@@ -212,35 +217,35 @@ class ShortTermMemory:
                  on_evict: EvictionHandler | None = None, hybrid: HybridWeights | None = None,
                  query_preparer: QueryPreparer | None = None):
         if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
-            raise ValueError(f"capacity must be an int >= 1, got {capacity!r}")
+            raise InvalidArgumentError(f"capacity must be an int >= 1, got {capacity!r}")
         if embedder is not None and scorer is not None:
-            raise ValueError("give either an embedder (vector similarity) or a scorer (lexical "
+            raise InvalidArgumentError("give either an embedder (vector similarity) or a scorer (lexical "
                              "similarity), not both")
         if embedder is not None:
             dim = getattr(embedder, "dim", None)
             if (not callable(getattr(embedder, "encode", None)) or not isinstance(dim, int)
                     or isinstance(dim, bool) or dim < 1):
-                raise TypeError(f"embedder must have encode() and an int dim >= 1, got "
+                raise InvalidArgumentTypeError(f"embedder must have encode() and an int dim >= 1, got "
                                 f"{type(embedder).__name__}")
         if embedder is None and scorer is None:
             from memcore.embedders.lexical import LexicalScorer
 
             scorer = LexicalScorer()
         if scorer is not None and not callable(getattr(scorer, "score_many", None)):
-            raise TypeError(f"scorer must have score_many(query, texts), got {type(scorer).__name__}")
+            raise InvalidArgumentTypeError(f"scorer must have score_many(query, texts), got {type(scorer).__name__}")
         if not callable(clock):
-            raise TypeError(f"clock must be a callable returning Unix seconds, got {clock!r}")
+            raise InvalidArgumentTypeError(f"clock must be a callable returning Unix seconds, got {clock!r}")
         if weights is not None and not isinstance(weights, DecayWeights):
-            raise TypeError(f"weights must be a DecayWeights, got {type(weights).__name__}")
+            raise InvalidArgumentTypeError(f"weights must be a DecayWeights, got {type(weights).__name__}")
         if on_evict is not None and not callable(on_evict):
-            raise TypeError(f"on_evict must be callable, got {on_evict!r}")
+            raise InvalidArgumentTypeError(f"on_evict must be callable, got {on_evict!r}")
         if hybrid is not None and not isinstance(hybrid, HybridWeights):
-            raise TypeError(f"hybrid must be a HybridWeights, got {type(hybrid).__name__}")
+            raise InvalidArgumentTypeError(f"hybrid must be a HybridWeights, got {type(hybrid).__name__}")
         if query_preparer is not None and not callable(query_preparer):
-            raise TypeError(f"query_preparer must be callable, got {query_preparer!r}")
+            raise InvalidArgumentTypeError(f"query_preparer must be callable, got {query_preparer!r}")
         if embedder is None and (query_preparer is not None
                                  or (hybrid is not None and not hybrid.is_similarity)):
-            raise ValueError("hybrid recall needs an embedder (its dense signal); a "
+            raise InvalidArgumentError("hybrid recall needs an embedder (its dense signal); a "
                              "ShortTermMemory without one ranks by lexical similarity only")
         self.capacity = int(capacity)
         self.embedder = embedder
@@ -263,7 +268,7 @@ class ShortTermMemory:
     def _now(self) -> float:
         now = float(self.clock())
         if not math.isfinite(now):
-            raise ValueError(f"clock returned {now!r}; it must return finite Unix seconds")
+            raise InvalidArgumentError(f"clock returned {now!r}; it must return finite Unix seconds")
         return now
 
     def _vectors_for(self, texts: Sequence[str], vectors: Any, name: str) -> np.ndarray | None:
@@ -277,7 +282,7 @@ class ShortTermMemory:
         if vectors is not None:
             out = _validate.vectors(vectors, self.dim, name=name)
             if out.shape[0] != len(texts):
-                raise ValueError(f"{name} has {out.shape[0]} rows for {len(texts)} items")
+                raise InvalidArgumentError(f"{name} has {out.shape[0]} rows for {len(texts)} items")
             return out
         enc = np.asarray(self.embedder.encode(list(texts)), dtype=np.float32)
         if enc.shape != (len(texts), self.dim):
@@ -377,8 +382,8 @@ class ShortTermMemory:
         clean = []
         for i, it in enumerate(items):
             if not isinstance(it, MemoryItem):
-                raise TypeError(f"items[{i}] must be a MemoryItem, got {type(it).__name__}")
-            clean.append((_validate.key(it.key), _validate.text(it.text),
+                raise InvalidArgumentTypeError(f"items[{i}] must be a MemoryItem, got {type(it).__name__}")
+            clean.append((_validate.key(it.key), _validate.memory_text(it.text),
                           _validate.importance(it.importance), _validate.metadata(it.metadata)))
         vecs = self._vectors_for([c[1] for c in clean], vectors, vname)
         with self._lock:
@@ -431,13 +436,13 @@ class ShortTermMemory:
         clean = []
         for i, m in enumerate(memories):
             if not isinstance(m, StoredMemory):
-                raise TypeError(f"memories[{i}] must be a StoredMemory, got {type(m).__name__}")
+                raise InvalidArgumentTypeError(f"memories[{i}] must be a StoredMemory, got {type(m).__name__}")
             times = (m.created_at, m.updated_at, m.last_accessed_at)
             if not all(isinstance(t, (int, float)) and math.isfinite(t) for t in times):
-                raise ValueError(f"memories[{i}] ({m.key!r}) has non-finite timestamps {times}")
+                raise InvalidArgumentError(f"memories[{i}] ({m.key!r}) has non-finite timestamps {times}")
             if isinstance(m.access_count, bool) or not isinstance(m.access_count, (int, np.integer)) \
                     or m.access_count < 0:
-                raise ValueError(f"memories[{i}] ({m.key!r}) access_count must be an int >= 0, "
+                raise InvalidArgumentError(f"memories[{i}] ({m.key!r}) access_count must be an int >= 0, "
                                  f"got {m.access_count!r}")
             clean.append(StoredMemory(
                 namespace=_validate.namespace(m.namespace), key=_validate.key(m.key),
@@ -461,7 +466,7 @@ class ShortTermMemory:
                 unit = np.abs(np.linalg.norm(raw.astype(np.float64), axis=1) - 1.0) < 1e-6
                 vecs[unit] = raw[unit]
             if vecs.shape[0] != len(clean):
-                raise ValueError(f"vectors has {vecs.shape[0]} rows for {len(clean)} memories")
+                raise InvalidArgumentError(f"vectors has {vecs.shape[0]} rows for {len(clean)} memories")
         groups: dict[Namespace, list[int]] = {}
         for i, m in enumerate(clean):
             groups.setdefault(m.namespace, []).append(i)
@@ -599,9 +604,9 @@ class ShortTermMemory:
         if hybrid is None:
             return self.hybrid
         if not isinstance(hybrid, HybridWeights):
-            raise TypeError(f"hybrid must be a HybridWeights, got {type(hybrid).__name__}")
+            raise InvalidArgumentTypeError(f"hybrid must be a HybridWeights, got {type(hybrid).__name__}")
         if self.embedder is None and not hybrid.is_similarity:
-            raise ValueError("hybrid recall needs an embedder; this ShortTermMemory ranks by "
+            raise InvalidArgumentError("hybrid recall needs an embedder; this ShortTermMemory ranks by "
                              "lexical similarity only (pass hybrid=None)")
         return hybrid
 
@@ -845,7 +850,7 @@ class ShortTermMemory:
     def _scores(self, query: str, texts: list) -> np.ndarray:
         sims = np.ascontiguousarray(self.scorer.score_many(query, texts), dtype=np.float32)
         if sims.shape != (len(texts),):
-            raise ValueError(f"scorer.score_many returned shape {sims.shape} for {len(texts)} texts")
+            raise InvalidArgumentError(f"scorer.score_many returned shape {sims.shape} for {len(texts)} texts")
         return sims
 
     def touch(self, namespace: NamespaceLike, keys: Iterable[str]) -> int:
