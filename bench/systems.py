@@ -50,7 +50,7 @@ def _require(what: str, err: BaseException, extra: str = "bench") -> MissingPeer
 
 #: system -> the encoder whose vectors it stores.
 EMBEDDER_OF = {
-    "memcore-minilm": "minilm-int8",
+    "memcore-minilm": "minilm-default",   # what a user gets: MiniLMEmbedder()'s default variant
     "memcore-hashing": "hashing",
     "om1": "st-fp32",
     "faiss": "minilm-int8",
@@ -60,15 +60,17 @@ EMBEDDER_OF = {
 
 def cache_name(kind: str) -> str | None:
     """The embedding-cache name of an encoder kind; None for hashing (recomputed, not cached)."""
-    if kind == "minilm-int8":
+    if kind in ("minilm-int8", "minilm-default"):
         from memcore.embedders import MiniLMEmbedder
 
-        return MiniLMEmbedder(variant="packaged").name  # from the manifest; loads no model
+        variant = "packaged" if kind == "minilm-int8" else None
+        return MiniLMEmbedder(variant=variant).name  # from the manifest; loads no model
     if kind == "st-fp32":
         return "st-all-minilm-l6-v2-fp32"
     if kind == "hashing":
         return None
-    raise ValueError(f"unknown encoder kind {kind!r}; expected minilm-int8, hashing or st-fp32")
+    raise ValueError(f"unknown encoder kind {kind!r}; expected minilm-int8, minilm-default, "
+                     "hashing or st-fp32")
 
 
 def make_encoder(kind: str, threads: int = 1):
@@ -77,12 +79,13 @@ def make_encoder(kind: str, threads: int = 1):
     ``encode(list_of_str) -> (n, 384) float32`` with unit rows. ``cache_name`` is None for the
     hashing embedder (cheaper to recompute than to read from disk).
     """
-    if kind == "minilm-int8":
+    if kind in ("minilm-int8", "minilm-default"):
         try:
             from memcore.embedders import MiniLMEmbedder
         except ImportError as err:
             raise _require("memcore's MiniLMEmbedder", err, "test") from err
-        emb = MiniLMEmbedder(variant="packaged", intra_op_num_threads=threads).load()
+        variant = "packaged" if kind == "minilm-int8" else None
+        emb = MiniLMEmbedder(variant=variant, intra_op_num_threads=threads).load()
         return cache_name(kind), lambda texts: emb.encode(texts, batch_size=16)
     if kind == "hashing":
         from memcore.embedders import HashingEmbedder
@@ -94,7 +97,8 @@ def make_encoder(kind: str, threads: int = 1):
         return (cache_name(kind),
                 lambda texts: model.encode(list(texts), batch_size=64, normalize_embeddings=True,
                                            convert_to_numpy=True, show_progress_bar=False))
-    raise ValueError(f"unknown encoder kind {kind!r}; expected minilm-int8, hashing or st-fp32")
+    raise ValueError(f"unknown encoder kind {kind!r}; expected minilm-int8, minilm-default, "
+                     "hashing or st-fp32")
 
 
 def load_sentence_transformer():
@@ -139,9 +143,11 @@ class MemcoreSystem(TickSystem):
         from memcore.embedders import HashingEmbedder, MiniLMEmbedder
         from memcore.types import DecayWeights
 
-        self.name = f"memcore-{'minilm' if encoder == 'minilm-int8' else 'hashing'}"
-        self.embedder = (MiniLMEmbedder(variant="packaged", intra_op_num_threads=threads).load()
-                         if encoder == "minilm-int8" else HashingEmbedder(dim=384).load())
+        minilm = encoder.startswith("minilm")
+        self.name = f"memcore-{'minilm' if minilm else 'hashing'}"
+        variant = "packaged" if encoder == "minilm-int8" else None
+        self.embedder = (MiniLMEmbedder(variant=variant, intra_op_num_threads=threads).load()
+                         if minilm else HashingEmbedder(dim=384).load())
         self.store = LongTermMemory(embedder=self.embedder, weights=DecayWeights())
 
     def prefill(self, texts, vectors, offset):

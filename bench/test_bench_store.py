@@ -29,6 +29,7 @@ import pytest
 from memcore import (
     DecayWeights,
     HashingEmbedder,
+    HybridWeights,
     LongTermMemory,
     MemoryItem,
     PromotionPolicy,
@@ -90,7 +91,8 @@ def build(kind: str, n: int, clock):
     if kind == "long":
         return long
     short = ShortTermMemory(capacity=256, embedder=emb, clock=clock, weights=WEIGHTS)
-    return TwoTierMemory(short, long, PromotionPolicy(min_importance=0.0), weights=WEIGHTS)
+    return TwoTierMemory(short, long, PromotionPolicy(min_importance=0.0), weights=WEIGHTS,
+                         hybrid=HybridWeights.similarity())   # the fused-formula path measured here
 
 
 def filled(kind: str, n: int):
