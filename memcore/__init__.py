@@ -18,4 +18,14 @@ from memcore.stores.long import LongTermMemory  # noqa: F401
 from memcore.tiered import TwoTierMemory  # noqa: F401
 from memcore.agent import SemanticMemory  # noqa: F401
 
+from memcore import errors as _errors
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "SemanticMemory", "LongTermMemory", "ShortTermMemory", "TwoTierMemory",
+    "MiniLMEmbedder", "HashingEmbedder", "LexicalScorer",
+    "DecayWeights", "HybridWeights", "PromotionPolicy",
+    "MemoryItem", "StoredMemory", "MemoryQuery", "MemoryHit", "MemoryTier", "Clock",
+    *_errors.__all__,
+]
