@@ -36,7 +36,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["bm25_append", "bm25_scores"]
+__all__ = ["bm25_append", "bm25_append_many", "bm25_docs", "bm25_scores", "window_means"]
 
 
 @numba.njit(cache=True)
@@ -168,3 +168,218 @@ def bm25_scores(q_terms, q_idf, term_head, term_tail, term_fill, block_start, bl
                     out[doc_row[d]] += idf * tf / (tf + norm)
             blk = block_next[blk]
     return out
+
+
+@numba.njit(cache=True)
+def _merge_docs(tok, tok_tf, seg_start, seg_count, seg_ptr, term_of, n_terms, out_ptr,
+                out_terms, out_tfs):
+    """:func:`bm25_docs` with ``merge=True``: a k-way merge of each document's segments."""
+    n_docs = seg_ptr.shape[0] - 1
+    widest = 0
+    for i in range(n_docs):
+        widest = max(widest, seg_ptr[i + 1] - seg_ptr[i])
+    cur = np.empty(widest, np.int64)
+    end = np.empty(widest, np.int64)
+    k = 0
+    out_ptr[0] = 0
+    for i in range(n_docs):
+        s0 = seg_ptr[i]
+        ns = seg_ptr[i + 1] - s0
+        for q in range(ns):
+            cur[q] = seg_start[s0 + q]
+            end[q] = cur[q] + seg_count[s0 + q]
+        while True:
+            best = -1
+            g = np.int64(0)
+            for q in range(ns):
+                if cur[q] < end[q] and (best < 0 or tok[cur[q]] < g):
+                    best = q
+                    g = tok[cur[q]]
+            if best < 0:
+                break
+            run = 0
+            for q in range(ns):
+                if cur[q] < end[q] and tok[cur[q]] == g:
+                    run += tok_tf[cur[q]]
+                    cur[q] += 1
+            t = term_of[g]
+            if t < 0:
+                t = n_terms
+                term_of[g] = t
+                n_terms += 1
+            out_terms[k] = t
+            out_tfs[k] = run
+            k += 1
+        out_ptr[i + 1] = k
+    return n_terms
+
+
+@numba.njit(cache=True)
+def bm25_docs(tok, tok_tf, seg_start, seg_count, seg_ptr, term_of, n_terms, out_ptr, out_terms,
+              out_tfs, merge=False):
+    """Distinct terms and frequencies of many documents, with term ids assigned on first use.
+
+    Document ``i`` is the multiset union of the token segments ``s`` in
+    ``seg_ptr[i]:seg_ptr[i+1]``: entries ``e`` in ``seg_start[s]:seg_start[s] + seg_count[s]``,
+    token id ``tok[e]`` counted ``tok_tf[e]`` times (ones for raw tokens; a document's
+    ``(term, tf)`` list to merge documents). ``tok`` holds dense token ids ordered like the
+    token hashes (e.g. the inverse of ``np.unique`` over the hashes), so sorting ids sorts
+    hashes. Each document's distinct ids are emitted ascending with their summed counts; an id
+    without a term (``term_of[g] < 0``) gets ``n_terms``, then ``n_terms + 1``, ..., in
+    emission order: what adding the documents one by one does.
+
+    Parameters
+    ----------
+    tok : ndarray of shape (n_tok,), int64
+        Token ids in [0, 2**32).
+    tok_tf : ndarray of shape (n_tok,), int32
+        Counts, >= 1; a document's summed count of one id must stay below 2**31.
+    seg_start, seg_count : ndarray of shape (n_seg,), int64
+    seg_ptr : ndarray of shape (n_docs + 1,), int64
+    term_of : ndarray of shape (n_ids,), int64
+        Term id of each token id, -1 when none yet; updated in place.
+    n_terms : int
+        Terms already assigned.
+    out_ptr : ndarray of shape (n_docs + 1,), int64
+        Written: document ``i``'s entries are ``out_ptr[i]:out_ptr[i+1]``.
+    out_terms : ndarray of shape (>= distinct entries,), int64
+    out_tfs : ndarray, int32, same length as out_terms
+
+    merge : bool
+        True when every segment holds distinct ids in ascending order (documents' term
+        lists): segments are then merged rather than sorted.
+
+    Returns
+    -------
+    n_terms : int
+        Terms assigned after the call.
+    """
+    n_docs = seg_ptr.shape[0] - 1
+    if merge:
+        return _merge_docs(tok, tok_tf, seg_start, seg_count, seg_ptr, term_of, n_terms,
+                           out_ptr, out_terms, out_tfs)
+    longest = 0
+    for i in range(n_docs):
+        dl = 0
+        for s in range(seg_ptr[i], seg_ptr[i + 1]):
+            dl += seg_count[s]
+        longest = max(longest, dl)
+    buf = np.empty(longest, np.int64)
+    shift = np.int64(31)
+    mask = (np.int64(1) << shift) - 1
+    k = 0
+    out_ptr[0] = 0
+    for i in range(n_docs):
+        dl = 0
+        for s in range(seg_ptr[i], seg_ptr[i + 1]):
+            a = seg_start[s]
+            for j in range(seg_count[s]):
+                buf[dl] = (tok[a + j] << shift) | np.int64(tok_tf[a + j])
+                dl += 1
+        if dl > 0:
+            if dl <= 64:                          # small documents: insertion sort in place
+                for j in range(1, dl):
+                    x = buf[j]
+                    q = j - 1
+                    while q >= 0 and buf[q] > x:
+                        buf[q + 1] = buf[q]
+                        q -= 1
+                    buf[q + 1] = x
+                srt = buf
+            else:
+                srt = np.sort(buf[:dl])
+            prev = srt[0] >> shift
+            run = 0
+            for j in range(dl + 1):
+                if j < dl and (srt[j] >> shift) == prev:
+                    run += srt[j] & mask
+                    continue
+                t = term_of[prev]
+                if t < 0:
+                    t = n_terms
+                    term_of[prev] = t
+                    n_terms += 1
+                out_terms[k] = t
+                out_tfs[k] = run
+                k += 1
+                if j < dl:
+                    prev = srt[j] >> shift
+                    run = srt[j] & mask
+        out_ptr[i + 1] = k
+    return n_terms
+
+
+@numba.njit(cache=True)
+def bm25_append_many(doc0, first, ptr, term_ids, tfs, term_head, term_tail, term_fill,
+                     block_start, block_size, block_next, n_blocks, pool_doc, pool_tf,
+                     pool_used, min_block, max_block):
+    """:func:`bm25_append` for documents ``first, first + 1, ...`` (ids ``doc0 + i``, terms
+    ``term_ids[ptr[i]:ptr[i+1]]``, distinct), in order, while the arrays have room for the
+    blocks the next one opens.
+
+    Returns
+    -------
+    next, n_blocks, pool_used : int
+        The first document not appended (``ptr.shape[0] - 1`` when all were), and the new
+        counts. The caller grows the arrays and calls again from ``next``.
+    """
+    n_docs = ptr.shape[0] - 1
+    cap_blocks = min(block_start.shape[0], block_size.shape[0], block_next.shape[0])
+    cap_pool = min(pool_doc.shape[0], pool_tf.shape[0])
+    i = first
+    while i < n_docs:
+        a = ptr[i]
+        m = ptr[i + 1] - a
+        need_blocks = 0
+        need_pool = 0
+        for j in range(a, a + m):                 # the blocks this document opens
+            tail = term_tail[term_ids[j]]
+            if tail < 0:
+                need_blocks += 1
+                need_pool += min_block
+            elif term_fill[term_ids[j]] == block_size[tail]:
+                need_blocks += 1
+                need_pool += min(2 * block_size[tail], max_block)
+        if n_blocks + need_blocks > cap_blocks or pool_used + need_pool > cap_pool:
+            break
+        n_blocks, pool_used = bm25_append(doc0 + i, term_ids[a:a + m], tfs[a:a + m], term_head,
+                                          term_tail, term_fill, block_start, block_size,
+                                          block_next, n_blocks, pool_doc, pool_tf, pool_used,
+                                          min_block, max_block)
+        i += 1
+    return i, n_blocks, pool_used
+
+
+@numba.njit(cache=True)
+def window_means(E, rows_of, lo, k, alpha, out):
+    """Combined dense rows of hybrid recall (the context-window companion of the BM25 build).
+
+    For entry ``i``: ``out[rows_of[i]] = float32(alpha * e + (1 - alpha) * (s / k[i]))`` with
+    ``e = E[rows_of[i]]`` and ``s`` the float64 sum, in order, of ``E[rows_of[lo[i] + j]]``,
+    ``j < k[i]`` (what ``alpha * e + (1 - alpha) * E[window].astype(float64).mean(0)`` gives).
+
+    Parameters
+    ----------
+    E : ndarray of shape (n, dim), float32
+    rows_of : ndarray of shape (m,), int64
+    lo, k : ndarray of shape (m,), int64
+        Window start (index into rows_of) and length, >= 1.
+    alpha : float
+    out : ndarray of shape (n, dim), float32
+        Written in place (rows ``rows_of``); not ``E``.
+    """
+    dim = E.shape[1]
+    acc = np.empty(dim, np.float64)
+    for i in range(lo.shape[0]):
+        a = lo[i]
+        r0 = rows_of[a]
+        for d in range(dim):
+            acc[d] = np.float64(E[r0, d])
+        for j in range(1, k[i]):
+            r = rows_of[a + j]
+            for d in range(dim):
+                acc[d] += np.float64(E[r, d])
+        kk = np.float64(k[i])
+        own = rows_of[i]
+        for d in range(dim):
+            out[own, d] = np.float32(alpha * np.float64(E[own, d]) + (1.0 - alpha) * (acc[d] / kk))

@@ -351,3 +351,56 @@ def hybrid_topk(query, vectors, lex, w_dense, w_lex, boost, w_boost, last_access
     keep = np.flatnonzero(alive & (s >= np.float32(threshold)))
     return _select(keep.astype(np.int64), s[keep], score[keep].astype(np.float32),
                    out_ids, out_scores, out_sims)
+
+
+def bm25_docs(tok, tok_tf, seg_start, seg_count, seg_ptr, term_of, n_terms, out_ptr, out_terms,
+              out_tfs, merge=False):
+    """Distinct terms of many documents, term ids on first use (see kernels/bm25.py)."""
+    k = 0
+    out_ptr[0] = 0
+    for i in range(seg_ptr.shape[0] - 1):
+        sel = [np.arange(seg_start[s], seg_start[s] + seg_count[s])
+               for s in range(seg_ptr[i], seg_ptr[i + 1])]
+        sel = np.concatenate(sel) if sel else np.zeros(0, np.int64)
+        ids = np.unique(tok[sel])
+        for g in ids.tolist():
+            if term_of[g] < 0:
+                term_of[g] = n_terms
+                n_terms += 1
+            out_terms[k] = term_of[g]
+            out_tfs[k] = int(tok_tf[sel][tok[sel] == g].sum())
+            k += 1
+        out_ptr[i + 1] = k
+    return n_terms
+
+
+def bm25_append_many(doc0, first, ptr, term_ids, tfs, term_head, term_tail, term_fill,
+                     block_start, block_size, block_next, n_blocks, pool_doc, pool_tf,
+                     pool_used, min_block, max_block):
+    """bm25_append for documents first, first + 1, ... while there is room (see kernels/bm25.py)."""
+    i = first
+    while i < ptr.shape[0] - 1:
+        a, m = ptr[i], ptr[i + 1] - ptr[i]
+        tails = [term_tail[t] for t in term_ids[a:a + m]]
+        opens = [min_block if tl < 0 else min(2 * block_size[tl], max_block)
+                 for t, tl in zip(term_ids[a:a + m], tails)
+                 if tl < 0 or term_fill[t] == block_size[tl]]
+        if (n_blocks + len(opens) > min(block_start.shape[0], block_size.shape[0],
+                                        block_next.shape[0])
+                or pool_used + sum(opens) > min(pool_doc.shape[0], pool_tf.shape[0])):
+            break
+        n_blocks, pool_used = bm25_append(doc0 + i, term_ids[a:a + m], tfs[a:a + m], term_head,
+                                          term_tail, term_fill, block_start, block_size,
+                                          block_next, n_blocks, pool_doc, pool_tf, pool_used,
+                                          min_block, max_block)
+        i += 1
+    return i, n_blocks, pool_used
+
+
+def window_means(E, rows_of, lo, k, alpha, out):
+    """Combined dense rows: alpha * e + (1 - alpha) * window mean (see kernels/bm25.py)."""
+    for i in range(lo.shape[0]):
+        win = rows_of[lo[i]:lo[i] + k[i]]
+        own = rows_of[i]
+        out[own] = (alpha * E[own].astype(np.float64)
+                    + (1.0 - alpha) * E[win].astype(np.float64).mean(axis=0)).astype(np.float32)

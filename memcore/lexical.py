@@ -192,8 +192,7 @@ class LexicalIndex:
         if len(rows) != len(texts):
             raise InvalidArgumentError(f"add_many got {len(rows)} rows but {len(texts)} texts")
         hashes, offsets, counts = _text.token_hashes(texts)
-        for i, row in enumerate(rows):
-            self.add_tokens(row, hashes[offsets[i]:offsets[i] + counts[i]])
+        self.add_tokens_batch(rows, hashes, offsets[:len(rows)], counts)
 
     def add_tokens(self, row: int, token_hashes: np.ndarray) -> None:
         """Index a row given its token hashes (from :func:`memcore._text.token_hashes`).
@@ -229,6 +228,122 @@ class LexicalIndex:
             self._fill = _grow(self._fill, n_terms, 0)
         self._append_doc(row, term_ids, tfs.astype(np.int32), int(token_hashes.shape[0]))
         self.n_rows = max(self.n_rows, row + 1)
+
+    def add_tokens_batch(self, rows: Sequence[int], hashes: np.ndarray, starts: np.ndarray,
+                         counts: np.ndarray) -> None:
+        """Index many new rows given their token hashes, in one pass (no per-row Python).
+
+        Row ``rows[i]``'s tokens are ``hashes[starts[i]:starts[i] + counts[i]]`` (the layout
+        of :func:`memcore._text.token_hashes`). The result equals calling :meth:`add_tokens`
+        for each row in order (same term ids, postings and scores); rows that already hold a
+        document, or repeated rows, take that path.
+
+        Parameters
+        ----------
+        rows : sequence of int
+        hashes : ndarray, uint64
+        starts, counts : ndarray of shape (len(rows),), int64
+
+        Examples
+        --------
+        >>> LexicalIndex().add_tokens_batch([0, 1], np.array([7, 9, 7], np.uint64),
+        ...                                 np.array([0, 2]), np.array([2, 1]))
+        """
+        rows_a = np.asarray([self._check_row(r) for r in rows], np.int64)
+        starts = np.asarray(starts, np.int64)
+        counts = np.asarray(counts, np.int64)
+        uniq, tok = np.unique(np.asarray(hashes, np.uint64), return_inverse=True)
+        tok = tok.astype(np.int64).reshape(-1)
+        self._add_docs(rows_a, uniq, tok, np.ones(tok.shape[0], np.int32), starts, counts,
+                       np.arange(rows_a.shape[0] + 1, dtype=np.int64), counts)
+
+    def _add_docs(self, rows: np.ndarray, uniq: np.ndarray, tok: np.ndarray, tok_tf: np.ndarray,
+                  seg_start: np.ndarray, seg_count: np.ndarray, seg_ptr: np.ndarray,
+                  doc_len: np.ndarray, merge: bool = False):
+        """Batch add: document ``i`` (row ``rows[i]``, ``doc_len[i]`` tokens) is the union of
+        the segments ``seg_ptr[i]:seg_ptr[i+1]`` of ``tok`` (ids into the sorted unique hashes
+        ``uniq``), each entry counted ``tok_tf`` times (see :func:`bm25_docs`; ``merge``: the
+        segments are sorted distinct ids). Equal to
+        :meth:`add_tokens` per row in order.
+
+        Returns
+        -------
+        ptr, term_ids, tfs, term_of : ndarray
+            The documents' distinct terms (``ptr`` as in :func:`bm25_docs`), and the term id
+            of each entry of ``uniq`` (-1 if none); None when rows needed the per-row path.
+        """
+        n = rows.shape[0]
+        if n == 0:
+            return None
+        r_doc = self._row_doc
+        held = rows[rows < r_doc.shape[0]]
+        if np.unique(rows).shape[0] != n or (held.shape[0] and (r_doc[held] >= 0).any()):
+            for i in range(n):                       # replacing rows: the per-row path
+                parts = [np.repeat(uniq[tok[seg_start[s]:seg_start[s] + seg_count[s]]],
+                                   tok_tf[seg_start[s]:seg_start[s] + seg_count[s]])
+                         for s in range(seg_ptr[i], seg_ptr[i + 1])]
+                self.add_tokens(int(rows[i]), np.concatenate(parts) if parts
+                                else np.zeros(0, np.uint64))
+            return None
+        get = self._terms.get
+        term_of = np.array([get(h, -1) for h in uniq.tolist()], np.int64)
+        old_terms = len(self._terms)
+        doc_len = np.asarray(doc_len, np.int64)
+        ptr = np.empty(n + 1, np.int64)
+        cap = int(seg_count.sum())
+        term_ids = np.empty(cap, np.int64)
+        tfs = np.empty(cap, np.int32)
+        n_terms = _k.bm25_docs(tok, tok_tf, seg_start, seg_count, seg_ptr, term_of, old_terms,
+                               ptr, term_ids, tfs, merge)
+        if n_terms > old_terms:
+            new = np.flatnonzero(term_of >= old_terms)
+            new = new[np.argsort(term_of[new])]
+            self._terms.update(zip(uniq[new].tolist(), range(old_terms, n_terms)))
+            self._df = _grow(self._df, n_terms, 0)
+            self._head = _grow(self._head, n_terms, -1)
+            self._tail = _grow(self._tail, n_terms, -1)
+            self._fill = _grow(self._fill, n_terms, 0)
+        used = int(ptr[n])
+        term_ids = term_ids[:used]
+        tfs = tfs[:used]
+        doc0 = self._n_docs_total
+        self._doc_row = _grow(self._doc_row, doc0 + n)
+        self._doc_len = _grow(self._doc_len, doc0 + n)
+        self._doc_alive = _grow(self._doc_alive, doc0 + n, False)
+        # room for every block the batch opens, bounded per term (c new postings: at most c
+        # blocks and c + max_block - 1 entries; a fresh term's doubling blocks, 2c + min_block)
+        c = np.bincount(term_ids, minlength=n_terms)
+        fresh = self._tail[:n_terms] < 0
+        pool_need = np.where(fresh, np.minimum(2 * c + MIN_BLOCK, c + MAX_BLOCK - 1),
+                             c + MAX_BLOCK - 1)
+        pool_need = int(pool_need[c > 0].sum())
+        block_need = int(np.minimum(c, 8 + c // MAX_BLOCK).sum())
+        i = 0
+        while i < n:
+            self._bstart = _grow(self._bstart, self._n_blocks + block_need)
+            self._bsize = _grow(self._bsize, self._n_blocks + block_need)
+            self._bnext = _grow(self._bnext, self._n_blocks + block_need)
+            self._pdoc = _grow(self._pdoc, self._pool_used + pool_need)
+            self._ptf = _grow(self._ptf, self._pool_used + pool_need)
+            i, self._n_blocks, self._pool_used = _k.bm25_append_many(
+                doc0, i, ptr, term_ids, tfs, self._head, self._tail, self._fill, self._bstart,
+                self._bsize, self._bnext, self._n_blocks, self._pdoc, self._ptf,
+                self._pool_used, MIN_BLOCK, MAX_BLOCK)
+            block_need, pool_need = 2 * block_need + 16, 2 * pool_need + MAX_BLOCK  # not reached
+        self._n_docs_total = doc0 + n
+        self._doc_row[doc0:doc0 + n] = rows
+        self._doc_len[doc0:doc0 + n] = doc_len
+        self._doc_alive[doc0:doc0 + n] = True
+        bounds = ptr.tolist()
+        self._doc_terms.extend([(term_ids[a:b], tfs[a:b])
+                                for a, b in zip(bounds[:-1], bounds[1:])])
+        self._df += np.bincount(term_ids, minlength=self._df.shape[0])[:self._df.shape[0]]
+        self.n_rows = max(self.n_rows, int(rows.max()) + 1)
+        self._row_doc = _grow(self._row_doc, self.n_rows, -1)
+        self._row_doc[rows] = np.arange(doc0, doc0 + n, dtype=np.int64)
+        self.n_docs += n
+        self._total_len += int(doc_len.sum())
+        return ptr, term_ids, tfs, term_of
 
     def remove(self, row: int) -> bool:
         """Drop a row's document; True if it had one.

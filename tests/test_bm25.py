@@ -153,3 +153,110 @@ def test_kernels_equal_oracles(docs, q, b, k1):
         for a, bb in zip(args, before):
             np.testing.assert_array_equal(a, bb)  # inputs not mutated
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-12, atol=1e-12)
+
+
+# ------------------------------------------------------------------ batch build
+def lexical_state(idx: LexicalIndex):
+    """Everything a LexicalIndex's behaviour depends on (used block entries only)."""
+    nt, nb, nd = len(idx._terms), idx._n_blocks, idx._n_docs_total
+    post = []
+    for t in range(nt):
+        blk, ent = idx._head[t], []
+        while blk >= 0:
+            a = idx._bstart[blk]
+            n = idx._fill[t] if blk == idx._tail[t] else idx._bsize[blk]
+            ent.append((int(a), idx._pdoc[a:a + n].tolist(), idx._ptf[a:a + n].tolist()))
+            blk = idx._bnext[blk]
+        post.append(ent)
+    return (idx._terms, idx._df[:nt].tolist(), idx._head[:nt].tolist(), idx._tail[:nt].tolist(),
+            idx._fill[:nt].tolist(), idx._bstart[:nb].tolist(), idx._bsize[:nb].tolist(),
+            idx._bnext[:nb].tolist(), post, idx._doc_row[:nd].tolist(), idx._doc_len[:nd].tolist(),
+            idx._doc_alive[:nd].tolist(),
+            [None if d is None else (d[0].dtype, d[0].tolist(), d[1].dtype, d[1].tolist())
+             for d in idx._doc_terms],
+            idx._row_doc[:idx.n_rows].tolist(), nb, idx._pool_used, nd, idx.n_docs, idx.n_rows,
+            idx._total_len)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops, st.lists(st.tuples(st.integers(0, 20), st.lists(st.sampled_from(WORDS + ["x"] * 3),
+                                                          max_size=300)), max_size=12),
+       st.lists(st.sampled_from(WORDS), min_size=1, max_size=4))
+def test_batch_add_equals_per_row(seq, batch_docs, query):
+    """add_tokens_batch (one pass, numba) leaves exactly the state of add_tokens per row, on an
+    empty or a used index, with new, repeated or replaced rows; long documents included."""
+    per_row, batch = LexicalIndex(k1=1.2, b=0.3), LexicalIndex(k1=1.2, b=0.3)
+    for op, row, words in seq:
+        for idx in (per_row, batch):
+            idx.add(row, " ".join(words)) if op == "put" else idx.remove(row)
+    texts = [" ".join(w) for _, w in batch_docs]
+    rows = [r for r, _ in batch_docs]
+    hashes, offsets, counts = _text.token_hashes(texts) if texts else \
+        (np.zeros(0, np.uint64), np.zeros(1, np.int64), np.zeros(0, np.int64))
+    for i, r in enumerate(rows):
+        per_row.add_tokens(r, hashes[offsets[i]:offsets[i] + counts[i]])
+    batch.add_tokens_batch(rows, hashes, offsets[:len(rows)], counts)
+    assert lexical_state(batch) == lexical_state(per_row)
+    q = " ".join(query)
+    np.testing.assert_array_equal(batch.scores(q, out=np.empty(24)),
+                                  per_row.scores(q, out=np.empty(24)))
+
+
+def test_batch_kernels_equal_oracles():
+    rng = np.random.default_rng(5)
+    for merge in (False, True):
+        n_docs = 40
+        if merge:       # segments of sorted distinct ids with counts (documents' term lists)
+            segs = [np.unique(rng.integers(0, 30, rng.integers(0, 12))) for _ in range(60)]
+            tok = np.concatenate(segs).astype(np.int64)
+            tf = rng.integers(1, 5, tok.shape[0]).astype(np.int32)
+            lens = np.array([s.shape[0] for s in segs], np.int64)
+            starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+            pick = rng.integers(0, 60, 100)
+        else:
+            tok = rng.integers(0, 30, 500).astype(np.int64)
+            tf = np.ones(500, np.int32)
+            starts = rng.integers(0, 450, 100).astype(np.int64)
+            lens = np.minimum(rng.integers(0, 90, 100), 500 - starts).astype(np.int64)
+            pick = np.arange(100)
+        seg_ptr = np.concatenate([[0], np.sort(rng.integers(0, 100, n_docs - 1)), [100]]
+                                 ).astype(np.int64)
+        outs = []
+        for fn in (kb.bm25_docs, ref.bm25_docs):
+            term_of = np.full(30, -1, np.int64)
+            term_of[[3, 7]] = [0, 1]
+            ptr = np.empty(n_docs + 1, np.int64)
+            terms = np.empty(int(lens[pick].sum()) + 1, np.int64)
+            tfs = np.empty(terms.shape[0], np.int32)
+            nt = fn(tok, tf, starts[pick], lens[pick], seg_ptr, term_of, 2, ptr, terms, tfs,
+                    merge)
+            outs.append((nt, term_of.tolist(), ptr.tolist(), terms[:ptr[-1]].tolist(),
+                         tfs[:ptr[-1]].tolist()))
+        assert outs[0] == outs[1]
+    # bm25_append_many: stops where the arrays are full, resumes after growing
+    ptr = np.array([0, 3, 3, 5, 9], np.int64)
+    term_ids = np.array([0, 1, 2, 1, 3, 0, 1, 2, 3], np.int64)
+    tfs = np.arange(1, 10, dtype=np.int32)
+    res = []
+    for fn in (kb.bm25_append_many, ref.bm25_append_many):
+        arrs = [np.full(4, -1, np.int64), np.full(4, -1, np.int64), np.zeros(4, np.int64),
+                np.zeros(5, np.int64), np.zeros(5, np.int64), np.zeros(5, np.int64),
+                np.zeros(64, np.int64), np.zeros(64, np.int32)]
+        h, t, f, bs, bz, bn, pd, pt = arrs
+        got = fn(10, 0, ptr, term_ids, tfs, h, t, f, bs, bz, bn, 0, pd, pt, 0, 2, 8)
+        res.append((got, [a.tolist() for a in arrs]))
+    assert res[0] == res[1] and res[0][0][0] == 4
+    # window_means
+    E = _unit_rows(rng, 12, 6)
+    rows_of = rng.permutation(12).astype(np.int64)
+    lo = np.array([0, 0, 1, 5, 9, 11, 2], np.int64)
+    k = np.array([1, 3, 4, 5, 3, 1, 2], np.int64)
+    a, b = np.zeros((12, 6), np.float32), np.zeros((12, 6), np.float32)
+    kb.window_means(E, rows_of, lo, k, 0.4, a)
+    ref.window_means(E, rows_of, lo, k, 0.4, b)
+    assert a.tobytes() == b.tobytes()
+
+
+def _unit_rows(rng, n, dim):
+    v = rng.standard_normal((n, dim)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)

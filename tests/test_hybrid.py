@@ -205,3 +205,82 @@ def test_default_query_preparer():
     assert identity_preparer("Hi Ann", ["Ann"]).entities == frozenset()
     with pytest.raises(ValueError):
         DefaultQueryPreparer(names="x")
+
+
+# ------------------------------------------------------------------ batch build
+def _index_state(ix: HybridIndex):
+    def lex(L):
+        nt, nb, nd = len(L._terms), L._n_blocks, L._n_docs_total
+        post = []
+        for t in range(nt):
+            blk, ent = L._head[t], []
+            while blk >= 0:
+                a = L._bstart[blk]
+                n = L._fill[t] if blk == L._tail[t] else L._bsize[blk]
+                ent.append((int(a), L._pdoc[a:a + n].tolist(), L._ptf[a:a + n].tolist()))
+                blk = L._bnext[blk]
+            post.append(ent)
+        return (L._terms, L._df[:nt].tolist(), L._head[:nt].tolist(), L._tail[:nt].tolist(),
+                L._fill[:nt].tolist(), L._bsize[:nb].tolist(), L._bnext[:nb].tolist(), post,
+                L._doc_row[:nd].tolist(), L._doc_len[:nd].tolist(), L._doc_alive[:nd].tolist(),
+                [None if d is None else (d[0].tolist(), d[1].tolist(), d[1].dtype)
+                 for d in L._doc_terms], L._row_doc[:L.n_rows].tolist(), L._pool_used,
+                L.n_docs, L.n_rows, L._total_len)
+    n = ix.n_rows
+    return (lex(ix.lexical), lex(ix.lexical_context), ix._E[:n].tobytes(), ix._C[:n].tobytes(),
+            ix._alive[:n].tolist(), {r: t.tolist() for r, t in ix._tokens.items()},
+            ix._episode_of, ix._episodes, ix._speaker, ix._speaker_rows, ix._speaker_code,
+            ix._speaker_of[:n].tolist(), ix._names, n)
+
+
+TEXTS = ["I adopted a dog named Rex", "the robot docked at noon", "Straße ＡＢＣ東京タワー ロボット",
+         "", "battery low again!", "we went camping with the kids", "adoption agency called",
+         "ΣΑΣ ΟΔΟΣ and o'neill's café", "painting is my therapy, painting daily"]
+
+
+@pytest.mark.parametrize("weights", [HybridWeights.hybrid(), HybridWeights.no_model(),
+                                     HybridWeights(alpha=0.3, dense_window=0, lexical_window=3,
+                                                   stem=False),
+                                     HybridWeights(dense_window=4, lexical_window=1)])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_batch_build_equals_per_row(weights, seed):
+    """An empty index's put_many (vectorised batch build) leaves exactly the state of the
+    per-row path: postings, term ids, episode windows, combined matrix, speakers; and later
+    writes keep both equal."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 160))
+    rows = [int(r) for r in rng.permutation(3 * n)[:n]]
+    texts = [" ".join(rng.choice(TEXTS, rng.integers(0, 4))) for _ in range(n)]
+    eps = [None if rng.random() < 0.2 else f"s{rng.integers(0, max(1, n // 6))}"
+           for _ in range(n)]
+    sps = [None if rng.random() < 0.2 else str(rng.choice(["Ann", "Bob", "ann", "Cy"]))
+           for _ in range(n)]
+    V = _unit(rng, n)
+    batch, per_row = HybridIndex(DIM, weights), HybridIndex(DIM, weights)
+    per_row._batch_build = False
+    for ix in (batch, per_row):
+        ix.put_many(rows, texts, V, list(zip(eps, sps)))
+    assert _index_state(batch) == _index_state(per_row)
+    for ix in (batch, per_row):          # later writes: incremental on both
+        ix.delete(rows[0])
+        ix.put(rows[-1], "replaced memory about the dog", V[0], episode="s0", speaker="Bob")
+        ix.put_many([3 * n + 1], ["a new one"], V[:1], [("s0", "Ann")])
+    assert _index_state(batch) == _index_state(per_row)
+    for ix in (batch, per_row):          # emptied, then batch-built again over dead postings
+        for r in list(ix._tokens):
+            ix.delete(r)
+        ix.put_many(rows[::2], texts[::2], V[::2], list(zip(eps, sps))[::2])
+    assert _index_state(batch) == _index_state(per_row)
+    q = _unit(rng, 1)[0]
+    a, b = (ix.search("Ann adopted dog robot", q, top_k=5) for ix in (batch, per_row))
+    assert a.ids.tolist() == b.ids.tolist() and a.scores.tobytes() == b.scores.tobytes()
+
+
+def test_stem_many_equals_per_text():
+    from memcore.hybrid import _stem_many, _stemmer
+
+    stem = _stemmer()
+    texts = (TEXTS + ["  ", "a_b c__d", "İstanbul ǅ ﬁne", "x\u0301y Σ\u0301 ΟΔΟΣ.", "tab\there\nnl",
+                      "\x1cfs\u2028ls", "Running runners ran"]) * 12
+    assert _stem_many(texts, stem) == [stem(t) for t in texts]
+    assert _stem_many(texts + ["nul\x00inside"], stem) == [stem(t) for t in texts + ["nul\x00inside"]]
