@@ -66,7 +66,8 @@ __all__ = [
 ]
 
 #: Bump when any recipe changes: cached builds made by another version are rebuilt.
-RECIPE_VERSION = 1
+#: 2: MatMulInteger weights stored as uint8 with zero point 128 (see :func:`_weights_as_uint8`).
+RECIPE_VERSION = 2
 #: Environment variable overriding the cache dir (default ``platformdirs.user_cache_dir``).
 CACHE_DIR_ENV = "MEMCORE_CACHE_DIR"
 #: The variant :class:`memcore.embedders.MiniLMEmbedder` uses unless told otherwise: the
@@ -397,8 +398,62 @@ def _drop_unused_initializers(model) -> None:
     model.graph.initializer.extend(kept)
 
 
+def _weights_as_uint8(model) -> None:
+    """Store every constant int8 ``MatMulInteger`` weight as uint8 with zero point 128.
+
+    Same values (``(q + 128) - 128 == q``), but onnxruntime then runs its u8u8 kernel instead of
+    u8s8. On x86 without AVX512-VNNI/AVX-VNNI, MLAS computes u8s8 with ``pmaddubsw``, which
+    saturates the int16 sum of two uint8 x int8 products (up to 2 * 255 * 127); onnxruntime's
+    quantisation docs warn of it. That cost ``int8-mixed`` its agreement on such machines (mean
+    cos 0.9955 vs 0.9988 with VNNI); u8u8 widens to int16 first and never saturates, so the
+    result no longer depends on the machine's SIMD.
+    """
+    from onnx import TensorProto, numpy_helper
+
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    users: dict = {}
+    for node in graph.node:
+        for name in node.input:
+            users.setdefault(name, set()).add(node.op_type)
+    done: set = set()
+
+    def to_uint8(name: str) -> None:
+        if name in done:
+            return
+        if users.get(name, set()) != {"MatMulInteger"}:
+            raise RuntimeError(f"int8 weight {name} is used by {sorted(users[name])}, "
+                               "expected MatMulInteger only")
+        value = numpy_helper.to_array(inits[name]).astype(np.int16) + 128
+        inits[name].CopyFrom(numpy_helper.from_array(value.astype(np.uint8), name))
+        done.add(name)
+
+    for node in graph.node:
+        if node.op_type != "MatMulInteger" or node.input[1] not in inits:
+            continue
+        weight = node.input[1]
+        if inits[weight].data_type != TensorProto.INT8:
+            continue
+        n_cols = int(inits[weight].dims[-1])
+        zero_point = node.input[3] if len(node.input) > 3 and node.input[3] else None
+        to_uint8(weight)
+        if zero_point is not None:
+            to_uint8(zero_point)
+            continue
+        name = f"{weight}_u8_zero_point"
+        if name not in inits:
+            inits[name] = numpy_helper.from_array(np.full(n_cols, 128, np.uint8), name)
+            graph.initializer.append(inits[name])
+        while len(node.input) < 4:
+            node.input.append("")
+        node.input[3] = name
+
+
 def _quantize_dynamic(model, exclude: list) -> bytes:
-    """onnxruntime dynamic quantisation (per-channel int8 weights) of the weight MatMuls."""
+    """onnxruntime dynamic quantisation (per-channel int8 weights) of the weight MatMuls.
+
+    The weights are then stored as uint8 (:func:`_weights_as_uint8`), bit-exact in value.
+    """
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     import onnx
@@ -411,6 +466,7 @@ def _quantize_dynamic(model, exclude: list) -> bytes:
                          nodes_to_exclude=list(exclude),
                          extra_options={"MatMulConstBOnly": True})
         out = onnx.load(str(dst))
+    _weights_as_uint8(out)
     return _serialise(out)
 
 
