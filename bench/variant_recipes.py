@@ -150,6 +150,11 @@ def _int8_tokenwise(source: Path) -> bytes:
 
 
 
+def _check(name: str) -> None:
+    if name not in RECIPES:
+        raise InvalidArgumentError(f"recipe must be one of {', '.join(RECIPES)}; got {name!r}")
+
+
 def build(name: str, cache_dir: str | os.PathLike | None = None, *,
           source: str | os.PathLike | None = None, force: bool = False) -> Path:
     """Build (once, cached like :func:`memcore.models.variants.build`) one recipe of :data:`RECIPES`.
@@ -164,8 +169,7 @@ def build(name: str, cache_dir: str | os.PathLike | None = None, *,
     >>> build("int8-dynamic").name
     'model.onnx'
     """
-    if name not in RECIPES:
-        raise InvalidArgumentError(f"recipe must be one of {', '.join(RECIPES)}; got {name!r}")
+    _check(name)
     return _v._build(name, RECIPES[name], RECIPE_VERSION, _v._source(source), cache_dir, force)
 
 
@@ -191,8 +195,7 @@ class ExperimentalEmbedder(MiniLMEmbedder):
     """
 
     def __init__(self, name: str, **kwargs):
-        if name not in RECIPES:
-            raise InvalidArgumentError(f"recipe must be one of {', '.join(RECIPES)}; got {name!r}")
+        _check(name)
         super().__init__(variant="packaged", **kwargs)
         self.variant = name
         self.name = f"minilm-l6-v2-{name}"
