@@ -1,7 +1,8 @@
 """MiniLM variants (issue 8): tick latency, batch throughput and retrieval quality per variant.
 
-Smoke mode (default, ``--benchmark-disable``) builds every variant and runs each measurement on
-a few texts. Real numbers::
+Smoke mode (default, ``--benchmark-disable``) builds every variant (the packaged recipes of
+:mod:`memcore.models.variants` and the ones that failed the gate, :mod:`bench.variant_recipes`)
+and runs each measurement on a few texts. Real numbers::
 
     python -m pytest bench/test_bench_variants.py --benchmark-enable -s
 
@@ -19,7 +20,8 @@ a few texts. Real numbers::
   (2 intra-op threads, vectors cached on disk under ``bench/results/cache``), for ``packaged``
   and every variant in :data:`AGREEING`; the default must be within 0.005 of ``packaged`` on
   both. Smoke mode: one conversation, SciFact's first 20 queries over ~100 documents plus
-  their judged ones, and no 0.005 assertion (too few questions to resolve it).
+  their judged ones, and no 0.005 assertion (too few questions to resolve it). Marked
+  ``slow`` (about two minutes even in smoke mode).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import pytest
 from bench.datasets import BeirDataset, locomo_conversations, locomo_turns, scifact
 from bench.quality import (Embeddings, beir_rankings, beir_scores, locomo_rankings,
                            locomo_scores)
+from bench import variant_recipes
 from memcore.embedders import MiniLMEmbedder
 from memcore.models.variants import DEFAULT_VARIANT, PER_CALL_SCALES, RECIPE_VERSION, VARIANTS
 
@@ -40,15 +43,23 @@ from memcore.models.variants import DEFAULT_VARIANT, PER_CALL_SCALES, RECIPE_VER
 TICK_TEXT = ("The robot saw that the kitchen door was open again, so it reminded Maria to buy "
              "fresh milk, eggs and bread at the store tomorrow.")
 TOLERANCE = 0.005
-#: The derived variants that pass the agreement gate (mean cos >= 0.998, min >= 0.99 vs fp32).
-AGREEING = ("int8-mixed", "int8-tokenwise", "int8-blockwise")
+#: The derived variants that pass the agreement gate (mean cos >= 0.998, min >= 0.99 vs fp32);
+#: int8-tokenwise (bench recipe) to show by how much it misses the retrieval gate.
+AGREEING = ("int8-mixed", "int8-blockwise", "int8-tokenwise")
+#: The packaged variants, then the recipes that failed the gate.
+ALL = VARIANTS + tuple(variant_recipes.RECIPES)
+
+
+def _embedder(name: str, **kwargs) -> MiniLMEmbedder:
+    if name in VARIANTS:
+        return MiniLMEmbedder(variant=name, **kwargs)
+    return variant_recipes.ExperimentalEmbedder(name, **kwargs)
 
 
 @pytest.fixture(scope="module")
 def embedders() -> dict:
     """One loaded embedder per variant: 1 thread, LRU cache off (we time the model)."""
-    return {v: MiniLMEmbedder(variant=v, intra_op_num_threads=1, cache_size=0).load()
-            for v in VARIANTS}
+    return {v: _embedder(v, intra_op_num_threads=1, cache_size=0).load() for v in ALL}
 
 
 @pytest.fixture
@@ -65,7 +76,7 @@ def _median_s(fn, rounds: int) -> float:
     return statistics.median(times)
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", ALL)
 def test_tick_latency(benchmark, embedders, variant, full_run):
     emb = embedders[variant]
     emb.encode([TICK_TEXT])                                  # warm-up
@@ -77,7 +88,7 @@ def test_tick_latency(benchmark, embedders, variant, full_run):
     benchmark.extra_info["variant"] = variant
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", ALL)
 def test_batch_throughput(benchmark, embedders, variant, full_run):
     emb = embedders[variant]
     texts = locomo_turns()[: 1024 if full_run else 64]
@@ -104,7 +115,7 @@ def _sentence_transformer():
 
 def test_speed_table(benchmark, embedders, full_run):
     """All variants (and sentence-transformers fp32) interleaved: median ms, texts/s, ratios."""
-    encoders = {v: embedders[v].encode for v in VARIANTS}
+    encoders = {v: embedders[v].encode for v in ALL}
     st, reason = _sentence_transformer()
     if st is not None:
         encoders["sentence-transformers-fp32"] = lambda texts, batch_size=32: st.encode(
@@ -168,11 +179,11 @@ class VariantEmbeddings(Embeddings):
         if kind != "minilm-int8":
             raise ValueError(f"VariantEmbeddings serves kind 'minilm-int8' only, got {kind!r}")
         if kind not in self.encoders:
-            emb = MiniLMEmbedder(variant=self.variant, intra_op_num_threads=self.threads,
-                                 cache_size=0).load()
+            emb = _embedder(self.variant, intra_op_num_threads=self.threads, cache_size=0).load()
             name = emb.name
             if self.variant != "packaged":
-                name += f"-r{RECIPE_VERSION}" + ("-pertext" if self.variant in PER_CALL_SCALES else "")
+                per_text = self.variant in PER_CALL_SCALES | variant_recipes.PER_CALL_SCALES
+                name += f"-r{RECIPE_VERSION}" + ("-pertext" if per_text else "")
             self.encoders[kind] = (name if self.cache else None,
                                    lambda texts: emb.encode(texts, batch_size=16))
         return self.encoders[kind]
@@ -202,6 +213,7 @@ def retrieval_scores(variant: str, *, threads: int = 2, n_conversations: int | N
             "scifact_ndcg10": beir["nDCG@10"], "scifact_queries": beir["queries"]}
 
 
+@pytest.mark.slow
 def test_retrieval_gate(benchmark, full_run):
     """Every variant that passes the agreement gate (and packaged): LoCoMo R@10, SciFact nDCG@10."""
     kwargs = {} if full_run else {"n_conversations": 1, "n_docs": 100, "cache": False}

@@ -15,6 +15,7 @@ __all__ = [
     "EmbedderMismatchError",
     "ModelNotFoundError",
     "ModelChecksumError",
+    "ModelQualityError",
     "StoreCorruptedError",
     "StoreLockedError",
     "FormatVersionError",
@@ -67,6 +68,14 @@ class ModelNotFoundError(MemcoreError, FileNotFoundError):
 
 class ModelChecksumError(MemcoreError, ValueError):
     """The model file's sha256 differs from the manifest's."""
+
+
+class ModelQualityError(MemcoreError, RuntimeError):
+    """A derived model variant disagrees with the packaged model on this machine.
+
+    Raised when a variant asked for by name fails its self-check (see
+    :class:`memcore.embedders.MiniLMEmbedder`); the message gives the measured cosines.
+    """
 
 
 class StoreCorruptedError(MemcoreError, OSError):

