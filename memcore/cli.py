@@ -29,7 +29,49 @@ def build_parser() -> argparse.ArgumentParser:
     add_commands(subparsers)
     _add_bench(subparsers)
     _add_models(subparsers)
+    _add_data(subparsers)
     return parser
+
+
+def _add_data(subparsers) -> None:
+    """``memcore data prepare DIR [--from SRC] [--only NAME ...]``: the evaluation data folder."""
+    from memcore.evaldata import DATASETS, ENV
+
+    p = subparsers.add_parser("data", help="prepare the evaluation data the benchmarks read")
+    sub = p.add_subparsers(dest="data_command", metavar="ACTION", required=True)
+    b = sub.add_parser(
+        "prepare", help="download LoCoMo and SciFact into a folder",
+        description=f"Download the public evaluation data (LoCoMo from snap-research/locomo, "
+                    f"SciFact from BEIR) into DIR, then print the `export {ENV}=DIR` that points "
+                    f"the tests and benchmarks at it. Complete datasets are left alone.")
+    b.add_argument("dir", metavar="DIR", help="folder to fill (created)")
+    b.add_argument("--from", dest="source", metavar="SRC",
+                   help="a local folder instead of the network: a prepared folder, or one "
+                        "holding locomo10.json and scifact.zip")
+    b.add_argument("--only", nargs="+", choices=list(DATASETS), metavar="NAME",
+                   help=f"only these datasets ({', '.join(DATASETS)})")
+    b.set_defaults(func=_run_data_prepare, command="data")
+
+
+def _run_data_prepare(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from memcore import evaldata
+    from memcore.errors import MemcoreError
+
+    dest = Path(args.dir).resolve()
+    try:
+        written = evaldata.prepare(dest, args.only, source=args.source)
+    except (MemcoreError, OSError) as err:
+        print(f"memcore data: error: {err}", file=sys.stderr)
+        return 1
+    for name in written:
+        print(f"prepared {name}: {dest / evaldata.DATASETS[name].files[0]}")
+    absent = evaldata.missing(dest)
+    if absent:
+        print(f"not prepared: {', '.join(absent)} ({evaldata.describe(dest, absent)})", file=sys.stderr)
+    print(f"export {evaldata.ENV}={dest}")
+    return 0
 
 
 def _add_models(subparsers) -> None:

@@ -203,6 +203,7 @@ def test_demo_bundled_script_transcript():
     assert "tick p50" in out and "p95" in out
 
 
+@pytest.mark.data("locomo")
 def test_demo_locomo_replay_reports_recall(shared):
     locomo = shared / "data" / "locomo" / "locomo_dev.json"
     proc = memcore("--embedder", "hashing", "demo", "--locomo", str(locomo), "--conversation", "conv-26",
