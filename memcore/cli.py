@@ -17,11 +17,29 @@ from memcore import __version__
 __all__ = ["build_parser", "main"]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every subcommand registered."""
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one JSON object on stderr when ``json_errors``."""
+
+    json_errors = False
+
+    def error(self, message: str):  # type: ignore[override]
+        if not self.json_errors:
+            super().error(message)
+        from memcore.commands import report_error
+
+        command = self.prog.removeprefix("memcore").strip() or "memcore"
+        sys.exit(report_error(command, message, 2, as_json=True))
+
+
+def build_parser(*, json_errors: bool = False) -> argparse.ArgumentParser:
+    """The top-level parser with every subcommand registered.
+
+    With ``json_errors`` a usage error is one JSON object on stderr (``--json`` was given).
+    """
     from memcore.commands import add_commands, add_global_options
 
-    parser = argparse.ArgumentParser(
+    parser_class = type("Parser", (_Parser,), {"json_errors": json_errors})
+    parser = parser_class(
         prog="memcore", description="Long-term semantic memory for agents and robots.")
     parser.add_argument("--version", action="version", version=f"memcore {__version__}")
     add_global_options(parser)
@@ -145,7 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     0
     """
     logging.basicConfig(level=logging.WARNING, format="memcore: %(levelname)s: %(message)s")
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(json_errors="--json" in argv)
     args = parser.parse_args(argv)
     return int(args.func(args))
 
