@@ -5,26 +5,7 @@ Real numbers: ``python -m pytest bench --benchmark-enable --benchmark-json=out.j
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def shared_dir() -> Path:
-    """``$MEMCORE_SHARED`` or ``<repo>/../shared``; fails loudly when absent (never skips)."""
-    path = Path(os.environ.get("MEMCORE_SHARED", REPO.parent / "shared"))
-    if not path.is_dir():
-        raise FileNotFoundError(
-            f"shared data directory {path} not found; set MEMCORE_SHARED to the shared/ folder")
-    return path
-
-
-@pytest.fixture(scope="session")
-def shared() -> Path:
-    return shared_dir()
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from memcore import evaldata
+
 # --- issue 7: benchmark harness data (LoCoMo with dates, SciFact, tick memories, embedding cache) ---
 # Everything below reads ../shared by path (``--data`` / $MEMCORE_SHARED); nothing is copied.
 
@@ -29,13 +31,14 @@ def data_root(data=None) -> Path:
     Raises
     ------
     FileNotFoundError
-        If the folder does not exist (benchmarks fail loudly, never skip).
+        If the folder does not exist (benchmarks fail loudly, never skip); the message says
+        how to get it (:mod:`memcore.evaldata`).
     """
-    path = Path(data) if data is not None else Path(
-        os.environ.get("MEMCORE_SHARED", _REPO.parent / "shared"))
+    path = Path(data) if data is not None else evaldata.data_root(_REPO.parent / "shared")
     if not path.is_dir():
         raise FileNotFoundError(
-            f"shared data folder {path} not found; pass --data PATH or set MEMCORE_SHARED")
+            f"shared data folder {path} not found; pass --data PATH or set MEMCORE_SHARED "
+            f"(`memcore data prepare DIR` downloads the data into DIR)")
     return path
 
 

@@ -97,6 +97,7 @@ def test_minilm_tick_latency(benchmark, minilm, full_run):
     assert out.shape == (1, 384)
 
 
+@pytest.mark.data("locomo")
 @pytest.mark.parametrize("batch_size", [32])
 def test_minilm_throughput_locomo(benchmark, minilm, full_run, batch_size):
     texts = locomo_turns()[:1024 if full_run else 16]
@@ -112,6 +113,7 @@ def test_minilm_throughput_locomo(benchmark, minilm, full_run, batch_size):
 # Hashing
 # --------------------------------------------------------------------------------------------
 
+@pytest.mark.data("locomo")
 @pytest.mark.parametrize("parallel", [False, True], ids=["serial", "parallel"])
 @pytest.mark.parametrize("mode", ["classic", "unicode"])
 def test_hashing_throughput_locomo(benchmark, full_run, mode, parallel):

@@ -55,6 +55,7 @@ def test_percentiles_in_ms():
 
 # --- data ----------------------------------------------------------------------------------
 
+@pytest.mark.data("locomo")
 def test_locomo_dates_and_evidence(shared):
     assert datasets.parse_locomo_date("1:56 pm on 8 May, 2023") == 1683554160.0
     convs = datasets.locomo_conversations(str(shared))
@@ -70,6 +71,7 @@ def test_locomo_dates_and_evidence(shared):
     assert datasets._clean_evidence(["D8:6; D9:17", "D:11:26", "D"]) == ("D8:6", "D9:17", "D11:26")
 
 
+@pytest.mark.data("locomo")
 def test_tick_memories_prefix_stable_and_seeded(shared):
     big = datasets.tick_memories(8000, seed=0, data=str(shared))
     assert big[:100] == datasets.tick_memories(100, seed=0, data=str(shared))
@@ -109,6 +111,7 @@ needs_long = pytest.mark.skipif(
 
 
 @needs_long
+@pytest.mark.data("locomo")
 def test_tick_smoke(tmp_path, shared):
     rc = harness.main(["tick", "--systems", "memcore-hashing", "--sizes", "300", "--ticks", "5",
                        "--warmup", "2", "--data", str(shared), "--out", str(tmp_path)])
@@ -123,6 +126,7 @@ def test_tick_smoke(tmp_path, shared):
 
 
 @needs_long
+@pytest.mark.data("locomo")
 def test_locomo_smoke(tmp_path, shared):
     rc = harness.main(["locomo", "--quick", "--runs", "bm25,memcore-hashing", "--data", str(shared),
                        "--out", str(tmp_path)])
@@ -136,6 +140,7 @@ def test_locomo_smoke(tmp_path, shared):
 
 
 @needs_long
+@pytest.mark.data("scifact")
 def test_beir_smoke(tmp_path, shared):
     rc = harness.main(["beir", "--quick", "--runs", "bm25,memcore-hashing", "--data", str(shared),
                        "--out", str(tmp_path)])
@@ -146,6 +151,7 @@ def test_beir_smoke(tmp_path, shared):
         assert payload["results"][run]["queries"] == 20
 
 
+@pytest.mark.data("locomo")
 def test_cli_bench_dispatch(tmp_path, shared):
     from memcore.cli import main
 

@@ -19,6 +19,8 @@ from memcore.hybrid import HybridIndex, HybridWeights
 
 DIM = 384
 
+pytestmark = pytest.mark.data("locomo")  # tick_memories and the queries are LoCoMo's
+
 
 @lru_cache(maxsize=2)
 def _index(n: int) -> HybridIndex:

@@ -88,6 +88,7 @@ def test_tick_latency(benchmark, embedders, variant, full_run):
     benchmark.extra_info["variant"] = variant
 
 
+@pytest.mark.data("locomo")
 @pytest.mark.parametrize("variant", ALL)
 def test_batch_throughput(benchmark, embedders, variant, full_run):
     emb = embedders[variant]
@@ -113,6 +114,7 @@ def _sentence_transformer():
     return model, None
 
 
+@pytest.mark.data("locomo")
 def test_speed_table(benchmark, embedders, full_run):
     """All variants (and sentence-transformers fp32) interleaved: median ms, texts/s, ratios."""
     encoders = {v: embedders[v].encode for v in ALL}
@@ -214,6 +216,7 @@ def retrieval_scores(variant: str, *, threads: int = 2, n_conversations: int | N
 
 
 @pytest.mark.slow
+@pytest.mark.data("locomo", "scifact")
 def test_retrieval_gate(benchmark, full_run):
     """Every variant that passes the agreement gate (and packaged): LoCoMo R@10, SciFact nDCG@10."""
     kwargs = {} if full_run else {"n_conversations": 1, "n_docs": 100, "cache": False}

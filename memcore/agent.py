@@ -452,9 +452,10 @@ class SemanticMemory:
         Parameters
         ----------
         input, response : str
-            A blank ``input`` stores nothing (returns []). An input without content for the
-            embedder (an all-zero vector, e.g. only punctuation for the hashing embedder)
-            could never be recalled and is not written.
+            An empty or whitespace-only ``input`` raises :class:`InvalidTextError`, as the
+            stores do. An input without content for the embedder (an all-zero vector, e.g.
+            only punctuation for the hashing embedder) could never be recalled and is not
+            written.
         mode : str
         importance : float, optional
             In [0, 1]; 0.5 when None. Decides promotion to the long tier.
@@ -473,7 +474,8 @@ class SemanticMemory:
         Raises
         ------
         InvalidNamespaceError, InvalidTextError, ValueError, TypeError
-            On a bad mode, text, importance, key or metadata (before anything is written).
+            On a bad mode, a blank or invalid text, importance, key or metadata (before
+            anything is written).
         BackgroundWriteError
             If an earlier background store failed.
 
@@ -484,6 +486,7 @@ class SemanticMemory:
         self._check()
         t0 = time.perf_counter()
         ns = self.namespace_of(mode)
+        _validate.memory_text(input)
         turn = Turn(user=input, assistant=response, timestamp=self.clock(), namespace=ns,
                     metadata=_validate.metadata(metadata))
         items = self._pair.extract(turn)

@@ -17,11 +17,29 @@ from memcore import __version__
 __all__ = ["build_parser", "main"]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every subcommand registered."""
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one JSON object on stderr when ``json_errors``."""
+
+    json_errors = False
+
+    def error(self, message: str):  # type: ignore[override]
+        if not self.json_errors:
+            super().error(message)
+        from memcore.commands import report_error
+
+        command = self.prog.removeprefix("memcore").strip() or "memcore"
+        sys.exit(report_error(command, message, 2, as_json=True))
+
+
+def build_parser(*, json_errors: bool = False) -> argparse.ArgumentParser:
+    """The top-level parser with every subcommand registered.
+
+    With ``json_errors`` a usage error is one JSON object on stderr (``--json`` was given).
+    """
     from memcore.commands import add_commands, add_global_options
 
-    parser = argparse.ArgumentParser(
+    parser_class = type("Parser", (_Parser,), {"json_errors": json_errors})
+    parser = parser_class(
         prog="memcore", description="Long-term semantic memory for agents and robots.")
     parser.add_argument("--version", action="version", version=f"memcore {__version__}")
     add_global_options(parser)
@@ -29,7 +47,49 @@ def build_parser() -> argparse.ArgumentParser:
     add_commands(subparsers)
     _add_bench(subparsers)
     _add_models(subparsers)
+    _add_data(subparsers)
     return parser
+
+
+def _add_data(subparsers) -> None:
+    """``memcore data prepare DIR [--from SRC] [--only NAME ...]``: the evaluation data folder."""
+    from memcore.evaldata import DATASETS, ENV
+
+    p = subparsers.add_parser("data", help="prepare the evaluation data the benchmarks read")
+    sub = p.add_subparsers(dest="data_command", metavar="ACTION", required=True)
+    b = sub.add_parser(
+        "prepare", help="download LoCoMo and SciFact into a folder",
+        description=f"Download the public evaluation data (LoCoMo from snap-research/locomo, "
+                    f"SciFact from BEIR) into DIR, then print the `export {ENV}=DIR` that points "
+                    f"the tests and benchmarks at it. Complete datasets are left alone.")
+    b.add_argument("dir", metavar="DIR", help="folder to fill (created)")
+    b.add_argument("--from", dest="source", metavar="SRC",
+                   help="a local folder instead of the network: a prepared folder, or one "
+                        "holding locomo10.json and scifact.zip")
+    b.add_argument("--only", nargs="+", choices=list(DATASETS), metavar="NAME",
+                   help=f"only these datasets ({', '.join(DATASETS)})")
+    b.set_defaults(func=_run_data_prepare, command="data")
+
+
+def _run_data_prepare(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from memcore import evaldata
+    from memcore.errors import MemcoreError
+
+    dest = Path(args.dir).resolve()
+    try:
+        written = evaldata.prepare(dest, args.only, source=args.source)
+    except (MemcoreError, OSError) as err:
+        print(f"memcore data: error: {err}", file=sys.stderr)
+        return 1
+    for name in written:
+        print(f"prepared {name}: {dest / evaldata.DATASETS[name].files[0]}")
+    absent = evaldata.missing(dest)
+    if absent:
+        print(f"not prepared: {', '.join(absent)} ({evaldata.describe(dest, absent)})", file=sys.stderr)
+    print(f"export {evaldata.ENV}={dest}")
+    return 0
 
 
 def _add_models(subparsers) -> None:
@@ -103,7 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     0
     """
     logging.basicConfig(level=logging.WARNING, format="memcore: %(levelname)s: %(message)s")
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(json_errors="--json" in argv)
     args = parser.parse_args(argv)
     return int(args.func(args))
 

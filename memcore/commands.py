@@ -9,12 +9,18 @@ Conventions
 -----------
 - The store is ``--store PATH``, else ``$MEMCORE_HOME``, else ``./memcore-data``. The global
   options may also follow the subcommand (``memcore search --store s ns q``).
-- A namespace on the command line is its segments joined by "/" (``agent/patrol``), or a JSON
-  list of segments (``'["a/b", "c"]'``) when a segment holds "/".
+- A namespace on the command line is one segment, as a str is in the library: ``a/b`` is the
+  single segment ``"a/b"``. Several segments are a JSON list: ``'["agent", "patrol"]'`` is
+  the namespace ``("agent", "patrol")`` (what ``SemanticMemory`` uses for mode ``patrol``).
 - Exit status: 0 success, 1 error (missing store, locked store, missing key, corrupted file),
   2 usage (a bad argument: namespace, JSON, number). An error is one line on stderr,
-  ``memcore: error: ...``, never a traceback.
+  ``memcore COMMAND: error: ...``, never a traceback; with ``--json`` it is one JSON object
+  on stderr instead: ``{"error": message, "command": name, "status": code}``.
 - ``--json`` prints one JSON document on stdout.
+- ``put`` reads its text from the argument, from stdin (``-``) or from ``--file PATH``;
+  ``import -`` reads stdin and ``export -`` writes stdout.
+- Only commands that embed text (``put``, ``search``, ``import``) build an embedder; the others
+  (``get``, ``delete``, ``namespaces``, ``stats``, ``export``) ignore ``--embedder``.
 - Reads (``search``, ``get``, ``namespaces``, ``stats``, ``export``) open the store read-only,
   so they work while another process writes, and peek (``touch=False``): a look from the
   command line does not change what the agent recalls.
@@ -40,6 +46,7 @@ from memcore.errors import (
     InvalidNamespaceError,
     InvalidTextError,
     MemcoreError,
+    StoreLockedError,
 )
 
 __all__ = ["add_global_options", "add_commands", "store_path", "parse_namespace", "UsageError"]
@@ -77,7 +84,8 @@ def store_path(args: argparse.Namespace) -> Path:
 
 
 def parse_namespace(text: str) -> tuple[str, ...]:
-    """``"a/b"`` -> ``("a", "b")``; a JSON list of str is taken segment by segment.
+    """``"a/b"`` -> ``("a/b",)`` (one segment, as the library takes a str); a JSON list of str
+    is taken segment by segment.
 
     Raises
     ------
@@ -86,8 +94,8 @@ def parse_namespace(text: str) -> tuple[str, ...]:
 
     Examples
     --------
-    >>> parse_namespace("agent/patrol"), parse_namespace('["a/b", "c"]')
-    (('agent', 'patrol'), ('a/b', 'c'))
+    >>> parse_namespace("agent/patrol"), parse_namespace('["agent", "patrol"]')
+    (('agent/patrol',), ('agent', 'patrol'))
     """
     from memcore import _validate
 
@@ -99,14 +107,14 @@ def parse_namespace(text: str) -> tuple[str, ...]:
         if not isinstance(segments, list):
             raise InvalidNamespaceError(f"namespace {text!r} must be a JSON list of str")
         return _validate.namespace(tuple(segments))
-    return _validate.namespace(tuple(text.split("/")))
+    return _validate.namespace(text)
 
 
 def format_namespace(ns: tuple[str, ...]) -> str:
-    """Inverse of :func:`parse_namespace`: "/"-joined, or JSON when a segment holds "/"."""
-    if any("/" in s for s in ns) or (ns and ns[0].startswith("[")):
-        return json.dumps(list(ns), ensure_ascii=False)
-    return "/".join(ns)
+    """Inverse of :func:`parse_namespace`: a one-segment namespace as itself, else a JSON list."""
+    if len(ns) == 1 and not ns[0].startswith("["):
+        return ns[0]
+    return json.dumps(list(ns), ensure_ascii=False)
 
 
 def _embedder(args: argparse.Namespace) -> Any:
@@ -178,23 +186,28 @@ class _Opened:
         self.store.close()
 
 
-def _open(args: argparse.Namespace, *, write: bool, encoder: bool = False) -> _Opened:
-    """Open the store read-only (it must exist) or for writing (created when absent).
+def _open(args: argparse.Namespace, *, write: bool, embeds: bool = False,
+          encoder: bool = False) -> _Opened:
+    """Open the store read-only (it must exist) or for writing.
 
-    With ``--embedder`` the store checks it against the one it was written with; without,
-    an existing store's own embedder is used, built only if a text must be encoded
-    (``encoder=True`` builds it up front and hands it to the store).
+    ``embeds``: the command encodes text. Only then is ``--embedder`` built (and checked by the
+    store against the one it was written with) and may a write create a new store; otherwise
+    no embedder is built or checked. Without ``--embedder`` an existing store's own embedder
+    is used, built only if a text must be encoded (``encoder=True`` builds it up front and
+    hands it to the store, for an import that re-embeds).
     """
     from memcore.stores.long import LongTermMemory
 
     path = store_path(args)
-    given = _embedder(args) if getattr(args, "embedder", None) else None
+    given = _embedder(args) if embeds and getattr(args, "embedder", None) else None
     if not write:
         return _Opened(LongTermMemory.open(path, given, read_only=True), given)
     if given is None:
         try:
             probe = LongTermMemory.open(path, None, read_only=encoder, lock_timeout=1.0)
         except FileNotFoundError:
+            if not embeds:
+                raise
             given = _embedder(args)  # a new store: the default embedder
         else:
             if not encoder:
@@ -235,22 +248,40 @@ def _hit_dict(h: Any) -> dict[str, Any]:
             "created_at": h.created_at, "last_accessed_at": h.last_accessed_at}
 
 
+def report_error(command: str, message: str, status: int, *, as_json: bool,
+                 kind: str = "error") -> int:
+    """Print one error on stderr (one line, or one JSON object under ``--json``); return status."""
+    if as_json:
+        json.dump({"error": message, "command": command, "status": status}, sys.stderr,
+                  ensure_ascii=False)
+        sys.stderr.write("\n")
+    else:
+        print(f"memcore {command}: {kind}: {' '.join(message.split())}", file=sys.stderr)
+    return status
+
+
+def _locked_message(args: argparse.Namespace) -> str:
+    return (f"another process is writing to the store {store_path(args)} (it holds the writer "
+            f"lock); close that process or wait until it is done, then retry. Reads (search, "
+            f"get, namespaces, stats, export) work meanwhile")
+
+
 def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Turn expected failures into one line on stderr and an exit status (1 error, 2 usage)."""
+    """Turn expected failures into one error on stderr and an exit status (1 error, 2 usage)."""
 
     @functools.wraps(fn)
     def run(args: argparse.Namespace) -> int:
+        as_json = bool(getattr(args, "json", False))
         try:
             return fn(args)
         except (UsageError, InvalidNamespaceError, InvalidTextError) as err:
-            print(f"memcore {args.command}: usage error: {err}", file=sys.stderr)
-            return 2
+            return report_error(args.command, str(err), 2, as_json=as_json, kind="usage error")
+        except StoreLockedError:
+            return report_error(args.command, _locked_message(args), 1, as_json=as_json)
         except (MemcoreError, OSError, ValueError, TypeError, LookupError, ImportError) as err:
-            print(f"memcore {args.command}: error: {err}", file=sys.stderr)
-            return 1
+            return report_error(args.command, str(err), 1, as_json=as_json)
         except KeyboardInterrupt:
-            print(f"memcore {args.command}: interrupted", file=sys.stderr)
-            return 130
+            return report_error(args.command, "interrupted", 130, as_json=as_json)
 
     return run
 
@@ -297,16 +328,36 @@ def _finite_float(text: str) -> float:
 
 # ------------------------------------------------------------------ commands
 
+def _put_text(args: argparse.Namespace) -> str:
+    """The text of ``put``: the argument, stdin for ``-``, or the file of ``--file`` (UTF-8).
+
+    From stdin or a file, one final line break is dropped (as the shell's ``$(...)`` does).
+    """
+    if (args.text is None) == (args.file is None):
+        raise UsageError("give the text as an argument, `-` for stdin, or --file PATH (one of them)")
+    try:
+        if args.file is not None:
+            text = Path(args.file).read_text(encoding="utf-8")
+        elif args.text == "-":
+            text = sys.stdin.read()
+        else:
+            return args.text
+        return text.removesuffix("\n").removesuffix("\r")
+    except UnicodeDecodeError as err:
+        raise InvalidTextError(f"{args.file or 'stdin'} is not UTF-8 text: {err}") from err
+
+
 @_guard
 def cmd_put(args: argparse.Namespace) -> int:
     ns = parse_namespace(args.namespace)
-    key = args.key or "cli:" + hashlib.sha1(args.text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    with _open(args, write=True) as opened:
-        vec = opened.vector(args.text)
+    text = _put_text(args)
+    key = args.key or "cli:" + hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    with _open(args, write=True, embeds=True) as opened:
+        vec = opened.vector(text)
         if vec is None:
-            raise UsageError(f"text {args.text!r} has no content for embedder "
+            raise UsageError(f"text {text[:80]!r} has no content for embedder "
                              f"{opened.embedder.name!r}; it could never be recalled")
-        stored = opened.store.put(ns, key, args.text, importance=args.importance,
+        stored = opened.store.put(ns, key, text, importance=args.importance,
                                   metadata=args.metadata, vector=vec)
     if args.json:
         _print_json(_memory_dict(stored))
@@ -318,15 +369,20 @@ def cmd_put(args: argparse.Namespace) -> int:
 @_guard
 def cmd_search(args: argparse.Namespace) -> int:
     ns = parse_namespace(args.namespace)
-    with _open(args, write=False) as opened:
+    with _open(args, write=False, embeds=True) as opened:
         vec = opened.vector(args.query) if args.query.strip() else None
         hits = [] if vec is None else opened.store.search(
-            ns, args.query, top_k=args.top_k, threshold=args.threshold, touch=False, query_vector=vec)
+            ns, args.query, top_k=args.top_k, touch=False, query_vector=vec,
+            threshold=-1.0 if args.threshold is None else args.threshold)
+        why = ("(empty query: nothing to search for)" if not args.query.strip()
+               else f"(the query has no content for embedder {opened.embedder.name!r})" if vec is None
+               else f"(no memories in namespace {format_namespace(ns)})" if args.threshold is None
+               else f"(no memories above the threshold {args.threshold:g})")
     if args.json:
         _print_json([_hit_dict(h) for h in hits])
         return 0
     if not hits:
-        print("(no memories above the threshold)")
+        print(why)
     for h in hits:
         print(f"{h.score:7.4f}  sim {h.similarity:6.3f}  {h.key}  {' '.join(h.text.split())}")
     return 0
@@ -355,7 +411,10 @@ def cmd_delete(args: argparse.Namespace) -> int:
         gone = opened.store.delete(ns, args.key)
     if not gone:
         raise MemoryNotFoundError(f"no memory {args.key!r} in namespace {format_namespace(ns)}")
-    print(f"deleted {format_namespace(ns)} {args.key}")
+    if args.json:
+        _print_json({"deleted": True, "namespace": list(ns), "key": args.key})
+    else:
+        print(f"deleted {format_namespace(ns)} {args.key}")
     return 0
 
 
@@ -425,36 +484,59 @@ def _import_with_progress(store: Any, src: Path, progress: bool) -> int:
     return done
 
 
+def _summary(args: argparse.Namespace, obj: dict[str, Any], line: str, *, to_stderr: bool) -> None:
+    """A command's closing summary: on stdout, or on stderr when stdout carries the data."""
+    if to_stderr:
+        print(json.dumps(obj) if args.json else line, file=sys.stderr)
+    elif args.json:
+        _print_json(obj)
+    else:
+        print(line)
+
+
 @_guard
 def cmd_import(args: argparse.Namespace) -> int:
-    src = Path(args.file)
-    if not src.is_file():
-        raise FileNotFoundError(f"no file {src}")
-    with _open(args, write=True, encoder=True) as opened:  # an import may re-embed
-        n = _import_with_progress(opened.store, src, progress=not args.quiet)
-    if args.json:
-        _print_json({"imported": n})
-    else:
-        print(f"imported {n} memories from {src} into {store_path(args)}")
+    with tempfile.TemporaryDirectory(prefix="memcore-stdin-") as tmp:
+        if args.file == "-":
+            src = Path(tmp) / "stdin.jsonl"
+            with src.open("w", encoding="utf-8") as f:
+                for line in sys.stdin:
+                    f.write(line)
+        else:
+            src = Path(args.file)
+            if not src.is_file():
+                raise FileNotFoundError(f"no file {src}")
+        with _open(args, write=True, embeds=True, encoder=True) as opened:  # an import may re-embed
+            n = _import_with_progress(opened.store, src, progress=not args.quiet)
+    name = "stdin" if args.file == "-" else str(src)
+    _summary(args, {"imported": n}, f"imported {n} memories from {name} into {store_path(args)}",
+             to_stderr=False)
     return 0
 
 
 @_guard
 def cmd_export(args: argparse.Namespace) -> int:
-    dest = Path(args.file)
-    with _open(args, write=False) as opened:
+    to_stdout = args.file == "-"
+    with _open(args, write=False) as opened, \
+            tempfile.TemporaryDirectory(prefix="memcore-export-") as tmp:
+        dest = Path(tmp) / "export.jsonl" if to_stdout else Path(args.file)
         n = opened.store.export_jsonl(dest)
-    if args.json:
-        _print_json({"exported": n})
-    else:
-        print(f"exported {n} memories from {store_path(args)} to {dest}")
+        if to_stdout:
+            with dest.open("r", encoding="utf-8") as f:
+                for line in f:
+                    sys.stdout.write(line)
+            sys.stdout.flush()
+    _summary(args, {"exported": n},
+             f"exported {n} memories from {store_path(args)} to {'stdout' if to_stdout else dest}",
+             to_stderr=to_stdout)
     return 0
 
 
 @_guard
 def cmd_demo(args: argparse.Namespace) -> int:
     from memcore.agent import SemanticMemory
-    from memcore.demo import ManualClock, load_locomo, load_script, run_locomo, run_script
+    from memcore.demo import (DEMO_THRESHOLD, DEMO_TOP_K, ManualClock, load_locomo, load_script,
+                              run_locomo, run_script)
     from memcore.extractors import FactExtractor
     from memcore.types import DecayWeights
 
@@ -475,6 +557,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 raise UsageError("--conversation and --top-k apply to --locomo replays")
             script = load_script(args.script)
             with SemanticMemory(path, embedder, clock=clock, extractors=[FactExtractor()],
+                                top_k=DEMO_TOP_K, threshold=DEMO_THRESHOLD,
                                 weights=weights) as memory:
                 summary = run_script(memory, script, clock, out=out)
     if args.json:
@@ -505,20 +588,22 @@ def add_commands(subparsers: Any) -> None:
     def json_flag(p: argparse.ArgumentParser) -> None:
         p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
 
+    ns_help = 'namespace: one segment ("a/b" included), or a JSON list of segments'
     p = sub("put", "store (or replace) one memory", cmd_put)
-    p.add_argument("namespace", help='namespace, segments joined by "/" (or a JSON list)')
-    p.add_argument("text")
+    p.add_argument("namespace", help=ns_help)
+    p.add_argument("text", nargs="?", help="the text; `-` reads it from stdin")
+    p.add_argument("--file", metavar="PATH", help="read the text from a UTF-8 file instead")
     p.add_argument("--key", help="key (default: derived from the text)")
     p.add_argument("--importance", type=_unit_float, default=0.5, help="in [0, 1] (default 0.5)")
     p.add_argument("--metadata", type=_json_arg, default=None, metavar="JSON", help="a JSON object")
     json_flag(p)
 
     p = sub("search", "the memories of a namespace most relevant to a query", cmd_search)
-    p.add_argument("namespace")
+    p.add_argument("namespace", help=ns_help)
     p.add_argument("query")
     p.add_argument("--top-k", type=_positive_int, default=5, help="hits (default 5)")
-    p.add_argument("--threshold", type=_finite_float, default=-1.0,
-                   help="minimum cosine similarity (default -1: no threshold)")
+    p.add_argument("--threshold", type=_finite_float, default=None,
+                   help="minimum cosine similarity in [-1, 1] (default: none)")
     json_flag(p)
 
     p = sub("get", "one memory by key", cmd_get)
@@ -529,6 +614,7 @@ def add_commands(subparsers: Any) -> None:
     p = sub("delete", "delete one memory by key (exit 1 when absent)", cmd_delete)
     p.add_argument("namespace")
     p.add_argument("key")
+    json_flag(p)
 
     p = sub("namespaces", "list namespaces and their memory counts", cmd_namespaces)
     p.add_argument("prefix", nargs="?", default=None, help="only namespaces under this prefix")
@@ -538,12 +624,12 @@ def add_commands(subparsers: Any) -> None:
     json_flag(p)
 
     p = sub("import", "import memories from a JSONL export", cmd_import)
-    p.add_argument("file", metavar="FILE.jsonl")
+    p.add_argument("file", metavar="FILE.jsonl", help="a memcore JSONL export; `-` reads stdin")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     json_flag(p)
 
     p = sub("export", "export every memory to JSONL", cmd_export)
-    p.add_argument("file", metavar="FILE.jsonl")
+    p.add_argument("file", metavar="FILE.jsonl", help="`-` writes stdout (the summary goes to stderr)")
     json_flag(p)
 
     p = sub("demo", "replay a conversation tick by tick through SemanticMemory", cmd_demo)

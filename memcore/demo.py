@@ -3,7 +3,10 @@
 Two sources:
 
 - the bundled robot script ``memcore/data/robot_demo.json`` (:func:`load_script`): ticks with a
-  mode, the sensed input, the robot's response and the seconds since the previous tick;
+  mode, the sensed input, the robot's response and the seconds since the previous tick. A tick
+  that answers from memory lists the facts it ``needs``: the robot gives its scripted answer
+  only when every one of them is in the memories recalled that tick, and otherwise says it does
+  not remember (a stand-in for an LLM answering from its prompt);
 - a LoCoMo conversation (:func:`load_locomo`): every dialog turn is one tick stored at its
   session's date (plus 30 s per turn), then each of the conversation's questions is asked and the
   evidence turns found in the top k are counted (the paper's recall accuracy).
@@ -35,11 +38,20 @@ __all__ = [
     "DemoScriptError",
     "load_script",
     "run_script",
+    "answer",
     "LocomoConversation",
     "load_locomo",
     "run_locomo",
     "TURN_SPACING_S",
+    "DEMO_TOP_K",
+    "DEMO_THRESHOLD",
 ]
+
+#: Recall of the bundled robot script: 3 memories per tick above cosine similarity 0.2. With the
+#: default MiniLM embedder every fact the script asks for is recalled at this threshold; at
+#: SemanticMemory's default 0.3 "Where do I live again?" misses "The user lives in Lisbon."
+#: (similarity 0.26).
+DEMO_TOP_K, DEMO_THRESHOLD = 3, 0.2
 
 #: Seconds between two consecutive LoCoMo turns of a session in the replay.
 TURN_SPACING_S = 30.0
@@ -90,12 +102,15 @@ class ManualClock:
 def load_script(path: str | Path | None = None) -> dict[str, Any]:
     """Load a demo script (the bundled robot conversation when ``path`` is None).
 
-    Format: ``{"title": str, "start": ISO-8601 datetime, "ticks": [{"after_s": float,
-    "mode": str, "input": str, "response": str}, ...]}``.
+    Format: ``{"title": str, "start": ISO-8601 datetime, "unknown": str (optional), "ticks":
+    [{"after_s": float, "mode": str, "input": str, "response": str, "needs": [str, ...]
+    (optional)}, ...]}``. ``needs`` are the facts (case-insensitive substrings) the response
+    rests on; ``unknown`` is what the robot says when they were not recalled.
 
     Returns
     -------
-    dict with ``title``, ``start`` (Unix seconds, float) and ``ticks`` (list of dict).
+    dict with ``title``, ``start`` (Unix seconds, float), ``unknown`` (str) and ``ticks``
+    (list of dict, ``needs`` a list of str, empty for none).
 
     Raises
     ------
@@ -118,13 +133,17 @@ def load_script(path: str | Path | None = None) -> dict[str, Any]:
         ticks = []
         for i, t in enumerate(data["ticks"]):
             tick = {"after_s": float(t["after_s"]), "mode": str(t["mode"]), "input": str(t["input"]),
-                    "response": str(t["response"])}
+                    "response": str(t["response"]), "needs": t.get("needs", [])}
             if not np.isfinite(tick["after_s"]) or tick["after_s"] < 0:
                 raise InvalidArgumentError(f"tick {i}: after_s must be >= 0, got {t['after_s']!r}")
+            if not isinstance(tick["needs"], list) or not all(
+                    isinstance(n, str) and n.strip() for n in tick["needs"]):
+                raise InvalidArgumentError(f"tick {i}: needs must be a list of non-empty str")
             ticks.append(tick)
     except (ValueError, KeyError, TypeError) as err:
         raise DemoScriptError(f"{where}: not a demo script ({type(err).__name__}: {err})") from err
-    return {"title": str(data.get("title", "")), "start": start.timestamp(), "ticks": ticks}
+    return {"title": str(data.get("title", "")), "start": start.timestamp(), "ticks": ticks,
+            "unknown": str(data.get("unknown", "I don't remember that."))}
 
 
 def _ms_summary(samples: Sequence[float]) -> dict[str, float]:
@@ -135,14 +154,32 @@ def _ms_summary(samples: Sequence[float]) -> dict[str, float]:
     return {"p50_ms": float(p50), "p95_ms": float(p95), "max_ms": float(arr.max())}
 
 
-def _tick(memory: Any, text: str, response: str, mode: str, **store_kwargs: Any) -> tuple[list, str, float]:
+def _tick(memory: Any, text: str, response: str | Callable[[str], str], mode: str,
+          **store_kwargs: Any) -> tuple[list, str, float, str]:
+    """One tick: retrieve, format the prompt, answer (``response`` or ``response(prompt)``), store."""
     t0 = time.perf_counter()
     hits = memory.retrieve(text, mode)
     prompt = memory.format_prompt(hits)
+    if callable(response):
+        response = response(prompt)
     memory.store(text, response, mode, background=True, **store_kwargs)
     elapsed = (time.perf_counter() - t0) * 1e3
     memory.flush()  # outside the timing: a robot's LLM call takes this long and more
-    return hits, prompt, elapsed
+    return hits, prompt, elapsed, response
+
+
+def answer(tick: dict[str, Any], prompt: str, unknown: str) -> str:
+    """The scripted response if every fact the tick ``needs`` is in ``prompt``, else ``unknown``.
+
+    Examples
+    --------
+    >>> answer({"needs": ["Lisbon"], "response": "You live in Lisbon."}, "", "I don't know.")
+    "I don't know."
+    """
+    recalled = prompt.casefold()
+    if all(fact.casefold() in recalled for fact in tick["needs"]):
+        return tick["response"]
+    return unknown
 
 
 def run_script(memory: Any, script: dict[str, Any], clock: ManualClock,
@@ -163,7 +200,10 @@ def run_script(memory: Any, script: dict[str, Any], clock: ManualClock,
     Returns
     -------
     dict with ``ticks``, ``tick_ms`` ({p50_ms, p95_ms, max_ms}), ``memories`` (stats()
-    tier counts after the replay) and ``recalled`` (ticks that recalled at least one memory).
+    tier counts after the replay), ``recalled`` (ticks that recalled at least one memory),
+    ``questions`` (ticks that need facts), ``answered`` (of those, answered from memory) and
+    ``transcript`` (per tick: ``input``, ``mode``, ``recalled`` (the memory lines of the
+    prompt), ``response``).
 
     Raises
     ------
@@ -172,24 +212,32 @@ def run_script(memory: Any, script: dict[str, Any], clock: ManualClock,
     """
     say: Callable[[str], Any] = (lambda s: print(s, file=out)) if out is not None else (lambda s: None)
     clock.set(script["start"])
-    latencies, recalled = [], 0
+    latencies, recalled, transcript = [], 0, []
+    unknown = script.get("unknown", "I don't remember that.")
     if script.get("title"):
         say(f"== {script['title']} ==")
     for i, tick in enumerate(script["ticks"], 1):
         clock.advance(tick["after_s"])
-        hits, prompt, ms = _tick(memory, tick["input"], tick["response"], tick["mode"])
+        hits, prompt, ms, response = _tick(memory, tick["input"],
+                                           lambda p, tick=tick: answer(tick, p, unknown), tick["mode"])
         latencies.append(ms)
         recalled += bool(hits)
+        transcript.append({"input": tick["input"], "mode": tick["mode"], "needs": tick["needs"],
+                           "recalled": prompt.splitlines()[1:], "response": response})
         stamp = datetime.fromtimestamp(clock(), timezone.utc).strftime("%H:%M:%S")
         say(f"\n[tick {i:>2} {stamp} mode={tick['mode']}] {tick['input']}")
         say(prompt.rstrip("\n") if prompt else "(no relevant memories)")
-        say(f"robot: {tick['response']}   ({ms:.2f} ms)")
+        say(f"robot: {response}   ({ms:.2f} ms)")
     stats = memory.stats()
+    questions = [t for t in transcript if t["needs"]]
+    answered = sum(t["response"] != unknown for t in questions)
     summary = {"ticks": len(latencies), "tick_ms": _ms_summary(latencies), "recalled": recalled,
-               "memories": stats["tiers"], "embedder": stats["embedder"]}
+               "questions": len(questions), "answered": answered,
+               "memories": stats["tiers"], "embedder": stats["embedder"], "transcript": transcript}
     t = summary["tick_ms"]
     say(f"\n{summary['ticks']} ticks, embedder {summary['embedder']}: tick p50 {t['p50_ms']:.2f} ms, "
-        f"p95 {t['p95_ms']:.2f} ms; {recalled} ticks recalled memories; stored "
+        f"p95 {t['p95_ms']:.2f} ms; {recalled} ticks recalled memories; {answered} of "
+        f"{len(questions)} questions answered from memory; stored "
         f"{stats['tiers']['short']} short + {stats['tiers']['long']} long")
     return summary
 
@@ -276,7 +324,7 @@ def run_locomo(memory: Any, conv: LocomoConversation, clock: ManualClock, *, top
         clock.set(start)
         for turn in turns:
             text = f"{turn['speaker']}: {turn['text']}"
-            hits, prompt, ms = _tick(memory, text, "", mode, key=turn["dia_id"],
+            hits, prompt, ms, _ = _tick(memory, text, "", mode, key=turn["dia_id"],
                                      metadata={"dia_id": turn["dia_id"], "speaker": turn["speaker"]})
             ticks.append(ms)
             if verbose:

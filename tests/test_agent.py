@@ -13,7 +13,7 @@ import pytest
 
 from memcore import SemanticMemory
 from memcore.agent import BackgroundWriteError, MemoryClosedError, format_prompt, human_age
-from memcore.demo import ManualClock, load_script, run_script
+from memcore.demo import DEMO_THRESHOLD, DEMO_TOP_K, ManualClock, load_script, run_script
 from memcore.embedders import HashingEmbedder
 from memcore.errors import InvalidNamespaceError, InvalidTextError
 from memcore.extractors import FactExtractor, pair_key
@@ -105,7 +105,10 @@ def test_retrieve_edge_inputs(hashing, clock):
             mem.retrieve("bad \ud800", "chat")
         with pytest.raises(ValueError):
             mem.retrieve("hello", "chat", top_k=0)
-        assert mem.store("   ", "nothing to remember", "chat") == []
+        for blank in ("", "   ", "\n\t"):
+            with pytest.raises(InvalidTextError, match="content"):   # as the stores refuse it
+                mem.store(blank, "nothing to remember", "chat")
+        assert mem.stats()["modes"]["chat"]["short"] == 1
         with pytest.raises(ValueError, match=r"\[-1, 1\]"):
             mem.retrieve("hello robot", "chat", threshold=1.01)   # a cosine cannot exceed 1
         assert mem.retrieve("hello robot", "chat", threshold=1.0) == []
@@ -356,10 +359,33 @@ def test_name_survives_a_process_restart(tmp_path):
 
 # ---------------------------------------------------------------- bundled demo, both embedders
 
+def assert_coherent(summary, script):
+    """Every answer rests on that tick's recalled memories; a missing fact gives "unknown"."""
+    for tick in summary["transcript"]:
+        recalled = " ".join(tick["recalled"]).casefold()
+        found = all(fact.casefold() in recalled for fact in tick["needs"])
+        if tick["needs"] and not found:
+            assert tick["response"] == script["unknown"], tick
+        elif tick["needs"]:
+            assert tick["response"] != script["unknown"], tick
+    assert summary["answered"] == sum(t["response"] != script["unknown"]
+                                      for t in summary["transcript"] if t["needs"])
+
+
+def demo_memory(embedder, clock, path=None):
+    return make(embedder, clock, path, extractors=[FactExtractor()], top_k=DEMO_TOP_K,
+                threshold=DEMO_THRESHOLD)
+
+
 def test_bundled_script_replays_with_hashing(hashing, clock):
-    with make(hashing, clock, extractors=[FactExtractor()]) as mem:
-        summary = run_script(mem, load_script(), clock)
-        assert summary["ticks"] == len(load_script()["ticks"]) == 16
+    script = load_script()
+    with demo_memory(hashing, clock) as mem:
+        summary = run_script(mem, script, clock)
+        assert summary["ticks"] == len(script["ticks"]) == 16
+        assert_coherent(summary, script)
+        assert summary["questions"] == 10 and summary["answered"] >= 7   # hashing: 7 of 10
+        lisbon = next(t for t in summary["transcript"] if t["input"] == "Where do I live again?")
+        assert lisbon["response"] == "You live in Lisbon." and lisbon["recalled"]
         hits = mem.retrieve("Where is the kettle?", "kitchen")
         assert any("left cupboard" in h.text for h in hits)
         assert "Alice" in mem.format_prompt(mem.retrieve("What is my name?", "conversation"))
@@ -371,9 +397,12 @@ def test_tick_loop_end_to_end_minilm(clock, tmp_path):
     from memcore.embedders import MiniLMEmbedder
 
     emb = CountingEmbedder(MiniLMEmbedder())
-    with make(emb, clock, tmp_path / "s", extractors=[FactExtractor()]) as mem:
-        summary = run_script(mem, load_script(), clock)
+    script = load_script()
+    with demo_memory(emb, clock, tmp_path / "s") as mem:
+        summary = run_script(mem, script, clock)
         assert summary["embedder"] == emb.name and emb.name.startswith("minilm")
+        assert_coherent(summary, script)
+        assert summary["answered"] == summary["questions"] == 10   # the default embedder: all
         emb.calls.clear()
         hits = mem.retrieve("What is my name?", "conversation")
         assert any("Alice" in h.text for h in hits), hits

@@ -1,19 +1,28 @@
-"""The ``memcore`` command line, through subprocess: exit codes, JSON, one-line errors."""
+"""The ``memcore`` command line: exit codes, JSON, one-line errors, stdin/stdout.
+
+Most tests call :func:`memcore.cli.main` in-process (fast); a few run the real entry point
+in subprocesses (persistence across processes, a second writer holding the lock).
+"""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from memcore.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def memcore(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """The real entry point in a new process."""
     full_env = {k: v for k, v in os.environ.items() if k != "MEMCORE_HOME"}
     full_env.setdefault("NUMBA_CACHE_DIR", "/tmp/numba_cache")
     full_env.update(env or {})
@@ -21,7 +30,33 @@ def memcore(*args: str, env: dict | None = None, cwd: Path | None = None) -> sub
                           text=True, timeout=120, env=full_env, cwd=cwd or REPO)
 
 
-def one_line_error(proc: subprocess.CompletedProcess, code: int, *needles: str) -> str:
+@dataclass
+class Run:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """``cli(*argv, stdin=None) -> Run``: ``memcore.cli.main`` in this process."""
+    monkeypatch.delenv("MEMCORE_HOME", raising=False)
+
+    def run(*args: str, stdin: str | None = None) -> Run:
+        capsys.readouterr()
+        if stdin is not None:
+            monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+        try:
+            code = main(list(args))
+        except SystemExit as exc:   # argparse: usage errors and --help
+            code = exc.code
+        out, err = capsys.readouterr()
+        return Run(code, out, err)
+
+    return run
+
+
+def one_line_error(proc, code: int, *needles: str) -> str:
     assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
     err = proc.stderr.strip()
     assert "Traceback" not in err, err
@@ -31,13 +66,25 @@ def one_line_error(proc: subprocess.CompletedProcess, code: int, *needles: str) 
     return err
 
 
+def json_error(proc, code: int, *needles: str) -> dict:
+    """Under --json an error is one JSON object on stderr, and stdout is empty."""
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    assert proc.stdout == ""
+    err = json.loads(proc.stderr)
+    assert err["status"] == code and err["command"] and err["error"]
+    for needle in needles:
+        assert needle in err["error"], err
+    return err
+
+
 MEMORIES = (("name", "My name is Ada Lovelace."), ("kettle", "The kettle is in the left cupboard."),
             ("dock", "The charging dock is in the hallway."))
+NS = '["agent", "chat"]'   # two segments, as SemanticMemory names a mode's namespace
 
 
 @pytest.fixture
 def store(tmp_path) -> Path:
-    """A store with three memories in agent/chat, written in-process (fast)."""
+    """A store with three memories in ("agent", "chat"), written in-process."""
     from memcore.embedders import HashingEmbedder
     from memcore.stores.long import LongTermMemory
 
@@ -48,118 +95,23 @@ def store(tmp_path) -> Path:
     return path
 
 
-def test_put_from_the_command_line(tmp_path):
+# ---------------------------------------------------------------- the real entry point
+
+def test_entry_point_put_then_search_in_new_processes(tmp_path):
     path = str(tmp_path / "s")
-    proc = memcore("--store", path, "--embedder", "hashing", "put", "agent/chat", "My name is Ada.",
+    proc = memcore("--store", path, "--embedder", "hashing", "put", NS, "My name is Ada.",
                    "--key", "name", "--importance", "0.8", "--metadata", '{"source": "cli"}', "--json")
     assert proc.returncode == 0, proc.stderr
     stored = json.loads(proc.stdout)
     assert stored["key"] == "name" and stored["namespace"] == ["agent", "chat"]
     assert stored["importance"] == 0.8 and stored["metadata"] == {"source": "cli"}
-    # a new process finds it: persistence across a restart
-    hits = json.loads(memcore("--store", path, "--embedder", "hashing", "search", "agent/chat",
-                              "What is my name?", "--json").stdout)
+    # a new process finds it (persistence across a restart), with the store's own embedder
+    hits = json.loads(memcore("--store", path, "search", NS, "What is my name?", "--json").stdout)
     assert [h["text"] for h in hits] == ["My name is Ada."]
+    one_line_error(memcore("--store", path, "get", NS, "nope"), 1, "no memory")
 
 
-def test_put_search_get_across_processes(store):
-    # every command is a new process: this is persistence across a restart
-    proc = memcore("--store", str(store), "--embedder", "hashing", "search", "agent/chat",
-                   "What is my name?", "--top-k", "2", "--json")
-    assert proc.returncode == 0, proc.stderr
-    hits = json.loads(proc.stdout)
-    assert len(hits) == 2 and hits[0]["key"] == "name" and hits[0]["text"] == "My name is Ada Lovelace."
-    assert hits[0]["metadata"] == {"source": "test"} and hits[0]["tier"] == "long"
-    assert hits[0]["score"] >= hits[1]["score"]
-
-    got = json.loads(memcore("--store", str(store), "--embedder", "hashing", "get", "agent/chat",
-                             "kettle", "--json").stdout)
-    assert got["text"] == "The kettle is in the left cupboard." and got["importance"] == 0.8
-    assert got["namespace"] == ["agent", "chat"]
-    # without --embedder the store's own embedder (hashing) encodes the query
-    plain = memcore("--store", str(store), "search", "agent/chat", "kettle")
-    assert plain.returncode == 0 and "kettle" in plain.stdout.splitlines()[0]
-
-
-def test_global_options_after_the_subcommand_and_memcore_home(store, tmp_path):
-    proc = memcore("namespaces", "--store", str(store), "--json")
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == [{"namespace": ["agent", "chat"], "count": 3}]
-    home = memcore("namespaces", env={"MEMCORE_HOME": str(store)})
-    assert home.returncode == 0 and home.stdout.strip() == "agent/chat\t3"
-    # neither --store nor $MEMCORE_HOME: ./memcore-data
-    cwd_store = memcore("--embedder", "hashing", "put", "x", "hello", cwd=tmp_path)
-    assert cwd_store.returncode == 0 and (tmp_path / "memcore-data").is_dir()
-
-
-def test_stats_delete_and_missing_key(store):
-    stats = json.loads(memcore("--store", str(store), "stats", "--json").stdout)
-    assert stats["memories"] == 3 and stats["per_namespace"] == {"agent/chat": 3}
-    assert stats["embedder"].startswith("hashing") and stats["disk_bytes"] > 0
-    assert memcore("--store", str(store), "--embedder", "hashing", "delete", "agent/chat", "dock").returncode == 0
-    one_line_error(memcore("--store", str(store), "--embedder", "hashing", "delete", "agent/chat", "dock"),
-                   1, "dock")
-    one_line_error(memcore("--store", str(store), "--embedder", "hashing", "get", "agent/chat", "dock"),
-                   1, "no memory")
-    stats = json.loads(memcore("--store", str(store), "stats", "--json").stdout)
-    assert stats["memories"] == 2
-
-
-def test_export_import_round_trip(store, tmp_path):
-    dump = tmp_path / "dump.jsonl"
-    out = memcore("--store", str(store), "--embedder", "hashing", "export", str(dump), "--json")
-    assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == {"exported": 3}
-    assert len(dump.read_text().splitlines()) == 1 + 3  # a header line, then one per memory
-    other = tmp_path / "other"
-    imp = memcore("--store", str(other), "--embedder", "hashing", "import", str(dump), "--json")
-    assert imp.returncode == 0, imp.stderr
-    assert json.loads(imp.stdout) == {"imported": 3}
-    hits = json.loads(memcore("--store", str(other), "--embedder", "hashing", "search", "agent/chat",
-                              "where is the kettle", "--top-k", "1", "--json").stdout)
-    assert hits[0]["key"] == "kettle"
-
-
-def test_missing_store_is_one_line_error(tmp_path):
-    err = one_line_error(memcore("--store", str(tmp_path / "nope"), "--embedder", "hashing", "search",
-                                 "agent/chat", "hello"), 1, "no memcore store")
-    assert str(tmp_path / "nope") in err
-    one_line_error(memcore("--store", str(tmp_path / "nope"), "--embedder", "hashing", "stats"), 1)
-    one_line_error(memcore("--store", str(tmp_path), "--embedder", "hashing", "import",
-                           str(tmp_path / "missing.jsonl")), 1, "missing.jsonl")
-
-
-@pytest.mark.parametrize("namespace", ["a//b", '["a", ""]', "[not json"])
-def test_bad_namespace_is_a_usage_error(store, namespace):
-    one_line_error(memcore("--store", str(store), "--embedder", "hashing", "search", namespace, "q"),
-                   2, "namespace")
-
-
-@pytest.mark.parametrize("args", [
-    ["search", "agent/chat"],                                  # missing query
-    ["put", "ns", "text", "--importance", "2"],
-    ["put", "ns", "text", "--metadata", "[1, 2]"],
-    ["search", "ns", "q", "--top-k", "0"],
-])
-def test_usage_errors_exit_2(store, args):
-    proc = memcore("--store", str(store), *args)
-    assert proc.returncode == 2, (proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr and "error:" in proc.stderr
-
-
-def test_namespace_with_slash_as_json_list(tmp_path):
-    path = str(tmp_path / "s")
-    assert memcore("--store", path, "--embedder", "hashing", "put", '["a/b", "c"]', "slash segment").returncode == 0
-    listed = json.loads(memcore("--store", path, "--embedder", "hashing", "namespaces", "--json").stdout)
-    assert listed == [{"namespace": ["a/b", "c"], "count": 1}]
-    plain = memcore("--store", path, "--embedder", "hashing", "namespaces")
-    assert plain.stdout.strip() == '["a/b", "c"]\t1'
-    # "a/b/c" is three segments, a different namespace
-    assert json.loads(memcore("--store", path, "--embedder", "hashing", "search", "a/b/c", "slash",
-                              "--json").stdout) == []
-
-
-def test_locked_store_is_one_line_error(store):
+def test_second_writer_is_told_what_to_do(store, cli):
     code = ("import sys\n"
             "from memcore.stores.long import LongTermMemory\n"
             "from memcore.embedders import HashingEmbedder\n"
@@ -172,46 +124,209 @@ def test_locked_store_is_one_line_error(store):
                           env={**os.environ, "NUMBA_CACHE_DIR": "/tmp/numba_cache"}) as holder:
         try:
             assert holder.stdout.readline().strip() == "ready"
-            one_line_error(memcore("--store", str(store), "--embedder", "hashing", "put", "agent/chat", "x"),
-                           1, "lock")
+            err = one_line_error(cli("--store", str(store), "--embedder", "hashing", "put", NS, "x"),
+                                 1, "another process is writing", "close that process or wait")
+            assert "LongTermMemory" not in err and "read_only" not in err   # no Python API
+            json_error(cli("--store", str(store), "delete", NS, "dock", "--json"), 1, "writer lock")
+            # reads work meanwhile
+            assert cli("--store", str(store), "get", NS, "dock").returncode == 0
         finally:
             holder.stdin.close()
             holder.wait(timeout=60)
-    assert memcore("--store", str(store), "--embedder", "hashing", "put", "agent/chat", "x").returncode == 0
+    assert cli("--store", str(store), "--embedder", "hashing", "put", NS, "x").returncode == 0
 
 
-def test_embedder_mismatch_is_one_line_error(store):
-    one_line_error(memcore("--store", str(store), "--embedder", "minilm", "search", "agent/chat", "q"), 1)
+# ---------------------------------------------------------------- in-process
+
+def test_search_and_get(store, cli):
+    proc = cli("--store", str(store), "--embedder", "hashing", "search", NS, "What is my name?",
+               "--top-k", "2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    hits = json.loads(proc.stdout)
+    assert len(hits) == 2 and hits[0]["key"] == "name" and hits[0]["text"] == "My name is Ada Lovelace."
+    assert hits[0]["metadata"] == {"source": "test"} and hits[0]["tier"] == "long"
+    assert hits[0]["score"] >= hits[1]["score"]
+    got = json.loads(cli("--store", str(store), "get", NS, "kettle", "--json").stdout)
+    assert got["text"] == "The kettle is in the left cupboard." and got["importance"] == 0.8
+    assert got["namespace"] == ["agent", "chat"]
+    # without --embedder the store's own embedder (hashing) encodes the query
+    plain = cli("--store", str(store), "search", NS, "kettle")
+    assert plain.returncode == 0 and "kettle" in plain.stdout.splitlines()[0]
+
+
+def test_global_options_after_the_subcommand_and_memcore_home(store, tmp_path, cli, monkeypatch):
+    proc = cli("namespaces", "--store", str(store), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [{"namespace": ["agent", "chat"], "count": 3}]
+    monkeypatch.setenv("MEMCORE_HOME", str(store))
+    home = cli("namespaces")
+    assert home.returncode == 0 and home.stdout.strip() == '["agent", "chat"]\t3'
+    monkeypatch.delenv("MEMCORE_HOME")
+    # neither --store nor $MEMCORE_HOME: ./memcore-data
+    monkeypatch.chdir(tmp_path)
+    assert cli("--embedder", "hashing", "put", "x", "hello").returncode == 0
+    assert (tmp_path / "memcore-data").is_dir()
+
+
+def test_stats_delete_and_missing_key(store, cli):
+    stats = json.loads(cli("--store", str(store), "stats", "--json").stdout)
+    assert stats["memories"] == 3 and stats["per_namespace"] == {NS: 3}
+    assert stats["embedder"].startswith("hashing") and stats["disk_bytes"] > 0
+    deleted = cli("--store", str(store), "delete", NS, "dock", "--json")
+    assert deleted.returncode == 0, deleted.stderr
+    assert json.loads(deleted.stdout) == {"deleted": True, "namespace": ["agent", "chat"], "key": "dock"}
+    one_line_error(cli("--store", str(store), "delete", NS, "dock"), 1, "dock")
+    json_error(cli("--store", str(store), "delete", NS, "dock", "--json"), 1, "dock")
+    one_line_error(cli("--store", str(store), "get", NS, "dock"), 1, "no memory")
+    assert json.loads(cli("--store", str(store), "stats", "--json").stdout)["memories"] == 2
+
+
+def test_commands_that_embed_nothing_ignore_the_embedder(store, cli, tmp_path):
+    # the store was written with hashing; --embedder minilm would not match it, but these
+    # commands encode no text, so they neither load the model nor refuse the store
+    for argv in (["stats"], ["namespaces"], ["get", NS, "kettle"], ["export", str(tmp_path / "d.jsonl")],
+                 ["delete", NS, "dock"]):
+        proc = cli("--store", str(store), "--embedder", "minilm", *argv)
+        assert proc.returncode == 0, (argv, proc.stderr)
+    one_line_error(cli("--store", str(store), "--embedder", "minilm", "search", NS, "q"), 1, "embedder")
+    # delete never creates a store
+    one_line_error(cli("--store", str(tmp_path / "none"), "delete", "x", "k"), 1, "no memcore store")
+    assert not (tmp_path / "none").exists()
+
+
+def test_export_import_round_trip_through_files_and_pipes(store, tmp_path, cli):
+    dump = tmp_path / "dump.jsonl"
+    out = cli("--store", str(store), "export", str(dump), "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"exported": 3}
+    assert len(dump.read_text().splitlines()) == 1 + 3  # a header line, then one per memory
+    other = tmp_path / "other"
+    imp = cli("--store", str(other), "--embedder", "hashing", "import", str(dump), "--json", "--quiet")
+    assert imp.returncode == 0, imp.stderr
+    assert json.loads(imp.stdout) == {"imported": 3}
+    hits = json.loads(cli("--store", str(other), "search", NS, "where is the kettle", "--top-k", "1",
+                          "--json").stdout)
+    assert hits[0]["key"] == "kettle"
+    # `-`: export to stdout (summary on stderr), import from stdin
+    piped = cli("--store", str(store), "export", "-")
+    assert piped.returncode == 0 and piped.stdout == dump.read_text()
+    assert "exported 3 memories" in piped.stderr
+    third = tmp_path / "third"
+    imp = cli("--store", str(third), "--embedder", "hashing", "import", "-", "--quiet", stdin=piped.stdout)
+    assert imp.returncode == 0 and "imported 3 memories from stdin" in imp.stdout, imp.stderr
+    assert json.loads(cli("--store", str(third), "stats", "--json").stdout)["memories"] == 3
+
+
+def test_put_reads_stdin_and_files(tmp_path, cli):
+    path = str(tmp_path / "s")
+    stored = cli("--store", path, "--embedder", "hashing", "put", "notes", "-", "--json",
+                 stdin="The spare key is under the blue pot.\n")
+    assert stored.returncode == 0, stored.stderr
+    assert json.loads(stored.stdout)["text"] == "The spare key is under the blue pot."  # no "-"
+    big = "The robot patrols the long corridor at night. " * 110_000       # about 5 MB
+    (tmp_path / "big.txt").write_text(big, encoding="utf-8")
+    put = cli("--store", path, "put", "notes", "--file", str(tmp_path / "big.txt"), "--key", "big")
+    assert put.returncode == 0, put.stderr
+    got = cli("--store", path, "get", "notes", "big", "--json")
+    assert json.loads(got.stdout)["text"] == big.removesuffix("\n") and len(big) > 5_000_000
+    one_line_error(cli("--store", path, "put", "notes"), 2, "--file")            # no text at all
+    one_line_error(cli("--store", path, "put", "notes", "x", "--file", "f"), 2, "one of them")
+    one_line_error(cli("--store", path, "put", "notes", "--file", str(tmp_path / "nope")), 1, "nope")
+
+
+def test_search_says_why_nothing_was_found(store, cli, tmp_path):
+    base = ("--store", str(store), "--embedder", "hashing", "search")
+    assert cli(*base, NS, "").stdout.strip() == "(empty query: nothing to search for)"
+    assert cli(*base, NS, "   ").stdout.strip() == "(empty query: nothing to search for)"
+    assert "no content" in cli(*base, NS, "!!! ???").stdout
+    assert cli(*base, "elsewhere", "kettle").stdout.strip() == "(no memories in namespace elsewhere)"
+    assert "threshold 0.99" in cli(*base, NS, "volcano eruption", "--threshold", "0.99").stdout
+    assert json.loads(cli(*base, NS, "", "--json").stdout) == []
+
+
+def test_missing_store_is_one_line_error(tmp_path, cli):
+    err = one_line_error(cli("--store", str(tmp_path / "nope"), "--embedder", "hashing", "search",
+                             NS, "hello"), 1, "no memcore store")
+    assert str(tmp_path / "nope") in err
+    one_line_error(cli("--store", str(tmp_path / "nope"), "stats"), 1)
+    json_error(cli("--store", str(tmp_path / "nope"), "stats", "--json"), 1, "no memcore store")
+    one_line_error(cli("--store", str(tmp_path), "--embedder", "hashing", "import",
+                       str(tmp_path / "missing.jsonl")), 1, "missing.jsonl")
+
+
+@pytest.mark.parametrize("namespace", ['["a", ""]', "[not json", '["a", 1]', ""])
+def test_bad_namespace_is_a_usage_error(store, namespace, cli):
+    one_line_error(cli("--store", str(store), "--embedder", "hashing", "search", namespace, "q"),
+                   2, "namespace")
+    json_error(cli("--store", str(store), "search", namespace, "q", "--json"), 2, "namespace")
+
+
+@pytest.mark.parametrize("args", [
+    ["search", "agent"],                                  # missing query
+    ["put", "ns", "text", "--importance", "2"],
+    ["put", "ns", "text", "--metadata", "[1, 2]"],
+    ["search", "ns", "q", "--top-k", "0"],
+])
+def test_usage_errors_exit_2(store, args, cli):
+    proc = cli("--store", str(store), *args)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr and "error:" in proc.stderr
+    json_error(cli("--store", str(store), *args, "--json"), 2)
+
+
+def test_a_namespace_is_one_segment_as_in_the_library(tmp_path, cli):
+    from memcore.embedders import HashingEmbedder
+    from memcore.stores.long import LongTermMemory
+
+    path = str(tmp_path / "s")
+    assert cli("--store", path, "--embedder", "hashing", "put", "a/b", "slash segment").returncode == 0
+    assert cli("--store", path, "put", '["a", "b"]', "two segments").returncode == 0
+    listed = json.loads(cli("--store", path, "namespaces", "--json").stdout)
+    assert sorted(map(tuple, (d["namespace"] for d in listed))) == [("a", "b"), ("a/b",)]
+    assert sorted(cli("--store", path, "namespaces").stdout.splitlines()) == ['["a", "b"]\t1', "a/b\t1"]
+    with LongTermMemory.open(path, HashingEmbedder(dim=384), read_only=True) as ltm:
+        assert ltm.count("a/b") == 1 and ltm.count(("a", "b")) == 1    # the library's "a/b"
+    hits = json.loads(cli("--store", path, "search", "a/b", "segment", "--json").stdout)
+    assert [h["text"] for h in hits] == ["slash segment"]
 
 
 # ---------------------------------------------------------------- demo
 
-def test_demo_bundled_script_json():
-    proc = memcore("--embedder", "hashing", "demo", "--json")
+def test_demo_bundled_script_json(cli):
+    proc = cli("--embedder", "hashing", "demo", "--json")
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["ticks"] == 16 and summary["recalled"] >= 6
     assert summary["tick_ms"]["p50_ms"] > 0
     assert summary["memories"]["short"] + summary["memories"]["long"] >= 16
+    for tick in summary["transcript"]:            # every answer's facts were recalled that tick
+        if tick["needs"] and not tick["response"].startswith("I don't remember"):
+            recalled = " ".join(tick["recalled"]).casefold()
+            assert all(f.casefold() in recalled for f in tick["needs"]), tick
 
 
-def test_demo_bundled_script_transcript():
-    proc = memcore("--embedder", "hashing", "demo")
+def test_demo_bundled_script_transcript(cli):
+    proc = cli("--embedder", "hashing", "demo")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "RELEVANT MEMORIES" in out and "The user's name is Alice." in out
-    assert "tick p50" in out and "p95" in out
+    assert "tick p50" in out and "p95" in out and "questions answered from memory" in out
+    blocks = out.split("\n[tick")[1:]
+    (lisbon,) = [b for b in blocks if b.splitlines()[0].endswith("Where do I live again?")]
+    memories, robot = lisbon.split("robot:")
+    assert "You live in Lisbon." in robot and "Lisbon" in memories.split("RELEVANT MEMORIES")[1]
 
 
-def test_demo_locomo_replay_reports_recall(shared):
+@pytest.mark.data("locomo")
+def test_demo_locomo_replay_reports_recall(shared, cli):
     locomo = shared / "data" / "locomo" / "locomo_dev.json"
-    proc = memcore("--embedder", "hashing", "demo", "--locomo", str(locomo), "--conversation", "conv-26",
-                   "--top-k", "10", "--json")
+    proc = cli("--embedder", "hashing", "demo", "--locomo", str(locomo), "--conversation", "conv-26",
+               "--top-k", "10", "--json")
     assert proc.returncode == 0, proc.stderr
     s = json.loads(proc.stdout)
     assert s["conversation"] == "conv-26" and s["turns"] == 419 and s["top_k"] == 10
     assert s["questions"] == 197
     assert 0.1 < s["recall"] <= 1.0  # hashing is weak here, but far above chance (10/419)
     assert set(s["recall_by_category"]) == {"1", "2", "3", "4", "5"}
-    one_line_error(memcore("--embedder", "hashing", "demo", "--locomo", str(locomo), "--conversation",
-                           "conv-99"), 1, "conv-26")
+    one_line_error(cli("--embedder", "hashing", "demo", "--locomo", str(locomo), "--conversation",
+                       "conv-99"), 1, "conv-26")

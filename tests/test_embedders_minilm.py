@@ -16,6 +16,15 @@ from memcore.errors import (InvalidArgumentError, InvalidTextError, ModelChecksu
                             ModelNotFoundError)
 
 
+#: Small, varied texts for tests that need no reference vectors (the fp32 reference needs data).
+TEXTS = ["Caroline: I went to a LGBTQ support group yesterday and it was so powerful.",
+         "Where is the kettle?", "The charging dock is in the hallway.", "", "   ", "ok",
+         "Battery at 18 percent.", "東京の天気は晴れです。", "🤖 robot mode: patrol 🚪",
+         "e\u0301te\u0301 cafe\u0301", "What did Melanie paint last year?",
+         "robot " * 300 + "tail", "I love green tea but I hate the smell of coffee.",
+         "Numbers 3.14159 and 2,718 and 1e-9."] * 3
+
+
 @pytest.fixture(scope="module")
 def minilm() -> MiniLMEmbedder:
     return MiniLMEmbedder(variant="packaged").load()  # issue 2: the shipped model
@@ -28,6 +37,7 @@ def reference(shared):
     return texts, np.load(ref_dir / "embeddings.npy")
 
 
+@pytest.mark.data("minilm-reference")
 def test_agrees_with_fp32_reference(minilm, reference):
     texts, want = reference
     assert len(texts) == want.shape[0] == 230
@@ -39,8 +49,8 @@ def test_agrees_with_fp32_reference(minilm, reference):
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
 
 
-def test_batching_and_order_do_not_change_vectors(minilm, reference):
-    texts = reference[0][:40]
+def test_batching_and_order_do_not_change_vectors(minilm):
+    texts = TEXTS[:40]
     want = minilm.encode(texts, batch_size=64)
     np.testing.assert_allclose(minilm.encode(texts, batch_size=3), want, atol=1e-5)
     np.testing.assert_allclose(minilm.encode(texts[::-1])[::-1], want, atol=1e-5)
@@ -88,10 +98,10 @@ def test_protocol_surface(minilm):
         minilm.encode(["x"], batch_size=True)
 
 
-def test_threads_argument(reference):
+def test_threads_argument():
     with pytest.raises(InvalidArgumentError, match="intra_op_num_threads"):
         MiniLMEmbedder(intra_op_num_threads=0)
-    texts = reference[0][:8]
+    texts = TEXTS[:8]
     one = MiniLMEmbedder(intra_op_num_threads=1, variant="packaged").encode(texts)
     two = MiniLMEmbedder(intra_op_num_threads=2, variant="packaged").encode(texts)
     np.testing.assert_allclose(one, two, atol=1e-5)

@@ -38,6 +38,7 @@ def default_embedder(cache_root):
     return MiniLMEmbedder(cache_size=0).load()
 
 
+@pytest.mark.data("minilm-reference")
 def test_default_variant_passes_agreement_gate(default_embedder, reference):
     texts, expected = reference
     assert default_embedder.variant == DEFAULT_VARIANT
@@ -49,6 +50,7 @@ def test_default_variant_passes_agreement_gate(default_embedder, reference):
         np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
 
 
+@pytest.mark.data("minilm-reference")
 def test_default_vectors_do_not_depend_on_batch_mates(default_embedder, reference):
     """A memory store must get the same vector for a text whatever it is encoded with."""
     texts = reference[0][:60] + ["", "ok", "robot " * 300]

@@ -375,6 +375,7 @@ DRIVER = textwrap.dedent(r"""
 """)
 
 
+@pytest.mark.slow
 def test_sigkill_fault_injection_never_loses_an_acknowledged_write(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     out = subprocess.run([sys.executable, "-c", DRIVER, str(tmp_path / "m"), "30", "7"],

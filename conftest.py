@@ -1,0 +1,60 @@
+"""Evaluation-data gating shared by tests/ and bench/.
+
+A test that reads the evaluation data folder (``$MEMCORE_SHARED``, default ``../shared``) is
+marked ``@pytest.mark.data("locomo", ...)`` with the datasets it needs
+(:data:`memcore.evaldata.DATASETS`). When one is absent the test is skipped with a reason naming
+the data, its source and ``memcore data prepare``; under ``CI=true`` it is an error instead, so
+CI never passes by skipping. The check runs before any fixture is set up (so a skipped benchmark
+never requests pytest-benchmark's fixture). The ``shared`` fixture gives the folder's path and
+is only for marked tests.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from memcore import evaldata
+
+REPO = Path(__file__).resolve().parent
+
+
+def in_ci() -> bool:
+    """True when ``$CI`` is set to anything but empty, 0 or false (as CI services set it)."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def shared_root() -> Path:
+    """``$MEMCORE_SHARED``, else ``shared/`` beside the checkout."""
+    return evaldata.data_root(REPO.parent / "shared")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "data(*names): needs evaluation data (memcore.evaldata.DATASETS); skips without "
+                   "it, fails under CI=true")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    names = [n for mark in item.iter_markers("data") for n in mark.args]
+    if not names and "shared" in getattr(item, "fixturenames", ()):
+        pytest.fail(f"{item.nodeid} uses the `shared` fixture without @pytest.mark.data(...)",
+                    pytrace=False)
+    if not names:
+        return
+    root = shared_root()
+    absent = evaldata.missing(root, dict.fromkeys(names))
+    if absent:
+        reason = evaldata.describe(root, absent)
+        if in_ci():
+            pytest.fail(f"CI=true: {reason}", pytrace=False)
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def shared() -> Path:
+    """The evaluation data folder (only for tests marked ``@pytest.mark.data``)."""
+    return shared_root()
