@@ -250,7 +250,7 @@ def test_read_only_open_refuses_writes_and_refreshes_in_ram(tmp_path):
             call()
     assert r.search("ns", "alpha", query_vector=v[0])[0].key == "a"
     assert r.get("ns", "a").access_count == 1
-    assert not r._spaces[("ns",)].cols.vectors.flags.writeable
+    assert not r._tables[("ns",)].columns.vectors.flags.writeable
     r.close()
     with LongTermMemory.open(tmp_path / "m") as r2:
         assert r2.get("ns", "a").access_count == 0            # nothing was written
@@ -301,17 +301,17 @@ def test_compact_crash_before_commit_keeps_old_generation(tmp_path, monkeypatch)
         for i in range(50):
             s.put("ns", f"k{i % 5}", f"version {i}")
         before = snapshot(s)
-        real = storage._write_ns_header
+        real = storage.disk._write_ns_header
 
         def crash(directory, ns, dim, generation, *a, **kw):
             if generation == 1:
                 raise OSError("simulated crash before the header is replaced")
             return real(directory, ns, dim, generation, *a, **kw)
 
-        monkeypatch.setattr(storage, "_write_ns_header", crash)
+        monkeypatch.setattr(storage.disk, "_write_ns_header", crash)
         with pytest.raises(OSError, match="simulated"):
             s.compact()
-        monkeypatch.setattr(storage, "_write_ns_header", real)
+        monkeypatch.setattr(storage.disk, "_write_ns_header", real)
         assert snapshot(s) == before                      # the open store is unchanged
         s.put("ns", "after", "still writable")
         before = snapshot(s)

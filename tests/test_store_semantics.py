@@ -26,7 +26,7 @@ from memcore import (
     ShortTermMemory,
     TwoTierMemory,
 )
-from memcore.stores.base import MemoryStore
+from memcore.core.store import MemoryStore
 from store_helpers import DIM, STORE_CASES, CountingEmbedder, FakeClock, embedder, make_store
 
 SIM_ONLY = DecayWeights.similarity()
@@ -599,8 +599,8 @@ def test_short_put_many_beyond_capacity(clock, emb):
     # rows are reused: the arrays never grow beyond capacity
     for i in range(50):
         stm.put("ns", f"z{i}", f"text z{i}")
-    shelf = stm._shelves[("ns",)]
-    assert shelf.alive.shape[0] == 3 and int(shelf.alive.sum()) == 3
+    table = stm._tables[("ns",)]
+    assert table.rows == 3 and int(table.columns.alive.sum()) == 3
 
 
 def test_short_lexical_default_scorer(clock):
@@ -801,10 +801,10 @@ def test_tiered_requires_matching_embedders_and_clock(clock):
 def test_tiered_failing_long_tier_keeps_short_intact(clock, emb):
     mem, short, long = two_tier(clock, emb, capacity=2)
 
-    def broken(memories, vectors):
+    def broken(rows):
         raise OSError("disk full")
 
-    long.put_stored = broken
+    long.write = broken     # the tier protocol's write: how promotions land
     mem.put("ns", "a", "robot", importance=0.9)
     mem.put("ns", "b", "door", importance=0.9)
     with pytest.raises(OSError):
@@ -832,3 +832,19 @@ def test_tiered_moves_text_without_content_between_tiers(clock, emb):
     mem.put("ns", "empty", "... !!!", importance=0.9)  # moves it back; evicts 'k' to long
     assert mem.get("ns", "empty").tier is MemoryTier.SHORT and mem.count("ns") == 2
     assert mem.get("ns", "k").tier is MemoryTier.LONG and long.get("ns", "empty") is None
+
+
+def test_short_batch_that_evicts_a_re_put_key_removes_its_old_version(clock, emb):
+    """A batch re-putting old keys past capacity evicts the oldest batch keys, old rows
+    included (the pre-core code left the evicted key's old version in the FIFO)."""
+    evicted = []
+    stm = ShortTermMemory(capacity=2, embedder=emb, clock=clock,
+                          on_evict=lambda ms, vs: evicted.extend((m.key, m.text) for m in ms))
+    stm.put("ns", "a", "old a")
+    stm.put("ns", "b", "old b")
+    stm.put_many("ns", [MemoryItem("a", "new a"), MemoryItem("b", "new b"),
+                        MemoryItem("c", "new c")])
+    assert stm.keys("ns") == ["b", "c"] and stm.count("ns") == 2
+    assert stm.get("ns", "a") is None and stm.get("ns", "b").text == "new b"
+    assert evicted == [("a", "new a")]
+    assert "a" not in [h.key for h in stm.search("ns", "old a", top_k=5)]
