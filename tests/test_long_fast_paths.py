@@ -47,7 +47,7 @@ def _log(rng: np.random.Generator, n: int, del_rate: float = 0.2) -> tuple[bytes
 def _same_replay(a: storage.Replay, b: storage.Replay) -> None:
     assert a.keys == b.keys
     assert list(a.key_of) == list(b.key_of)
-    assert list(a.texts) == list(b.texts) and list(a.metas) == list(b.metas)
+    assert list(a.texts) == list(b.texts) and list(a.metadata) == list(b.metadata)
     assert sorted(a.dead) == sorted(b.dead)
     for name in ("created_at", "updated_at", "last_accessed_at", "access_count", "importance",
                  "vector_crc", "record_offset"):

@@ -104,7 +104,7 @@ class Rows:
         items = list(items)
         rows = _fast(ns, items)
         if rows is None:
-            keys, texts, imps, metas = [], [], [], []
+            keys, texts, imps, metadata = [], [], [], []
             for i, it in enumerate(items):
                 if not isinstance(it, MemoryItem):
                     raise InvalidArgumentTypeError(
@@ -112,8 +112,8 @@ class Rows:
                 keys.append(_validate.key(it.key))
                 texts.append(_validate.memory_text(it.text))
                 imps.append(_validate.importance(it.importance))
-                metas.append(_validate.metadata(it.metadata))
-            rows = cls(ns, keys, texts, imps, metas)
+                metadata.append(_validate.metadata(it.metadata))
+            rows = cls(ns, keys, texts, imps, metadata)
         if vectors is not None:
             if dim is None:
                 raise InvalidVectorError(
@@ -169,8 +169,8 @@ class Rows:
                 *times, int(count)))
         out = []
         for ns, entries in groups.items():
-            idx, keys, texts, imps, metas, ca, ua, la, ac = (list(c) for c in zip(*entries))
-            out.append(cls(ns, keys, texts, imps, metas,
+            idx, keys, texts, imps, metadata, ca, ua, la, ac = (list(c) for c in zip(*entries))
+            out.append(cls(ns, keys, texts, imps, metadata,
                            None if vecs is None else vecs[idx],
                            np.asarray(ca, np.float64), np.asarray(ua, np.float64),
                            np.asarray(la, np.float64), np.asarray(ac, np.int64)))
@@ -201,13 +201,13 @@ class Rows:
         ns, ca, ua, la, ac = (self.namespace, self.created_at.tolist(),
                               self.updated_at.tolist(), self.last_accessed_at.tolist(),
                               self.access_count.tolist())
-        metas = self.metadata if copy is None else list(map(copy, self.metadata))
+        metadata = self.metadata if copy is None else list(map(copy, self.metadata))
         out = []
         for i, key in enumerate(self.keys):
             m = _new(StoredMemory)   # without the frozen dataclass' per-field __setattr__
             _setattr(m, "__dict__", {
                 "namespace": ns, "key": key, "text": self.texts[i],
-                "importance": self.importance[i], "metadata": metas[i], "created_at": ca[i],
+                "importance": self.importance[i], "metadata": metadata[i], "created_at": ca[i],
                 "updated_at": ua[i], "last_accessed_at": la[i], "access_count": ac[i],
                 "tier": tier})
             out.append(m)
@@ -234,5 +234,5 @@ def _fast(ns: Namespace, items: list) -> Rows | None:
         "".join(texts).encode("utf-8")
     except UnicodeEncodeError:
         return None
-    metas = [_validate.metadata(it.metadata) for it in items]
-    return Rows(ns, keys, texts, imps, metas)
+    metadata = [_validate.metadata(it.metadata) for it in items]
+    return Rows(ns, keys, texts, imps, metadata)

@@ -836,15 +836,15 @@ class NamespaceRecall:
               source: Callable[[], tuple]) -> HybridIndex:
         """The index for ``weights``' structure, built from ``source()`` when missing.
 
-        ``source() -> (rows, texts, vectors, metadatas)``: the live rows in insertion order,
+        ``source() -> (rows, texts, vectors, metadata)``: the live rows in insertion order,
         their texts, (n, dim) float32 vectors and metadata dicts.
         """
         key = weights.structure()
         idx = self.indexes.get(key)
         if idx is None:
             idx = HybridIndex(self.dim, weights, self.query_preparer)
-            rows, texts, vectors, metas = source()
-            idx.put_many(rows, texts, vectors, [episode_speaker(m) for m in metas])
+            rows, texts, vectors, metadata = source()
+            idx.put_many(rows, texts, vectors, [episode_speaker(m) for m in metadata])
             self.indexes[key] = idx
         return idx
 
@@ -859,11 +859,11 @@ class NamespaceRecall:
             idx.put(row, text, vector, episode=ep, speaker=sp)
 
     def put_many(self, rows: Sequence[int], texts: Sequence[str], vectors: np.ndarray,
-                 metadatas: Sequence[dict | None]) -> None:
+                 metadata: Sequence[dict | None]) -> None:
         """:meth:`put` for a batch of new rows (one tokeniser call per index)."""
         if not self.indexes or not len(rows):
             return
-        es = [episode_speaker(m) for m in metadatas]
+        es = [episode_speaker(m) for m in metadata]
         for idx in self.indexes.values():
             for r in rows:
                 idx.delete(r)

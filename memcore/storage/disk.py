@@ -319,20 +319,20 @@ class NamespaceFiles:
             os.fdatasync(self._fd)
 
     def commit(self, cols: Columns, first_row: int, keys: Sequence[str], texts: Sequence[str],
-               metas: Sequence[bytes], importance, created_at, updated_at, last_accessed_at,
+               metadata: Sequence[bytes], importance, created_at, updated_at, last_accessed_at,
                access_count, vectors: np.ndarray) -> list[int]:
         """Append the PUT records of rows ``first_row...`` (their vectors and columns are in
         ``cols`` already): the commit point. Returns each record's log offset."""
         base = self.log_bytes
         if len(keys) == 1:                           # put(): skip the batch machinery
             blob = encode_put(first_row, keys[0].encode("utf-8"), texts[0].encode("utf-8"),
-                              metas[0], float(created_at[0]), float(updated_at[0]),
+                              metadata[0], float(created_at[0]), float(updated_at[0]),
                               float(last_accessed_at[0]), int(access_count[0]), importance[0],
                               zlib.crc32(np.ascontiguousarray(vectors[0], np.float32)))
             offsets = [base]
         else:
             blob, starts = encode_puts(first_row, [k.encode("utf-8") for k in keys],
-                                       [t.encode("utf-8") for t in texts], metas, created_at,
+                                       [t.encode("utf-8") for t in texts], metadata, created_at,
                                        updated_at, last_accessed_at, access_count, importance,
                                        vector_crcs(vectors))
             offsets = (starts + base).tolist()
@@ -565,7 +565,7 @@ def repair_namespace(directory: str, dim: int) -> dict:
             la = max(la, float(stats["last_accessed_at"][fr]))
         if fr < stats["access_count"].shape[0]:
             ac = max(ac, int(stats["access_count"][fr]))
-        rows.append((rep.key_of[idx], rep.texts[idx], rep.metas[idx], rep.created_at[idx],
+        rows.append((rep.key_of[idx], rep.texts[idx], rep.metadata[idx], rep.created_at[idx],
                      rep.updated_at[idx], la, ac, rep.importance[idx]))
     new_vecs = vecs[[rep.file_rows[i] for i in keep]] if keep else np.zeros((0, dim), np.float32)
     cols, _, _ = write_generation(directory, ns, dim, gen + 1, rows, new_vecs)
@@ -618,7 +618,7 @@ def retire_generation(files: "NamespaceFiles", cols: Columns) -> None:
 
 
 def write_namespace(parent: str, ns: tuple, durability: str, keys: Sequence[str],
-                    texts: Sequence[str], metas: Sequence[bytes], importance, created_at,
+                    texts: Sequence[str], metadata: Sequence[bytes], importance, created_at,
                     updated_at, last_accessed_at, access_count, vectors: np.ndarray,
                     generation: int, *, log: bytes | None = None,
                     offsets: np.ndarray | None = None) -> tuple["NamespaceFiles", Columns, list]:
@@ -646,7 +646,7 @@ def write_namespace(parent: str, ns: tuple, durability: str, keys: Sequence[str]
             blob, starts = copy_puts(log, offsets, last_accessed_at, access_count)
         else:
             blob, starts = encode_puts(0, [k.encode("utf-8") for k in keys],
-                                       [t.encode("utf-8") for t in texts], list(metas),
+                                       [t.encode("utf-8") for t in texts], list(metadata),
                                        created_at, updated_at, last_accessed_at, access_count,
                                        list(importance), vector_crcs(vectors))
         cols, records, log_bytes = write_generation_blob(directory, ns, dim, generation, blob,

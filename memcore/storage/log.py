@@ -31,7 +31,7 @@ class Replay:
     keys: dict = field(default_factory=dict)
     key_of: list = field(default_factory=list)
     texts: list = field(default_factory=list)
-    metas: list = field(default_factory=list)          # raw JSON bytes
+    metadata: list = field(default_factory=list)          # raw JSON bytes
     created_at: list = field(default_factory=list)
     updated_at: list = field(default_factory=list)
     last_accessed_at: list = field(default_factory=list)
@@ -119,7 +119,7 @@ def _apply(rep: Replay, op: int, fields, off: int, salvage: bool = False) -> Non
         rep.file_rows.append(row)
         rep.key_of.append(key)
         rep.texts.append(text)
-        rep.metas.append(meta)
+        rep.metadata.append(meta)
         rep.created_at.append(fixed[2])
         rep.updated_at.append(fixed[3])
         rep.last_accessed_at.append(fixed[4])
@@ -232,8 +232,8 @@ def _scan_log_fast(data: bytes, path: str, committed_bytes: int) -> Replay | Non
     k0 = put_at + PUT_FIXED.size
     keys = _decode_segments(buf, k0, kl, True)
     texts = _decode_segments(buf, k0 + kl, tl, True)
-    metas = _decode_segments(buf, k0 + kl + tl, ml, False)
-    if keys is None or texts is None or metas is None:
+    metadata = _decode_segments(buf, k0 + kl + tl, ml, False)
+    if keys is None or texts is None or metadata is None:
         return None
     rep = Replay()
     dead: list[int] = []
@@ -266,7 +266,7 @@ def _scan_log_fast(data: bytes, path: str, committed_bytes: int) -> Replay | Non
                     return None
                 dead.append(old)
                 d += 1
-    rep.keys, rep.key_of, rep.texts, rep.metas, rep.dead = live, keys, texts, metas, dead
+    rep.keys, rep.key_of, rep.texts, rep.metadata, rep.dead = live, keys, texts, metadata, dead
     rep.created_at = fixed["created_at"]
     rep.updated_at = fixed["updated_at"]
     rep.last_accessed_at = fixed["last_accessed_at"]

@@ -58,7 +58,7 @@ def _patch_crcs(blob: bytearray, starts: np.ndarray, ends: np.ndarray) -> None:
 
 
 def encode_puts(first_row: int, keys: Sequence[bytes], texts: Sequence[bytes],
-                metas: Sequence[bytes], created_at, updated_at, last_accessed_at, access_count,
+                metadata: Sequence[bytes], created_at, updated_at, last_accessed_at, access_count,
                 importance, vector_crcs) -> tuple[bytearray, np.ndarray]:
     """Many framed PUT records at once, byte for byte what :func:`encode_put` writes.
 
@@ -66,7 +66,7 @@ def encode_puts(first_row: int, keys: Sequence[bytes], texts: Sequence[bytes],
     ----------
     first_row : int
         Row of the first record; the others follow.
-    keys, texts, metas : sequence of bytes, length n
+    keys, texts, metadata : sequence of bytes, length n
         UTF-8 key, text and metadata JSON.
     created_at, updated_at, last_accessed_at : array_like of shape (n,), float64
         Unix seconds.
@@ -92,7 +92,7 @@ def encode_puts(first_row: int, keys: Sequence[bytes], texts: Sequence[bytes],
     head = np.zeros(n, FRAMED_PUT_DTYPE)
     kl = np.fromiter(map(len, keys), np.int64, n)
     tl = np.fromiter(map(len, texts), np.int64, n)
-    ml = np.fromiter(map(len, metas), np.int64, n)
+    ml = np.fromiter(map(len, metadata), np.int64, n)
     length = PUT_FIXED.size + kl + tl + ml
     head["magic"] = MAGIC
     head["length"] = length
@@ -113,7 +113,7 @@ def encode_puts(first_row: int, keys: Sequence[bytes], texts: Sequence[bytes],
     parts[0::4] = [hb[i:i + size] for i in range(0, n * size, size)]
     parts[1::4] = keys
     parts[2::4] = texts
-    parts[3::4] = metas
+    parts[3::4] = metadata
     blob = bytearray(b"".join(parts))
     _patch_crcs(blob, starts, ends)
     return blob, starts

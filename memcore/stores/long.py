@@ -53,9 +53,9 @@ DEFAULT_DURABILITY = "flush"
 _JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 
 
-def _meta_bytes(metas: Sequence[Any]) -> list[bytes]:
+def _meta_bytes(metadata: Sequence[Any]) -> list[bytes]:
     return [m if isinstance(m, bytes) else (_JSON.encode(m).encode("utf-8") if m else b"{}")
-            for m in metas]
+            for m in metadata]
 
 
 @contextlib.contextmanager
@@ -88,7 +88,7 @@ def _table(ns: Namespace, cols: Any, files: Any, rep: Any, read_only: bool) -> T
     keys, vals = rep.keys, list(rep.keys.values())
     if any(a > b for a, b in zip(vals, vals[1:])):
         keys = dict(sorted(keys.items(), key=lambda kv: kv[1]))   # oldest write first
-    t.keys, t.key_of, t.texts, t.metadata = keys, rep.key_of, rep.texts, rep.metas
+    t.keys, t.key_of, t.texts, t.metadata = keys, rep.key_of, rep.texts, rep.metadata
     t.importance = list(rep.importance)
     t.offsets = np.asarray(rep.record_offset, np.int64).tolist()
     for row in rep.dead:
