@@ -474,9 +474,10 @@ class SemanticMemory:
         Examples
         --------
         >>> from memcore import HashingEmbedder
-        >>> mem = SemanticMemory(embedder=HashingEmbedder(), warmup=False)
-        >>> [m.text for m in mem.store("Battery at 18 percent.", "Going to the dock.", mode="patrol")]
-        ['Battery at 18 percent.']
+        >>> with SemanticMemory(embedder=HashingEmbedder(), warmup=False) as mem:
+        ...     items = mem.store("Battery at 18 percent.", "Going to the dock.", mode="patrol")
+        >>> [(m.text, m.metadata["response"]) for m in items]
+        [('Battery at 18 percent.', 'Going to the dock.')]
         """
         self._check()
         t0 = time.perf_counter()
