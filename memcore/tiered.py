@@ -231,9 +231,6 @@ class TwoTierMemory(MemoryStore):
             v = self.short.vector(namespace, key)
             return v if v is not None else self.long.vector(namespace, key)
 
-    def __contains__(self, item: tuple) -> bool:
-        return self.get(item[0], item[1]) is not None
-
     def key_list(self, namespace: Namespace) -> list[str]:
         """Keys of both tiers: the long tier's not shadowed, then the short tier's."""
         with self._lock:
@@ -276,10 +273,6 @@ class TwoTierMemory(MemoryStore):
         return self.prepare(namespace, text, hybrid=hybrid).dense
 
     # ------------------------------------------------------------------ search
-    def resolve(self, query: Any, text: Any = None, **kw: Any) -> ResolvedQuery | None:
-        kw.setdefault("encode", self.short.embed)
-        return super().resolve(query, text, **kw)
-
     def search(self, query: Any, text: str | None = None, **kw: Any) -> list[MemoryHit]:
         """Rank both tiers with one formula, de-duplicate by key (short wins), keep ``top_k``.
 

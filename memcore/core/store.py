@@ -53,7 +53,19 @@ from memcore.types import (
 )
 
 __all__ = ["MemoryStore", "Tier", "GetOp", "PutOp", "SearchOp", "ListNamespacesOp",
-           "sorted_namespaces"]
+           "check_embedder", "sorted_namespaces"]
+
+
+def check_embedder(embedder: Any, *, named: bool = False) -> None:
+    """Raise InvalidArgumentTypeError unless ``embedder`` has ``encode``, an int ``dim >= 1``
+    and (``named``) a str ``name``."""
+    dim = getattr(embedder, "dim", None)
+    if (not callable(getattr(embedder, "encode", None)) or isinstance(dim, bool)
+            or not isinstance(dim, (int, np.integer)) or dim < 1
+            or (named and not isinstance(getattr(embedder, "name", None), str))):
+        raise InvalidArgumentTypeError(
+            f"embedder must have encode(){', a str name' if named else ''} and an int dim >= 1, "
+            f"got {type(embedder).__name__}")
 
 
 def sorted_namespaces(all_ns: Iterable[Namespace], prefix: NamespaceLike | None) -> list[Namespace]:
@@ -400,7 +412,7 @@ class MemoryStore:
 
     def __contains__(self, item: tuple) -> bool:
         """``(namespace, key) in store``."""
-        return self._find(item[0], item[1])[1] is not None
+        return self.get(item[0], item[1]) is not None
 
     def keys(self, namespace: NamespaceLike) -> list[str]:
         """The namespace's keys, oldest write first (a bounded tier's eviction order).

@@ -25,7 +25,7 @@ import numpy as np
 
 from memcore import _validate, storage
 from memcore.core.rows import Rows, encoded
-from memcore.core.store import MemoryStore
+from memcore.core.store import MemoryStore, check_embedder
 from memcore.core.table import Table
 from memcore.errors import (
     EmbedderMismatchError,
@@ -71,14 +71,6 @@ def _gc_paused(n: int):
         yield
     finally:
         gc.enable()
-
-
-def _check_embedder(embedder: Any) -> None:
-    dim = getattr(embedder, "dim", None)
-    if (not callable(getattr(embedder, "encode", None)) or not isinstance(dim, (int, np.integer))
-            or isinstance(dim, bool) or dim < 1 or not isinstance(getattr(embedder, "name", None), str)):
-        raise InvalidArgumentTypeError(f"embedder must have encode(), a str name and an int dim >= 1, "
-                                       f"got {type(embedder).__name__}")
 
 
 def _table(ns: Namespace, cols: Any, files: Any, rep: Any, read_only: bool) -> Table:
@@ -195,7 +187,7 @@ class LongTermMemory(MemoryStore):
         if not (math.isfinite(lock_timeout) and lock_timeout >= 0):
             raise InvalidArgumentError(f"lock_timeout must be finite seconds >= 0, got {lock_timeout!r}")
         if embedder is not None:
-            _check_embedder(embedder)
+            check_embedder(embedder, named=True)
         self.durability = durability
         self.lock_timeout = lock_timeout
         self.read_only = bool(read_only)
@@ -509,7 +501,7 @@ class LongTermMemory(MemoryStore):
         from tqdm.auto import tqdm
 
         self._check_write()
-        _check_embedder(embedder)
+        check_embedder(embedder, named=True)
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
                 or batch_size < 1:
             raise InvalidArgumentError(f"batch_size must be an int >= 1, got {batch_size!r}")

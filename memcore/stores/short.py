@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from memcore.core.rows import Rows
-from memcore.core.store import MemoryStore
+from memcore.core.store import MemoryStore, check_embedder
 from memcore.core.table import Table, copy_metadata
 from memcore.errors import InvalidArgumentError, InvalidArgumentTypeError
 from memcore.query import ResolvedQuery
@@ -88,11 +88,7 @@ class ShortTermMemory(MemoryStore):
             raise InvalidArgumentError("give either an embedder (vector similarity) or a scorer "
                                        "(lexical similarity), not both")
         if embedder is not None:
-            dim = getattr(embedder, "dim", None)
-            if (not callable(getattr(embedder, "encode", None)) or not isinstance(dim, int)
-                    or isinstance(dim, bool) or dim < 1):
-                raise InvalidArgumentTypeError(f"embedder must have encode() and an int dim >= 1, "
-                                               f"got {type(embedder).__name__}")
+            check_embedder(embedder)
         elif scorer is None:
             from memcore.embedders.lexical import LexicalScorer
 
