@@ -15,6 +15,7 @@ from memcore import (
     EmbedderMismatchError,
     HashingEmbedder,
     HybridWeights,
+    InvalidArgumentError,
     InvalidNamespaceError,
     InvalidTextError,
     InvalidVectorError,
@@ -24,6 +25,7 @@ from memcore import (
     MemoryTier,
     PromotionPolicy,
     ShortTermMemory,
+    StoredMemory,
     TwoTierMemory,
 )
 from memcore.core.store import MemoryStore
@@ -848,3 +850,45 @@ def test_short_batch_that_evicts_a_re_put_key_removes_its_old_version(clock, emb
     assert stm.get("ns", "a") is None and stm.get("ns", "b").text == "new b"
     assert evicted == [("a", "new a")]
     assert "a" not in [h.key for h in stm.search("ns", "old a", top_k=5)]
+
+
+class NaNEmbedder:
+    """An embedder gone wrong: NaN vectors."""
+
+    name, dim = "hashing-64", DIM
+
+    def encode(self, texts, *, batch_size=4096):
+        return np.full((len(texts), DIM), np.nan, np.float32)
+
+
+@pytest.mark.parametrize("build", [
+    lambda e, c: ShortTermMemory(capacity=10, embedder=e, clock=c),
+    lambda e, c: LongTermMemory(embedder=e, clock=c),
+], ids=["short", "long"])
+def test_broken_embedder_output_is_refused_by_every_store(build, clock):
+    """Every store checks an embedder's output once (the short tier used to store NaN vectors,
+    which surfaced only at promotion); nothing is stored."""
+    store = build(NaNEmbedder(), clock)
+    with pytest.raises(InvalidVectorError, match="NaN"):
+        store.put("ns", "k", "robot door")
+    with pytest.raises(InvalidVectorError, match="NaN"):
+        store.put_many("ns", [MemoryItem("a", "x y"), MemoryItem("b", "z")])
+    assert store.count("ns") == 0
+
+
+@pytest.mark.parametrize("when", [1.7e9, 1_700_000_000, np.float32(1.7e9), np.float64(1.7e9),
+                                  np.int64(1_700_000_000)])
+def test_put_stored_takes_any_finite_number_as_a_timestamp(store, case, when):
+    m = StoredMemory(("ns",), "k", "robot door", 0.5, {}, when, when, when, 0, MemoryTier.SHORT)
+    vecs = np.ones((1, DIM), np.float32) if case.vectors else None
+    store.put_stored([m], vecs)
+    assert store.get("ns", "k").created_at == float(when)
+
+
+@pytest.mark.parametrize("when", [True, float("nan"), float("inf"), "1.7e9", None])
+def test_put_stored_refuses_bools_and_non_finite_timestamps(store, case, when):
+    m = StoredMemory(("ns",), "k", "robot door", 0.5, {}, 1.7e9, when, 1.7e9, 0, MemoryTier.SHORT)
+    vecs = np.ones((1, DIM), np.float32) if case.vectors else None
+    with pytest.raises(InvalidArgumentError, match="updated_at"):
+        store.put_stored([m], vecs)
+    assert store.count("ns") == 0
