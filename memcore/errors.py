@@ -23,6 +23,12 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidArgumentTypeError",
     "StoreClosedError",
+    "StoreIOError",
+    "StorePathError",
+    "StorePermissionError",
+    "StoreNotFoundError",
+    "BackgroundWriteError",
+    "MemoryClosedError",
 ]
 
 
@@ -92,3 +98,31 @@ class FormatVersionError(MemcoreError, ValueError):
 
 class ReadOnlyStoreError(MemcoreError, PermissionError):
     """A write was attempted on a store opened read-only."""
+
+
+class StoreIOError(MemcoreError, OSError):
+    """A store file or directory could not be read or written (disk full, I/O error, ...)."""
+
+
+class StorePathError(StoreIOError, FileExistsError):
+    """A store path exists but is not a directory (e.g. a file where the store should be)."""
+
+
+class StorePermissionError(StoreIOError, PermissionError):
+    """The process may not read or write the store's files (e.g. a read-only directory)."""
+
+
+class StoreNotFoundError(StoreIOError, FileNotFoundError):
+    """There is no store at the given path (and the call does not create one)."""
+
+
+class BackgroundWriteError(MemcoreError, RuntimeError):
+    """A ``SemanticMemory.store(..., background=True)`` write failed in the worker thread.
+
+    Raised by the next call into the :class:`~memcore.SemanticMemory`; ``__cause__`` is the
+    original error.
+    """
+
+
+class MemoryClosedError(StoreClosedError):
+    """A :class:`~memcore.SemanticMemory` was used after ``close()``."""

@@ -2,25 +2,22 @@
 
 from __future__ import annotations
 
-import copy
 import math
-import threading
 from dataclasses import replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from memcore import _validate
+from memcore import _validate, query as _query
+from memcore.core.rows import Rows
+from memcore.core.store import MemoryStore, Tier
 from memcore.errors import EmbedderMismatchError, InvalidArgumentError, InvalidArgumentTypeError
-from memcore.hybrid import HybridWeights, default_for, pooled_weights
-from memcore.query_prep import DefaultQueryPreparer
-from memcore.stores.base import as_query
+from memcore.query import ResolvedQuery
+from memcore.recall.hybrid import HybridWeights, default_for, pooled_weights
 from memcore.stores.short import ShortTermMemory
 from memcore.types import (
     DecayWeights,
     MemoryHit,
-    MemoryItem,
-    MemoryQuery,
     MemoryTier,
     Namespace,
     NamespaceLike,
@@ -30,14 +27,8 @@ from memcore.types import (
 
 __all__ = ["TwoTierMemory"]
 
-_DEFAULT_PREPARER = DefaultQueryPreparer()
 
-#: What TwoTierMemory needs from its long tier beyond the MemoryStore protocol.
-LONG_TIER_METHODS = ("put_stored", "touch", "keys", "search", "get", "delete", "count", "clear",
-                     "namespaces")
-
-
-class TwoTierMemory:
+class TwoTierMemory(MemoryStore):
     """Working memory (short tier) in front of long-term memory (long tier), one store API.
 
     - Writes land in the short tier. Re-putting a key that lives in the long tier moves it to
@@ -51,53 +42,47 @@ class TwoTierMemory:
       way; **memories evicted without qualifying are forgotten**.
     - ``get``/``search``: a key present in both tiers is served from the short tier.
       ``delete``/``clear`` act on both tiers.
-    - ``search`` encodes the query once, ranks both tiers with the same weights (one formula),
+    - ``search`` resolves the query once (one validation, one preparation with both tiers'
+      speakers known, one embedding), ranks both tiers with the same weights and time,
       de-duplicates by key and keeps the best ``top_k``.
-    - Recall is hybrid by default (:mod:`memcore.hybrid`: BM25 + dense + episodic context from
-      the ``episode``/``speaker`` metadata, z-normalised per query): ``HybridWeights.hybrid()``,
+    - Recall is hybrid by default (:mod:`memcore.recall.hybrid`): ``HybridWeights.hybrid()``,
       or ``HybridWeights.no_model()`` with the hashing embedder. The z statistics are pooled
-      over both tiers' memories of the namespace (:func:`memcore.hybrid.pooled_weights`), so
-      scores are those of one index over the union, except that each tier keeps its own
+      over both tiers' memories of the namespace (:func:`memcore.recall.hybrid.pooled_weights`),
+      so scores are those of one index over the union, except that each tier keeps its own
       BM25 idf and average length, and episode windows stay within a tier. With
-      ``hybrid=HybridWeights.similarity()`` both tiers rank by pure cosine, scores exactly
-      comparable.
+      ``hybrid=HybridWeights.similarity()`` both tiers rank by pure cosine.
 
-    Both tiers must use the same embedder (name and dim) and the same clock object, so that
-    similarities and recencies are comparable across tiers. Thread-safe (one ``RLock``).
+    Both tiers must use the same embedder (name and dim) and the same clock object.
 
     Parameters
     ----------
     short : ShortTermMemory
         With an embedder. Its ``on_evict`` is taken over (a previous handler still runs first).
-    long : LongTermMemory or a store with ``put_stored(memories, vectors)``,
-        ``touch(namespace, keys)`` and ``keys(namespace)`` besides the MemoryStore protocol,
-        plus ``embedder`` and ``clock`` attributes.
+    long : Tier
+        A :class:`~memcore.LongTermMemory`, or any store implementing the tier protocol
+        (:class:`memcore.core.store.Tier`).
     policy : PromotionPolicy, default PromotionPolicy()
     weights : DecayWeights, optional
-        The ranking formula for both tiers; the long tier's ``weights`` when None (else
-        ``DecayWeights()``).
+        The ranking formula for both tiers; the long tier's ``weights`` when None.
     hybrid : HybridWeights, optional
-        Recall of both tiers; :func:`memcore.hybrid.default_for` the embedder when None.
-
-    Attributes
-    ----------
-    clock : Clock
-        The tiers' shared clock.
+        Recall of both tiers; :func:`memcore.recall.hybrid.default_for` the embedder when None.
 
     Raises
     ------
-    TypeError
-        If ``short`` is not a ShortTermMemory, ``long`` lacks a needed method, or ``policy`` /
-        ``weights`` / ``hybrid`` have the wrong type.
+    InvalidArgumentTypeError
+        If ``short`` is not a ShortTermMemory, ``long`` does not implement the tier protocol,
+        or ``policy`` / ``weights`` / ``hybrid`` have the wrong type.
     EmbedderMismatchError
         If the short tier has no embedder or the tiers' embedders differ in name or dim.
-    ValueError
+    InvalidArgumentError
         If the tiers have different clocks.
 
     Examples
     --------
+    >>> from memcore import HashingEmbedder, LongTermMemory
+    >>> emb = HashingEmbedder(dim=64)
     >>> mem = TwoTierMemory(ShortTermMemory(capacity=100, embedder=emb),
-    ...                     LongTermMemory(embedder=emb))            # doctest: +SKIP
+    ...                     LongTermMemory(embedder=emb))
     >>> _ = mem.put("robot", "dock", "the dock is in the hallway", importance=0.9)
     >>> mem.consolidate()
     1
@@ -105,47 +90,40 @@ class TwoTierMemory:
     <MemoryTier.LONG: 'long'>
     """
 
+    tier = MemoryTier.SHORT
+
     def __init__(self, short: ShortTermMemory, long: Any,
                  policy: PromotionPolicy = PromotionPolicy(), *,
                  weights: DecayWeights | None = None, hybrid: HybridWeights | None = None):
         if not isinstance(short, ShortTermMemory):
             raise InvalidArgumentTypeError(f"short must be a ShortTermMemory, got {type(short).__name__}")
-        missing = [m for m in LONG_TIER_METHODS if not callable(getattr(long, m, None))]
-        if missing:
-            raise InvalidArgumentTypeError(f"long tier {type(long).__name__} lacks {', '.join(missing)}")
+        if not isinstance(long, Tier):
+            raise InvalidArgumentTypeError(f"long tier {type(long).__name__} does not implement the "
+                                           "tier protocol (memcore.core.store.Tier)")
         if not isinstance(policy, PromotionPolicy):
             raise InvalidArgumentTypeError(f"policy must be a PromotionPolicy, got {type(policy).__name__}")
-        if weights is not None and not isinstance(weights, DecayWeights):
-            raise InvalidArgumentTypeError(f"weights must be a DecayWeights, got {type(weights).__name__}")
-        if hybrid is not None and not isinstance(hybrid, HybridWeights):
-            raise InvalidArgumentTypeError(f"hybrid must be a HybridWeights, got {type(hybrid).__name__}")
         if short.embedder is None:
             raise EmbedderMismatchError(
                 "the short tier ranks lexically (no embedder) but the long tier needs vectors; "
                 "build ShortTermMemory(embedder=...) with the long tier's embedder")
-        le = getattr(long, "embedder", None)
         s_id = (getattr(short.embedder, "name", None), short.dim)
-        l_id = (getattr(le, "name", None), getattr(le, "dim", None))
+        l_id = (getattr(long.embedder, "name", None), getattr(long.embedder, "dim", None))
         if s_id != l_id:
             raise EmbedderMismatchError(
                 f"short tier embedder {s_id[0]!r} (dim {s_id[1]}) differs from long tier embedder "
                 f"{l_id[0]!r} (dim {l_id[1]}); both tiers must share one embedder")
-        if getattr(long, "clock", None) is not short.clock:
+        if long.clock is not short.clock:
             raise InvalidArgumentError(
-                f"the tiers have different clocks (short: {short.clock!r}, long: "
-                f"{getattr(long, 'clock', None)!r}); pass the same clock to both so recencies "
-                "are comparable")
+                f"the tiers have different clocks (short: {short.clock!r}, long: {long.clock!r}); "
+                "pass the same clock to both so recencies are comparable")
+        lw = long.weights
+        self._setup(dim=short.dim, embedder=short.embedder, clock=short.clock, weights=weights,
+                    hybrid=hybrid if hybrid is not None else default_for(short.embedder),
+                    query_preparer=short.query_preparer,
+                    default_weights=lw)
         self.short = short
         self.long = long
         self.policy = policy
-        lw = getattr(long, "weights", None)
-        self.weights = weights if weights is not None else (
-            lw if isinstance(lw, DecayWeights) else DecayWeights())
-        self.clock = short.clock
-        self.embedder = short.embedder
-        self.hybrid = hybrid if hybrid is not None else default_for(short.embedder)
-        self.dim = short.dim
-        self._lock = threading.RLock()
         self._previous_on_evict = short.on_evict
         self._promoted = 0
         self._forgotten = 0
@@ -157,9 +135,8 @@ class TwoTierMemory:
         return f"TwoTierMemory(short={self.short!r}, long={self.long!r}, policy={self.policy!r})"
 
     # ------------------------------------------------------------------ tier moves
-
     def _promote(self, memories: Sequence[StoredMemory], vectors: np.ndarray | None) -> None:
-        self.long.put_stored([replace(m, tier=MemoryTier.LONG) for m in memories], vectors)
+        self.long.write(Rows.of_memories(memories, vectors))
         self._promoted += len(memories)
         if self._promoted_now is not None:
             self._promoted_now.update((m.namespace, m.key) for m in memories)
@@ -191,14 +168,9 @@ class TwoTierMemory:
 
         Raises
         ------
-        ValueError
-            If ``now`` is not finite. Whatever the long tier's ``put_stored`` raises (the
-            namespace being promoted then stays in the short tier).
-
-        Examples
-        --------
-        >>> mem.consolidate(now=1_700_000_000.0)          # doctest: +SKIP
-        3
+        InvalidArgumentError
+            If ``now`` is not finite. Whatever the long tier's write raises (the namespace being
+            promoted then stays in the short tier).
         """
         if now is not None and (isinstance(now, bool) or not isinstance(now, (int, float))
                                 or not math.isfinite(now)):
@@ -213,297 +185,62 @@ class TwoTierMemory:
             return moved
 
     # ------------------------------------------------------------------ writes
+    def embed(self, texts: list) -> np.ndarray:
+        return self.short.embed(texts)
 
-    def put(self, namespace: NamespaceLike, key: str, text: str, *, importance: float = 0.5,
-            metadata: Mapping[str, Any] | None = None, vector: Any = None) -> StoredMemory:
-        """Store or replace one memory in the short tier (see the class notes).
-
-        Parameters
-        ----------
-        namespace : str or tuple of str
-        key : str
-        text : str
-        importance : float, default 0.5
-            In [0, 1].
-        metadata : dict, optional
-            JSON-serialisable.
-        vector : array_like of shape (dim,), optional
-            Precomputed embedding of ``text``; skips the embedder.
-
-        Returns
-        -------
-        StoredMemory
-            Tier SHORT.
-
-        Raises
-        ------
-        InvalidNamespaceError, InvalidTextError, ValueError, TypeError
-            On malformed input.
-        DimensionMismatchError, InvalidVectorError
-            On a bad ``vector``. Nothing changes when anything raises.
-
-        Examples
-        --------
-        >>> mem.put("robot", "dock", "the dock is in the hallway").tier       # doctest: +SKIP
-        <MemoryTier.SHORT: 'short'>
-        """
-        vectors = None
-        if vector is not None:
-            vectors = _validate.vector(vector, self.dim, name="vector")[None, :]
-        item = MemoryItem(key=key, text=text, importance=importance,
-                          metadata=metadata if metadata is not None else {})
-        return self._put_many(namespace, [item], vectors)[0]
-
-    def put_many(self, namespace: NamespaceLike, items: Sequence[MemoryItem], *,
-                 vectors: Any = None) -> list[StoredMemory]:
-        """Store or replace a batch in the short tier with one embedder call.
-
-        Semantics as :meth:`ShortTermMemory.put_many` plus the tier moves of :meth:`put`.
-
-        Parameters
-        ----------
-        namespace : str or tuple of str
-        items : sequence of MemoryItem
-        vectors : array_like of shape (len(items), dim), optional
-
-        Returns
-        -------
-        list of StoredMemory
-
-        Raises
-        ------
-        TypeError, ValueError, DimensionMismatchError, InvalidVectorError
-            As :meth:`ShortTermMemory.put_many`; nothing changes.
-
-        Examples
-        --------
-        >>> len(mem.put_many("robot", [MemoryItem("a", "x"), MemoryItem("b", "y")]))  # doctest: +SKIP
-        2
-        """
-        return self._put_many(namespace, list(items), vectors)
-
-    def _put_many(self, namespace: NamespaceLike, items: list, vectors: Any) -> list[StoredMemory]:
-        ns = _validate.namespace(namespace)
-        clean = []
-        for i, it in enumerate(items):
-            if not isinstance(it, MemoryItem):
-                raise InvalidArgumentTypeError(f"items[{i}] must be a MemoryItem, got {type(it).__name__}")
-            clean.append((_validate.key(it.key), _validate.memory_text(it.text),
-                          _validate.importance(it.importance), _validate.metadata(it.metadata)))
-        # encode once, outside the lock; validates vectors before anything changes
-        vecs = self.short._vectors_for([c[1] for c in clean], vectors, "vectors")
+    def write(self, rows: Rows) -> list[StoredMemory]:
+        if rows.vectors is None:
+            rows.vectors = self.embed(rows.texts) if len(rows) else \
+                np.zeros((0, self.dim), np.float32)
+        ns = rows.namespace
         with self._lock:
-            now = float(self.clock())
-            in_long: dict[str, StoredMemory] = {}
-            records = []
-            # keys the long tier may hold: one listing for big batches, else a get per key
-            maybe_long = set(self.long.keys(ns)) if len(clean) > 64 else None
-            for k, t, imp, meta in clean:
-                life = self.short._lifecycle(ns, k)
-                if life is None and k not in in_long and (maybe_long is None or k in maybe_long):
-                    old = self.long.get(ns, k)
-                    if old is not None:
-                        in_long[k] = old
-                if life is None and k in in_long:
-                    life = (in_long[k].created_at, in_long[k].access_count)
-                created, count = life if life is not None else (now, 0)
-                records.append(StoredMemory(
-                    namespace=ns, key=k, text=t, importance=imp, metadata=meta,
-                    created_at=created, updated_at=now, last_accessed_at=now,
-                    access_count=count, tier=MemoryTier.SHORT))
+            in_long: dict = {}
+            if rows.created_at is None:
+                now = _query.now(self.clock)
+                life = self.short.lifecycle(ns, rows.keys)
+                in_long = self.long.lifecycle(ns, [k for k in rows.keys if k not in life])
+                life = {**in_long, **life}
+                m = len(rows)
+                ca, ac = zip(*[life.get(k, (now, 0)) for k in rows.keys]) if m else ((), ())
+                rows.created_at = np.asarray(ca, np.float64)
+                rows.access_count = np.asarray(ac, np.int64)
+                rows.updated_at = rows.last_accessed_at = np.full(m, now)
             self._promoted_now = set()
             try:
-                self.short._put_validated(ns, records, vecs)
+                out = self.short.write(rows)
                 promoted = self._promoted_now
             finally:
                 self._promoted_now = None
+            still_short = self.short.lifecycle(ns, list(in_long))
             for k in in_long:
-                if (ns, k) in self.short or (ns, k) not in promoted:
+                if k in still_short or (ns, k) not in promoted:
                     self.long.delete(ns, k)  # replaced: the long copy is stale
-            return [replace(r, metadata=copy.deepcopy(r.metadata)) for r in records]
+            return out
+
+    def put_stored(self, memories: Sequence[StoredMemory], vectors: Any = None) -> None:
+        self.short.put_stored(memories, vectors)
 
     # ------------------------------------------------------------------ reads
-
     def get(self, namespace: NamespaceLike, key: str) -> StoredMemory | None:
-        """The memory under ``key``: the short tier's if present, else the long tier's, else None.
-
-        Does not refresh access fields.
-
-        Raises
-        ------
-        InvalidNamespaceError, InvalidTextError
-
-        Examples
-        --------
-        >>> mem.get("robot", "missing") is None          # doctest: +SKIP
-        True
-        """
         with self._lock:
             m = self.short.get(namespace, key)
-            if m is not None:
-                return m if m.tier is MemoryTier.SHORT else replace(m, tier=MemoryTier.SHORT)
-            m = self.long.get(namespace, key)
-            return m if m is None or m.tier is MemoryTier.LONG else replace(m, tier=MemoryTier.LONG)
+            return m if m is not None else self.long.get(namespace, key)
 
-    def _hybrid(self, hybrid: Any) -> HybridWeights:
-        if hybrid is None:
-            return self.hybrid
-        if not isinstance(hybrid, HybridWeights):
-            raise InvalidArgumentTypeError(f"hybrid must be a HybridWeights, got {type(hybrid).__name__}")
-        return hybrid
-
-    def dense_query(self, namespace: NamespaceLike, text: str, *,
-                    hybrid: HybridWeights | None = None) -> str:
-        """The text whose embedding :meth:`search` expects as ``query_vector``.
-
-        With hybrid weights, the query preparer's dense form with the names of both tiers'
-        speakers known (:class:`~memcore.query_prep.DefaultQueryPreparer`: names to first
-        person); with the similarity preset, ``text`` itself.
-
-        Raises
-        ------
-        InvalidNamespaceError, InvalidTextError, TypeError
-
-        Examples
-        --------
-        >>> mem.dense_query("chat", "What did Ann adopt?")        # doctest: +SKIP
-        'What did I adopt?'
-        """
-        ns = _validate.namespace(namespace)
-        text = _validate.text(text)
-        hw = self._hybrid(hybrid)
-        if hw.is_similarity:
-            return text
+    def vector(self, namespace: NamespaceLike, key: str) -> np.ndarray | None:
         with self._lock:
-            names = list(self.short.entities(ns, hybrid=hw))
-            if hasattr(self.long, "entities"):
-                names += list(self.long.entities(ns, hybrid=hw))
-        prep = self.short.query_preparer or _DEFAULT_PREPARER
-        return prep(text, names).dense
+            v = self.short.vector(namespace, key)
+            return v if v is not None else self.long.vector(namespace, key)
 
-    def search(self, query: MemoryQuery | NamespaceLike, text: str | None = None, *,
-               top_k: int = 5, threshold: float = -1.0, weights: DecayWeights | None = None,
-               filter: Mapping[str, Any] | None = None, touch: bool = True,
-               query_vector: Any = None, hybrid: HybridWeights | None = None
-               ) -> list[MemoryHit]:
-        """Rank both tiers with one formula, de-duplicate by key (short wins), keep ``top_k``.
-
-        The query is encoded once (or ``query_vector`` is used) and handed to both tiers; both
-        rank with the same weights and clock, so their scores are comparable. Only the returned
-        memories are refreshed (``touch``), each in its own tier.
-
-        Parameters
-        ----------
-        query, text, top_k, threshold, weights, filter, touch
-            As :meth:`ShortTermMemory.search`; ``weights`` defaults to ``self.weights``.
-        query_vector : array_like of shape (dim,), optional
-            Precomputed embedding of ``self.dense_query(namespace, text)`` (the query text
-            itself with the similarity preset).
-        hybrid : HybridWeights, optional
-            ``self.hybrid`` when None.
-
-        Returns
-        -------
-        list of MemoryHit
-            Best first; ``tier`` says where each hit lives. Ties: short tier first.
-
-        Raises
-        ------
-        ValueError, TypeError, InvalidVectorError, DimensionMismatchError
-            As :meth:`ShortTermMemory.search`.
-
-        Examples
-        --------
-        >>> [h.key for h in mem.search("robot", "dock", top_k=2)]     # doctest: +SKIP
-        ['dock', 'charger']
-        """
-        q = as_query(query, text, top_k=top_k, threshold=threshold, weights=weights,
-                     filter=filter, touch=touch)
-        qvec = None
-        if query_vector is not None:
-            qvec = _validate.vector(query_vector, self.dim, name="query_vector")
-        if not q.text.strip():
-            return []
-        hw = self._hybrid(hybrid)
-        if qvec is None:
-            dense = q.text if hw.is_similarity else self.dense_query(q.namespace, q.text,
-                                                                     hybrid=hw)
-            qvec = self.short._vectors_for([dense], None, "query")[0]
-            if not qvec.any():
-                return []
-        sub = replace(q, weights=q.weights if q.weights is not None else self.weights,
-                      touch=False)
-        kw = {"hybrid": hw} if hasattr(self.long, "hybrid") else {}
-        if not kw and not hw.is_similarity:
-            raise InvalidArgumentTypeError(f"the long tier {type(self.long).__name__} has no hybrid recall; "
-                            "use hybrid=HybridWeights.similarity() with it")
+    def key_list(self, namespace: Namespace) -> list[str]:
+        """Keys of both tiers: the long tier's not shadowed, then the short tier's."""
         with self._lock:
-            offset = 0.0
-            if not hw.is_similarity and hw.normalize:
-                # z statistics over both tiers' memories (one population, comparable scores)
-                if not hasattr(self.long, "_hybrid_moments"):
-                    raise InvalidArgumentTypeError(f"the long tier {type(self.long).__name__} cannot pool "
-                                    "hybrid statistics; use hybrid=HybridWeights.similarity()")
-                hw, offset = pooled_weights(
-                    hw, [self.short._hybrid_moments(sub, qvec, hw),
-                         self.long._hybrid_moments(sub, qvec, hw)], sub.weights.w_similarity)
-                kw = {"hybrid": hw}
-            short_hits = self.short.search(sub, query_vector=qvec, hybrid=hw)
-            shadow = set(self.short.keys(q.namespace))
-            k_long = q.top_k
-            while True:
-                long_hits = self.long.search(replace(sub, top_k=k_long), query_vector=qvec,
-                                             **kw)
-                kept = [h if h.tier is MemoryTier.LONG else replace(h, tier=MemoryTier.LONG)
-                        for h in long_hits if h.key not in shadow]
-                if len(kept) >= q.top_k or len(long_hits) < k_long:
-                    break
-                k_long = q.top_k + len(shadow)  # enough to see past every shadowed key
-            short_hits = [h if h.tier is MemoryTier.SHORT else replace(h, tier=MemoryTier.SHORT)
-                          for h in short_hits]
-            merged = sorted(short_hits + kept, key=lambda h: -h.score)[: q.top_k]
-            if offset:
-                merged = [replace(h, score=h.score + offset) for h in merged]
-            if q.touch:
-                self.short.touch(q.namespace, [h.key for h in merged if h.tier is MemoryTier.SHORT])
-                long_keys = [h.key for h in merged if h.tier is MemoryTier.LONG]
-                if long_keys:
-                    self.long.touch(q.namespace, long_keys)
-            return merged
+            short = self.short.key_list(namespace)
+            seen = set(short)
+            return [k for k in self.long.key_list(namespace) if k not in seen] + short
 
-    # ------------------------------------------------------------------ removal / listing
-
-    def delete(self, namespace: NamespaceLike, key: str) -> bool:
-        """Remove ``key`` from both tiers; True when either held it.
-
-        Raises
-        ------
-        InvalidNamespaceError, InvalidTextError
-
-        Examples
-        --------
-        >>> mem.delete("robot", "missing")           # doctest: +SKIP
-        False
-        """
+    def lifecycle(self, namespace: Namespace, keys: Sequence[str]) -> dict:
         with self._lock:
-            a = self.short.delete(namespace, key)
-            b = self.long.delete(namespace, key)
-            return a or b
-
-    def namespaces(self, prefix: NamespaceLike | None = None) -> list[Namespace]:
-        """Sorted namespaces holding a memory in either tier, under ``prefix`` (whole segments).
-
-        Raises
-        ------
-        InvalidNamespaceError
-
-        Examples
-        --------
-        >>> mem.namespaces(("robot",))          # doctest: +SKIP
-        [('robot', 'patrol')]
-        """
-        with self._lock:
-            return sorted(set(self.short.namespaces(prefix)) | set(self.long.namespaces(prefix)))
+            return {**self.long.lifecycle(namespace, keys), **self.short.lifecycle(namespace, keys)}
 
     def count(self, namespace: NamespaceLike) -> int:
         """Distinct keys of ``namespace`` across both tiers.
@@ -511,29 +248,94 @@ class TwoTierMemory:
         Raises
         ------
         InvalidNamespaceError
-
-        Examples
-        --------
-        >>> mem.count("robot")          # doctest: +SKIP
-        12
         """
-        ns = _validate.namespace(namespace)
         with self._lock:
-            both = sum(1 for k in self.short.keys(ns) if self.long.get(ns, k) is not None)
-            return self.short.count(ns) + self.long.count(ns) - both
+            return len(self.key_list(_validate.namespace(namespace)))
 
-    def clear(self, namespace: NamespaceLike) -> int:
-        """Remove every memory of ``namespace`` from both tiers; returns how many distinct keys.
+    def namespaces(self, prefix: NamespaceLike | None = None) -> list[Namespace]:
+        with self._lock:
+            return sorted(set(self.short.namespaces(prefix)) | set(self.long.namespaces(prefix)))
+
+    def speakers(self, namespace: Namespace, hybrid: HybridWeights) -> list[str]:
+        with self._lock:
+            return list(self.short.speakers(namespace, hybrid)) + \
+                list(self.long.speakers(namespace, hybrid))
+
+    def dense_query(self, namespace: NamespaceLike, text: str, *,
+                    hybrid: HybridWeights | None = None) -> str:
+        """The text whose embedding :meth:`search` expects as ``query_vector``:
+        ``self.prepare(namespace, text, hybrid=hybrid).dense`` (both tiers' speakers known).
 
         Raises
         ------
-        InvalidNamespaceError
-
-        Examples
-        --------
-        >>> mem.clear("robot")          # doctest: +SKIP
-        12
+        InvalidNamespaceError, InvalidTextError, InvalidArgumentTypeError
         """
+        return self.prepare(namespace, text, hybrid=hybrid).dense
+
+    # ------------------------------------------------------------------ search
+    def search(self, query: Any, text: str | None = None, **kw: Any) -> list[MemoryHit]:
+        """Rank both tiers with one formula, de-duplicate by key (short wins), keep ``top_k``.
+
+        Arguments as :meth:`MemoryStore.search` (``weights`` defaults to ``self.weights``,
+        ``hybrid`` to ``self.hybrid``). Only the returned memories are refreshed, each in its
+        own tier. Ties: short tier first.
+        """
+        rq = self.resolve(query, text, **kw)
+        if rq is None:
+            return []
+        with self._lock:
+            rank_q, offset = rq, 0.0
+            sig_short = sig_long = None
+            if rq.prepared is not None and rq.hybrid.normalize:
+                # z statistics over both tiers' memories (one population, comparable scores)
+                sig_short, sig_long = self.short.signals(rq), self.long.signals(rq)
+                pooled, offset = pooled_weights(
+                    rq.hybrid, [np.zeros((3, 3)) if s is None else s.moments
+                                for s in (sig_short, sig_long)])
+                rank_q = replace(rq, hybrid=pooled)
+            short_hits = self.short.scan(rank_q, sig_short)
+            k_long = rq.top_k
+            while True:
+                long_hits = self.long.scan(replace(rank_q, top_k=k_long), sig_long)
+                shadow = self.short.lifecycle(rq.namespace, [h.key for h in long_hits])
+                kept = [h if h.tier is MemoryTier.LONG else replace(h, tier=MemoryTier.LONG)
+                        for h in long_hits if h.key not in shadow]
+                if len(kept) >= rq.top_k or len(long_hits) < k_long:
+                    break
+                k_long = rq.top_k + len(self.short.key_list(rq.namespace))
+            merged = sorted(short_hits + kept, key=lambda h: -h.score)[: rq.top_k]
+            if offset:
+                merged = [replace(h, score=h.score + offset) for h in merged]
+            if rq.touch:
+                self.refresh(rq, [h.key for h in merged], merged)
+            return merged
+
+    def refresh(self, rq: ResolvedQuery, keys: Sequence[str],
+                hits: Sequence[MemoryHit] | None = None) -> int:
+        with self._lock:
+            if hits is None:
+                return self.short.refresh(rq, keys) + self.long.refresh(rq, keys)
+            n = self.short.refresh(rq, [h.key for h in hits if h.tier is MemoryTier.SHORT])
+            long_keys = [h.key for h in hits if h.tier is MemoryTier.LONG]
+            return n + (self.long.refresh(rq, long_keys) if long_keys else 0)
+
+    def touch(self, namespace: NamespaceLike, keys: Iterable[str]) -> int:
+        with self._lock:
+            keys = list(keys)
+            in_short = set(self.short.keys(namespace))
+            return self.short.touch(namespace, [k for k in keys if k in in_short]) + \
+                self.long.touch(namespace, [k for k in keys if k not in in_short])
+
+    # ------------------------------------------------------------------ removal
+    def delete(self, namespace: NamespaceLike, key: str) -> bool:
+        """Remove ``key`` from both tiers; True when either held it."""
+        with self._lock:
+            a = self.short.delete(namespace, key)
+            b = self.long.delete(namespace, key)
+            return a or b
+
+    def clear(self, namespace: NamespaceLike) -> int:
+        """Remove every memory of ``namespace`` from both tiers; returns how many distinct keys."""
         with self._lock:
             n = self.count(namespace)
             self.short.clear(namespace)
@@ -549,11 +351,6 @@ class TwoTierMemory:
             ``{"short": {ns: n}, "long": {ns: n}, "promoted": int, "forgotten": int,
             "last_consolidated_at": float | None}``; ``promoted``/``forgotten`` count since
             construction (forgotten = evicted without qualifying).
-
-        Examples
-        --------
-        >>> TwoTierMemory(short, long).stats()["promoted"]      # doctest: +SKIP
-        0
         """
         with self._lock:
             return {

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from memcore import _text
 from memcore.kernels import bm25 as kb
 from memcore.kernels import reference as ref
-from memcore.lexical import LexicalIndex
+from memcore.recall.lexical import LexicalIndex
 
 CORPUS = [
     "Caroline: I went to the LGBTQ support group yesterday and it was powerful.",

@@ -7,12 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memcore.hybrid import HybridIndex, HybridWeights
+from memcore.recall.hybrid import HybridIndex, HybridWeights
 from memcore.kernels import hybrid as kh
 from memcore.kernels import reference as ref
 from memcore.kernels import topk
-from memcore.lexical import LexicalIndex
-from memcore.query_prep import DefaultQueryPreparer, PreparedQuery, identity_preparer
+from memcore.recall.lexical import LexicalIndex
+from memcore.recall.prep import DefaultQueryPreparer, PreparedQuery, identity_preparer
 from memcore.types import DecayWeights
 
 DIM = 8
@@ -277,7 +277,7 @@ def test_batch_build_equals_per_row(weights, seed):
 
 
 def test_stem_many_equals_per_text():
-    from memcore.hybrid import _stem_many, _stemmer
+    from memcore.recall.hybrid import _stem_many, _stemmer
 
     stem = _stemmer()
     texts = (TEXTS + ["  ", "a_b c__d", "İstanbul ǅ ﬁne", "x\u0301y Σ\u0301 ΟΔΟΣ.", "tab\there\nnl",

@@ -18,7 +18,7 @@ from memcore import (
     ShortTermMemory,
     TwoTierMemory,
 )
-from memcore.hybrid import HybridIndex, episode_speaker
+from memcore.recall.hybrid import HybridIndex, episode_speaker
 from store_helpers import FakeClock
 
 DIM = 64
@@ -71,9 +71,9 @@ def test_long_store_hybrid_search_equals_index_oracle(hw, weights):
                                                                       "episode": "s0"})
     ltm.delete("conv", "d5")
     clock.advance(3600.0)
-    sp = ltm._spaces[("conv",)]
+    sp = ltm._tables[("conv",)]
     rows = sorted(sp.keys.values())
-    c = sp.cols
+    c = sp.columns
     for q in QUESTIONS:
         got = ltm.search("conv", q, top_k=5, touch=False)
         want_rows, want_scores = _oracle(
@@ -94,15 +94,16 @@ def test_short_store_hybrid_search_equals_index_oracle():
     stm.put("conv", "d7", "The kettle moved to the right cupboard",
             metadata={"speaker": "Bob", "episode": "s1"})    # replace: young end
     stm.delete("conv", "d9")
-    shelf = stm._shelves[("conv",)]
-    rows = list(shelf.order.values())
+    table = stm._tables[("conv",)]
+    rows = list(table.keys.values())
+    c = table.columns
     for q in QUESTIONS:
         got = stm.search("conv", q, top_k=4, touch=False)
-        want_rows, _ = _oracle(rows, shelf.vectors[rows], [shelf.metadata[r] for r in rows],
-                               [shelf.texts[r] for r in rows], hw, q, emb,
-                               DecayWeights.similarity(), clock(), shelf.last_accessed_at,
-                               shelf.importance, 4)
-        assert [h.key for h in got] == [shelf.keys[r] for r in want_rows]
+        want_rows, _ = _oracle(rows, c.vectors[rows], [table.meta(r) for r in rows],
+                               [table.texts[r] for r in rows], hw, q, emb,
+                               DecayWeights.similarity(), clock(), c.last_accessed_at,
+                               c.importance, 4)
+        assert [h.key for h in got] == [table.key_of[r] for r in want_rows]
 
 
 @settings(max_examples=25, deadline=None)
@@ -125,12 +126,14 @@ def test_episode_windows_through_the_store_equal_recomputation(ops, build_first)
             ltm.put("e", f"k{k}", text, metadata={"speaker": sp_, "episode": ep})
         else:
             ltm.delete("e", f"k{k}")
-    space = ltm._spaces[("e",)]
-    if not space.keys:
+    table = ltm._tables[("e",)]
+    if not table.keys:
         return
-    got = ltm._recall_index(space, hw)
+    got = table.recall_index(hw, DIM, None)
     fresh = HybridIndex(DIM, hw)
-    rows, texts, vecs, metas = space.recall_source()
+    rows = list(table.keys.values())
+    texts, vecs = [table.texts[r] for r in rows], table.columns.vectors[rows]
+    metas = [table.meta(r) for r in rows]
     fresh.put_many(rows, texts, vecs, [episode_speaker(m) for m in metas])
     n = fresh.n_rows
     np.testing.assert_array_equal(got.combined()[:n], fresh.combined())
@@ -161,7 +164,7 @@ def test_similarity_preset_is_pure_cosine_exactly():
         assert [h.key for h in b] == want
         np.testing.assert_array_equal(np.array([h.score for h in b], np.float32),
                                       np.sort(sims)[::-1].astype(np.float32))
-    assert ("conv",) in preset._spaces and preset._spaces[("conv",)].recall is None
+    assert ("conv",) in preset._tables and preset._tables[("conv",)].recall is None
 
 
 def test_similarity_preset_in_two_tier_matches_plain_cosine():
@@ -279,7 +282,7 @@ def test_two_tier_pools_z_statistics_like_one_store(hw):
 def test_stemmed_bm25_equals_an_index_over_stemmed_text():
     import Stemmer
 
-    from memcore.lexical import LexicalIndex
+    from memcore.recall.lexical import LexicalIndex
 
     st_ = Stemmer.Stemmer("english")
     hw = HybridWeights.hybrid()

@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import json
+
 import zlib
 
 import numpy as np
@@ -45,7 +47,7 @@ def _log(rng: np.random.Generator, n: int, del_rate: float = 0.2) -> tuple[bytes
 def _same_replay(a: storage.Replay, b: storage.Replay) -> None:
     assert a.keys == b.keys
     assert list(a.key_of) == list(b.key_of)
-    assert list(a.texts) == list(b.texts) and list(a.metas) == list(b.metas)
+    assert list(a.texts) == list(b.texts) and list(a.metadata) == list(b.metadata)
     assert sorted(a.dead) == sorted(b.dead)
     for name in ("created_at", "updated_at", "last_accessed_at", "access_count", "importance",
                  "vector_crc", "record_offset"):
@@ -115,7 +117,7 @@ def test_fast_scan_equals_exact_scan(seed, n, cut, committed):
             return None, str(err)
 
     fast, fast_err = run(lambda d, p, c, s: storage.scan_log(d, p, c))
-    exact, exact_err = run(storage._scan_log_exact)
+    exact, exact_err = run(storage.scan_log_exact)
     assert fast_err == exact_err
     if exact is not None:
         _same_replay(fast, exact)
@@ -145,7 +147,7 @@ def test_fast_scan_reports_damage_like_exact_scan(damage):
     blob = bytes(raw)
     outcomes = []
     for fn in (lambda: storage.scan_log(blob, "log.0", commit),
-               lambda: storage._scan_log_exact(blob, "log.0", commit, False)):
+               lambda: storage.scan_log_exact(blob, "log.0", commit, False)):
         try:
             outcomes.append(("ok", fn()))
         except StoreCorruptedError as err:
@@ -198,7 +200,7 @@ def test_open_fast_and_exact_agree_on_a_real_store(tmp_path, monkeypatch):
         s.put("ns", "k3", "replaced", metadata={"nested": {"a": [1]}})
     with LongTermMemory.open(tmp_path / "m") as fast:
         want = {k: (fast.get("ns", k), fast.vector("ns", k).tobytes()) for k in fast.keys("ns")}
-    monkeypatch.setattr(storage, "_scan_log_fast", lambda *a: None)
+    monkeypatch.setattr(storage.log, "_scan_log_fast", lambda *a: None)
     with LongTermMemory.open(tmp_path / "m") as exact:
         got = {k: (exact.get("ns", k), exact.vector("ns", k).tobytes()) for k in exact.keys("ns")}
     assert got == want and len(want) == 300 - len(range(0, 300, 7)) and \
@@ -213,18 +215,19 @@ def test_compact_copies_records_byte_for_byte(tmp_path):
         for i in range(0, 200, 3):
             s.delete("ns", f"k{i}")
         s.search("ns", "text 5", top_k=4)                      # access statistics change
-        sp = s._spaces[("ns",)]
+        sp = s._tables[("ns",)]
         rows = sorted(sp.keys.values())
-        c = sp.cols
-        recs = [(sp.key_of[r], sp.texts[r], sp.metas[r], float(c.created_at[r]),
+        c = sp.columns
+        metas = [json.dumps(sp.meta(r), ensure_ascii=False).encode() for r in rows]
+        recs = [(sp.key_of[r], sp.texts[r], m, float(c.created_at[r]),
                  float(c.updated_at[r]), float(c.last_accessed_at[r]), int(c.access_count[r]),
-                 sp.imp[r]) for r in rows]
+                 sp.importance[r]) for r, m in zip(rows, metas)]
         crcs = storage.vector_crcs(c.vectors[rows])
         want = b"".join(storage.encode_put(i, k.encode(), t.encode(), m, *rest, crcs[i])
                         for i, (k, t, m, *rest) in enumerate(recs))
         before = {k: s.get("ns", k) for k in s.keys("ns")}
         assert s.compact() == 200 - len(rows)
-        got = (storage.namespace_dirname(("ns",)), s._spaces[("ns",)].files.log_path)
+        got = (storage.namespace_dirname(("ns",)), s._tables[("ns",)].files.log_path)
         with open(got[1], "rb") as f:
             assert f.read() == want
         assert {k: s.get("ns", k) for k in s.keys("ns")} == before

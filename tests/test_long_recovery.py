@@ -222,7 +222,7 @@ def test_checkpoint_never_blesses_a_damaged_vector(tmp_path):
     s.flush()                                      # a verified checkpoint: rows 0-4
     for i in range(5, 8):
         s.put("ns", f"k{i}", f"text number {i}")
-    s._spaces[("ns",)].cols.vectors[6, 0] += 0.5  # a stray write into a committed row
+    s._tables[("ns",)].columns.vectors[6, 0] += 0.5  # a stray write into a committed row
     want = rf"vectors\.0\.f32 is corrupted at offset {6 * DIM * 4}: row 6 "
     with pytest.raises(StoreCorruptedError, match=want + ".*checkpoint was not written"):
         s.flush()
@@ -246,7 +246,7 @@ def test_compact_verifies_every_live_vector_before_copying_it(tmp_path):
             s.put("ns", f"k{i}", f"text number {i}")
         s.put("ns", "k0", "replaced")              # garbage, so compact() has work
         s.flush()
-        s._spaces[("ns",)].cols.vectors[3, 1] += 0.5   # a checkpointed row: open skips it
+        s._tables[("ns",)].columns.vectors[3, 1] += 0.5   # a checkpointed row: open skips it
         before = sorted(p.name for p in ns_dir(root).iterdir())
         with pytest.raises(StoreCorruptedError,
                            match=rf"vectors\.0\.f32 is corrupted at offset {3 * DIM * 4}: "

@@ -250,7 +250,7 @@ def test_read_only_open_refuses_writes_and_refreshes_in_ram(tmp_path):
             call()
     assert r.search("ns", "alpha", query_vector=v[0])[0].key == "a"
     assert r.get("ns", "a").access_count == 1
-    assert not r._spaces[("ns",)].cols.vectors.flags.writeable
+    assert not r._tables[("ns",)].columns.vectors.flags.writeable
     r.close()
     with LongTermMemory.open(tmp_path / "m") as r2:
         assert r2.get("ns", "a").access_count == 0            # nothing was written
@@ -301,17 +301,17 @@ def test_compact_crash_before_commit_keeps_old_generation(tmp_path, monkeypatch)
         for i in range(50):
             s.put("ns", f"k{i % 5}", f"version {i}")
         before = snapshot(s)
-        real = storage._write_ns_header
+        real = storage.disk._write_ns_header
 
         def crash(directory, ns, dim, generation, *a, **kw):
             if generation == 1:
                 raise OSError("simulated crash before the header is replaced")
             return real(directory, ns, dim, generation, *a, **kw)
 
-        monkeypatch.setattr(storage, "_write_ns_header", crash)
+        monkeypatch.setattr(storage.disk, "_write_ns_header", crash)
         with pytest.raises(OSError, match="simulated"):
             s.compact()
-        monkeypatch.setattr(storage, "_write_ns_header", real)
+        monkeypatch.setattr(storage.disk, "_write_ns_header", real)
         assert snapshot(s) == before                      # the open store is unchanged
         s.put("ns", "after", "still writable")
         before = snapshot(s)
@@ -395,3 +395,42 @@ def test_export_import_jsonl_round_trip(tmp_path):
     bad.write_text((tmp_path / "m.jsonl").read_text().splitlines()[0] + "\n{\"key\": 1}\n")
     with pytest.raises(ValueError, match="line 2"):
         other.import_jsonl(bad)
+
+
+def test_store_path_that_is_a_file_raises_store_path_error(tmp_path):
+    from memcore import StorePathError
+
+    path = tmp_path / "not-a-dir"
+    path.write_text("x")
+    with pytest.raises(StorePathError) as info:
+        LongTermMemory(path, HashingEmbedder(dim=DIM))
+    assert isinstance(info.value, FileExistsError) and str(path) in str(info.value)
+    with pytest.raises(StorePathError):
+        LongTermMemory(path / "below", HashingEmbedder(dim=DIM))   # NotADirectoryError
+
+
+def test_missing_store_opened_read_only_raises_store_not_found(tmp_path):
+    from memcore import StoreNotFoundError
+
+    with pytest.raises(StoreNotFoundError) as info:
+        LongTermMemory.open(tmp_path / "nothing")
+    assert isinstance(info.value, FileNotFoundError)
+
+
+@pytest.mark.parametrize("raw, want", [
+    (PermissionError(13, "Permission denied"), "StorePermissionError"),
+    (OSError(28, "No space left on device"), "StoreIOError"),
+])
+def test_os_errors_of_a_store_become_memcore_errors(tmp_path, monkeypatch, raw, want):
+    """A read-only directory (the lock file cannot be created) or a full disk: the raw
+    OSError from the file system surfaces as a memcore error that is also the built-in.
+    (Made by failing os.makedirs: the tests run as root, whom chmod does not stop.)"""
+    import memcore
+
+    def fail(*a, **kw):
+        raise raw
+
+    monkeypatch.setattr(storage.layout.os, "makedirs", fail)
+    with pytest.raises(getattr(memcore, want)) as info:
+        LongTermMemory(tmp_path / "m", HashingEmbedder(dim=DIM))
+    assert isinstance(info.value, type(raw)) and isinstance(info.value, memcore.MemcoreError)

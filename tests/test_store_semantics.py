@@ -15,6 +15,7 @@ from memcore import (
     EmbedderMismatchError,
     HashingEmbedder,
     HybridWeights,
+    InvalidArgumentError,
     InvalidNamespaceError,
     InvalidTextError,
     InvalidVectorError,
@@ -24,9 +25,10 @@ from memcore import (
     MemoryTier,
     PromotionPolicy,
     ShortTermMemory,
+    StoredMemory,
     TwoTierMemory,
 )
-from memcore.stores.base import MemoryStore
+from memcore.core.store import MemoryStore
 from store_helpers import DIM, STORE_CASES, CountingEmbedder, FakeClock, embedder, make_store
 
 SIM_ONLY = DecayWeights.similarity()
@@ -599,8 +601,8 @@ def test_short_put_many_beyond_capacity(clock, emb):
     # rows are reused: the arrays never grow beyond capacity
     for i in range(50):
         stm.put("ns", f"z{i}", f"text z{i}")
-    shelf = stm._shelves[("ns",)]
-    assert shelf.alive.shape[0] == 3 and int(shelf.alive.sum()) == 3
+    table = stm._tables[("ns",)]
+    assert table.rows == 3 and int(table.columns.alive.sum()) == 3
 
 
 def test_short_lexical_default_scorer(clock):
@@ -801,10 +803,10 @@ def test_tiered_requires_matching_embedders_and_clock(clock):
 def test_tiered_failing_long_tier_keeps_short_intact(clock, emb):
     mem, short, long = two_tier(clock, emb, capacity=2)
 
-    def broken(memories, vectors):
+    def broken(rows):
         raise OSError("disk full")
 
-    long.put_stored = broken
+    long.write = broken     # the tier protocol's write: how promotions land
     mem.put("ns", "a", "robot", importance=0.9)
     mem.put("ns", "b", "door", importance=0.9)
     with pytest.raises(OSError):
@@ -832,3 +834,61 @@ def test_tiered_moves_text_without_content_between_tiers(clock, emb):
     mem.put("ns", "empty", "... !!!", importance=0.9)  # moves it back; evicts 'k' to long
     assert mem.get("ns", "empty").tier is MemoryTier.SHORT and mem.count("ns") == 2
     assert mem.get("ns", "k").tier is MemoryTier.LONG and long.get("ns", "empty") is None
+
+
+def test_short_batch_that_evicts_a_re_put_key_removes_its_old_version(clock, emb):
+    """A batch re-putting old keys past capacity evicts the oldest batch keys, old rows
+    included (the pre-core code left the evicted key's old version in the FIFO)."""
+    evicted = []
+    stm = ShortTermMemory(capacity=2, embedder=emb, clock=clock,
+                          on_evict=lambda ms, vs: evicted.extend((m.key, m.text) for m in ms))
+    stm.put("ns", "a", "old a")
+    stm.put("ns", "b", "old b")
+    stm.put_many("ns", [MemoryItem("a", "new a"), MemoryItem("b", "new b"),
+                        MemoryItem("c", "new c")])
+    assert stm.keys("ns") == ["b", "c"] and stm.count("ns") == 2
+    assert stm.get("ns", "a") is None and stm.get("ns", "b").text == "new b"
+    assert evicted == [("a", "new a")]
+    assert "a" not in [h.key for h in stm.search("ns", "old a", top_k=5)]
+
+
+class NaNEmbedder:
+    """An embedder gone wrong: NaN vectors."""
+
+    name, dim = "hashing-64", DIM
+
+    def encode(self, texts, *, batch_size=4096):
+        return np.full((len(texts), DIM), np.nan, np.float32)
+
+
+@pytest.mark.parametrize("build", [
+    lambda e, c: ShortTermMemory(capacity=10, embedder=e, clock=c),
+    lambda e, c: LongTermMemory(embedder=e, clock=c),
+], ids=["short", "long"])
+def test_broken_embedder_output_is_refused_by_every_store(build, clock):
+    """Every store checks an embedder's output once (the short tier used to store NaN vectors,
+    which surfaced only at promotion); nothing is stored."""
+    store = build(NaNEmbedder(), clock)
+    with pytest.raises(InvalidVectorError, match="NaN"):
+        store.put("ns", "k", "robot door")
+    with pytest.raises(InvalidVectorError, match="NaN"):
+        store.put_many("ns", [MemoryItem("a", "x y"), MemoryItem("b", "z")])
+    assert store.count("ns") == 0
+
+
+@pytest.mark.parametrize("when", [1.7e9, 1_700_000_000, np.float32(1.7e9), np.float64(1.7e9),
+                                  np.int64(1_700_000_000)])
+def test_put_stored_takes_any_finite_number_as_a_timestamp(store, case, when):
+    m = StoredMemory(("ns",), "k", "robot door", 0.5, {}, when, when, when, 0, MemoryTier.SHORT)
+    vecs = np.ones((1, DIM), np.float32) if case.vectors else None
+    store.put_stored([m], vecs)
+    assert store.get("ns", "k").created_at == float(when)
+
+
+@pytest.mark.parametrize("when", [True, float("nan"), float("inf"), "1.7e9", None])
+def test_put_stored_refuses_bools_and_non_finite_timestamps(store, case, when):
+    m = StoredMemory(("ns",), "k", "robot door", 0.5, {}, 1.7e9, when, 1.7e9, 0, MemoryTier.SHORT)
+    vecs = np.ones((1, DIM), np.float32) if case.vectors else None
+    with pytest.raises(InvalidArgumentError, match="updated_at"):
+        store.put_stored([m], vecs)
+    assert store.count("ns") == 0

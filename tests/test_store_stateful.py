@@ -10,6 +10,8 @@ checked after every step.
 from __future__ import annotations
 
 import math
+import shutil
+import tempfile
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -89,6 +91,7 @@ class StoreMachine(RuleBasedStateMachine):
     VECTORS = True
     CAPACITY: int | None = None
     LONG_TIER = False
+    HYBRID = False
 
     def __init__(self):
         super().__init__()
@@ -245,6 +248,9 @@ class StoreMachine(RuleBasedStateMachine):
                 sure.add(k)
         got = [h.key for h in hits]
         assert len(set(got)) == len(got)
+        if self.HYBRID:
+            self.check_hybrid(hits, live, keys, top_k, threshold, touch, now)
+            return
         assert min(top_k, len(sure)) <= len(got) <= min(top_k, len(cands))
         for h in hits:
             assert h.key in cands, (h.key, "is not a live, matching candidate")
@@ -266,6 +272,23 @@ class StoreMachine(RuleBasedStateMachine):
         if touch:
             for k in got:
                 r = live[k][0]
+                r.last_accessed_at = now
+                r.access_count += 1
+
+    def check_hybrid(self, hits, live, keys, top_k, threshold, touch, now):
+        """Hybrid recall's scores are z-scores over the namespace (no brute-force model):
+        hits are distinct live matching memories as stored, best first, and with
+        ``threshold=-1`` exactly ``min(top_k, matching)`` of them."""
+        assert len(hits) <= top_k and {h.key for h in hits} <= set(keys)
+        if threshold == -1.0:
+            assert len(hits) == min(top_k, len(keys))
+        scores = [h.score for h in hits]
+        assert all(a >= b - EPS for a, b in zip(scores, scores[1:]))
+        for h in hits:
+            r, tier = live[h.key]
+            assert (h.text, h.importance, dict(h.metadata)) == (r.text, r.importance, r.metadata)
+            assert h.similarity >= threshold - EPS and h.tier is tier
+            if touch:
                 r.last_accessed_at = now
                 r.access_count += 1
 
@@ -329,6 +352,56 @@ class LongMachine(StoreMachine):
         return LongTermMemory(None, emb, clock=clock)
 
 
+class HybridTwoTierMachine(TwoTierMachine):
+    """The two tiers with hybrid recall (the default preset for the hashing embedder)."""
+
+    HYBRID = True
+
+    def build(self, clock, emb):
+        short = ShortTermMemory(capacity=self.CAPACITY, embedder=emb, clock=clock)
+        return TwoTierMemory(short, LongTermMemory(None, emb, clock=clock), POLICY)
+
+
+class DiskLongMachine(StoreMachine):
+    """The on-disk store: saved and reopened, killed and reopened, compacted, and read by a
+    read-only view, against the same model."""
+
+    def build(self, clock, emb):
+        self.root = tempfile.mkdtemp(prefix="memcore-stateful-")
+        return LongTermMemory(self.root, emb, clock=clock)
+
+    def teardown(self):
+        self.store.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    @rule()
+    def save_and_reopen(self):
+        self.store.close()
+        self.store = LongTermMemory(self.root, self.emb, clock=self.clock)
+
+    @rule()
+    def kill_and_reopen(self):
+        self.store._release()       # what a killed process leaves: no checkpoint, no unmap
+        self.store = LongTermMemory(self.root, self.emb, clock=self.clock)
+
+    @rule()
+    def compact(self):
+        self.store.compact()
+        for ns in NAMESPACES:
+            assert self.store.stats().get(ns, {"rows": 0})["rows"] == len(self.live(ns))
+
+    @rule(ns=st.sampled_from(NAMESPACES))
+    def read_only_view(self, ns):
+        with LongTermMemory.open(self.root, self.emb, clock=self.clock) as view:
+            assert view.namespaces() == self.store.namespaces()
+            assert view.keys(ns) == self.store.keys(ns)
+            for key in view.keys(ns):
+                assert view.get(ns, key) == self.store.get(ns, key)
+                assert view.vector(ns, key).tobytes() == self.store.vector(ns, key).tobytes()
+            hits = view.search(ns, "robot door", top_k=3, weights=W, touch=False)
+            assert hits == self.store.search(ns, "robot door", top_k=3, weights=W, touch=False)
+
+
 MACHINE_SETTINGS = settings(max_examples=40, stateful_step_count=50, deadline=None)
 TestShortStore = ShortMachine.TestCase
 TestShortStore.settings = MACHINE_SETTINGS
@@ -338,6 +411,10 @@ TestTwoTierStore = TwoTierMachine.TestCase
 TestTwoTierStore.settings = MACHINE_SETTINGS
 TestLongStore = LongMachine.TestCase
 TestLongStore.settings = MACHINE_SETTINGS
+TestHybridTwoTierStore = HybridTwoTierMachine.TestCase
+TestHybridTwoTierStore.settings = MACHINE_SETTINGS
+TestDiskLongStore = DiskLongMachine.TestCase
+TestDiskLongStore.settings = settings(max_examples=15, stateful_step_count=40, deadline=None)
 
 
 def test_model_filter_agrees_with_validate():

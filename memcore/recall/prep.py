@@ -1,13 +1,13 @@
 """Query preparation for hybrid recall: one query text, one form per signal.
 
-Hybrid recall (:mod:`memcore.hybrid`) scores a query with BM25 and with a dense embedder; each
+Hybrid recall (:mod:`memcore.recall.hybrid`) scores a query with BM25 and with a dense embedder; each
 works best on a different form of the question. A *query preparer* is any callable
 
     preparer(text: str, entities: Collection[str]) -> PreparedQuery
 
 where ``entities`` are the names the namespace's memories are about (their ``speaker``
 metadata). It must be pure and fast (it runs on every recall). :class:`DefaultQueryPreparer`
-implements the rules measured on LoCoMo dev (issue 9; ``bench/hybrid_tuning.py``):
+implements the rules measured on LoCoMo dev (issue 9):
 
 - **Lexical (BM25)**: question and function words are dropped ("what did Caroline research"
   -> "caroline research"). BM25's idf already discounts common words, but in a few-hundred-memory
@@ -17,7 +17,7 @@ implements the rules measured on LoCoMo dev (issue 9; ``bench/hybrid_tuning.py``
   rarely in the memory's text while it dominates a small model's embedding of the question.
 - **Entities**: the known names found in the query, for the speaker boost.
 
-Pass ``query_preparer=`` to :class:`memcore.hybrid.HybridWeights`-using stores to replace it
+Pass ``query_preparer=`` to :class:`memcore.recall.hybrid.HybridWeights`-using stores to replace it
 (e.g. a language-specific stop list, or an LLM rewrite).
 """
 
@@ -101,7 +101,7 @@ class DefaultQueryPreparer:
 
     Examples
     --------
-    >>> p = DefaultQueryPreparer()(" What did Caroline's dog eat?", ["Caroline", "Mel"])
+    >>> p = DefaultQueryPreparer()("What did Caroline's dog eat?", ["Caroline", "Mel"])
     >>> p.lexical, p.dense, sorted(p.entities)
     ('caroline dog eat', 'What did my dog eat?', ['caroline'])
     """

@@ -3,11 +3,11 @@
 Texts are tokenised exactly like the Unicode hashing embedder and the lexical scorer
 (:func:`memcore._text.token_hashes`: NFKC + casefold, runs of letters/digits of any script,
 character bigrams in scripts written without spaces), and each token is identified by its
-64-bit hash. No stemming and no stop words: query preparation (:mod:`memcore.query_prep`)
+64-bit hash. No stemming and no stop words: query preparation (:mod:`memcore.recall.prep`)
 decides what a query keeps.
 
-Why own postings rather than SQLite FTS5 (measured by ``python -m bench.hybrid_tuning backend``;
-numbers in the module docstring of :mod:`bench.hybrid_tuning`): FTS5's ``bm25()`` hard-codes
+Why own postings rather than SQLite FTS5 (measured in issue 9 with the since-retired
+``bench.hybrid_tuning backend``): FTS5's ``bm25()`` hard-codes
 ``k1 = 1.2, b = 0.75`` (hybrid recall wants ``b`` near 0.2), tokenises with its own rules
 (not memcore's), returns only matching rows (the fusion needs every live row), and its
 per-insert cost is a B-tree write; this index appends to blocked postings in a few
@@ -88,7 +88,7 @@ class LexicalIndex:
         Term-frequency saturation, in [0, 100].
     b : float, default 0.75
         Length normalisation, in [0, 1]. Hybrid recall uses a low ``b`` (see
-        :class:`memcore.hybrid.HybridWeights`).
+        :class:`memcore.recall.hybrid.HybridWeights`).
 
     Attributes
     ----------
@@ -108,8 +108,8 @@ class LexicalIndex:
     --------
     >>> idx = LexicalIndex(b=0.2)
     >>> idx.add(0, "the robot docked at noon"); idx.add(1, "battery low")
-    >>> idx.scores("robot battery").round(3).tolist()
-    [0.693, 0.693]
+    >>> idx.scores("robot battery").round(3).tolist()   # ln 2 * tf / (tf + k1 * (1 - b + b dl/avgdl))
+    [0.301, 0.331]
     """
 
     def __init__(self, k1: float = 1.2, b: float = 0.75):
@@ -254,12 +254,12 @@ class LexicalIndex:
         counts = np.asarray(counts, np.int64)
         uniq, tok = np.unique(np.asarray(hashes, np.uint64), return_inverse=True)
         tok = tok.astype(np.int64).reshape(-1)
-        self._add_docs(rows_a, uniq, tok, np.ones(tok.shape[0], np.int32), starts, counts,
+        self.add_docs(rows_a, uniq, tok, np.ones(tok.shape[0], np.int32), starts, counts,
                        np.arange(rows_a.shape[0] + 1, dtype=np.int64), counts)
 
-    def _add_docs(self, rows: np.ndarray, uniq: np.ndarray, tok: np.ndarray, tok_tf: np.ndarray,
-                  seg_start: np.ndarray, seg_count: np.ndarray, seg_ptr: np.ndarray,
-                  doc_len: np.ndarray, merge: bool = False):
+    def add_docs(self, rows: np.ndarray, uniq: np.ndarray, tok: np.ndarray, tok_tf: np.ndarray,
+                 seg_start: np.ndarray, seg_count: np.ndarray, seg_ptr: np.ndarray,
+                 doc_len: np.ndarray, merge: bool = False):
         """Batch add: document ``i`` (row ``rows[i]``, ``doc_len[i]`` tokens) is the union of
         the segments ``seg_ptr[i]:seg_ptr[i+1]`` of ``tok`` (ids into the sorted unique hashes
         ``uniq``), each entry counted ``tok_tf`` times (see :func:`bm25_docs`; ``merge``: the

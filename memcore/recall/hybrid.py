@@ -2,7 +2,7 @@
 
 A :class:`HybridIndex` holds one namespace's recall state beside the store's own columns:
 
-- a :class:`~memcore.lexical.LexicalIndex` over each memory's text, prefixed with its speaker
+- a :class:`~memcore.recall.lexical.LexicalIndex` over each memory's text, prefixed with its speaker
   when it has one (``lexical``), and one over
   the text of its episode window, the memory and its ``+-lexical_window`` neighbours
   (``lexical_context``);
@@ -55,8 +55,8 @@ from memcore import _text
 from memcore.errors import DimensionMismatchError, InvalidArgumentError, InvalidVectorError
 from memcore.kernels import bm25 as _kb
 from memcore.kernels import hybrid as _kh
-from memcore.lexical import LexicalIndex
-from memcore.query_prep import DefaultQueryPreparer, PreparedQuery, QueryPreparer
+from memcore.recall.lexical import LexicalIndex
+from memcore.recall.prep import DefaultQueryPreparer, PreparedQuery, QueryPreparer
 from memcore.types import DecayWeights
 
 __all__ = ["HybridWeights", "HybridIndex", "HybridResult", "NamespaceRecall", "episode_speaker",
@@ -75,7 +75,7 @@ class HybridWeights:
 
     Defaults (``HybridWeights.hybrid()``, for MiniLM) were tuned on the six LoCoMo dev
     conversations only (coordinate search over the fields below, as in
-    ``python -m bench.hybrid_tuning locomo --grid``, with stemmed BM25 over ``"speaker:
+    the coordinate search of issue 9 (bench.hybrid_tuning, retired), with stemmed BM25 over ``"speaker:
     text"``): dense weighs most, the BM25 of the +-2 context window three times the memory's
     own BM25, a strong speaker boost (added in z units), stemmed BM25 with ``k1 = 0.6`` and
     ``b = 0.5``, and a combined dense matrix with ``alpha = 0.4`` of the memory's own
@@ -157,7 +157,7 @@ class HybridWeights:
         """For the hashing embedder (no neural model): BM25 and its context weigh more.
 
         Tuned on the six LoCoMo dev conversations with ``HashingEmbedder(dim=384)``
-        (``python -m bench.hybrid_tuning locomo --encoder hashing --grid``).
+        (the coordinate search of issue 9).
         """
         return cls(**NO_MODEL_FIELDS)
 
@@ -204,7 +204,7 @@ class HybridIndex:
         Fixes the index's structure (windows, alpha, BM25 k1/b); the signal weights can be
         overridden per search.
     query_preparer : callable, optional
-        ``(text, entities) -> PreparedQuery``; :class:`~memcore.query_prep.DefaultQueryPreparer`
+        ``(text, entities) -> PreparedQuery``; :class:`~memcore.recall.prep.DefaultQueryPreparer`
         by default.
 
     Raises
@@ -368,9 +368,7 @@ class HybridIndex:
             toks = hashes[offsets[i]:offsets[i] + counts[i]].copy()
             self._tokens[row] = toks
             self.lexical.add_tokens(row, toks)
-            ep, sp = episode_speakers[i]
-            self._set_speaker(row, sp)
-            self._episode_of[row] = ep
+            ep = self._place(row, episode_speakers[i])
             if ep is None:
                 todo.append(row)
             else:
@@ -388,7 +386,7 @@ class HybridIndex:
                counts: np.ndarray, episode_speakers: Sequence[tuple]) -> None:
         """:meth:`put_many` into an empty index, vectorised: the same state as the per-row
         path (rows refreshed in its order: rows without an episode, then each episode's
-        members in order), built with batch postings (:meth:`LexicalIndex._add_docs`)."""
+        members in order), built with batch postings (:meth:`LexicalIndex.add_docs`)."""
         m = len(rows)
         counts = np.asarray(counts, np.int64)
         starts = np.zeros(m + 1, np.int64)
@@ -402,15 +400,13 @@ class HybridIndex:
         uniq = np.unique(hashes)
         tok = np.searchsorted(uniq, hashes).astype(np.int64)
         ident = np.arange(m + 1, dtype=np.int64)
-        ptr, term_ids, tfs, term_of = self.lexical._add_docs(
+        ptr, term_ids, tfs, term_of = self.lexical.add_docs(
             ra, uniq, tok, np.ones(total, np.int32), starts, counts, ident, counts)
         # episodes, and the refresh order of the per-row path
         todo: list = []
         episodes = self._episodes
         for i, row in enumerate(rows):
-            ep, sp = episode_speakers[i]
-            self._set_speaker(row, sp)
-            self._episode_of[row] = ep
+            ep = self._place(row, episode_speakers[i])
             if ep is None:
                 todo.append(i)
             else:
@@ -438,7 +434,7 @@ class HybridIndex:
         gid_of = np.empty(int(term_of.max()) + 1 if term_of.shape[0] else 0, np.int64)
         known = np.flatnonzero(term_of >= 0)
         gid_of[term_of[known]] = known
-        self.lexical_context._add_docs(
+        self.lexical_context.add_docs(
             ra[order], uniq, gid_of[term_ids], tfs, ptr[members], ptr[members + 1] - ptr[members],
             kptr, np.add.reduceat(counts[members], kptr[:-1]), merge=True)
         # combined dense matrix: the window mean summed in window order, as numpy's mean
@@ -476,6 +472,13 @@ class HybridIndex:
         for nb in neighbours:
             self._refresh(nb)
         return True
+
+    def _place(self, row: int, episode_speaker: tuple) -> Hashable:
+        """Record a row's speaker and episode; returns the episode."""
+        ep, sp = episode_speaker
+        self._set_speaker(row, sp)
+        self._episode_of[row] = ep
+        return ep
 
     def _set_speaker(self, row: int, speaker: str | None) -> None:
         old = self._speaker.pop(row, None)
@@ -560,7 +563,8 @@ class HybridIndex:
                weights: HybridWeights | None = None, decay: DecayWeights | None = None,
                now: float = 0.0, last_accessed_at: np.ndarray | None = None,
                importance: np.ndarray | None = None, alive: np.ndarray | None = None,
-               threshold: float = -math.inf) -> HybridResult:
+               threshold: float = -math.inf, lexical: np.ndarray | None = None
+               ) -> HybridResult:
         """Exact hybrid top-k over the live rows.
 
         Parameters
@@ -584,6 +588,8 @@ class HybridIndex:
             Further restricts the candidates (e.g. a metadata filter); ANDed with liveness.
         threshold : float
             Minimum dense similarity of a candidate.
+        lexical : ndarray of shape (2, n_rows), float64, optional
+            :meth:`lexical_signals` of this query, when the caller has them already.
 
         Returns
         -------
@@ -601,18 +607,11 @@ class HybridIndex:
         w = weights if weights is not None else self.weights
         d = decay if decay is not None else DecayWeights(1.0, 0.0, 0.0)
         n = self.n_rows
-        q = np.ascontiguousarray(query_vector, np.float32).reshape(-1)
-        if q.shape[0] != self.dim:
-            raise DimensionMismatchError(f"query_vector has dim {q.shape[0]}, but this index "
-                                         f"was built with dim={self.dim}")
-        prepared = query if isinstance(query, PreparedQuery) else self.prepare(query)
-        live = self._alive[:n].copy()
-        if alive is not None:
-            live &= self._column(alive, n, np.bool_, "alive")
+        q, prepared, live = self._query(query, query_vector, alive)
         t = self._column(last_accessed_at, n, np.float64, "last_accessed_at")
         imp = self._column(importance, n, np.float32, "importance")
         w_lex = np.array([w.lexical, w.lexical_context], np.float64)
-        lex = self._lexical_signals(prepared, w, n)
+        lex = self._signals(lexical, prepared, w)
         boost = np.zeros(n, np.float32)
         if w.speaker:
             spk = self._speaker_of[:n]
@@ -631,7 +630,23 @@ class HybridIndex:
                                 float(threshold), np.empty(n, np.float32), ids, scores, sims)
         return HybridResult(ids, scores, sims, int(count))
 
-    def _lexical_signals(self, prepared: PreparedQuery, w: HybridWeights, n: int) -> np.ndarray:
+    def _signals(self, lexical: np.ndarray | None, prepared: PreparedQuery,
+                 w: HybridWeights) -> np.ndarray:
+        if lexical is not None and lexical.shape == (2, self.n_rows):
+            return lexical
+        return self.lexical_signals(prepared, w)
+
+    def lexical_signals(self, prepared: PreparedQuery, weights: HybridWeights | None = None
+                        ) -> np.ndarray:
+        """BM25 of the query against each row's text (row 0) and its episode window (row 1).
+
+        Returns
+        -------
+        ndarray of shape (2, n_rows), float64
+            Zeros where the weights leave a signal out, and for dead rows.
+        """
+        w = weights if weights is not None else self.weights
+        n = self.n_rows
         lex = np.zeros((2, n), np.float64)
         if w.lexical or w.lexical_context:
             q = prepared.lexical if self._stem is None else self._stem(prepared.lexical)
@@ -643,15 +658,15 @@ class HybridIndex:
         return lex
 
     def moments(self, query: str | PreparedQuery, query_vector: np.ndarray, *,
-                weights: HybridWeights | None = None, alive: np.ndarray | None = None
-                ) -> np.ndarray:
+                weights: HybridWeights | None = None, alive: np.ndarray | None = None,
+                lexical: np.ndarray | None = None) -> np.ndarray:
         """Count, mean and sum of squared deviations of each z-normalised signal over the
         live rows: what :meth:`search` normalises by, for pooling several indexes' statistics
         (:func:`pooled_weights`).
 
         Parameters
         ----------
-        query, query_vector, weights, alive
+        query, query_vector, weights, alive, lexical
             As in :meth:`search`.
 
         Returns
@@ -661,30 +676,40 @@ class HybridIndex:
 
         Examples
         --------
-        >>> idx.moments("dog", q)[0, 0]                                # doctest: +SKIP
-        2.0
+        >>> idx = HybridIndex(4, HybridWeights())
+        >>> idx.put_many([0, 1], ["a dog", "a cat"], np.eye(4, dtype=np.float32)[:2],
+        ...              [(None, None)] * 2)
+        >>> idx.moments("dog", np.eye(4, dtype=np.float32)[0])[0].tolist()   # dense: n, mean, M2
+        [2.0, 0.5, 0.5]
         """
         w = weights if weights is not None else self.weights
         n = self.n_rows
-        q = np.ascontiguousarray(query_vector, np.float32).reshape(-1)
-        if q.shape[0] != self.dim:
-            raise DimensionMismatchError(f"query_vector has dim {q.shape[0]}, but this index "
-                                         f"was built with dim={self.dim}")
-        prepared = query if isinstance(query, PreparedQuery) else self.prepare(query)
-        live = self._alive[:n].copy()
-        if alive is not None:
-            live &= self._column(alive, n, np.bool_, "alive")
+        q, prepared, live = self._query(query, query_vector, alive)
         vectors = self._E[:n] if w.alpha == 1.0 else self._C[:n]
         rows = np.flatnonzero(live)
         out = np.zeros((3, 3), np.float64)
         sig = [(vectors @ q)[rows].astype(np.float64)]     # one pass, no copy of the matrix
-        lex = self._lexical_signals(prepared, w, n)
+        lex = self._signals(lexical, prepared, w)
         sig += [lex[0, rows], lex[1, rows]]
         for i, x in enumerate(sig):
             if x.shape[0]:
                 m = x.mean()
                 out[i] = (x.shape[0], m, float(((x - m) ** 2).sum()))
         return out
+
+    def _query(self, query: str | PreparedQuery, query_vector: np.ndarray,
+               alive: np.ndarray | None) -> tuple[np.ndarray, PreparedQuery, np.ndarray]:
+        """The checked query vector, the prepared query and the candidate mask."""
+        q = np.ascontiguousarray(query_vector, np.float32).reshape(-1)
+        if q.shape[0] != self.dim:
+            raise DimensionMismatchError(f"query_vector has dim {q.shape[0]}, but this index "
+                                         f"was built with dim={self.dim}")
+        prepared = query if isinstance(query, PreparedQuery) else self.prepare(query)
+        n = self.n_rows
+        live = self._alive[:n].copy()
+        if alive is not None:
+            live &= self._column(alive, n, np.bool_, "alive")
+        return q, prepared, live
 
     @staticmethod
     def _column(arr: Any, n: int, dtype, name: str) -> np.ndarray:
@@ -811,15 +836,15 @@ class NamespaceRecall:
               source: Callable[[], tuple]) -> HybridIndex:
         """The index for ``weights``' structure, built from ``source()`` when missing.
 
-        ``source() -> (rows, texts, vectors, metadatas)``: the live rows in insertion order,
+        ``source() -> (rows, texts, vectors, metadata)``: the live rows in insertion order,
         their texts, (n, dim) float32 vectors and metadata dicts.
         """
         key = weights.structure()
         idx = self.indexes.get(key)
         if idx is None:
             idx = HybridIndex(self.dim, weights, self.query_preparer)
-            rows, texts, vectors, metas = source()
-            idx.put_many(rows, texts, vectors, [episode_speaker(m) for m in metas])
+            rows, texts, vectors, metadata = source()
+            idx.put_many(rows, texts, vectors, [episode_speaker(m) for m in metadata])
             self.indexes[key] = idx
         return idx
 
@@ -834,11 +859,11 @@ class NamespaceRecall:
             idx.put(row, text, vector, episode=ep, speaker=sp)
 
     def put_many(self, rows: Sequence[int], texts: Sequence[str], vectors: np.ndarray,
-                 metadatas: Sequence[dict | None]) -> None:
+                 metadata: Sequence[dict | None]) -> None:
         """:meth:`put` for a batch of new rows (one tokeniser call per index)."""
         if not self.indexes or not len(rows):
             return
-        es = [episode_speaker(m) for m in metadatas]
+        es = [episode_speaker(m) for m in metadata]
         for idx in self.indexes.values():
             for r in rows:
                 idx.delete(r)
@@ -900,8 +925,8 @@ def pooled_weights(weights: HybridWeights, moments: Sequence[np.ndarray],
     --------
     >>> m = np.array([[2, 0.5, 0.02], [2, 1.0, 2.0], [2, 1.0, 2.0]], np.float64)
     >>> w, off = pooled_weights(HybridWeights(), [m])
-    >>> round(w.dense, 3), round(off, 3)
-    (15.0, -8.25)
+    >>> round(w.dense, 3), round(off, 3)        # -(1.5 * 0.5 / 0.1 + 0.25 + 0.75)
+    (15.0, -8.5)
     """
     if not weights.normalize:
         return weights, 0.0

@@ -1,4 +1,4 @@
-"""memcore.ranking: candidate-doubling exact top-k equals brute force; flat_topk; DecayWeights."""
+"""bench.ranking: candidate-doubling exact top-k equals brute force; flat_topk; DecayWeights."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from memcore import DecayWeights, kernels
 from memcore.errors import DimensionMismatchError
 from memcore.kernels import reference as ref
-from memcore.ranking import TopK, exact_topk, flat_topk
-from strategies import NOW, assert_topk_matches, ranking_problems, score_tolerance
+from bench.ranking import TopK, exact_topk, flat_topk
+from tests.strategies import NOW, assert_topk_matches, ranking_problems, score_tolerance
 
 
 def _weights(p):

@@ -1,4 +1,8 @@
-"""Ranking orchestration the stores call: exact fused top-k, by brute force or from an index.
+"""Exact fused top-k from an index (FAISS candidates + a bound), by brute force or doubling.
+
+The search path the stores do *not* take (measured in bench/test_bench_long.py: the fused
+scan of :mod:`memcore.core.rank` is as fast as FAISS flat search, and candidates + the bound
+took 5-6x as long); kept here as the benchmark's peer.
 
 Both functions rank with the Generative Agents score (Park et al. 2023, half-life form)::
 

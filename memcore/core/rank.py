@@ -1,0 +1,108 @@
+"""Ranking a table for a resolved query: the only place a ranking kernel is called.
+
+Three paths, one contract (:mod:`memcore.kernels.reference`): the fused top-k kernel over the
+vectors (similarity preset), the rerank kernel over a lexical scorer's similarities (a store
+without embedder), and the hybrid index's kernel (:mod:`memcore.recall.hybrid`). For hybrid
+recall the per-query signals -- the candidate mask and the BM25 of the text and of its episode
+window -- are computed once per table (:func:`signals`) and shared by the z statistics
+(:attr:`Signals.moments`) and the ranking.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from memcore.core.table import Table
+from memcore.kernels.topk import fused_topk, rerank
+from memcore.query import ResolvedQuery
+from memcore.recall.hybrid import HybridIndex
+
+__all__ = ["Signals", "signals", "rank"]
+
+
+@dataclass(frozen=True)
+class Signals:
+    """A hybrid query's per-table signals.
+
+    Attributes
+    ----------
+    index : HybridIndex
+    alive : ndarray of shape (n,), bool
+        Live rows matching the filter.
+    lexical : ndarray of shape (2, n), float64
+        BM25 of the text and of the episode window (:meth:`HybridIndex.lexical_signals`).
+    moments : ndarray of shape (3, 3), float64, or None
+        :meth:`HybridIndex.moments` when the weights z-normalise (for pooling tiers).
+    """
+
+    index: HybridIndex
+    alive: np.ndarray
+    lexical: np.ndarray
+    moments: np.ndarray | None
+
+
+def signals(table: Table, rq: ResolvedQuery, dim: int, preparer: Any) -> Signals:
+    """The hybrid signals of ``rq`` over ``table`` (builds its hybrid index on first use)."""
+    idx = table.recall_index(rq.hybrid, dim, preparer)
+    n = idx.n_rows
+    alive = table.mask(rq.filter)[:n]
+    lex = idx.lexical_signals(rq.prepared, rq.hybrid)
+    mom = None
+    if rq.hybrid.normalize:
+        mom = idx.moments(rq.prepared, rq.vector, weights=rq.hybrid, alive=alive, lexical=lex)
+    return Signals(idx, alive, lex, mom)
+
+
+def rank(table: Table, rq: ResolvedQuery, *, dim: int | None = None, preparer: Any = None,
+         scorer: Callable[[str, list], np.ndarray] | None = None,
+         sig: Signals | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The best ``rq.top_k`` live rows of ``table``.
+
+    Parameters
+    ----------
+    table : Table
+    rq : ResolvedQuery
+    dim, preparer
+        The store's, for a hybrid index built on first use.
+    scorer : callable, optional
+        ``scorer(text, texts) -> (n,) float32``: lexical similarity when ``rq.vector`` is None.
+    sig : Signals, optional
+        Precomputed :func:`signals` (hybrid recall).
+
+    Returns
+    -------
+    rows : ndarray of shape (m,), int64
+    scores, similarities : ndarray of shape (m,), float32
+        Best first; m <= top_k.
+    """
+    k = min(rq.top_k, table.live)
+    c = table.columns
+    if rq.prepared is not None:
+        if sig is None or sig.alive.shape[0] != sig.index.n_rows:
+            sig = signals(table, rq, dim, preparer)
+        n = sig.index.n_rows
+        w = rq.weights
+        res = sig.index.search(rq.prepared, rq.vector, top_k=k, weights=rq.hybrid, decay=w,
+                               now=rq.now, last_accessed_at=c.last_accessed_at[:n],
+                               importance=c.importance[:n], alive=sig.alive,
+                               threshold=rq.threshold, lexical=sig.lexical)
+        m = res.count
+        return res.ids[:m], res.scores[:m], res.sims[:m]
+    n = table.rows
+    w = rq.weights
+    alive = table.mask(rq.filter)
+    ids = np.empty(k, np.int64)
+    scores = np.empty(k, np.float32)
+    sims = np.empty(k, np.float32)
+    args = (c.last_accessed_at[:n], c.importance[:n], alive, float(rq.now),
+            float(w.half_life), float(w.w_similarity), float(w.w_recency),
+            float(w.w_importance), float(rq.threshold), ids, scores, sims)
+    if rq.vector is not None:
+        m = fused_topk(rq.vector, c.vectors[:n], *args)
+    else:
+        cand = np.flatnonzero(alive).astype(np.int64)
+        m = rerank(cand, scorer(rq.text, [table.texts[r] for r in cand]), *args)
+    return ids[:m], scores[:m], sims[:m]

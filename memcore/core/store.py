@@ -1,0 +1,821 @@
+"""The store API, written once: :class:`MemoryStore`, its tier protocol and ``batch``.
+
+Every store (:class:`~memcore.ShortTermMemory`, :class:`~memcore.LongTermMemory`,
+:class:`~memcore.TwoTierMemory`) is a :class:`MemoryStore`; a caller can swap one for
+another. Semantics every store keeps (and the state-machine tests check):
+
+- A namespace is a str or a tuple of non-empty str segments without NUL; prefix listing
+  matches whole segments only (``("acme",)`` never lists ``("acme-corp",)``).
+- ``put`` on an existing key replaces text, vector, importance and metadata, keeps
+  ``created_at`` and ``access_count`` and sets ``updated_at = last_accessed_at = now``; the old
+  vector never matches again. A new key gets ``created_at = updated_at = last_accessed_at =
+  now`` and ``access_count = 0``.
+- A deleted key is never returned; ``search`` still returns up to ``top_k`` live items.
+- ``top_k`` larger than the namespace returns every live item above the threshold.
+- Empty or whitespace-only query text returns ``[]``: it carries no semantic signal.
+- The metadata filter is applied before top-k.
+- ``search`` refreshes what it returns (``last_accessed_at = now``, ``access_count += 1``)
+  unless ``touch=False``; ``get`` never does; nothing is deleted on the read path.
+- Instances are thread-safe (one ``RLock``).
+
+The **tier protocol** (:class:`Tier`) is what :class:`~memcore.TwoTierMemory` needs of a tier
+beyond the public API, for a query it resolved once: ``signals``/``scan`` it, ``refresh``
+what was returned; ``write`` validated :class:`~memcore.core.rows.Rows`; read ``lifecycle``,
+``key_list`` and ``speakers`` of a canonical namespace. These trust their input: it was
+validated when the query or rows were built.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from memcore import _validate, query as _query
+from memcore.core.rank import Signals, rank, signals
+from memcore.core.rows import Rows, encoded
+from memcore.core.table import Table, copy_metadata
+from memcore.errors import InvalidArgumentTypeError, InvalidVectorError
+from memcore.query import ResolvedQuery
+from memcore.recall.hybrid import HybridWeights
+from memcore.recall.prep import PreparedQuery, identity_preparer
+from memcore.types import (
+    DecayWeights,
+    MemoryHit,
+    MemoryItem,
+    MemoryQuery,
+    MemoryTier,
+    Namespace,
+    NamespaceLike,
+    StoredMemory,
+)
+
+__all__ = ["MemoryStore", "Tier", "GetOp", "PutOp", "SearchOp", "ListNamespacesOp",
+           "check_embedder", "sorted_namespaces"]
+
+
+def check_embedder(embedder: Any, *, named: bool = False) -> None:
+    """Raise InvalidArgumentTypeError unless ``embedder`` has ``encode``, an int ``dim >= 1``
+    and (``named``) a str ``name``."""
+    dim = getattr(embedder, "dim", None)
+    if (not callable(getattr(embedder, "encode", None)) or isinstance(dim, bool)
+            or not isinstance(dim, (int, np.integer)) or dim < 1
+            or (named and not isinstance(getattr(embedder, "name", None), str))):
+        raise InvalidArgumentTypeError(
+            f"embedder must have encode(){', a str name' if named else ''} and an int dim >= 1, "
+            f"got {type(embedder).__name__}")
+
+
+def sorted_namespaces(all_ns: Iterable[Namespace], prefix: NamespaceLike | None) -> list[Namespace]:
+    """The namespaces under ``prefix`` (whole segments; None or () for all), sorted.
+
+    Examples
+    --------
+    >>> sorted_namespaces([("acme-corp",), ("acme", "x")], ("acme",))
+    [('acme', 'x')]
+    """
+    p = _validate.namespace_prefix(prefix)
+    return sorted(ns for ns in all_ns if ns[: len(p)] == p)
+
+
+@dataclass(frozen=True)
+class GetOp:
+    """``batch`` operation: :meth:`MemoryStore.get`."""
+
+    namespace: NamespaceLike
+    key: str
+
+
+@dataclass(frozen=True)
+class PutOp:
+    """``batch`` operation: :meth:`MemoryStore.put`, or :meth:`MemoryStore.delete` when
+    ``text`` is None (LangGraph's ``PutOp(value=None)``)."""
+
+    namespace: NamespaceLike
+    key: str
+    text: str | None
+    importance: float = 0.5
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SearchOp:
+    """``batch`` operation: :meth:`MemoryStore.search` (``query`` is the text)."""
+
+    namespace: NamespaceLike
+    query: str
+    top_k: int = 5
+    filter: Mapping[str, Any] | None = None
+    threshold: float = -1.0
+    touch: bool = True
+
+
+@dataclass(frozen=True)
+class ListNamespacesOp:
+    """``batch`` operation: :meth:`MemoryStore.namespaces` under ``prefix``, cut to
+    ``max_depth`` segments (distinct), then ``offset``/``limit`` applied."""
+
+    prefix: NamespaceLike | None = None
+    max_depth: int | None = None
+    limit: int = 100
+    offset: int = 0
+
+
+@runtime_checkable
+class Tier(Protocol):
+    """What :class:`~memcore.TwoTierMemory` needs of a tier (see the module notes)."""
+
+    embedder: Any
+    clock: Any
+    dim: int | None
+    weights: DecayWeights
+
+    def signals(self, rq: ResolvedQuery) -> Signals | None: ...
+    def scan(self, rq: ResolvedQuery, sig: Signals | None = None) -> list[MemoryHit]: ...
+    def refresh(self, rq: ResolvedQuery, keys: Sequence[str]) -> int: ...
+    def write(self, rows: Rows) -> list[StoredMemory]: ...
+    def lifecycle(self, namespace: Namespace, keys: Sequence[str]) -> dict: ...
+    def speakers(self, namespace: Namespace, hybrid: HybridWeights) -> list[str]: ...
+    def key_list(self, namespace: Namespace) -> list[str]: ...
+    def get(self, namespace: NamespaceLike, key: str) -> StoredMemory | None: ...
+    def vector(self, namespace: NamespaceLike, key: str) -> np.ndarray | None: ...
+    def touch(self, namespace: NamespaceLike, keys: Iterable[str]) -> int: ...
+    def delete(self, namespace: NamespaceLike, key: str) -> bool: ...
+    def clear(self, namespace: NamespaceLike) -> int: ...
+    def count(self, namespace: NamespaceLike) -> int: ...
+    def namespaces(self, prefix: NamespaceLike | None = None) -> list[Namespace]: ...
+
+
+class MemoryStore:
+    """A namespaced key-value store with semantic recall (see the module notes).
+
+    Subclasses provide the tables (``_tables``: namespace -> :class:`Table`) and how a
+    validated batch lands in them (``_apply``); everything else is here.
+    """
+
+    tier: MemoryTier = MemoryTier.LONG
+    #: remove a namespace's table when its last key goes (a disk namespace keeps its files)
+    drop_empty: bool = True
+
+    def _setup(self, *, dim: int | None, embedder: Any, clock: Any,
+               weights: DecayWeights | None, hybrid: HybridWeights | None,
+               query_preparer: Any, default_weights: DecayWeights) -> None:
+        if not callable(clock):
+            raise InvalidArgumentTypeError(
+                f"clock must be a callable returning Unix seconds, got {clock!r}")
+        if weights is not None and not isinstance(weights, DecayWeights):
+            raise InvalidArgumentTypeError(f"weights must be a DecayWeights, got {type(weights).__name__}")
+        if query_preparer is not None and not callable(query_preparer):
+            raise InvalidArgumentTypeError(f"query_preparer must be callable, got {query_preparer!r}")
+        self.dim = dim
+        self.embedder = embedder
+        self.clock = clock
+        self.weights = weights if weights is not None else default_weights
+        self.hybrid = _query.hybrid_weights(hybrid, HybridWeights.similarity())
+        self.query_preparer = query_preparer
+        self._tables: dict[Namespace, Table] = {}
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ subclass hooks
+    def _check_read(self) -> None:
+        """Raise when the store cannot be read (closed)."""
+
+    def _check_write(self) -> None:
+        """Raise when the store cannot be written (closed, read-only)."""
+
+    def embed(self, texts: list) -> np.ndarray:
+        """The embedder's output for ``texts``, checked once: (n, dim) float32, finite
+        (tier protocol).
+
+        Raises
+        ------
+        EmbedderMismatchError, InvalidVectorError
+        """
+        return encoded(self.embedder.encode(list(texts)), len(texts), self.dim,
+                       getattr(self.embedder, "name", "?"))
+
+    def _apply(self, rows: Rows) -> None:
+        """Apply a batch with vectors and lifecycle set. Lock held."""
+        raise NotImplementedError
+
+    def _deleting(self, table: Table, key: str, row: int) -> None:
+        """Called before ``key`` (at ``row``) is deleted. Lock held."""
+
+    def _discard(self, table: Table) -> None:
+        """Called when ``clear`` drops a namespace's table. Lock held."""
+
+    def _scorer(self, text: str, texts: list) -> np.ndarray:
+        raise NotImplementedError   # only a store without vectors ranks lexically
+
+    # ------------------------------------------------------------------ writes
+    def put(self, namespace: NamespaceLike, key: str, text: str, *, importance: float = 0.5,
+            metadata: Mapping[str, Any] | None = None, vector: Any = None) -> StoredMemory:
+        """Store or replace one memory.
+
+        Parameters
+        ----------
+        namespace : str or tuple of str
+        key : str
+            Non-empty, no NUL.
+        text : str
+            With at least one non-space character.
+        importance : float, default 0.5
+            In [0, 1].
+        metadata : dict, optional
+            JSON-serialisable; stored as a copy.
+        vector : array_like of shape (dim,), optional
+            Precomputed embedding of ``text`` (validated, L2-normalised); skips the embedder.
+
+        Returns
+        -------
+        StoredMemory
+            As stored.
+
+        Raises
+        ------
+        InvalidNamespaceError, InvalidTextError, InvalidArgumentError, InvalidArgumentTypeError
+            On a malformed namespace, key, text, importance or metadata.
+        DimensionMismatchError, InvalidVectorError
+            If ``vector`` has the wrong dim, holds NaN/inf, is all zeros, or the store keeps
+            no vectors; if the embedder returns NaN/inf.
+        EmbedderMismatchError
+            If there is no vector and the store has no (working) embedder.
+        ReadOnlyStoreError, StoreClosedError
+            On a read-only or closed store. Nothing changes when anything raises.
+
+        Examples
+        --------
+        >>> from memcore import ShortTermMemory
+        >>> ShortTermMemory(capacity=10).put(("robot", "patrol"), "door", "red door").key
+        'door'
+        """
+        self._check_write()
+        vec = None
+        if vector is not None:
+            if self.dim is None:
+                raise InvalidVectorError(
+                    "vector given, but this store has no embedder (it ranks by lexical "
+                    "similarity and keeps no vectors); construct it with embedder=...")
+            vec = _validate.vector(vector, self.dim, name="vector")[None, :]
+        rows = Rows.from_items(namespace, [MemoryItem(
+            key=key, text=text, importance=importance,
+            metadata=metadata if metadata is not None else {})])
+        rows.vectors = vec
+        return self.write(rows)[0]
+
+    def put_many(self, namespace: NamespaceLike, items: Sequence[MemoryItem], *,
+                 vectors: Any = None) -> list[StoredMemory]:
+        """Store or replace a batch of memories with one embedder call (and one commit).
+
+        A key repeated in the batch ends with its last version.
+
+        Parameters
+        ----------
+        namespace : str or tuple of str
+        items : sequence of MemoryItem
+        vectors : array_like of shape (len(items), dim), optional
+            Precomputed embeddings (validated, L2-normalised); skips the embedder.
+
+        Returns
+        -------
+        list of StoredMemory
+            One per item, in order.
+
+        Raises
+        ------
+        InvalidArgumentTypeError
+            If an item is not a MemoryItem.
+        InvalidArgumentError, DimensionMismatchError, InvalidVectorError, ...
+            As for :meth:`put`, or if ``vectors`` has another row count. Nothing changes.
+
+        Examples
+        --------
+        >>> from memcore import ShortTermMemory
+        >>> len(ShortTermMemory(capacity=10).put_many(
+        ...     "robot", [MemoryItem("a", "hello"), MemoryItem("b", "world")]))
+        2
+        """
+        self._check_write()
+        return self.write(Rows.from_items(namespace, items, vectors, dim=self.dim))
+
+    def put_stored(self, memories: Sequence[StoredMemory], vectors: Any = None) -> None:
+        """Insert or replace memories keeping their lifecycle fields exactly as given.
+
+        The import path of tier moves and exports: ``created_at``, ``updated_at``,
+        ``last_accessed_at`` and ``access_count`` are kept, no embedder runs. Memories may span
+        namespaces; each namespace is applied (and committed) once.
+
+        Parameters
+        ----------
+        memories : sequence of StoredMemory
+        vectors : array_like of shape (len(memories), dim), float32
+            Required when the store keeps vectors, refused otherwise. Unit rows are kept bit
+            for bit, others normalised; all-zero rows (an embedder's vector for a text
+            without content) are kept as they are.
+
+        Raises
+        ------
+        InvalidArgumentTypeError
+            If a memory is not a StoredMemory.
+        InvalidArgumentError, InvalidVectorError, DimensionMismatchError
+            On invalid fields (timestamps must be finite numbers, not bools) or vectors;
+            nothing changes.
+        ReadOnlyStoreError
+
+        Examples
+        --------
+        >>> from memcore import ShortTermMemory
+        >>> src, dst = ShortTermMemory(capacity=10), ShortTermMemory(capacity=10)
+        >>> m = src.put("ns", "k", "some text")
+        >>> dst.put_stored([m]); dst.get("ns", "k").created_at == m.created_at
+        True
+        """
+        self._check_write()
+        batches = Rows.from_stored(memories, vectors, self.dim)
+        with self._lock:
+            self._check_write()
+            for rows in batches:
+                self._apply(rows)
+
+    def write(self, rows: Rows) -> list[StoredMemory]:
+        """Apply a validated batch (tier protocol); encodes it when it has no vectors and
+        stamps it with the clock when it has no lifecycle. Returns the memories as stored."""
+        self._check_write()
+        if rows.vectors is None and self.dim is not None:
+            rows.vectors = self.embed(rows.texts) if len(rows) else \
+                np.zeros((0, self.dim), np.float32)
+        with self._lock:
+            self._check_write()
+            if rows.created_at is None:
+                now = _query.now(self.clock)
+                life = self.lifecycle(rows.namespace, rows.keys)
+                m = len(rows)
+                rows.updated_at = rows.last_accessed_at = np.full(m, now)
+                if life:
+                    ca, ac = zip(*[life.get(k, (now, 0)) for k in rows.keys])
+                    rows.created_at = np.asarray(ca, np.float64)
+                    rows.access_count = np.asarray(ac, np.int64)
+                else:
+                    rows.created_at = np.full(m, now)
+                    rows.access_count = np.zeros(m, np.int64)
+            if len(rows):
+                self._apply(rows)
+        return rows.memories(self.tier, copy_metadata)
+
+    # ------------------------------------------------------------------ reads
+    def get(self, namespace: NamespaceLike, key: str) -> StoredMemory | None:
+        """The memory stored under ``key``, or None. Does not refresh its access fields.
+
+        Examples
+        --------
+        >>> from memcore import ShortTermMemory
+        >>> ShortTermMemory(capacity=1).get("robot", "missing") is None
+        True
+
+        Raises
+        ------
+        InvalidNamespaceError, InvalidTextError
+            On a malformed namespace or key.
+        """
+        table, row = self._find(namespace, key)
+        return None if row is None else table.memory(row, self.tier)
+
+    def vector(self, namespace: NamespaceLike, key: str) -> np.ndarray | None:
+        """A copy of the stored vector of ``key``: shape (dim,), float32; None when absent
+        (or the store keeps no vectors).
+
+        Raises
+        ------
+        InvalidNamespaceError, InvalidTextError
+
+        Examples
+        --------
+        >>> from memcore import HashingEmbedder, LongTermMemory
+        >>> ltm = LongTermMemory(embedder=HashingEmbedder(dim=64))
+        >>> _ = ltm.put("robot", "dock", "the dock is in the hallway")
+        >>> ltm.vector("robot", "dock").shape
+        (64,)
+        """
+        table, row = self._find(namespace, key)
+        if row is None or self.dim is None:
+            return None
+        return np.array(table.columns.vectors[row])
+
+    def _find(self, namespace: NamespaceLike, key: str) -> tuple[Table | None, int | None]:
+        self._check_read()
+        ns, key = _validate.namespace(namespace), _validate.key(key)
+        with self._lock:
+            table = self._tables.get(ns)
+            return table, (None if table is None else table.keys.get(key))
+
+    def __contains__(self, item: tuple) -> bool:
+        """``(namespace, key) in store``."""
+        return self.get(item[0], item[1]) is not None
+
+    def keys(self, namespace: NamespaceLike) -> list[str]:
+        """The namespace's keys, oldest write first (a bounded tier's eviction order).
+
+        Raises
+        ------
+        InvalidNamespaceError
+
+        Examples
+        --------
+        >>> from memcore import ShortTermMemory
+        >>> stm = ShortTermMemory(capacity=2)
+        >>> for key in "abc": _ = stm.put("robot", key, f"memory {key}")
+        >>> stm.keys("robot")       # "a" was evicted
+        ['b', 'c']
+        """
+        self._check_read()
+        return self.key_list(_validate.namespace(namespace))
+
+    def key_list(self, namespace: Namespace) -> list[str]:
+        """:meth:`keys` of a canonical namespace (tier protocol)."""
+        with self._lock:
+            table = self._tables.get(namespace)
+            return [] if table is None else list(table.keys)
+
+    def count(self, namespace: NamespaceLike) -> int:
+        """Number of live memories in ``namespace`` (0 when unknown).
+
+        Raises
+        ------
+        InvalidNamespaceError
+
+        Examples
+        --------
+        >>> from memcore import MemoryItem, ShortTermMemory
+        >>> stm = ShortTermMemory(capacity=5)
+        >>> stm.count("robot"), len(stm.put_many("robot", [MemoryItem("a", "x y")])), stm.count("robot")
+        (0, 1, 1)
+        """
+        self._check_read()
+        ns = _validate.namespace(namespace)
+        with self._lock:
+            table = self._tables.get(ns)
+            return 0 if table is None else table.live
+
+    def namespaces(self, prefix: NamespaceLike | None = None) -> list[Namespace]:
+        """Sorted namespaces holding at least one memory, under ``prefix`` (whole segments;
+        None or () lists all).
+
+        Raises
+        ------
+        InvalidNamespaceError
+            If ``prefix`` is malformed.
+
+        Examples
+        --------
+        >>> from memcore import ShortTermMemory
+        >>> stm = ShortTermMemory(capacity=5); _ = stm.put(("acme-corp",), "k", "x")
+        >>> stm.namespaces(("acme",))
+        []
+        """
+        self._check_read()
+        with self._lock:
+            return sorted_namespaces([ns for ns, t in self._tables.items() if t.keys], prefix)
+
+    # ------------------------------------------------------------------ removal
+    def delete(self, namespace: NamespaceLike, key: str) -> bool:
+        """Remove ``key``; True when it existed. Its vector never matches again.
+
+        Raises
+        ------
+        InvalidNamespaceError, InvalidTextError, ReadOnlyStoreError
+
+        Examples
+        --------
+        >>> from memcore import ShortTermMemory
+        >>> stm = ShortTermMemory(capacity=1); _ = stm.put("robot", "k", "red door")
+        >>> stm.delete("robot", "k"), stm.delete("robot", "k")
+        (True, False)
+        """
+        self._check_write()
+        ns, key = _validate.namespace(namespace), _validate.key(key)
+        with self._lock:
+            self._check_write()
+            table = self._tables.get(ns)
+            row = None if table is None else table.keys.get(key)
+            if row is None:
+                return False
+            self._deleting(table, key, row)
+            table.remove([key])
+            if self.drop_empty and not table.keys:
+                del self._tables[ns]
+            return True
+
+    def clear(self, namespace: NamespaceLike) -> int:
+        """Remove every memory of ``namespace`` (not of namespaces below it); returns how many.
+
+        Raises
+        ------
+        InvalidNamespaceError, ReadOnlyStoreError
+
+        Examples
+        --------
+        >>> from memcore import HashingEmbedder, LongTermMemory, MemoryItem
+        >>> ltm = LongTermMemory(embedder=HashingEmbedder(dim=8))
+        >>> _ = ltm.put_many(("robot", "map"), [MemoryItem("a", "door"), MemoryItem("b", "dock")])
+        >>> ltm.clear(("robot", "map")), ltm.namespaces()
+        (2, [])
+        """
+        self._check_write()
+        ns = _validate.namespace(namespace)
+        with self._lock:
+            self._check_write()
+            table = self._tables.pop(ns, None)
+            if table is None:
+                return 0
+            self._discard(table)
+            return table.live
+
+    # ------------------------------------------------------------------ search
+    def search(self, query: MemoryQuery | ResolvedQuery | NamespaceLike, text: str | None = None,
+               *, top_k: int = 5, threshold: float = -1.0, weights: DecayWeights | None = None,
+               filter: Mapping[str, Any] | None = None, touch: bool = True,
+               query_vector: Any = None, hybrid: HybridWeights | None = None
+               ) -> list[MemoryHit]:
+        """Rank a namespace's live memories for a query.
+
+        With the similarity preset (``hybrid=HybridWeights.similarity()``), the exact fused
+        score of :class:`~memcore.DecayWeights`:
+        ``score = w_similarity * sim + w_recency * 2 ** (-age / half_life) + w_importance *
+        importance``, with ``sim`` the cosine similarity (or, for a store without embedder,
+        its scorer's lexical similarity) and ``age = now - last_accessed_at`` in seconds.
+        Any other hybrid weights rank by hybrid recall (:mod:`memcore.recall.hybrid`): ``score``
+        is then the fused z-score, ``similarity`` the query's cosine with the memory's
+        combined (memory + episode context) embedding, and ``weights.w_similarity`` scales the
+        dense weight. Candidates need ``similarity >= threshold`` and must match ``filter``.
+        Ties rank by lower row.
+
+        Parameters
+        ----------
+        query : MemoryQuery, ResolvedQuery, or str or tuple of str
+            A query, a query already resolved by :meth:`resolve`, or the namespace of the
+            form ``search(namespace, text, ...)``.
+        text : str, optional
+            The query text (keyword form only); blank text returns [].
+        top_k : int, default 5
+            At most this many hits; every qualifying hit when fewer exist (no padding).
+        threshold : float, default -1.0
+            Minimum similarity, in [-1, 1].
+        weights : DecayWeights, optional
+            The store's ``weights`` when None.
+        filter : dict, optional
+            Equality, ``$in``, ``$ne``, ``$eq`` on top-level metadata keys.
+        touch : bool, default True
+            Refresh ``last_accessed_at = now`` and ``access_count += 1`` of returned memories.
+        query_vector : array_like of shape (dim,), optional
+            Precomputed embedding of the query; the embedder is not called. With hybrid
+            weights it should embed ``self.prepare(namespace, text).dense``.
+        hybrid : HybridWeights, optional
+            The store's ``hybrid`` when None.
+
+        Returns
+        -------
+        list of MemoryHit
+            Best first. ``recency``/``last_accessed_at`` are the values ranking used (before
+            this search's refresh). A query without signal (an all-zero embedding, or a text
+            the lexical scorer does not match with itself) returns [].
+
+        Raises
+        ------
+        InvalidArgumentError, InvalidArgumentTypeError
+            On a bad top_k, threshold, filter, weights or call form.
+        InvalidVectorError, DimensionMismatchError
+            On a bad ``query_vector``.
+        EmbedderMismatchError
+            If the store has no embedder and no ``query_vector`` is given.
+
+        Examples
+        --------
+        >>> from memcore import ShortTermMemory
+        >>> stm = ShortTermMemory(capacity=10)
+        >>> _ = stm.put("robot", "door", "the red door is locked")
+        >>> [h.key for h in stm.search("robot", "red door")], stm.search("robot", "   ")
+        (['door'], [])
+        """
+        rq = self.resolve(query, text, top_k=top_k, threshold=threshold, weights=weights,
+                          filter=filter, touch=touch, query_vector=query_vector, hybrid=hybrid)
+        if rq is None:
+            return []
+        with self._lock:
+            hits = self.scan(rq)
+            if rq.touch:
+                self.refresh(rq, [h.key for h in hits])
+            return hits
+
+    def resolve(self, query: Any, text: Any = None, *, top_k: Any = 5, threshold: Any = -1.0,
+                weights: Any = None, filter: Any = None, touch: Any = True,
+                query_vector: Any = None, hybrid: Any = None, encode: Any = None
+                ) -> ResolvedQuery | None:
+        """Validate a query once (arguments as :meth:`search`); None when it has no signal.
+
+        ``encode(texts) -> (n, dim)`` replaces the embedder (e.g. a caching one).
+
+        Examples
+        --------
+        >>> from memcore import HashingEmbedder, LongTermMemory
+        >>> ltm = LongTermMemory(embedder=HashingEmbedder(dim=64))
+        >>> ltm.resolve("robot", "red door", top_k=3).top_k, ltm.resolve("robot", " ")
+        (3, None)
+        """
+        self._check_read()
+        return _query.resolve(
+            query, text, top_k=top_k, threshold=threshold, weights=weights, filter=filter,
+            touch=touch, query_vector=query_vector, hybrid=hybrid, dim=self.dim,
+            default_weights=self.weights, default_hybrid=self.hybrid,
+            preparer=self.query_preparer, entities=self.speakers,
+            encode=encode if encode is not None else self.embed, clock=self.clock,
+            name=getattr(self.embedder, "name", "?"))
+
+    def signals(self, rq: ResolvedQuery) -> Signals | None:
+        """The hybrid signals of a resolved query over its namespace (tier protocol); None
+        for the similarity preset or an empty namespace."""
+        self._check_read()
+        if rq.prepared is None:
+            return None
+        with self._lock:
+            table = self._tables.get(rq.namespace)
+            if table is None or not table.keys:
+                return None
+            return signals(table, rq, self.dim, self.query_preparer)
+
+    def scan(self, rq: ResolvedQuery, sig: Signals | None = None) -> list[MemoryHit]:
+        """The ranked hits of a resolved query, nothing refreshed (tier protocol)."""
+        self._check_read()
+        with self._lock:
+            table = self._tables.get(rq.namespace)
+            if table is None or not table.keys:
+                return []
+            rows, scores, sims = rank(table, rq, dim=self.dim, preparer=self.query_preparer,
+                                      scorer=self._scorer, sig=sig)
+            return table.hits(rows.tolist(), scores.tolist(), sims.tolist(), rq.now,
+                              rq.weights.half_life, self.tier)
+
+    def refresh(self, rq: ResolvedQuery, keys: Sequence[str]) -> int:
+        """``last_accessed_at = rq.now``, ``access_count += 1`` for ``keys`` of the query's
+        namespace (tier protocol); returns how many were present."""
+        with self._lock:
+            return self._refresh(rq.namespace, keys, rq.now)
+
+    def _refresh(self, ns: Namespace, keys: Iterable[str], now: float) -> int:
+        table = self._tables.get(ns)
+        if table is None:
+            return 0
+        rows = [table.keys[k] for k in dict.fromkeys(keys) if k in table.keys]
+        table.refresh(rows, now)
+        return len(rows)
+
+    def touch(self, namespace: NamespaceLike, keys: Iterable[str]) -> int:
+        """Refresh ``last_accessed_at = now`` and ``access_count += 1`` of the given keys.
+
+        What ``search`` does to the memories it returns. Missing keys are ignored.
+
+        Returns
+        -------
+        int
+            How many keys were refreshed.
+
+        Raises
+        ------
+        InvalidNamespaceError, InvalidTextError
+            On a malformed namespace or key (nothing is refreshed then).
+
+        Examples
+        --------
+        >>> from memcore import ShortTermMemory
+        >>> stm = ShortTermMemory(capacity=3); _ = stm.put("r", "k", "red door")
+        >>> stm.touch("r", ["k", "missing"]), stm.get("r", "k").access_count
+        (1, 1)
+        """
+        self._check_read()
+        ns = _validate.namespace(namespace)
+        keys = [_validate.key(k) for k in keys]
+        with self._lock:
+            return self._refresh(ns, keys, _query.now(self.clock))
+
+    def lifecycle(self, namespace: Namespace, keys: Sequence[str]) -> dict[str, tuple[float, int]]:
+        """``{key: (created_at, access_count)}`` of the keys present (tier protocol;
+        ``namespace`` canonical)."""
+        with self._lock:
+            table = self._tables.get(namespace)
+            if table is None:
+                return {}
+            c, get = table.columns, table.keys.get
+            return {k: (float(c.created_at[r]), int(c.access_count[r]))
+                    for k, r in zip(keys, map(get, keys)) if r is not None}
+
+    # ------------------------------------------------------------------ hybrid recall
+    def speakers(self, namespace: Namespace, hybrid: HybridWeights) -> list[str]:
+        """Speaker names of the namespace's memories (tier protocol; canonical namespace)."""
+        if self.dim is None:
+            return []
+        hw = HybridWeights.hybrid() if hybrid.is_similarity else hybrid
+        with self._lock:
+            table = self._tables.get(namespace)
+            if table is None or not table.keys:
+                return []
+            return table.recall_index(hw, self.dim, self.query_preparer).entities()
+
+    def entities(self, namespace: NamespaceLike, *, hybrid: HybridWeights | None = None
+                 ) -> list[str]:
+        """Speaker names of the namespace's memories (hybrid recall's known entities).
+
+        Raises
+        ------
+        InvalidNamespaceError, InvalidArgumentTypeError
+            On a malformed namespace, or ``hybrid`` that is not a HybridWeights.
+
+        Examples
+        --------
+        >>> from memcore import HashingEmbedder, ShortTermMemory
+        >>> stm = ShortTermMemory(capacity=5, embedder=HashingEmbedder(dim=8))
+        >>> _ = stm.put("chat", "m1", "I adopted a dog", metadata={"speaker": "Ann"})
+        >>> stm.entities("chat")
+        ['Ann']
+        """
+        self._check_read()
+        return self.speakers(_validate.namespace(namespace),
+                             _query.hybrid_weights(hybrid, self.hybrid))
+
+    def prepare(self, namespace: NamespaceLike, text: str, *,
+                hybrid: HybridWeights | None = None) -> PreparedQuery:
+        """The query preparer's forms of ``text`` for this namespace (its speakers known).
+
+        With hybrid weights, ``prepared.dense`` is the text whose embedding :meth:`search`
+        expects as ``query_vector``; with the similarity preset it is ``text`` itself.
+
+        Raises
+        ------
+        InvalidNamespaceError, InvalidTextError, InvalidArgumentTypeError
+
+        Examples
+        --------
+        >>> from memcore import ShortTermMemory
+        >>> ShortTermMemory(capacity=5).prepare("robot", "where is Ann?").dense
+        'where is Ann?'
+        """
+        self._check_read()
+        ns, text = _validate.namespace(namespace), _validate.text(text)
+        hw = _query.hybrid_weights(hybrid, self.hybrid)
+        if hw.is_similarity:
+            return identity_preparer(text)
+        return (self.query_preparer or _query.DEFAULT_PREPARER)(text, self.speakers(ns, hw))
+
+    # ------------------------------------------------------------------ batch
+    def batch(self, ops: Sequence[GetOp | PutOp | SearchOp | ListNamespacesOp]) -> list:
+        """Run operations in order (LangGraph's ``BaseStore.batch``); one result per op.
+
+        Consecutive :class:`PutOp` writes to one namespace go through one ``put_many`` (one
+        embedder call); a PutOp with ``text=None`` deletes (result None, as for every put).
+
+        Raises
+        ------
+        InvalidArgumentTypeError
+            On an unknown operation; whatever the operations raise.
+
+        Examples
+        --------
+        >>> from memcore import ShortTermMemory
+        >>> stm = ShortTermMemory(capacity=5)
+        >>> stm.batch([PutOp("r", "a", "red door"), GetOp("r", "a"), ListNamespacesOp()])[1:]
+        [StoredMemory(namespace=('r',), key='a', text='red door', importance=0.5, \
+metadata={}, created_at=..., updated_at=..., last_accessed_at=..., access_count=0, \
+tier=<MemoryTier.SHORT: 'short'>), [('r',)]]
+        """
+        ops = list(ops)
+        out: list = []
+        i = 0
+        while i < len(ops):
+            op = ops[i]
+            if isinstance(op, PutOp) and op.text is not None:
+                j = i
+                while (j < len(ops) and isinstance(ops[j], PutOp) and ops[j].text is not None
+                       and ops[j].namespace == op.namespace):
+                    j += 1
+                self.put_many(op.namespace, [MemoryItem(o.key, o.text, o.importance, o.metadata)
+                                             for o in ops[i:j]])
+                out += [None] * (j - i)
+                i = j
+                continue
+            if isinstance(op, PutOp):
+                self.delete(op.namespace, op.key)
+                out.append(None)
+            elif isinstance(op, GetOp):
+                out.append(self.get(op.namespace, op.key))
+            elif isinstance(op, SearchOp):
+                out.append(self.search(op.namespace, op.query, top_k=op.top_k, filter=op.filter,
+                                       threshold=op.threshold, touch=op.touch))
+            elif isinstance(op, ListNamespacesOp):
+                found = self.namespaces(op.prefix)
+                if op.max_depth is not None:
+                    found = list(dict.fromkeys(ns[:op.max_depth] for ns in found))
+                out.append(found[op.offset:op.offset + op.limit])
+            else:
+                raise InvalidArgumentTypeError(f"unknown batch operation {type(op).__name__}")
+            i += 1
+        return out

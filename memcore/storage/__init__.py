@@ -1,0 +1,156 @@
+"""The on-disk format of :class:`~memcore.LongTermMemory`: files, records, commits, recovery.
+
+Everything a store persists lives under its root directory; no namespace string ever becomes
+a path by itself.
+
+Files
+-----
+::
+
+    <root>/
+      memcore.json              store header (JSON): {"format": "memcore-ltm", "version": 1,
+                                "embedder": name, "dim": dim, "epoch": e}
+      LOCK                      the single-writer lock (filelock / fcntl.flock); never read
+      ns.<e>/                   the namespaces of epoch e (``reindex`` writes epoch e+1)
+        n-<slug>-<hash>/        one namespace; hash = first 32 hex digits of sha256 of the
+                                namespace as a JSON list, slug = up to 40 chars of [a-z0-9_-]
+          header.json           namespace header (JSON), see below
+          log.<g>               append-only record log of generation g
+          vectors.<g>.f32       (capacity, dim) float32 memory map, row-major, unit rows
+          created_at.<g>.f64    (capacity,) float64 Unix seconds
+          updated_at.<g>.f64    (capacity,) float64 Unix seconds
+          last_accessed_at.<g>.f64  (capacity,) float64 Unix seconds
+          access_count.<g>.i64  (capacity,) int64
+          importance.<g>.f32    (capacity,) float32 in [0, 1]
+          alive.<g>.u8          (capacity,) uint8 (bool)
+
+The directory name is injective (the hash covers the exact namespace; the header stores the
+namespace and open checks the two agree), lower-case (safe on case-insensitive file systems),
+ASCII, at most 80 characters, and starts with ``n-`` (so "CON", "..", "" and friends are never a
+name). All arrays are little-endian and grow by doubling their capacity (``ftruncate``, then
+a new memory map); rows are append-only: a replaced or deleted key's row is only marked dead
+and stays garbage until :func:`compact_namespace` writes a new generation.
+
+Namespace header: ``{"format": "memcore-ltm-namespace", "version": 1, "namespace": [...],
+"dim": dim, "generation": g, "records": r, "log_bytes": b, "rows": n}`` -- a *verified
+checkpoint*: the first ``b`` bytes of the log (``r`` records) and the first ``n`` rows of every
+column file were fsynced before the header was written, and each of the first ``n`` vectors was
+checked against its PUT record's ``vector_crc`` (the rows written since the previous checkpoint
+at every checkpoint; every live row when compaction writes a generation). Headers are
+replaced atomically: write ``header.json.tmp``, fsync, rename over ``header.json``, fsync the
+directory.
+
+Record layout (little-endian)
+-----------------------------
+Every record is a 12-byte frame ``magic u32 = 0x5243_4D4D ("MMCR"), length u32, crc32 u32``
+followed by ``length`` payload bytes; the CRC-32 (zlib) covers the payload.
+
+- PUT (``op = 1``), 64 fixed bytes then the variable parts::
+
+      op u8, pad 3, row u32, created_at f64, updated_at f64, last_accessed_at f64,
+      access_count i64, importance f64, vector_crc u32, key_len u32, text_len u32,
+      meta_len u32, key utf-8, text utf-8, metadata JSON utf-8
+
+  ``row`` must equal the number of PUT records before it (rows are append-only), and
+  ``vector_crc`` is the CRC-32 of the row's ``dim * 4`` vector bytes, so a key can never come
+  back with another row's vector. A PUT of a key that already has a row kills that row.
+- DEL (``op = 2``): ``op u8, pad 3, row u32, key_len u32, key utf-8``; ``row`` must be the key's
+  live row.
+
+The log is the source of truth for which rows exist, their keys, texts, metadata,
+``created_at``, ``updated_at``, ``importance`` and ``alive``; open re-derives those columns
+from it. ``last_accessed_at`` and ``access_count`` are refreshed in the memory maps only (no log
+record per search); open takes the larger of the mapped value and the PUT record's value.
+
+Commit protocol
+---------------
+A write (``put``, ``put_many``, ``put_stored``, ``delete``) first writes vectors and columns of
+*new* rows into the memory maps (never touching a committed row's vector), then appends its
+records to the log with one ``write`` -- the commit point. ``put_many`` commits once.
+
+- ``durability="flush"`` (default): the records are written to the OS before the call returns.
+  An acknowledged write survives the process being killed (the memory maps and the log share
+  the page cache), not a power loss.
+- ``"fsync"``: additionally ``fdatasync`` the vectors file before, and the log after, the
+  append: an acknowledged write survives power loss (two syncs per call).
+- ``"none"``: records are buffered in the process and written at 1 MiB, ``flush()``,
+  ``close()`` or a checkpoint; a crash loses the buffered writes (tests, bulk loads).
+
+Compaction first checks every live vector against its PUT record's ``vector_crc`` (a mismatch
+-> :class:`StoreCorruptedError` naming the vectors file, byte offset and row; nothing is
+written, the old generation stays the store and ``repair()`` drops that key), then copies each
+live row's PUT record byte for byte, patching only its row, ``last_accessed_at`` and
+``access_count`` (and so the frame CRC): the result is what re-encoding would write. The
+``vector_crc`` is never recomputed from the vectors file, so a damaged vector cannot be
+laundered into a consistent row.
+
+A checkpoint (``close()``, ``flush()``) checks the vectors of the rows written since the last
+checkpoint against their records' ``vector_crc`` (a mismatch -> :class:`StoreCorruptedError`
+as above; the header is not advanced, so the next open finds the row again), fsyncs every file
+and then replaces the header with the current record count, log length and row count.
+
+Recovery (on open)
+------------------
+1. Header: an unknown format or a missing field -> :class:`StoreCorruptedError`; a version
+   newer than :data:`FORMAT_VERSION` -> :class:`FormatVersionError` (never a misread).
+2. The log is scanned record by record (frame, length, CRC, row rule) -- frames and CRCs by
+   the numba kernel :func:`memcore.kernels.logscan.scan_records`, fixed fields and texts
+   decoded column-wise; any record that breaks a replay rule, or damage that is not a torn
+   tail, is re-examined by the exact Python scan, which names it. At the first bad
+   record at offset ``x``: if ``x`` lies inside the checkpoint, or any valid record follows
+   it, the damage is in the middle of the file -> :class:`StoreCorruptedError` naming the file
+   and ``x``. Otherwise it is a torn tail (a write cut short by a crash) and the log is
+   truncated to ``x``, the end of the last committed record (read-only opens just ignore it).
+3. Every row written since the last verified checkpoint (rows ``n`` and up) is checked
+   against its record's ``vector_crc``; a mismatch -> :class:`StoreCorruptedError` naming the
+   vectors file, byte offset and row. (Rows below ``n`` were verified and fsynced, and rows
+   are append-only: nothing writes a committed row's vector again; ``repair()`` checks all.)
+4. Derived columns are rewritten from the log; files of other generations or epochs and
+   half-created or half-deleted namespace directories (``tmp-*``, ``trash-*``) are removed.
+
+:func:`repair_namespace` rewrites a namespace as a new generation from every intact record:
+records with a bad frame or CRC are skipped (the scan resynchronises on the next magic), a
+PUT whose vector fails its CRC is dropped, and the rest is replayed as usual. Compaction and
+repair are crash-safe: the new generation's files are complete and fsynced before the header
+that names them replaces the old one; until then the old generation is the store.
+"""
+
+from memcore.storage.disk import (  # noqa: F401
+    INITIAL_CAPACITY,
+    Columns,
+    adopt_replay,
+    NamespaceFiles,
+    close_namespace,
+    drop_namespace,
+    namespace_intact,
+    repair_namespace,
+    retire_generation,
+    write_generation,
+    write_namespace,
+)
+from memcore.storage.jsonl import EXPORT_FORMAT, export_jsonl, import_jsonl  # noqa: F401
+from memcore.storage.layout import (  # noqa: F401
+    DURABILITY_MODES,
+    FORMAT_VERSION,
+    LOCK_FILE,
+    NAMESPACE_HEADER,
+    STORE_HEADER,
+    StoreRoot,
+    atomic_write_json,
+    fsync_dir,
+    namespace_dirname,
+    read_store_header,
+    write_store_header,
+)
+from memcore.storage.log import Replay, first_bad_vector, scan_log, scan_log_exact  # noqa: F401
+from memcore.storage.records import (  # noqa: F401
+    FRAME,
+    copy_puts,
+    encode_delete,
+    encode_put,
+    encode_puts,
+    first_bad_row,
+    record_vector_crcs,
+    vector_crcs,
+    verify_vectors,
+)

@@ -1,0 +1,709 @@
+"""The disk table: memory-mapped columns, a namespace's files and their commit protocol
+(see :mod:`memcore.storage`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import zlib
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from memcore.errors import StoreCorruptedError
+from memcore.storage.layout import (
+    TMP_PREFIX,
+    TRASH_PREFIX,
+    fsync_dir,
+    COLUMNS,
+    FORMAT_VERSION,
+    NAMESPACE_FORMAT,
+    NAMESPACE_HEADER,
+    atomic_write_json,
+    check_version,
+    column_path,
+    log_path,
+    namespace_dirname,
+    read_json,
+)
+from memcore.storage.log import Replay, first_bad_vector, scan_log
+from memcore.storage.records import (
+    copy_puts,
+    encode_delete,
+    encode_put,
+    encode_puts,
+    record_vector_crcs,
+    vector_crcs,
+    verify_vectors,
+)
+
+INITIAL_CAPACITY = 64
+NONE_BUFFER_BYTES = 1 << 20
+
+# ---------------------------------------------------------------------------------- columns
+
+def _capacity_for(rows: int, current: int = 0) -> int:
+    cap = max(INITIAL_CAPACITY, current)
+    while cap < rows:
+        cap *= 2
+    return cap
+
+
+class Columns:
+    """The per-row arrays of one namespace, in RAM or memory-mapped from files.
+
+    Attributes
+    ----------
+    vectors : ndarray of shape (capacity, dim), float32
+    created_at, updated_at, last_accessed_at : ndarray of shape (capacity,), float64
+    access_count : ndarray of shape (capacity,), int64
+    importance : ndarray of shape (capacity,), float32
+    alive : ndarray of shape (capacity,), bool
+    capacity : int
+
+    Parameters
+    ----------
+    dim : int
+    capacity : int
+    directory, generation : str and int, optional
+        Back the arrays by ``<directory>/<name>.<generation>.<suffix>`` files (created or
+        extended to ``capacity`` rows) instead of RAM.
+    read_only : bool, default False
+        Map the files read-only (they are never extended).
+
+    Examples
+    --------
+    >>> cols = Columns(4, 10); cols.vectors.shape
+    (64, 4)
+    """
+
+    NAMES = ("vectors",) + tuple(c[0] for c in COLUMNS)
+
+    def __init__(self, dim: int, capacity: int, directory: str | None = None,
+                 generation: int = 0, read_only: bool = False):
+        self.dim = int(dim)
+        self.directory = directory
+        self.generation = int(generation)
+        self.read_only = read_only
+        self.capacity = int(capacity) if read_only else _capacity_for(capacity)
+        self._mm: dict = {}
+        self._map(self.capacity)
+
+    def path(self, name: str) -> str:
+        return column_path(self.directory, name, self.generation)
+
+    def _spec(self):
+        yield "vectors", np.dtype(np.float32), (self.dim,)
+        for name, dtype, _ in COLUMNS:
+            yield name, np.dtype(dtype), ()
+
+    def _map(self, capacity: int) -> None:
+        for name, dtype, tail in self._spec():
+            shape = (capacity,) + tail
+            if self.directory is None:
+                arr = np.zeros(shape, dtype)
+                old = getattr(self, name, None)
+                if old is not None:
+                    arr[: old.shape[0]] = old
+            else:
+                path = self.path(name)
+                need = int(np.prod(shape)) * dtype.itemsize
+                if self.read_only:
+                    have = os.path.getsize(path)
+                    rows = have // (dtype.itemsize * (tail[0] if tail else 1))
+                    if rows < capacity:
+                        raise StoreCorruptedError(
+                            f"{path} holds {rows} rows at offset {have}, fewer than the "
+                            f"{capacity} the namespace needs")
+                    mm = np.memmap(path, dtype=dtype, mode="r", shape=shape)
+                else:
+                    with open(path, "ab") as f:
+                        if f.tell() < need:
+                            f.truncate(need)
+                    mm = np.memmap(path, dtype=dtype, mode="r+", shape=shape)
+                self._mm[name] = mm
+                arr = mm.view(np.ndarray)        # plain ndarray: what numba dispatches on
+            setattr(self, name, arr)
+        self.capacity = capacity
+
+    def ensure(self, rows: int) -> None:
+        """Grow (by doubling) until ``rows`` rows fit."""
+        if rows > self.capacity:
+            self._map(_capacity_for(rows, self.capacity))
+
+    def file_capacity(self) -> int:
+        """Rows the vectors file can hold (file-backed only)."""
+        return os.path.getsize(self.path("vectors")) // (4 * self.dim)
+
+    def sync(self, rows: int | None = None) -> None:
+        """fsync every backing file (no-op in RAM)."""
+        if self.directory is None or self.read_only:
+            return
+        for name in self.NAMES:
+            self._mm[name].flush()
+
+    def sync_vectors(self) -> None:
+        if self.directory is not None and not self.read_only:
+            self._mm["vectors"].flush()
+
+    def release(self) -> None:
+        """Drop the memory maps (the arrays are unusable afterwards)."""
+        for name in self.NAMES:
+            arr = self._mm.pop(name, None)
+            mm = getattr(arr, "_mmap", None)
+            setattr(self, name, None)
+            if mm is not None:
+                try:
+                    mm.close()
+                except (BufferError, ValueError):
+                    pass   # a view is still alive somewhere; the GC unmaps it later
+
+    def remove_files(self) -> None:
+        for name in self.NAMES:
+            try:
+                os.unlink(self.path(name))
+            except FileNotFoundError:
+                pass
+
+
+
+# ---------------------------------------------------------------------------------- namespace
+
+class NamespaceFiles:
+    """One namespace's directory: header, log and column files of the current generation.
+
+    Not thread-safe by itself (the store's lock guards it). Construct with :meth:`create` or
+    :meth:`open`.
+    """
+
+    def __init__(self, directory: str, ns: tuple, dim: int, generation: int,
+                 durability: str, read_only: bool):
+        self.directory = directory
+        self.ns = ns
+        self.dim = dim
+        self.generation = generation
+        self.durability = durability
+        self.read_only = read_only
+        self.log_path = log_path(directory, generation)
+        self.log_bytes = 0          # bytes in the log file incl. anything buffered
+        self.records = 0
+        self.checkpoint_rows = 0    # rows covered by the header's (verified) checkpoint
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._fd = None if read_only else os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
+        self._vec_fd = None
+
+    # ---------------------------------------------------------------- create / open
+
+    @classmethod
+    def create(cls, parent: str, ns: tuple, dim: int, durability: str) -> tuple["NamespaceFiles", Columns]:
+        """Create a namespace directory atomically (built as ``tmp-*``, then renamed)."""
+        name = namespace_dirname(ns)
+        final = os.path.join(parent, name)
+        tmp = os.path.join(parent, f"{TMP_PREFIX}{name}-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+        durable = durability != "none"
+        cols = Columns(dim, INITIAL_CAPACITY, tmp, 0)
+        open(log_path(tmp, 0), "wb").close()
+        if durable:
+            cols.sync()
+        _write_ns_header(tmp, ns, dim, 0, 0, 0, 0, durable=durable)
+        cols.release()
+        os.rename(tmp, final)
+        if durable:
+            fsync_dir(parent)
+        files = cls(final, ns, dim, 0, durability, False)
+        return files, Columns(dim, INITIAL_CAPACITY, final, 0)
+
+    @classmethod
+    def open(cls, directory: str, dim: int, durability: str, read_only: bool, *,
+             salvage: bool = False) -> tuple["NamespaceFiles", Columns, Replay]:
+        """Open and recover a namespace directory (see the module docstring, Recovery).
+
+        Raises
+        ------
+        StoreCorruptedError, FormatVersionError
+        """
+        hpath = os.path.join(directory, NAMESPACE_HEADER)
+        try:
+            h = read_json(hpath, "namespace header")
+        except FileNotFoundError:
+            raise StoreCorruptedError(f"{hpath} is missing (offset 0)") from None
+        check_version(h, hpath, NAMESPACE_FORMAT)
+        for name in ("dim", "generation", "records", "log_bytes", "rows"):
+            v = h.get(name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise StoreCorruptedError(f"{hpath} lacks a valid {name!r} (got {v!r})")
+        raw_ns = h.get("namespace")
+        if (not isinstance(raw_ns, list) or not raw_ns
+                or not all(isinstance(s, str) and s for s in raw_ns)):
+            raise StoreCorruptedError(f"{hpath} lacks a valid 'namespace' (got {raw_ns!r})")
+        ns = tuple(raw_ns)
+        if namespace_dirname(ns) != os.path.basename(directory):
+            raise StoreCorruptedError(
+                f"{hpath} names namespace {ns!r}, which does not belong in directory "
+                f"{os.path.basename(directory)!r}")
+        if h["dim"] != dim:
+            raise StoreCorruptedError(f"{hpath} has dim {h['dim']}, the store header says {dim}")
+        gen = h["generation"]
+        lpath = log_path(directory, gen)
+        try:
+            with open(lpath, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            raise StoreCorruptedError(f"{lpath} is missing (offset 0)") from None
+        rep = scan_log(data, lpath, 0 if salvage else h["log_bytes"], salvage=salvage)
+        if not read_only and not salvage and rep.end < len(data):
+            os.truncate(lpath, rep.end)           # torn tail
+            if durability == "fsync":
+                fd = os.open(lpath, os.O_WRONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        vec_path = column_path(directory, "vectors", gen)
+        try:
+            have_rows = os.path.getsize(vec_path) // (4 * dim)
+        except FileNotFoundError:
+            raise StoreCorruptedError(f"{vec_path} is missing (offset 0)") from None
+        if have_rows < rep.rows and not salvage:
+            raise StoreCorruptedError(
+                f"{vec_path} ends at offset {have_rows * dim * 4}, before row {rep.rows} that "
+                f"the log commits")
+        if read_only:
+            cap = _file_rows_min(directory, gen, have_rows)
+            if cap < rep.rows:
+                raise StoreCorruptedError(
+                    f"a column file in {directory} holds only {cap} rows, but the log commits "
+                    f"{rep.rows}")
+            cols = Columns(dim, cap, directory, gen, read_only=True)
+        else:
+            cols = Columns(dim, _capacity_for(max(rep.rows, 1), have_rows), directory, gen)
+        files = cls(directory, ns, dim, gen, durability, read_only)
+        files.records = rep.records
+        files.log_bytes = rep.end
+        files.checkpoint_rows = min(h["rows"], rep.rows)
+        if not salvage:
+            start = files.checkpoint_rows          # rows since the last verified checkpoint
+            try:
+                verify_vectors(cols.vectors[start:rep.rows],
+                               np.asarray(rep.vector_crc[start:rep.rows], np.uint32),
+                               range(start, rep.rows), vec_path,
+                               rep.record_offset[start:rep.rows], "the store was not opened")
+            except StoreCorruptedError:
+                files.close()
+                cols.release()
+                raise
+        if not read_only:
+            remove_stale(directory, gen)
+        return files, cols, rep
+
+    # ---------------------------------------------------------------- commits
+
+    def append(self, blob: bytes, cols: Columns) -> None:
+        """Commit records (already framed) according to the durability mode."""
+        if self.durability == "none":
+            self._pending.append(blob)
+            self._pending_bytes += len(blob)
+            self.log_bytes += len(blob)
+            if self._pending_bytes >= NONE_BUFFER_BYTES:
+                self.flush_pending()
+            return
+        self.flush_pending()
+        if self.durability == "fsync":
+            cols.sync_vectors()
+        _write_all(self._fd, blob)
+        self.log_bytes += len(blob)
+        if self.durability == "fsync":
+            os.fdatasync(self._fd)
+
+    def commit(self, cols: Columns, first_row: int, keys: Sequence[str], texts: Sequence[str],
+               metadata: Sequence[bytes], importance, created_at, updated_at, last_accessed_at,
+               access_count, vectors: np.ndarray) -> list[int]:
+        """Append the PUT records of rows ``first_row...`` (their vectors and columns are in
+        ``cols`` already): the commit point. Returns each record's log offset."""
+        base = self.log_bytes
+        if len(keys) == 1:                           # put(): skip the batch machinery
+            blob = encode_put(first_row, keys[0].encode("utf-8"), texts[0].encode("utf-8"),
+                              metadata[0], float(created_at[0]), float(updated_at[0]),
+                              float(last_accessed_at[0]), int(access_count[0]), importance[0],
+                              zlib.crc32(np.ascontiguousarray(vectors[0], np.float32)))
+            offsets = [base]
+        else:
+            blob, starts = encode_puts(first_row, [k.encode("utf-8") for k in keys],
+                                       [t.encode("utf-8") for t in texts], metadata, created_at,
+                                       updated_at, last_accessed_at, access_count, importance,
+                                       vector_crcs(vectors))
+            offsets = (starts + base).tolist()
+        self.append(blob, cols)
+        return offsets
+
+    def delete(self, cols: Columns, row: int, key: str) -> None:
+        """Commit a DEL record of ``key`` at ``row``."""
+        self.append(encode_delete(row, key.encode("utf-8")), cols)
+
+    def verified_log(self, vectors: np.ndarray, rows: Sequence[int], offsets: np.ndarray,
+                     cols: Columns, what: str) -> bytes:
+        """The log's bytes, after checking ``vectors`` (rows ``rows``) against the CRCs of
+        their records at ``offsets``: a damaged vector is never copied into a new generation.
+
+        Raises
+        ------
+        StoreCorruptedError
+            Naming the vectors file, offset and row; ``what`` says what was not done.
+        """
+        self.flush_pending()
+        with open(self.log_path, "rb") as f:
+            log = f.read(self.log_bytes)
+        verify_vectors(vectors, record_vector_crcs(log, offsets), rows, cols.path("vectors"),
+                       offsets, what)
+        return log
+
+    def flush_pending(self) -> None:
+        if self._pending:
+            _write_all(self._fd, b"".join(self._pending))
+            self._pending.clear()
+            self._pending_bytes = 0
+
+    def checkpoint(self, cols: Columns, rows: int, offsets: Sequence[int]) -> None:
+        """Verify the rows written since the last checkpoint, fsync everything, then atomically
+        record the checkpoint in the header.
+
+        Parameters
+        ----------
+        cols : Columns
+        rows : int
+            Rows in use.
+        offsets : sequence of int, length rows
+            Log offset of each row's PUT record.
+
+        Raises
+        ------
+        StoreCorruptedError
+            If a vector written since the last checkpoint no longer matches its record's
+            ``vector_crc``; the header keeps the previous checkpoint (the next open re-checks
+            the row).
+        """
+        if self.read_only:
+            return
+        self.flush_pending()
+        start = min(self.checkpoint_rows, rows)
+        if start < rows:
+            first = int(offsets[start])
+            with open(self.log_path, "rb") as f:
+                f.seek(first)
+                tail = f.read(self.log_bytes - first)
+            part = np.asarray(offsets[start:rows], np.int64)
+            verify_vectors(cols.vectors[start:rows], record_vector_crcs(tail, part, first),
+                           range(start, rows), cols.path("vectors"), part,
+                           "the checkpoint was not written")
+        cols.sync()
+        os.fsync(self._fd)
+        _write_ns_header(self.directory, self.ns, self.dim, self.generation, self.records,
+                         self.log_bytes, rows, durable=True)
+        self.checkpoint_rows = rows
+
+    def close(self) -> None:
+        self.flush_pending()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _file_rows_min(directory: str, generation: int, have_rows: int) -> int:
+    """Rows every column file can hold (read-only opens map what exists)."""
+    rows = have_rows
+    for name, dtype, _ in COLUMNS:
+        path = column_path(directory, name, generation)
+        try:
+            rows = min(rows, os.path.getsize(path) // np.dtype(dtype).itemsize)
+        except FileNotFoundError:
+            raise StoreCorruptedError(f"{path} is missing (offset 0)") from None
+    return max(rows, 1)
+
+
+
+def _write_all(fd: int, blob: bytes) -> None:
+    view = memoryview(blob)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _write_ns_header(directory: str, ns: tuple, dim: int, generation: int, records: int,
+                     log_bytes: int, rows: int, *, durable: bool) -> None:
+    atomic_write_json(os.path.join(directory, NAMESPACE_HEADER), {
+        "format": NAMESPACE_FORMAT, "version": FORMAT_VERSION, "namespace": list(ns),
+        "dim": int(dim), "generation": int(generation), "records": int(records),
+        "log_bytes": int(log_bytes), "rows": int(rows)}, durable=durable)
+
+
+def write_generation(directory: str, ns: tuple, dim: int, generation: int,
+                     rows: Iterable[tuple], vectors: np.ndarray) -> tuple[Columns, int, int]:
+    """Write a complete new generation (log + columns), fsync it, then commit its header.
+
+    ``rows`` yields ``(key, text, meta_bytes, created_at, updated_at, last_accessed_at,
+    access_count, importance)`` in row order, ``vectors`` is (n, dim) float32. Until the header
+    is replaced the previous generation stays the store (crash-safe compaction/repair).
+
+    Returns
+    -------
+    (Columns, records, log_bytes) of the new generation.
+    """
+    rows = list(rows)
+    fields = list(zip(*rows)) if rows else [[]] * 8
+    blob, _ = encode_puts(0, [k.encode("utf-8") for k in fields[0]],
+                          [t.encode("utf-8") for t in fields[1]], list(fields[2]), fields[3],
+                          fields[4], fields[5], fields[6], fields[7], vector_crcs(vectors))
+    return write_generation_blob(directory, ns, dim, generation, blob, vectors, {
+        "created_at": fields[3], "updated_at": fields[4], "last_accessed_at": fields[5],
+        "access_count": fields[6], "importance": fields[7]})
+
+
+def write_generation_blob(directory: str, ns: tuple, dim: int, generation: int, blob,
+                          vectors: np.ndarray, columns: dict) -> tuple[Columns, int, int]:
+    """:func:`write_generation` from ready records: ``blob`` holds one PUT per row (rows 0..n-1,
+    e.g. from :func:`copy_puts`), ``columns`` maps created_at, updated_at, last_accessed_at,
+    access_count and importance to (n,) arrays; vectors are (n, dim) float32.
+
+    Returns
+    -------
+    (Columns, records, log_bytes) of the new generation.
+    """
+    n = vectors.shape[0]
+    with open(column_path(directory, "vectors", generation), "wb") as f:       # write(): no page fault per 4 KiB
+        f.write(np.ascontiguousarray(vectors, np.float32))
+        f.flush()
+        os.fsync(f.fileno())
+    cols = Columns(dim, max(n, 1), directory, generation)
+    lpath = log_path(directory, generation)
+    if n:
+        for name, values in columns.items():
+            getattr(cols, name)[:n] = values
+        cols.alive[:n] = True
+    with open(lpath, "wb") as f:
+        f.write(blob)
+        f.flush()
+        os.fsync(f.fileno())
+    cols.sync()
+    _write_ns_header(directory, ns, dim, generation, n, len(blob), n, durable=True)
+    return cols, n, len(blob)
+
+
+def repair_namespace(directory: str, dim: int) -> dict:
+    """Rewrite a namespace as a new generation from every intact record (crash-safe).
+
+    Records with a bad frame, CRC or row rule are skipped; a live key whose vector fails its
+    record's CRC (or lies past the end of the vectors file) is dropped, never served with
+    another row's vector. Lifecycle fields come from the records, access statistics from the
+    column files when readable.
+
+    Returns
+    -------
+    dict
+        ``{"namespace": tuple, "kept": live keys kept, "dropped": live keys dropped,
+        "skipped": damaged log stretches skipped}``.
+
+    Raises
+    ------
+    StoreCorruptedError
+        If the namespace header itself is unreadable (nothing names the namespace).
+    FormatVersionError
+        If the header is of a newer format.
+
+    Examples
+    --------
+    >>> import tempfile; from memcore import HashingEmbedder, LongTermMemory
+    >>> from memcore.storage.layout import StoreRoot
+    >>> root = tempfile.mkdtemp()
+    >>> with LongTermMemory(root, HashingEmbedder(dim=8)) as ltm:
+    ...     _ = ltm.put("ns", "k", "some text")
+    >>> ns_dir = StoreRoot.open(root, read_only=True, lock_timeout=0).namespace_dirs()[0]
+    >>> repair_namespace(ns_dir, 8)
+    {'namespace': ('ns',), 'kept': 1, 'dropped': 0, 'skipped': 0}
+    """
+    hpath = os.path.join(directory, NAMESPACE_HEADER)
+    h = read_json(hpath, "namespace header")
+    check_version(h, hpath, NAMESPACE_FORMAT)
+    ns = tuple(h.get("namespace") or ())
+    gen = h.get("generation")
+    if not ns or not isinstance(gen, int) or namespace_dirname(ns) != os.path.basename(directory):
+        raise StoreCorruptedError(f"{hpath} does not name this namespace at offset 0; "
+                                  "it cannot be repaired")
+    lpath = log_path(directory, gen)
+    try:
+        with open(lpath, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        data = b""
+    rep = scan_log(data, lpath, 0, salvage=True)
+    try:
+        have = os.path.getsize(column_path(directory, "vectors", gen)) // (4 * dim)
+    except FileNotFoundError:
+        have = 0
+    vecs = (np.fromfile(column_path(directory, "vectors", gen), dtype=np.float32, count=have * dim)
+            .reshape(have, dim) if have else np.zeros((0, dim), np.float32))
+    stats = {}
+    for name, dtype in (("last_accessed_at", np.float64), ("access_count", np.int64)):
+        try:
+            stats[name] = np.fromfile(column_path(directory, name, gen), dtype=dtype)
+        except (FileNotFoundError, ValueError):
+            stats[name] = np.zeros(0, dtype)
+    keep, dropped = [], 0
+    for idx in sorted(rep.keys.values()):
+        fr = rep.file_rows[idx]
+        if fr >= have or zlib.crc32(vecs[fr].tobytes()) != rep.vector_crc[idx]:
+            dropped += 1
+            continue
+        keep.append(idx)
+    rows = []
+    for idx in keep:
+        fr = rep.file_rows[idx]
+        la, ac = rep.last_accessed_at[idx], rep.access_count[idx]
+        if fr < stats["last_accessed_at"].shape[0] and np.isfinite(stats["last_accessed_at"][fr]):
+            la = max(la, float(stats["last_accessed_at"][fr]))
+        if fr < stats["access_count"].shape[0]:
+            ac = max(ac, int(stats["access_count"][fr]))
+        rows.append((rep.key_of[idx], rep.texts[idx], rep.metadata[idx], rep.created_at[idx],
+                     rep.updated_at[idx], la, ac, rep.importance[idx]))
+    new_vecs = vecs[[rep.file_rows[i] for i in keep]] if keep else np.zeros((0, dim), np.float32)
+    cols, _, _ = write_generation(directory, ns, dim, gen + 1, rows, new_vecs)
+    cols.release()
+    remove_stale(directory, gen + 1)
+    return {"namespace": ns, "kept": len(keep), "dropped": dropped, "skipped": rep.skipped}
+
+
+def remove_stale(directory: str, generation: int) -> None:
+    """Delete every file of a namespace directory but the header and ``generation``'s files."""
+    keep = {NAMESPACE_HEADER, os.path.basename(log_path(directory, generation))}
+    keep.update(os.path.basename(column_path(directory, n, generation)) for n in Columns.NAMES)
+    for entry in os.listdir(directory):
+        if entry not in keep:
+            try:
+                os.unlink(os.path.join(directory, entry))
+            except IsADirectoryError:
+                shutil.rmtree(os.path.join(directory, entry), ignore_errors=True)
+            except FileNotFoundError:
+                pass
+
+
+def close_namespace(files: "NamespaceFiles | None", cols: Columns) -> None:
+    """Close a namespace's log (writing anything buffered) and unmap its columns."""
+    if files is not None:
+        files.close()
+    cols.release()
+
+
+def drop_namespace(files: "NamespaceFiles", cols: Columns) -> None:
+    """Remove a namespace's directory: renamed away (atomic), then deleted."""
+    close_namespace(files, cols)
+    parent = os.path.dirname(files.directory)
+    trash = os.path.join(parent, TRASH_PREFIX + os.path.basename(files.directory))
+    shutil.rmtree(trash, ignore_errors=True)
+    os.rename(files.directory, trash)
+    if files.durability != "none":
+        fsync_dir(parent)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def retire_generation(files: "NamespaceFiles", cols: Columns) -> None:
+    """Close and delete the files of a generation a newer one has replaced."""
+    close_namespace(files, cols)
+    cols.remove_files()
+    try:
+        os.unlink(files.log_path)
+    except FileNotFoundError:
+        pass
+
+
+def write_namespace(parent: str, ns: tuple, durability: str, keys: Sequence[str],
+                    texts: Sequence[str], metadata: Sequence[bytes], importance, created_at,
+                    updated_at, last_accessed_at, access_count, vectors: np.ndarray,
+                    generation: int, *, log: bytes | None = None,
+                    offsets: np.ndarray | None = None) -> tuple["NamespaceFiles", Columns, list]:
+    """Write a namespace's rows as a complete generation in ``parent``/<its directory>.
+
+    With ``log`` and ``offsets`` (the current log and each row's record offset; vectors
+    unchanged: compaction) the records are copied and patched (:func:`copy_puts`), else
+    encoded; the bytes are the same. On failure the new generation's files are removed.
+
+    Returns
+    -------
+    files : NamespaceFiles
+    cols : Columns
+    offsets : list of int
+        Log offset of each row's record.
+    """
+    dim = vectors.shape[1]
+    directory = os.path.join(parent, namespace_dirname(ns))
+    os.makedirs(directory, exist_ok=True)
+    columns = {"created_at": created_at, "updated_at": updated_at,
+               "last_accessed_at": last_accessed_at, "access_count": access_count,
+               "importance": importance}
+    try:
+        if log is not None:
+            blob, starts = copy_puts(log, offsets, last_accessed_at, access_count)
+        else:
+            blob, starts = encode_puts(0, [k.encode("utf-8") for k in keys],
+                                       [t.encode("utf-8") for t in texts], list(metadata),
+                                       created_at, updated_at, last_accessed_at, access_count,
+                                       list(importance), vector_crcs(vectors))
+        cols, records, log_bytes = write_generation_blob(directory, ns, dim, generation, blob,
+                                                         vectors, columns)
+    except BaseException:
+        for name in Columns.NAMES:
+            for path in (column_path(directory, name, generation),
+                         log_path(directory, generation)):
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+        raise
+    files = NamespaceFiles(directory, ns, dim, generation, durability, False)
+    files.records, files.log_bytes = records, log_bytes
+    files.checkpoint_rows = len(keys)                    # write_generation_blob's header
+    return files, cols, starts.tolist()
+
+
+def namespace_intact(directory: str, dim: int, durability: str) -> bool:
+    """True when a namespace opens cleanly and every row's vector matches its record."""
+    try:
+        files, cols, rep = NamespaceFiles.open(directory, dim, durability, False)
+    except StoreCorruptedError:
+        return False
+    try:
+        return first_bad_vector(cols.vectors, rep, 0) is None
+    finally:
+        close_namespace(files, cols)
+
+
+def adopt_replay(cols: Columns, rep: Replay, read_only: bool) -> Columns:
+    """Make a namespace's columns agree with its log replay and return them.
+
+    The log decides ``created_at``, ``updated_at``, ``importance`` and ``alive``; access
+    statistics take the larger of the mapped and the recorded value. Read-only maps cannot be
+    written: they get RAM copies where the files disagree, and always for the access
+    statistics (a read-only search refreshes them in RAM only).
+    """
+    n = rep.rows
+    alive = np.ones(n, np.bool_)
+    if rep.dead:
+        alive[np.asarray(rep.dead, np.int64)] = False
+    derived = {"created_at": np.asarray(rep.created_at, np.float64),
+               "updated_at": np.asarray(rep.updated_at, np.float64),
+               "importance": np.asarray(rep.importance, np.float32), "alive": alive}
+    stats = {"last_accessed_at": np.fmax(cols.last_accessed_at[:n],
+                                         np.asarray(rep.last_accessed_at, np.float64)),
+             "access_count": np.maximum(cols.access_count[:n],
+                                        np.asarray(rep.access_count, np.int64))}
+    if not read_only:
+        for name, val in {**derived, **stats}.items():
+            getattr(cols, name)[:n] = val
+        return cols
+    for name, val in derived.items():
+        if not np.array_equal(getattr(cols, name)[:n], val):
+            setattr(cols, name, val)
+    for name, val in stats.items():
+        setattr(cols, name, np.ascontiguousarray(val))
+    return cols

@@ -1,0 +1,105 @@
+"""The JSON Lines export of a store: portable, bit-exact vectors.
+
+Line 1: ``{"format": "memcore-jsonl", "version": 1, "embedder": name, "dim": dim}``; then one
+object per memory: ``namespace`` (list), ``key``, ``text``, ``importance``, ``metadata``,
+``created_at``, ``updated_at``, ``last_accessed_at``, ``access_count`` and ``vector`` (base64 of
+the little-endian float32 bytes).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from memcore.errors import InvalidArgumentError
+from memcore.types import MemoryTier, StoredMemory
+
+__all__ = ["EXPORT_FORMAT", "export_jsonl", "import_jsonl"]
+
+EXPORT_FORMAT = "memcore-jsonl"
+
+
+def export_jsonl(path: str | os.PathLike, embedder: str, dim: int,
+                 rows: Iterable[tuple[StoredMemory, np.ndarray]]) -> int:
+    """Write ``(memory, vector)`` pairs to ``path`` (atomically: a temp file, then rename);
+    returns how many."""
+    n = 0
+    tmp = os.fspath(path) + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps({"format": EXPORT_FORMAT, "version": 1, "embedder": embedder,
+                            "dim": dim}) + "\n")
+        for m, vec in rows:
+            raw = np.ascontiguousarray(vec, dtype="<f4").tobytes()
+            f.write(json.dumps({
+                "namespace": list(m.namespace), "key": m.key, "text": m.text,
+                "importance": m.importance, "metadata": m.metadata,
+                "created_at": m.created_at, "updated_at": m.updated_at,
+                "last_accessed_at": m.last_accessed_at, "access_count": m.access_count,
+                "vector": base64.b64encode(raw).decode("ascii")}, ensure_ascii=False) + "\n")
+            n += 1
+    os.replace(tmp, os.fspath(path))
+    return n
+
+
+def _json_line(line: str, path: str, lineno: int) -> dict:
+    try:
+        obj = json.loads(line)
+        problem = None if isinstance(obj, dict) else f"a JSON {type(obj).__name__}"
+    except ValueError as err:
+        problem = f"not JSON ({err})"
+    if problem is not None:
+        raise InvalidArgumentError(f"{path} line {lineno} must be a JSON object, got {problem}")
+    return obj
+
+
+def import_jsonl(path: str | os.PathLike, embedder: str, dim: int, batch_size: int,
+                 tier: MemoryTier) -> Iterator[tuple[list[StoredMemory], np.ndarray | None]]:
+    """Batches of ``(memories, vectors)`` read from an export; ``vectors`` is None when the
+    file's embedder (name or dim) differs from ``embedder``/``dim`` (re-embed the texts).
+
+    Raises
+    ------
+    InvalidArgumentError
+        If the file is not a memcore export or a line is malformed (naming the line).
+    """
+    path = os.fspath(path)
+    with open(path, "r", encoding="utf-8") as f:
+        head = _json_line(f.readline(), path, 1)
+        if head.get("format") != EXPORT_FORMAT:
+            raise InvalidArgumentError(f"{path} line 1 is not a {EXPORT_FORMAT} header: {head!r}")
+        if not isinstance(head.get("version"), int) or head["version"] > 1:
+            raise InvalidArgumentError(f"{path} has export version {head.get('version')!r}; "
+                                       "this memcore reads version 1")
+        same = head.get("embedder") == embedder and head.get("dim") == dim
+        batch: list[StoredMemory] = []
+        vecs: list[np.ndarray] = []
+        for lineno, line in enumerate(f, start=2):
+            if not line.strip():
+                continue
+            obj = _json_line(line, path, lineno)
+            try:
+                batch.append(StoredMemory(
+                    namespace=tuple(obj["namespace"]), key=obj["key"], text=obj["text"],
+                    importance=obj["importance"], metadata=obj["metadata"],
+                    created_at=obj["created_at"], updated_at=obj["updated_at"],
+                    last_accessed_at=obj["last_accessed_at"],
+                    access_count=obj["access_count"], tier=tier))
+                if same:
+                    vec = np.frombuffer(base64.b64decode(obj["vector"], validate=True), "<f4")
+                    if vec.shape != (dim,):
+                        raise InvalidArgumentError(f"vector has {vec.shape[0]} values, "
+                                                   f"expected {dim}")
+                    vecs.append(vec.astype(np.float32))
+            except (KeyError, TypeError, ValueError) as err:
+                batch = batch[:len(vecs)] if same else batch
+                raise InvalidArgumentError(f"{path} line {lineno} is not a valid memory: "
+                                           f"{type(err).__name__}: {err}") from err
+            if len(batch) >= batch_size:
+                yield batch, (np.stack(vecs) if same else None)
+                batch, vecs = [], []
+        if batch:
+            yield batch, (np.stack(vecs) if same else None)

@@ -1,0 +1,324 @@
+"""Where a store's files live and what they are named: headers, lock, epochs, namespace
+directories (the only module that spells a file name; see :mod:`memcore.storage`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from typing import Any, Sequence
+
+import numpy as np
+
+from memcore.errors import (
+    FormatVersionError,
+    StoreCorruptedError,
+    StoreIOError,
+    StoreLockedError,
+    StoreNotFoundError,
+    StorePathError,
+    StorePermissionError,
+)
+
+FORMAT_VERSION = 1
+STORE_FORMAT = "memcore-ltm"
+NAMESPACE_FORMAT = "memcore-ltm-namespace"
+STORE_HEADER = "memcore.json"
+NAMESPACE_HEADER = "header.json"
+LOCK_FILE = "LOCK"
+DURABILITY_MODES = ("fsync", "flush", "none")
+EPOCH_PREFIX = "ns."          # ns.<epoch>/: the namespaces of one epoch
+NAMESPACE_PREFIX = "n-"       # n-<slug>-<hash>/: one namespace
+TMP_PREFIX = "tmp-"           # a namespace directory being created
+TRASH_PREFIX = "trash-"       # a namespace directory being deleted
+
+#: name, dtype, file suffix of every per-row column (vectors are separate: (capacity, dim)).
+COLUMNS = (
+    ("created_at", np.float64, "f64"),
+    ("updated_at", np.float64, "f64"),
+    ("last_accessed_at", np.float64, "f64"),
+    ("access_count", np.int64, "i64"),
+    ("importance", np.float32, "f32"),
+    ("alive", np.bool_, "u8"),
+)
+
+
+# ---------------------------------------------------------------------------------- names
+
+def namespace_dirname(ns: Sequence[str]) -> str:
+    """Injective, filesystem-safe directory name of a namespace.
+
+    Parameters
+    ----------
+    ns : tuple of str
+        A validated namespace.
+
+    Returns
+    -------
+    str
+        ``"n-<slug>-<hash>"``: ASCII ``[a-z0-9_-]``, at most 80 characters.
+
+    Examples
+    --------
+    >>> namespace_dirname(("..",))[:5]
+    'n-__-'
+    """
+    blob = json.dumps(list(ns), ensure_ascii=False).encode("utf-8", "surrogatepass")
+    digest = hashlib.sha256(blob).hexdigest()[:32]
+    slug = re.sub(r"[^a-z0-9_-]", "_", ".".join(ns).lower())[:40]
+    return f"n-{slug}-{digest}"
+
+
+# ---------------------------------------------------------------------------------- files
+
+def fsync_dir(path: str) -> None:
+    """fsync a directory so a rename or create inside it is durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_json(path: str, obj: Any, *, durable: bool = True) -> None:
+    """Replace ``path`` by a JSON document atomically (temp, fsync, rename, fsync dir).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "h.json")
+    >>> atomic_write_json(path, {"version": 1}); read_json(path, "header")
+    {'version': 1}
+    """
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, ensure_ascii=False, sort_keys=True)
+        f.flush()
+        if durable:
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+    if durable:
+        fsync_dir(os.path.dirname(path) or ".")
+
+
+def read_json(path: str, what: str) -> dict:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        raise
+    try:
+        obj = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise StoreCorruptedError(f"{what} {path} is not valid JSON at offset "
+                                  f"{getattr(err, 'pos', getattr(err, 'start', 0))}: {err}") from err
+    if not isinstance(obj, dict):
+        raise StoreCorruptedError(f"{what} {path} must hold a JSON object at offset 0")
+    return obj
+
+
+def check_version(obj: dict, path: str, fmt: str) -> None:
+    if obj.get("format") != fmt:
+        raise StoreCorruptedError(
+            f"{path} has format {obj.get('format')!r} at offset 0, expected {fmt!r}")
+    version = obj.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise StoreCorruptedError(f"{path} has no valid format version (got {version!r})")
+    if version > FORMAT_VERSION:
+        raise FormatVersionError(
+            f"{path} was written by on-disk format version {version}, but this memcore reads "
+            f"versions <= {FORMAT_VERSION}; upgrade memcore to open it")
+
+
+def read_store_header(root: str) -> dict | None:
+    """The store header of ``root`` (validated), or None when the store does not exist yet.
+
+    Raises
+    ------
+    FormatVersionError
+        If the store was written by a newer format version.
+    StoreCorruptedError
+        If the header is unreadable or lacks a field.
+    """
+    path = os.path.join(root, STORE_HEADER)
+    try:
+        obj = read_json(path, "store header")
+    except FileNotFoundError:
+        return None
+    check_version(obj, path, STORE_FORMAT)
+    for name, typ in (("embedder", str), ("dim", int), ("epoch", int)):
+        if not isinstance(obj.get(name), typ) or isinstance(obj.get(name), bool):
+            raise StoreCorruptedError(f"store header {path} lacks a valid {name!r} at offset 0")
+    return obj
+
+
+def write_store_header(root: str, embedder: str, dim: int, epoch: int, *, durable: bool) -> None:
+    """Atomically write the store header (the commit point of ``reindex``)."""
+    atomic_write_json(os.path.join(root, STORE_HEADER),
+                      {"format": STORE_FORMAT, "version": FORMAT_VERSION, "embedder": embedder,
+                       "dim": int(dim), "epoch": int(epoch)}, durable=durable)
+
+
+
+def column_path(directory: str, name: str, generation: int) -> str:
+    """``<directory>/<name>.<generation>.<suffix>``: a column file (``vectors``: f32)."""
+    suffix = "f32" if name == "vectors" else dict((c[0], c[2]) for c in COLUMNS)[name]
+    return os.path.join(directory, f"{name}.{generation}.{suffix}")
+
+
+def log_path(directory: str, generation: int) -> str:
+    """``<directory>/log.<generation>``: a namespace's record log."""
+    return os.path.join(directory, f"log.{generation}")
+
+
+class StoreRoot:
+    """A store's root directory: header, writer lock and epochs (see the module notes).
+
+    Operating-system errors surface as memcore errors that are also the built-in:
+    :class:`StorePathError` (the path is a file), :class:`StorePermissionError`,
+    :class:`StoreNotFoundError` (a read-only open of nothing), :class:`StoreIOError`.
+    """
+
+    def __init__(self, path: str, header: dict | None, lock: Any):
+        self.path = path
+        self.header = header
+        self.lock = lock
+        self.epoch = 0 if header is None else header["epoch"]
+        self._next: int | None = None
+
+    @staticmethod
+    def require(path: str) -> dict:
+        """The header of the store at ``path``.
+
+        Raises
+        ------
+        StoreNotFoundError
+            If there is none.
+        """
+        with _os_errors(path):
+            header = read_store_header(path)
+        if header is None:
+            raise StoreNotFoundError(f"no memcore store at {path} (missing {STORE_HEADER})")
+        return header
+
+    @classmethod
+    def open(cls, path: str, *, read_only: bool, lock_timeout: float) -> "StoreRoot":
+        """Open (creating the directory unless read-only) and lock it for writing.
+
+        Raises
+        ------
+        StoreLockedError
+            If another writer holds the lock for longer than ``lock_timeout`` seconds.
+        StoreNotFoundError, StorePathError, StorePermissionError, StoreIOError
+        """
+        if read_only:
+            return cls(path, cls.require(path), None)
+        import filelock
+
+        with _os_errors(path):
+            os.makedirs(path, exist_ok=True)
+            lock = filelock.FileLock(os.path.join(path, LOCK_FILE), timeout=lock_timeout)
+            try:
+                lock.acquire()
+            except filelock.Timeout:
+                raise StoreLockedError(
+                    f"{path} is locked by another writer (waited {lock_timeout} s); open it "
+                    "with LongTermMemory.open(path, read_only=True) to read it") from None
+            try:
+                return cls(path, read_store_header(path), lock)
+            except BaseException:
+                lock.release()
+                raise
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    @property
+    def epoch_dir(self) -> str:
+        return os.path.join(self.path, f"{EPOCH_PREFIX}{self.epoch}")
+
+    def create(self, embedder: str, dim: int, *, durable: bool) -> None:
+        """Write a new, empty store (epoch 0)."""
+        with _os_errors(self.path):
+            os.makedirs(self.epoch_dir, exist_ok=True)
+            write_store_header(self.path, embedder, dim, 0, durable=durable)
+
+    def namespace_dirs(self) -> list[str]:
+        """The namespace directories of the current epoch, sorted; a writable open first
+        removes other epochs (an interrupted reindex) and half-created or half-deleted
+        namespaces.
+
+        Raises
+        ------
+        StoreCorruptedError
+            If the epoch directory the header names is missing.
+        """
+        edir = self.epoch_dir
+        with _os_errors(self.path):
+            if self.lock is not None:
+                os.makedirs(edir, exist_ok=True)
+                for entry in os.listdir(self.path):
+                    if entry.startswith(EPOCH_PREFIX) and entry != os.path.basename(edir):
+                        shutil.rmtree(os.path.join(self.path, entry), ignore_errors=True)
+            if not os.path.isdir(edir):
+                raise StoreCorruptedError(f"{edir} is missing (the store header names epoch "
+                                          f"{self.epoch})")
+            out = []
+            for entry in sorted(os.listdir(edir)):
+                full = os.path.join(edir, entry)
+                if entry.startswith(NAMESPACE_PREFIX):
+                    out.append(full)
+                elif self.lock is not None and entry.startswith((TMP_PREFIX, TRASH_PREFIX)):
+                    shutil.rmtree(full, ignore_errors=True)
+            return out
+
+    def begin_epoch(self) -> str:
+        """An empty directory for the next epoch (``reindex``)."""
+        self._next = self.epoch + 1
+        edir = os.path.join(self.path, f"{EPOCH_PREFIX}{self._next}")
+        shutil.rmtree(edir, ignore_errors=True)
+        os.makedirs(edir)
+        return edir
+
+    def commit_epoch(self, embedder: str, dim: int) -> None:
+        """Make the next epoch the store: fsync it, then replace the header (commit point)."""
+        fsync_dir(os.path.join(self.path, f"{EPOCH_PREFIX}{self._next}"))
+        write_store_header(self.path, embedder, dim, self._next, durable=True)
+
+    def abort_epoch(self) -> None:
+        shutil.rmtree(os.path.join(self.path, f"{EPOCH_PREFIX}{self._next}"), ignore_errors=True)
+        self._next = None
+
+    def finish_epoch(self) -> None:
+        """After :meth:`commit_epoch` and closing the old files: delete the old epoch."""
+        old = self.epoch_dir
+        self.epoch, self._next = self._next, None
+        shutil.rmtree(old, ignore_errors=True)
+
+
+class _os_errors:
+    """Re-raise a raw OSError as the memcore error that is also its built-in."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, typ, err, tb) -> bool:
+        if err is None or not isinstance(err, OSError) or isinstance(err, StoreIOError) \
+                or type(err).__module__.startswith("memcore"):
+            return False
+        what = f"{self.path}: {err.strerror or err}"
+        if isinstance(err, (FileExistsError, NotADirectoryError)):
+            raise StorePathError(f"{what} (the store path must be a directory)") from err
+        if isinstance(err, PermissionError):
+            raise StorePermissionError(f"{what} (the store needs read and write access; open "
+                                       "it with read_only=True to only read it)") from err
+        if isinstance(err, FileNotFoundError):
+            raise StoreNotFoundError(what) from err
+        raise StoreIOError(what) from err
