@@ -225,6 +225,36 @@ def tick_memories(n: int, seed: int = 0, data=None) -> list:
     return out
 
 
+def tick_metadata(n: int, seed: int = 0, data=None) -> list:
+    """The ``{"speaker", "episode"}`` metadata of :func:`tick_memories` row by row.
+
+    ``speaker`` is the name the row's text starts with; ``episode`` is its LoCoMo session
+    (``1000 * conversation + session``) plus ``100_000 * copy``, so every copy of a session is an
+    episode of its own for hybrid recall's context windows.
+
+    Examples
+    --------
+    >>> tick_metadata(1)[0]["episode"]
+    1
+    """
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    base = [(t.speaker, 1000 * ci + t.session)
+            for ci, c in enumerate(locomo_conversations(data)) for t in c.turns]
+    out = []
+    copy = 0
+    while len(out) < n:
+        take = min(len(base), n - len(out))
+        if copy == 0:
+            out.extend({"speaker": sp, "episode": ep} for sp, ep in base[:take])
+        else:
+            names = np.random.default_rng([seed, copy]).integers(len(_NAMES), size=len(base))
+            out.extend({"speaker": _NAMES[names[i]], "episode": 100_000 * copy + base[i][1]}
+                       for i in range(take))
+        copy += 1
+    return out
+
+
 def tick_inputs(n: int, seed: int = 0, data=None) -> list:
     """``n`` (input, response) pairs for the tick loop: LoCoMo questions and their evidence turn.
 
