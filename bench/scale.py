@@ -324,6 +324,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: n={p['n']:,} will not fit: {'; '.join(p['reasons'])} "
                   "(--force runs it anyway)", file=sys.stderr)
         return 1
+    env = environment(args.threads)   # at the start: the commit and load the run began with
     data = ["--data", str(args.data)] if args.data else []
     common = ["--vectors", args.vectors, "--seed", str(args.seed), "--chunk", str(args.chunk),
               "--embed-limit", str(args.embed_limit), "--queries", str(queries), *data]
@@ -337,7 +338,7 @@ def run(args: argparse.Namespace) -> int:
     if not results:
         print("error: no n completed; nothing written", file=sys.stderr)
         return 1
-    payload = {"suite": "scale", "env": environment(args.threads), "queries": queries,
+    payload = {"suite": "scale", "env": env, "queries": queries,
                "top_k": TOP_K, "vectors": args.vectors, "chunk": args.chunk, "seed": args.seed,
                "hybrid_preset": "no_model" if args.vectors == "hashing" else "hybrid",
                "quick": bool(args.quick), "protocol": __doc__.split("Protocol", 1)[1].strip(),
