@@ -441,6 +441,14 @@ class LongTermMemory(MemoryStore):
         StoreCorruptedError
             If a live vector does not match its record's CRC (naming the vectors file, offset
             and row); that namespace is left as it was, and :meth:`repair` drops the key.
+
+        Examples
+        --------
+        >>> from memcore import HashingEmbedder
+        >>> ltm = LongTermMemory(embedder=HashingEmbedder(dim=8))
+        >>> for text in ("red door", "blue door", "green door"): _ = ltm.put("r", "door", text)
+        >>> ltm.compact(), ltm.stats()
+        (2, {('r',): {'live': 1, 'rows': 1}})
         """
         self._check_write()
         only = None if namespace is None else _validate.namespace(namespace)
@@ -497,6 +505,13 @@ class LongTermMemory(MemoryStore):
         EmbedderMismatchError, InvalidVectorError
             If the embedder returns a wrong shape or NaN/inf (nothing changes).
         ReadOnlyStoreError
+
+        Examples
+        --------
+        >>> from memcore import HashingEmbedder
+        >>> ltm = LongTermMemory(embedder=HashingEmbedder(dim=8)); _ = ltm.put("r", "k", "door")
+        >>> ltm.reindex(HashingEmbedder(dim=16), progress=False), ltm.dim
+        (1, 16)
         """
         from tqdm.auto import tqdm
 
@@ -560,6 +575,14 @@ class LongTermMemory(MemoryStore):
         ReadOnlyStoreError
             On a read-only store (an in-memory one has nothing to repair:
             InvalidArgumentError).
+
+        Examples
+        --------
+        >>> import tempfile; from memcore import HashingEmbedder
+        >>> with LongTermMemory(tempfile.mkdtemp(), HashingEmbedder(dim=8)) as ltm:
+        ...     _ = ltm.put("r", "k", "door"); report = ltm.repair()
+        >>> report                                    # nothing was damaged
+        []
         """
         self._check_write()
         if self.path is None:
@@ -623,6 +646,14 @@ class LongTermMemory(MemoryStore):
         EmbedderMismatchError
             If re-embedding is needed and the store has no embedder.
         ReadOnlyStoreError
+
+        Examples
+        --------
+        >>> import os, tempfile; from memcore import HashingEmbedder
+        >>> path = os.path.join(tempfile.mkdtemp(), "mem.jsonl")
+        >>> src = LongTermMemory(embedder=HashingEmbedder(dim=8)); _ = src.put("r", "k", "door")
+        >>> src.export_jsonl(path), LongTermMemory(embedder=HashingEmbedder(dim=8)).import_jsonl(path)
+        (1, 1)
         """
         self._check_write()
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
