@@ -10,7 +10,9 @@ id -1, score -inf, sim -inf.
 
 Similarity is the one inexact step: the oracles take a float64 matmul rounded to float32, the
 kernels a float32 dot product accumulated in float32 (vectorised), so for unit vectors a
-kernel's ``sim`` agrees within 1e-5, not bit for bit. Given the same ``sim``, scores agree to
+kernel's ``sim`` agrees within 1e-5, not bit for bit. Within 1e-5 of the threshold the kernels
+recompute ``sim`` in float64 (rounded to float32), so threshold membership agrees with the
+oracles. Given the same ``sim``, scores agree to
 the float32 rounding of ``2 ** x`` (NumPy's ``exp2`` may be a SIMD version a few float64 ulps
 from libm's); tests therefore compare scores within 1e-5 and ranks with near-ties tolerated.
 """
