@@ -9,16 +9,12 @@ from .scoring import decay_scores, fused_score, recency
 from .topk import (
     PARALLEL_MIN_ROWS,
     fused_topk,
-    fused_topk_batch,
-    fused_topk_batch_parallel,
-    fused_topk_batch_serial,
     fused_topk_parallel,
     fused_topk_serial,
     heap_push,
     heap_sort,
     rerank,
     use_parallel,
-    warmup,
 )
 
 __all__ = [
@@ -29,12 +25,8 @@ __all__ = [
     "fused_topk",
     "fused_topk_serial",
     "fused_topk_parallel",
-    "fused_topk_batch",
-    "fused_topk_batch_serial",
-    "fused_topk_batch_parallel",
     "heap_push",
     "heap_sort",
     "rerank",
     "use_parallel",
-    "warmup",
 ]

@@ -64,20 +64,6 @@ def fused_topk(query, vectors, last_accessed_at, importance, alive, now, half_li
     return _select(keep.astype(np.int64), sims[keep], scores, out_ids, out_scores, out_sims)
 
 
-def fused_topk_batch(queries, vectors, last_accessed_at, importance, alive, now, half_life,
-                     w_sim, w_rec, w_imp, threshold, out_ids, out_scores, out_sims):
-    """:func:`fused_topk` per row of queries (n_queries, dim); outputs (n_queries, k).
-
-    Returns counts (n_queries,) int64.
-    """
-    counts = np.zeros(queries.shape[0], np.int64)
-    for q in range(queries.shape[0]):
-        counts[q] = fused_topk(queries[q], vectors, last_accessed_at, importance, alive, now,
-                               half_life, w_sim, w_rec, w_imp, threshold,
-                               out_ids[q], out_scores[q], out_sims[q])
-    return counts
-
-
 def rerank(cand_ids, cand_sims, last_accessed_at, importance, alive, now, half_life,
            w_sim, w_rec, w_imp, threshold, out_ids, out_scores, out_sims):
     """Fused top-k of candidates (e.g. from FAISS) given their row ids and similarities.

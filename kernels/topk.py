@@ -24,8 +24,8 @@ Design
 - The serial kernels use the output arrays as heap storage (no allocation). The parallel
   kernels split rows into contiguous blocks (one per thread), keep one heap per block, and merge
   them; the merge uses the same total order, so parallel results equal serial ones exactly.
-- :func:`fused_topk` / :func:`fused_topk_batch` are plain-Python dispatchers with the oracles'
-  signatures that pick serial or parallel by size (:func:`use_parallel`).
+- :func:`fused_topk` is a plain-Python dispatcher with the oracle's signature that picks
+  serial or parallel by size (:func:`use_parallel`).
 
 Kernels never validate (no bounds checks in numba): ``memcore`` validates and converts once.
 Inputs must be C-contiguous: ``vectors`` float32, ``last_accessed_at`` float64, ``importance``
@@ -48,12 +48,8 @@ __all__ = [
     "fused_topk",
     "fused_topk_serial",
     "fused_topk_parallel",
-    "fused_topk_batch",
-    "fused_topk_batch_serial",
-    "fused_topk_batch_parallel",
     "rerank",
     "use_parallel",
-    "warmup",
 ]
 
 #: Rows (times queries) from which :func:`fused_topk` uses the parallel kernels. On the shared
@@ -271,32 +267,6 @@ def _scan_rows(query, vectors, last_accessed_at, importance, alive, now, half_li
 
 
 @numba.njit(cache=True)
-def _scan_rows_many(queries, vectors, last_accessed_at, importance, alive, now, half_life,
-                    w_sim, w_rec, w_imp, thr, start, stop, h_ids, h_scores, h_sims, sizes):
-    """Offer rows ``[start, stop)`` to every query's heap; rows outer so each is read once."""
-    k = h_ids.shape[1]
-    if k == 0:
-        return
-    for i in range(start, stop):
-        if not alive[i]:
-            continue
-        row = vectors[i]
-        imp = np.float64(importance[i])
-        for q in range(queries.shape[0]):
-            sim = at_threshold(queries[q], row, _dot(queries[q], row), thr)
-            if not sim >= thr:
-                continue
-            size = sizes[q]
-            if size == k:
-                bound = w_sim * np.float64(sim) + w_rec + w_imp * imp
-                if bound <= h_scores[q, 0]:
-                    continue
-            score = np.float32(fused_score(sim, last_accessed_at[i], importance[i], now,
-                                           half_life, w_sim, w_rec, w_imp))
-            sizes[q] = heap_push(h_ids[q], h_scores[q], h_sims[q], size, np.int64(i), score, sim)
-
-
-@numba.njit(cache=True)
 def _n_blocks(n):
     """Contiguous row blocks for the parallel kernels.
 
@@ -352,53 +322,6 @@ def fused_topk_parallel(query, vectors, last_accessed_at, importance, alive, now
             size = heap_push(out_ids, out_scores, out_sims, size,
                              b_ids[b, j], b_scores[b, j], b_sims[b, j])
     return heap_sort(out_ids, out_scores, out_sims, size)
-
-
-@numba.njit(cache=True)
-def fused_topk_batch_serial(queries, vectors, last_accessed_at, importance, alive, now,
-                            half_life, w_sim, w_rec, w_imp, threshold,
-                            out_ids, out_scores, out_sims):
-    """Exact fused top-k of each query, single-threaded. See :func:`fused_topk_batch`."""
-    thr = np.float32(threshold)
-    counts = np.zeros(queries.shape[0], np.int64)
-    _scan_rows_many(queries, vectors, last_accessed_at, importance, alive, now, half_life,
-                    w_sim, w_rec, w_imp, thr, 0, vectors.shape[0],
-                    out_ids, out_scores, out_sims, counts)
-    for q in range(queries.shape[0]):
-        heap_sort(out_ids[q], out_scores[q], out_sims[q], counts[q])
-    return counts
-
-
-@numba.njit(cache=True, parallel=True)
-def fused_topk_batch_parallel(queries, vectors, last_accessed_at, importance, alive, now,
-                              half_life, w_sim, w_rec, w_imp, threshold,
-                              out_ids, out_scores, out_sims):
-    """Exact fused top-k of each query, rows split in blocks over numba's threads.
-
-    Equals :func:`fused_topk_batch_serial` exactly. See :func:`fused_topk_batch`.
-    """
-    n = vectors.shape[0]
-    n_q = queries.shape[0]
-    k = out_ids.shape[1]
-    thr = np.float32(threshold)
-    n_blocks = _n_blocks(n)
-    b_ids = np.empty((n_blocks, n_q, k), np.int64)
-    b_scores = np.empty((n_blocks, n_q, k), np.float32)
-    b_sims = np.empty((n_blocks, n_q, k), np.float32)
-    b_sizes = np.zeros((n_blocks, n_q), np.int64)
-    for b in numba.prange(n_blocks):
-        _scan_rows_many(queries, vectors, last_accessed_at, importance, alive, now, half_life,
-                        w_sim, w_rec, w_imp, thr, b * n // n_blocks, (b + 1) * n // n_blocks,
-                        b_ids[b], b_scores[b], b_sims[b], b_sizes[b])
-    counts = np.zeros(n_q, np.int64)
-    for q in range(n_q):
-        size = 0
-        for b in range(n_blocks):
-            for j in range(b_sizes[b, q]):
-                size = heap_push(out_ids[q], out_scores[q], out_sims[q], size,
-                                 b_ids[b, q, j], b_scores[b, q, j], b_sims[b, q, j])
-        counts[q] = heap_sort(out_ids[q], out_scores[q], out_sims[q], size)
-    return counts
 
 
 @numba.njit(cache=True)
@@ -552,86 +475,3 @@ def fused_topk(query, vectors, last_accessed_at, importance, alive, now, half_li
     kernel = fused_topk_parallel if use_parallel(vectors.shape[0]) else fused_topk_serial
     return kernel(query, vectors, last_accessed_at, importance, alive, now, half_life,
                   w_sim, w_rec, w_imp, threshold, out_ids, out_scores, out_sims)
-
-
-def fused_topk_batch(queries, vectors, last_accessed_at, importance, alive, now, half_life,
-                     w_sim, w_rec, w_imp, threshold, out_ids, out_scores, out_sims):
-    """:func:`fused_topk` for each row of ``queries``, reading ``vectors`` once for all.
-
-    Parameters
-    ----------
-    queries : ndarray of shape (n_queries, dim), float32
-        C-contiguous.
-    vectors, last_accessed_at, importance, alive, now, half_life, w_sim, w_rec, w_imp, threshold
-        As in :func:`fused_topk`.
-    out_ids : ndarray of shape (n_queries, k), int64
-    out_scores : ndarray of shape (n_queries, k), float32
-    out_sims : ndarray of shape (n_queries, k), float32
-        Written in place, one row per query, as in :func:`fused_topk`.
-
-    Returns
-    -------
-    counts : ndarray of shape (n_queries,), int64
-        Filled slots per query.
-
-    Raises
-    ------
-    Nothing (see :func:`fused_topk`).
-
-    Examples
-    --------
-    >>> counts = fused_topk_batch(Q, vectors, t, imp, alive, now, 3600.0, 1.0, 0.1, 0.1,
-    ...                           -1.0, ids2d, scores2d, sims2d)
-    """
-    parallel = use_parallel(vectors.shape[0], queries.shape[0])
-    kernel = fused_topk_batch_parallel if parallel else fused_topk_batch_serial
-    return kernel(queries, vectors, last_accessed_at, importance, alive, now, half_life,
-                  w_sim, w_rec, w_imp, threshold, out_ids, out_scores, out_sims)
-
-
-def warmup(dim=8, k=4):
-    """Compile (or load from cache) every kernel for writable and read-only inputs.
-
-    Call it once at store construction so the first search does not pay for JIT compilation.
-
-    Parameters
-    ----------
-    dim : int, default 8
-        Any dim works; compiled code does not depend on it.
-    k : int, default 4
-
-    Returns
-    -------
-    None
-
-    Raises
-    ------
-    Nothing.
-
-    Examples
-    --------
-    >>> warmup()
-    """
-    rng = np.random.default_rng(0)
-    n = 3
-    vectors = rng.standard_normal((n, dim)).astype(np.float32)
-    t = np.zeros(n, np.float64)
-    imp = np.zeros(n, np.float32)
-    alive = np.ones(n, np.bool_)
-    for read_only in (False, True):
-        arrays = [vectors, t, imp, alive]
-        if read_only:
-            arrays = [a.copy() for a in arrays]
-            for a in arrays:
-                a.setflags(write=False)
-        v, tt, ii, al = arrays
-        o = (np.empty(k, np.int64), np.empty(k, np.float32), np.empty(k, np.float32))
-        args = (v, tt, ii, al, 0.0, 1.0, 1.0, 0.0, 0.0, -1.0)
-        fused_topk_serial(v[0], *args, *o)
-        fused_topk_parallel(v[0], *args, *o)
-        o2 = (np.empty((2, k), np.int64), np.empty((2, k), np.float32),
-              np.empty((2, k), np.float32))
-        fused_topk_batch_serial(v[:2], *args, *o2)
-        fused_topk_batch_parallel(v[:2], *args, *o2)
-        rerank(np.arange(n, dtype=np.int64), np.zeros(n, np.float32), tt, ii, al,
-               0.0, 1.0, 1.0, 0.0, 0.0, -1.0, *o)
