@@ -10,7 +10,7 @@ the Lucene form of Okapi BM25 (Robertson et al. 1994; Kamphuis et al. 2020, "Whi
 mean?"): the idf never goes negative, and the ``(k1 + 1)`` numerator factor is dropped (a
 constant per query, so rankings are unchanged). ``N`` is the number of live documents, ``df``
 counts live documents holding ``t``, ``avgdl`` is their mean length in tokens. The caller
-(:class:`memcore.lexical.LexicalIndex`) keeps ``N``, ``df`` and the total length exact under
+(the store layer's lexical index) keeps ``N``, ``df`` and the total length exact under
 add/remove and passes ``idf`` per query term, so scores equal a batch-built index's.
 
 Layout (all arrays owned and grown by the caller)
@@ -80,8 +80,13 @@ def bm25_append(doc, term_ids, tfs, term_head, term_tail, term_fill, block_start
 
     Examples
     --------
+    >>> head, tail, fill = np.full(4, -1), np.full(4, -1), np.zeros(4, np.int64)
+    >>> bstart, bsize, bnext = np.zeros(4, np.int64), np.zeros(4, np.int64), np.zeros(4, np.int64)
+    >>> pdoc, ptf = np.zeros(64, np.int64), np.zeros(64, np.int32)
     >>> nb, used = bm25_append(0, np.array([3], np.int64), np.array([2], np.int32), head, tail,
     ...                        fill, bstart, bsize, bnext, 0, pdoc, ptf, 0, 4, 256)
+    >>> nb, used, int(head[3]), int(pdoc[0]), int(ptf[0])
+    (1, 4, 0, 0, 2)
     """
     for j in range(term_ids.shape[0]):
         t = term_ids[j]
@@ -149,8 +154,18 @@ def bm25_scores(q_terms, q_idf, term_head, term_tail, term_fill, block_start, bl
 
     Examples
     --------
-    >>> bm25_scores(q, idf, head, tail, fill, bstart, bsize, bnext, pdoc, ptf, row, dl,
-    ...             alive, 1.2, 0.75, 10.0, np.empty(n, np.float64))
+    One document (id 0, row 2, 3 tokens) holding term 1 once:
+
+    >>> head, tail, fill = np.full(4, -1), np.full(4, -1), np.zeros(4, np.int64)
+    >>> bstart, bsize, bnext = np.zeros(4, np.int64), np.zeros(4, np.int64), np.zeros(4, np.int64)
+    >>> pdoc, ptf = np.zeros(64, np.int64), np.zeros(64, np.int32)
+    >>> _ = bm25_append(0, np.array([1], np.int64), np.array([1], np.int32), head, tail, fill,
+    ...                 bstart, bsize, bnext, 0, pdoc, ptf, 0, 4, 256)
+    >>> out = bm25_scores(np.array([1]), np.array([0.5]), head, tail, fill, bstart, bsize,
+    ...                   bnext, pdoc, ptf, np.array([2]), np.array([3]), np.array([True]),
+    ...                   1.2, 0.75, 3.0, np.empty(3))
+    >>> out.round(4).tolist()                       # 0.5 * 1 / (1 + 1.2)
+    [0.0, 0.0, 0.2273]
     """
     out[:] = 0.0
     for j in range(q_terms.shape[0]):

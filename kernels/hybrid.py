@@ -114,9 +114,15 @@ def hybrid_topk(query, vectors, lex, w_dense, w_lex, boost, w_boost, last_access
 
     Examples
     --------
-    >>> n = hybrid_topk(q, V, lex, 1.0, np.array([0.5]), boost, 1.0, t, imp, alive, now,
-    ...                 3600.0, 0.0, 0.0, True, -1.0, np.empty(len(V), np.float32),
-    ...                 ids, scores, out_sims)
+    >>> V = np.eye(3, dtype=np.float32); q = V[1].copy()
+    >>> lex = np.array([[0.0, 0.0, 2.0]])               # one lexical signal
+    >>> ids, scores, sims = np.empty(2, np.int64), np.empty(2, np.float32), np.empty(2, np.float32)
+    >>> hybrid_topk(q, V, lex, 1.0, np.array([0.5]), np.zeros(3, np.float32), 0.0, np.zeros(3),
+    ...             np.zeros(3, np.float32), np.ones(3, bool), 0.0, 3600.0, 0.0, 0.0, True, -1.0,
+    ...             np.empty(3, np.float32), ids, scores, sims)
+    2
+    >>> ids.tolist(), scores.astype(float).round(3).tolist()   # z(sim) + 0.5 * z(lex)
+    ([1, 2], [1.061, 0.0])
     """
     n = vectors.shape[0]
     thr = np.float32(threshold)

@@ -172,7 +172,7 @@ def heap_push(h_ids, h_scores, h_sims, size, idx, score, sim):
     >>> ids = np.empty(2, np.int64); sc = np.empty(2, np.float32); si = np.empty(2, np.float32)
     >>> n = heap_push(ids, sc, si, 0, 7, np.float32(0.5), np.float32(0.5))
     >>> n = heap_push(ids, sc, si, n, 3, np.float32(0.9), np.float32(0.9))
-    >>> n, ids[0]
+    >>> n, int(ids[0])                      # the root is the worst kept entry
     (2, 7)
     """
     k = h_ids.shape[0]
@@ -221,8 +221,11 @@ def heap_sort(h_ids, h_scores, h_sims, size):
 
     Examples
     --------
-    >>> heap_sort(ids, sc, si, n); ids
-    array([3, 7])
+    >>> ids = np.empty(3, np.int64); sc = np.empty(3, np.float32); si = np.empty(3, np.float32)
+    >>> n = heap_push(ids, sc, si, 0, 7, np.float32(0.5), np.float32(0.5))
+    >>> n = heap_push(ids, sc, si, n, 3, np.float32(0.9), np.float32(0.9))
+    >>> heap_sort(ids, sc, si, n), ids.tolist(), sc.tolist()
+    (2, [3, 7, -1], [0.8999999761581421, 0.5, -inf])
     """
     end = size - 1
     while end > 0:
@@ -356,12 +359,15 @@ def rerank(cand_ids, cand_sims, last_accessed_at, importance, alive, now, half_l
 
     Raises
     ------
-    Nothing (ids out of range are undefined behaviour; ``memcore.ranking`` checks them).
+    Nothing (ids out of range are undefined behaviour; the caller checks them).
 
     Examples
     --------
-    >>> n = rerank(np.array([4, 1]), np.array([0.9, 0.8], np.float32), t, imp, alive,
-    ...            now, 3600.0, 1.0, 0.1, 0.1, -1.0, ids, scores, sims)
+    >>> t, imp, alive = np.zeros(5), np.zeros(5, np.float32), np.ones(5, bool)
+    >>> ids, scores, sims = np.empty(1, np.int64), np.empty(1, np.float32), np.empty(1, np.float32)
+    >>> rerank(np.array([4, 1]), np.array([0.9, 0.8], np.float32), t, imp, alive,
+    ...        0.0, 3600.0, 1.0, 0.1, 0.1, -1.0, ids, scores, sims), ids.tolist()
+    (1, [4])
     """
     k = out_ids.shape[0]
     thr = np.float32(threshold)
@@ -464,13 +470,17 @@ def fused_topk(query, vectors, last_accessed_at, importance, alive, now, half_li
     Raises
     ------
     Nothing: the kernels do not validate; wrong dtypes fail numba dispatch (TypingError) or
-    compile another specialisation. ``memcore.ranking.flat_topk`` validates.
+    compile another specialisation. The store layer validates before calling.
 
     Examples
     --------
+    >>> vectors = np.array([[1, 0], [0.6, 0.8], [0, 1]], np.float32)
+    >>> q = np.array([0.6, 0.8], np.float32)
+    >>> t, imp, alive = np.full(3, 1.7e9), np.zeros(3, np.float32), np.ones(3, bool)
     >>> ids = np.empty(5, np.int64); sc = np.empty(5, np.float32); si = np.empty(5, np.float32)
-    >>> n = fused_topk(q, vectors, t, imp, alive, 1.7e9, 3600.0, 1.0, 0.1, 0.1, 0.2,
-    ...                ids, sc, si)
+    >>> fused_topk(q, vectors, t, imp, alive, 1.7e9, 3600.0, 1.0, 0.1, 0.1, 0.7,
+    ...            ids, sc, si), ids.tolist()
+    (2, [1, 2, -1, -1, -1])
     """
     kernel = fused_topk_parallel if use_parallel(vectors.shape[0]) else fused_topk_serial
     return kernel(query, vectors, last_accessed_at, importance, alive, now, half_life,
