@@ -183,7 +183,7 @@ def _mod(h, magic, dim):
     assembled from two 32 x 32 products (no overflow: the sum stays below 2**64).
     """
     d = numba.uint64(dim)
-    x = magic * numba.uint64(h)
+    x = numba.uint64(magic) * numba.uint64(h)     # uint64 x uint64 wraps mod 2**64
     return np.int64(((x >> numba.uint64(32)) * d
                      + (((x & _LOW32) * d) >> numba.uint64(32))) >> numba.uint64(32))
 
