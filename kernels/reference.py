@@ -392,3 +392,95 @@ def window_means(E, rows_of, lo, k, alpha, out):
         own = rows_of[i]
         out[own] = (alpha * E[own].astype(np.float64)
                     + (1.0 - alpha) * E[win].astype(np.float64).mean(axis=0)).astype(np.float32)
+
+
+# --------------------------------------------------------------------------- codes and scan
+def encode_rows(vectors, codes, scale, cnorm, rnorm):
+    """Symmetric per-row int8 codes: scale = float32(max|v| / 127), code = clip(rint(v / scale)),
+    cnorm >= ||code||, rnorm >= ||v - scale * code|| (float32, rounded up)."""
+    v = vectors.astype(np.float64)
+    m = np.abs(v).max(axis=1) if v.shape[1] else np.zeros(v.shape[0])
+    s = (m / 127).astype(np.float32)
+    s64 = s.astype(np.float64)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        c = np.where(s64 > 0, np.clip(np.rint(v / np.where(s64 > 0, s64, 1.0)), -127, 127), 0.0)
+    codes[:] = c.astype(np.int8)
+    scale[:] = s
+    r = v - s64 * c
+    cn = np.sqrt((c * c).sum(axis=1))
+    rn = np.sqrt((r * r).sum(axis=1)) * (1.0 + (v.shape[1] + 8) * 2.0 ** -53)
+    cnorm[:] = _up32(cn)
+    rnorm[:] = _up32(np.where(rn > 0, rn + 1e-300, 0.0))
+
+
+def _up32(x):
+    f = np.asarray(x, np.float64).astype(np.float32)
+    low = f.astype(np.float64) < x
+    return np.where(low, np.nextafter(f, np.float32(np.inf)), f)
+
+
+def exact_sims(query, vectors):
+    """``exact_sim(query, v)`` of every row: float64, eight partial sums over j mod 8 (the tail
+    ``dim % 8`` added to the first), combined ``((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7))``."""
+    n, d = vectors.shape
+    q = query.astype(np.float64)
+    p = np.zeros((n, 8))
+    m = d - d % 8
+    for j in range(0, m, 8):
+        p += vectors[:, j:j + 8].astype(np.float64) * q[j:j + 8]
+    for j in range(m, d):
+        p[:, 0] += vectors[:, j].astype(np.float64) * q[j]
+    return ((p[:, 0] + p[:, 1]) + (p[:, 2] + p[:, 3])) + ((p[:, 4] + p[:, 5]) + (p[:, 6] + p[:, 7]))
+
+
+def _window_ctx(sims, win_ptr, win_rows, alpha):
+    n = sims.shape[0]
+    size = np.diff(win_ptr)
+    acc = np.zeros(n)
+    for p in range(int(size.max()) if n else 0):
+        has = size > p
+        acc[has] += sims[win_rows[win_ptr[:-1][has] + p]]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(size > 0, acc / np.where(size > 0, size, 1), sims)
+    return alpha * sims + (1.0 - alpha) * mean
+
+
+def hybrid_exact_topk(query, vectors, win_ptr, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals,
+                      sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive, now, half_life,
+                      w_rec, w_imp, threshold, out_ids, out_scores, out_sims):
+    """The exact hybrid path (see kernels/scan.py): float64 sims, the window stencil, z-scores
+    with the given statistics, decay, sparse signals; float32 top-k, ties by lower row."""
+    n = vectors.shape[0]
+    sims = exact_sims(query, vectors)
+    s = np.zeros(n)
+    if dense[0] != 0.0:
+        s += dense[0] * ((sims - dense[1]) * dense[2])
+    if dense[3] != 0.0:
+        s += dense[3] * ((_window_ctx(sims, win_ptr, win_rows, alpha) - dense[4]) * dense[5])
+    if w_rec != 0.0:
+        age = np.maximum(np.float64(now) - last_accessed_at, 0.0)
+        s += w_rec * np.exp2(-age / np.float64(half_life))
+    if w_imp != 0.0:
+        s += w_imp * importance.astype(np.float64)
+    for l in range(sp_w.shape[0]):
+        if sp_w[l] != 0.0:
+            x = np.zeros(n)
+            rows = sp_rows[sp_ptr[l]:sp_ptr[l + 1]]
+            x[rows] = sp_vals[sp_ptr[l]:sp_ptr[l + 1]]
+            s += sp_w[l] * ((x - sp_mu[l]) * sp_inv[l])
+    keep = np.flatnonzero(alive & (sims >= np.float64(threshold)))
+    return _select(keep.astype(np.int64), sims[keep].astype(np.float32),
+                   s[keep].astype(np.float32), out_ids, out_scores, out_sims)
+
+
+def hybrid_scan_topk(query, codes, scale, cnorm, rnorm, vectors, win_ptr, win_rows, alpha,
+                     dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
+                     importance, alive, now, half_life, w_rec, w_imp, threshold,
+                     out_ids, out_scores, out_sims, stats, parallel=False):
+    """:func:`hybrid_exact_topk` (the codes only change the work); stats = [live rows, n]."""
+    stats[0] = int(alive.sum())
+    stats[1] = vectors.shape[0]
+    return hybrid_exact_topk(query, vectors, win_ptr, win_rows, alpha, dense, sp_ptr, sp_rows,
+                             sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive,
+                             now, half_life, w_rec, w_imp, threshold, out_ids, out_scores,
+                             out_sims)
