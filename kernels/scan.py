@@ -27,17 +27,22 @@ score -inf, sim -inf; reported ``sim`` is ``float32(sim_i)``.
 exact path's result (ids, scores and sims, ties and the threshold boundary included) while
 reading the rows' int8 codes (:mod:`memcore.kernels.codes`) instead of their float32 vectors:
 
-1. Integer dot products ``cq . c_i`` of every row (int8, exact); ``a_i = scale_i * qscale * I_i``
-   is within ``e_i`` (:func:`~memcore.kernels.codes.code_bound`) of ``sim_i``.
-2. Per row, bounds through the stencil (``alpha * e_i + (1 - alpha) * mean e_j``) and the
-   z-normalisation (weights and ``inv`` are non-negative, so the score is monotone in each
-   similarity): ``lower_i <= score_i <= upper_i``, padded by a float slack that covers float64
-   rounding and the final rounding to float32. Rows whose similarity surely passes the
-   threshold offer ``lower_i`` to a bounded heap of the k best lower bounds: its root
-   ``tau`` is at most the k-th exact score. Recency (``exp2``) is evaluated only for rows whose
-   bound with full recency reaches their block's running ``tau``.
-3. Every row with ``upper_i >= tau`` is a candidate; candidates are reranked exactly, in
-   descending ``upper`` order, until the next upper bound is below the k-th exact score.
+1. Integer dot products ``cq . c_i`` of every row (int8, exact) give ``hi_i >= sim_i``
+   (:func:`~memcore.kernels.codes.code_bound`, rounded up to float32), and the ``2k + 16``
+   live rows with the highest ``hi`` (*seeds*).
+2. The seeds are scored exactly: the k-th best, ``tau``, is a lower bound on the final k-th
+   score. Weights and ``inv`` are non-negative and sparse values >= 0, so the score is
+   monotone in every similarity and sparse value; from ``tau`` follows a level ``hstar``
+   such that a row holding no sparse signal, with ``hi < hstar`` and no window row at
+   ``hi >= hstar`` (then its context bound ``alpha * hi_i + (1 - alpha) * mean hi_j`` is
+   below ``hstar`` too), scores below ``tau``.
+3. Flagged as possible: the windows of the *hot* rows (``hi >= hstar``; windows are
+   symmetric, ``j in W(i)`` iff ``i in W(j)``, as episode windows are), and the rows holding
+   sparse signals whose bound (their exact sparse gain, a k-way merge of the sorted lists)
+   reaches ``tau``. Each flagged row gets a tight bound (its window's ``hi`` through the
+   stencil, exact sparse values and recency), padded by a slack covering float64 rounding
+   and the rounding to float32; rows reaching ``tau`` are reranked exactly in descending
+   bound order until the next bound is below the k-th exact score.
 
 ``stats`` reports the work: ``[rows reranked exactly, exact similarities computed]``.
 The parallel kernel splits rows in the same blocks as the serial one (prange), so both return
@@ -51,7 +56,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .codes import _up32, code_bound, code_dot, quantize_query
+from .codes import code_bound, code_dot, quantize_query
 from .scoring import recency
 from .topk import _n_blocks, heap_push, heap_sort
 
@@ -219,212 +224,235 @@ def hybrid_exact_topk(query, vectors, win_ptr, win_rows, alpha, dense, sp_ptr, s
 
 # --------------------------------------------------------------------------- bounded pass
 @numba.njit(cache=True)
-def _fheap_push(h, size, x):
-    """Bounded min-heap of the ``h.shape[0]`` largest floats; return the new size."""
-    k = h.shape[0]
-    if size < k:
-        j = size
-        while j > 0:
-            p = (j - 1) >> 1
-            if x < h[p]:
-                h[j] = h[p]
-                j = p
-            else:
-                break
-        h[j] = x
-        return size + 1
-    if x <= h[0]:
+def _up32(x):
+    """A float32 >= x for finite float64 x (at most 2 float32 ulps above), branch-free."""
+    return np.float32(x + abs(x) * 2.0 ** -23 + 1e-30)
+
+
+@numba.njit(cache=True)
+def _pass_codes(qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive, importance,
+                start, stop, hi, s_ids, s_keys, s_tmp):
+    """Upper bounds ``hi`` on the similarities of rows [start, stop) from their codes, and
+    the ``s_ids.shape[0]`` live rows with the highest ``hi`` (a heap). Returns (heap size,
+    max |sim| bound, max importance)."""
+    dim = codes.shape[1]
+    m = s_ids.shape[0]
+    size = 0
+    imax = 0.0
+    amax = 0.0
+    for i in range(start, stop):
+        a = np.float64(scale[i]) * qscale * np.float64(code_dot(qcode, codes[i]))
+        e = code_bound(a, scale[i], cnorm[i], rnorm[i], qres, qnorm, dim)
+        h32 = _up32(a + e)
+        hi[i] = h32
+        amax = max(amax, abs(a) + e)
+        imax = max(imax, np.float64(importance[i]))
+        if alive[i] and (size < m or h32 > s_keys[0]):
+            size = heap_push(s_ids, s_keys, s_tmp, size, np.int64(i), h32, h32)
+    return size, amax, imax
+
+
+@numba.njit(cache=True)
+def _pass_hot(start, stop, hi, hstar, win_ptr, win_rows, windows, flag):
+    """Flag every row whose window holds a *hot* row of [start, stop) (``hi >= hstar``), and
+    the hot row itself. Windows are symmetric, so ``W^-1(j) = W(j)``. Racing writes all
+    store True."""
+    for j in range(start, stop):
+        if np.float64(hi[j]) >= hstar:
+            flag[j] = True
+            if windows:
+                for p in range(win_ptr[j], win_ptr[j + 1]):
+                    flag[win_rows[p]] = True
+
+
+@numba.njit(cache=True)
+def _exact_into(i, query, vectors, sims, known, win_ptr, win_rows, alpha, dense, sp_ptr,
+                sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, now,
+                half_life, w_rec, w_imp, thr, out_ids, out_scores, out_sims, size, stats):
+    """Score row i exactly (similarities cached in sims/known) and offer it to the heap."""
+    stats[0] += 1
+    if not known[i]:
+        sims[i] = exact_sim(query, vectors[i])
+        known[i] = True
+        stats[1] += 1
+    sim = sims[i]
+    if not sim >= thr:
         return size
-    j = 0
-    while True:
-        c = 2 * j + 1
-        if c >= k:
-            break
-        if c + 1 < k and h[c + 1] < h[c]:
-            c += 1
-        if h[c] < x:
-            h[j] = h[c]
-            j = c
-        else:
-            break
-    h[j] = x
-    return size
+    ctx = 0.0
+    if dense[3] != 0.0:
+        for p in range(win_ptr[i], win_ptr[i + 1]):
+            j = win_rows[p]
+            if not known[j]:
+                sims[j] = exact_sim(query, vectors[j])
+                known[j] = True
+                stats[1] += 1
+        ctx = _ctx(i, sims, win_ptr, win_rows, alpha)
+    s = _score(i, sim, ctx, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
+               last_accessed_at, importance, now, half_life, w_rec, w_imp)
+    return heap_push(out_ids, out_scores, out_sims, size, np.int64(i), np.float32(s),
+                     np.float32(sim))
 
 
 @numba.njit(cache=True)
-def _pass_codes(qcode, codes, start, stop, idot):
-    for i in range(start, stop):
-        idot[i] = code_dot(qcode, codes[i])
+def _upper(i, hi, win_ptr, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu,
+           sp_inv, last_accessed_at, importance, now, half_life, w_rec, w_imp):
+    """A rigorous upper bound on row i's float32 score from the similarity intervals."""
+    a_hi = np.float64(hi[i])
+    u = 0.0
+    mag = 0.0
+    if dense[0] != 0.0:
+        x = dense[0] * ((a_hi - dense[1]) * dense[2])
+        u += x
+        mag += abs(x) + dense[0] * (abs(a_hi) + abs(dense[1])) * dense[2]
+    if dense[3] != 0.0:
+        pa = win_ptr[i]
+        pb = win_ptr[i + 1]
+        c = a_hi
+        if pb > pa:
+            acc = 0.0
+            for p in range(pa, pb):
+                acc += np.float64(hi[win_rows[p]])
+            c = alpha * a_hi + (1.0 - alpha) * (acc / (pb - pa))
+        x = dense[3] * ((c - dense[4]) * dense[5])
+        u += x
+        mag += abs(x) + dense[3] * (abs(c) + abs(dense[4])) * dense[5]
+    if w_rec != 0.0:
+        x = w_rec * recency(now - last_accessed_at[i], half_life)
+        u += x
+        mag += x
+    if w_imp != 0.0:
+        x = w_imp * np.float64(importance[i])
+        u += x
+        mag += abs(x)
+    for l in range(sp_w.shape[0]):
+        if sp_w[l] != 0.0:
+            xv = _sparse_value(sp_ptr, sp_rows, sp_vals, l, i)
+            x = sp_w[l] * ((xv - sp_mu[l]) * sp_inv[l])
+            u += x
+            mag += abs(x) + sp_w[l] * (abs(xv) + abs(sp_mu[l])) * sp_inv[l]
+    # float64 rounding of both this bound and the exact score (1e-12 of the magnitudes), and
+    # the exact score's rounding to float32 (2**-24 relative)
+    return u + 1e-12 * mag + abs(u) * 2.0 ** -23 + 1e-30
 
 
 @numba.njit(cache=True)
-def _approx(i, idot, scale, cnorm, rnorm, qscale, qres, qnorm, dim):
-    a = np.float64(scale[i]) * qscale * np.float64(idot[i])
-    return a, code_bound(a, scale[i], cnorm[i], rnorm[i], qres, qnorm, dim)
-
-
-@numba.njit(cache=True)
-def _pass_bounds(start, stop, idot, scale, cnorm, rnorm, qscale, qres, qnorm, dim, win_ptr,
-                 win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
-                 last_accessed_at, importance, alive, now, half_life, w_rec, w_imp, thr,
-                 upper, heap):
-    """Upper bounds of rows [start, stop) into ``upper`` (float32 rounded up; -inf when the
-    row cannot be a top-k result) and their sure lower bounds into ``heap``; return its size."""
-    n_sp = sp_w.shape[0]
-    cur = np.empty(n_sp, np.int64)
-    for l in range(n_sp):                       # first entry >= start in each sparse signal
-        lo = sp_ptr[l]
-        hi = sp_ptr[l + 1]
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if sp_rows[mid] < start:
-                lo = mid + 1
-            else:
-                hi = mid
-        cur[l] = lo
-    size = 0
-    k = heap.shape[0]
-    t_own = dense[0] * dense[2]
-    t_ctx = dense[3] * dense[5]
-    for i in range(start, stop):
-        if not alive[i]:
-            upper[i] = -np.inf
-            continue
-        a, e = _approx(i, idot, scale, cnorm, rnorm, qscale, qres, qnorm, dim)
-        if a + e < thr:
-            upper[i] = -np.inf
-            continue
-        hi_s = 0.0
-        lo_s = 0.0
-        mag = 0.0
-        if dense[0] != 0.0:
-            x = t_own * (a + e - dense[1])
-            y = t_own * (a - e - dense[1])
-            hi_s += x
-            lo_s += y
-            mag += abs(x) + abs(y) + t_own * (abs(a) + e + abs(dense[1]))
-        if dense[3] != 0.0:
-            pa = win_ptr[i]
-            pb = win_ptr[i + 1]
-            if pb > pa:
-                sa = 0.0
-                se = 0.0
-                for p in range(pa, pb):
-                    aj, ej = _approx(win_rows[p], idot, scale, cnorm, rnorm, qscale, qres, qnorm,
-                                     dim)
-                    sa += aj
-                    se += ej + abs(aj) * 1e-15
-                ca = alpha * a + (1.0 - alpha) * (sa / (pb - pa))
-                ce = alpha * e + (1.0 - alpha) * (se / (pb - pa))
-            else:
-                ca = a
-                ce = e
-            x = t_ctx * (ca + ce - dense[4])
-            y = t_ctx * (ca - ce - dense[4])
-            hi_s += x
-            lo_s += y
-            mag += abs(x) + abs(y) + t_ctx * (abs(ca) + ce + abs(dense[4]))
-        if w_imp != 0.0:
-            x = w_imp * np.float64(importance[i])
-            hi_s += x
-            lo_s += x
-            mag += abs(x)
-        for l in range(n_sp):
-            c = cur[l]
-            end = sp_ptr[l + 1]
-            while c < end and sp_rows[c] < i:
-                c += 1
-            cur[l] = c
-            if sp_w[l] != 0.0:
-                xv = sp_vals[c] if c < end and sp_rows[c] == i else 0.0
-                x = sp_w[l] * ((xv - sp_mu[l]) * sp_inv[l])
-                hi_s += x
-                lo_s += x
-                mag += abs(x) + sp_w[l] * (abs(xv) + abs(sp_mu[l])) * sp_inv[l]
-        if w_rec != 0.0:
-            # first with full recency (rec <= 1): rows that cannot reach tau skip exp2
-            slack = 1e-9 * (mag + w_rec) + abs(hi_s + w_rec) * 2.0 ** -22 + 1e-300
-            if size == k and hi_s + w_rec + slack < heap[0]:
-                upper[i] = -np.inf
-                continue
-            x = w_rec * recency(now - last_accessed_at[i], half_life)
-            hi_s += x
-            lo_s += x
-            mag += abs(x)
-        slack = 1e-9 * mag + max(abs(hi_s), abs(lo_s)) * 2.0 ** -22 + 1e-300
-        ub = hi_s + slack
-        if size == k and ub < heap[0]:
-            upper[i] = -np.inf
-            continue
-        upper[i] = _up32(ub)
-        if a - e >= thr:                          # surely a candidate: its lower bound counts
-            size = _fheap_push(heap, size, lo_s - slack)
-    return size
-
-
-@numba.njit(cache=True)
-def _rerank(query, vectors, win_ptr, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w,
-            sp_mu, sp_inv, last_accessed_at, importance, alive, now, half_life, w_rec, w_imp,
-            thr, upper, tau, out_ids, out_scores, out_sims, stats):
-    n = upper.shape[0]
-    m = 0
-    for i in range(n):
-        if upper[i] >= tau and upper[i] > -np.inf:     # -inf: dead or pruned
-            m += 1
-    cand = np.empty(m, np.int64)
-    key = np.empty(m, np.float32)
-    m = 0
-    for i in range(n):
-        if upper[i] >= tau and upper[i] > -np.inf:
-            cand[m] = i
-            key[m] = -upper[i]
-            m += 1
-    order = np.argsort(key, kind="mergesort")      # upper bound descending, ties by row
-    sims = np.empty(n, np.float64)
-    known = np.zeros(n, np.bool_)
-    n_exact = 0
-    size = 0
+def _finish(query, vectors, hi, flag, seeds, win_ptr, win_rows, alpha, dense, sp_ptr,
+            sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive, now,
+            half_life, w_rec, w_imp, thr, c1, c2, slack, out_ids, out_scores, out_sims, size,
+            sims, known, stats):
+    """Sparse rows' cheap bounds, then refined bounds and the exact rerank of the flagged rows."""
+    n = hi.shape[0]
     k = out_ids.shape[0]
-    done = 0
+    tau = out_scores[0] if size == k else -np.inf
+    n_sp = sp_w.shape[0]
+    cur = sp_ptr[:n_sp].copy()
+    while True:                              # k-way merge of the sparse signals' sorted rows
+        i = n
+        for l in range(n_sp):
+            if cur[l] < sp_ptr[l + 1] and sp_rows[cur[l]] < i:
+                i = sp_rows[cur[l]]
+        if i == n:
+            break
+        g = 0.0                              # the row's score gain from its sparse values
+        for l in range(n_sp):
+            if cur[l] < sp_ptr[l + 1] and sp_rows[cur[l]] == i:
+                g += sp_w[l] * sp_vals[cur[l]] * sp_inv[l]
+                cur[l] += 1
+        if flag[i] or not alive[i] or not np.float64(hi[i]) >= thr:
+            continue
+        # not flagged: no hot row in its window, so the window's mean hi is < hstar
+        u = c1 * np.float64(hi[i]) + c2 + w_imp * np.float64(importance[i]) + g + slack + 1e-12 * g
+        if u >= tau:
+            flag[i] = True
+    for j in range(seeds.shape[0]):          # already scored
+        flag[seeds[j]] = False
+    m = 0
+    for i in range(n):                       # window neighbours of hot rows may be dead
+        if flag[i] and not (alive[i] and np.float64(hi[i]) >= thr):
+            flag[i] = False
+    for i in range(n):
+        if flag[i]:
+            m += 1
+    if stats.shape[0] > 2:
+        stats[2] = m
+    cand = np.empty(m, np.int64)
+    key = np.empty(m, np.float64)
+    m = 0
+    for i in range(n):
+        if flag[i]:
+            u = _upper(i, hi, win_ptr, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals,
+                       sp_w, sp_mu, sp_inv, last_accessed_at, importance, now, half_life,
+                       w_rec, w_imp)
+            if u >= tau:
+                cand[m] = i
+                key[m] = -u
+                m += 1
+    if stats.shape[0] > 3:
+        stats[3] = m
+    order = np.argsort(key[:m], kind="mergesort")      # upper bound descending, ties by row
     for o in range(m):
         i = cand[order[o]]
-        if size == k and np.float64(upper[i]) < np.float64(out_scores[0]):
+        if size == k and -key[order[o]] < np.float64(out_scores[0]):
             break                                  # no later candidate can reach the k-th
-        done += 1
-        if not known[i]:
-            sims[i] = exact_sim(query, vectors[i])
-            known[i] = True
-            n_exact += 1
-        sim = sims[i]
-        if not sim >= thr:
-            continue
-        ctx = 0.0
-        if dense[3] != 0.0:
-            for p in range(win_ptr[i], win_ptr[i + 1]):
-                j = win_rows[p]
-                if not known[j]:
-                    sims[j] = exact_sim(query, vectors[j])
-                    known[j] = True
-                    n_exact += 1
-            ctx = _ctx(i, sims, win_ptr, win_rows, alpha)
-        s = _score(i, sim, ctx, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
-                   last_accessed_at, importance, now, half_life, w_rec, w_imp)
-        size = heap_push(out_ids, out_scores, out_sims, size, np.int64(i), np.float32(s),
-                         np.float32(sim))
-    stats[0] = done
-    stats[1] = n_exact
+        size = _exact_into(i, query, vectors, sims, known, win_ptr, win_rows, alpha, dense,
+                           sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
+                           importance, now, half_life, w_rec, w_imp, thr, out_ids, out_scores,
+                           out_sims, size, stats)
     return heap_sort(out_ids, out_scores, out_sims, size)
 
 
 @numba.njit(cache=True)
-def _tau(heaps, sizes, k):
-    """The k-th largest of the blocks' kept lower bounds (-inf when fewer than k)."""
-    h = np.empty(k, np.float64)
+def _seeds_and_constants(query, vectors, s_ids, s_keys, s_sizes, amax, imax, win_ptr, win_rows,
+                         alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
+                         last_accessed_at, importance, now, half_life, w_rec, w_imp, thr,
+                         out_ids, out_scores, out_sims, sims, known, stats):
+    """Score the seeds exactly (the heap's root ``tau`` becomes a lower bound on the k-th
+    score), then the hot-row level ``hstar``: a row holding no sparse signal, with ``hi <
+    hstar`` and no row of its window at ``hi >= hstar``, scores below ``tau``. Also the
+    constants of the bound of such a row holding sparse signals:
+    ``c1 * hi_i + c2 + w_imp * importance_i + slack``."""
+    m = s_ids.shape[1]
+    t_ids = np.empty(m, np.int64)
+    t_keys = np.empty(m, np.float32)
+    t_tmp = np.empty(m, np.float32)
     size = 0
-    for b in range(heaps.shape[0]):
-        for j in range(sizes[b]):
-            size = _fheap_push(h, size, heaps[b, j])
-    return h[0] if size == k else -np.inf
+    for b in range(s_ids.shape[0]):
+        for j in range(s_sizes[b]):
+            size = heap_push(t_ids, t_keys, t_tmp, size, s_ids[b, j], s_keys[b, j], s_keys[b, j])
+    seeds = t_ids[:size].copy()
+    out = 0
+    for j in range(size):
+        out = _exact_into(seeds[j], query, vectors, sims, known, win_ptr, win_rows, alpha, dense,
+                          sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
+                          importance, now, half_life, w_rec, w_imp, thr, out_ids, out_scores,
+                          out_sims, out, stats)
+    tau = np.float64(out_scores[0]) if out == out_ids.shape[0] else -np.inf
+    t_own = dense[0] * dense[2] if dense[0] != 0.0 else 0.0
+    t_ctx = dense[3] * dense[5] if dense[3] != 0.0 else 0.0
+    c0 = -t_own * dense[1] - t_ctx * dense[4] + w_rec
+    mag = 1.0 + (t_own + t_ctx) * (1.0 + amax + abs(dense[1]) + abs(dense[4])) + w_rec + w_imp
+    for l in range(sp_w.shape[0]):
+        if sp_w[l] != 0.0:
+            x = sp_w[l] * ((0.0 - sp_mu[l]) * sp_inv[l])
+            c0 += x
+            mag += abs(x)
+    slack = 1e-7 * mag
+    t = t_own + t_ctx
+    rest = c0 + w_imp * imax + 2.0 * slack
+    if tau == -np.inf:
+        hstar = -np.inf
+    elif t > 0.0:
+        hstar = (tau - rest) / t
+        hstar -= abs(hstar) * 1e-9 + 1e-12
+    else:
+        hstar = np.inf if rest < tau else -np.inf
+    c1 = t_own + t_ctx * alpha
+    c2 = c0
+    if t_ctx != 0.0 and hstar != -np.inf:
+        c2 += t_ctx * ((1.0 - alpha) * min(hstar, amax))
+    if hstar == -np.inf:
+        c2 = np.inf                              # every row is flagged anyway
+    return seeds, out, c1, c2, slack, hstar
 
 
 @numba.njit(cache=True)
@@ -442,27 +470,36 @@ def hybrid_scan_topk_serial(query, codes, scale, cnorm, rnorm, vectors, win_ptr,
     stats[1] = 0
     if k == 0 or n == 0:
         return heap_sort(out_ids, out_scores, out_sims, 0)
-    dim = codes.shape[1]
-    qcode = np.empty(dim, np.int8)
+    qcode = np.empty(codes.shape[1], np.int8)
     qscale, qres, qnorm = quantize_query(query, qcode)
-    idot = np.empty(n, np.int32)
-    upper = np.empty(n, np.float32)
+    hi = np.empty(n, np.float32)
     nb = _n_blocks(n)
-    heaps = np.empty((nb, k), np.float64)
-    sizes = np.zeros(nb, np.int64)
+    m = 2 * k + 16
+    s_ids = np.empty((nb, m), np.int64)
+    s_keys = np.empty((nb, m), np.float32)
+    s_tmp = np.empty((nb, m), np.float32)
+    s_sizes = np.zeros(nb, np.int64)
+    b_max = np.empty((nb, 2), np.float64)
+    for b in range(nb):
+        s_sizes[b], b_max[b, 0], b_max[b, 1] = _pass_codes(
+            qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive, importance,
+            b * n // nb, (b + 1) * n // nb, hi, s_ids[b], s_keys[b], s_tmp[b])
     thr = np.float64(threshold)
+    sims = np.empty(n, np.float64)
+    known = np.zeros(n, np.bool_)
+    seeds, size, c1, c2, slack, hstar = _seeds_and_constants(
+        query, vectors, s_ids, s_keys, s_sizes, b_max[:, 0].max(), b_max[:, 1].max(), win_ptr,
+        win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
+        last_accessed_at, importance, now, half_life, w_rec, w_imp, thr, out_ids, out_scores,
+        out_sims, sims, known, stats)
+    flag = np.zeros(n, np.bool_)
+    windows = dense[3] != 0.0
     for b in range(nb):
-        _pass_codes(qcode, codes, b * n // nb, (b + 1) * n // nb, idot)
-    for b in range(nb):
-        sizes[b] = _pass_bounds(b * n // nb, (b + 1) * n // nb, idot, scale, cnorm, rnorm,
-                                qscale, qres, qnorm, dim, win_ptr, win_rows, alpha, dense,
-                                sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
-                                last_accessed_at, importance, alive, now, half_life, w_rec,
-                                w_imp, thr, upper, heaps[b])
-    tau = _tau(heaps, sizes, k)
-    return _rerank(query, vectors, win_ptr, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals,
-                   sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive, now, half_life,
-                   w_rec, w_imp, thr, upper, tau, out_ids, out_scores, out_sims, stats)
+        _pass_hot(b * n // nb, (b + 1) * n // nb, hi, hstar, win_ptr, win_rows, windows, flag)
+    return _finish(query, vectors, hi, flag, seeds, win_ptr, win_rows, alpha, dense, sp_ptr,
+                   sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive,
+                   now, half_life, w_rec, w_imp, thr, c1, c2, slack, out_ids, out_scores,
+                   out_sims, size, sims, known, stats)
 
 
 @numba.njit(cache=True, parallel=True)
@@ -470,8 +507,8 @@ def hybrid_scan_topk_parallel(query, codes, scale, cnorm, rnorm, vectors, win_pt
                               alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
                               last_accessed_at, importance, alive, now, half_life, w_rec,
                               w_imp, threshold, out_ids, out_scores, out_sims, stats):
-    """:func:`hybrid_scan_topk_serial` with the code scan and the bound pass split in row
-    blocks over numba's threads; identical results and ``stats``.
+    """:func:`hybrid_scan_topk_serial` with the code scan and the cheap-bound pass split in
+    row blocks over numba's threads; identical results and ``stats``.
 
     See :func:`hybrid_scan_topk` for the parameters.
     """
@@ -481,27 +518,36 @@ def hybrid_scan_topk_parallel(query, codes, scale, cnorm, rnorm, vectors, win_pt
     stats[1] = 0
     if k == 0 or n == 0:
         return heap_sort(out_ids, out_scores, out_sims, 0)
-    dim = codes.shape[1]
-    qcode = np.empty(dim, np.int8)
+    qcode = np.empty(codes.shape[1], np.int8)
     qscale, qres, qnorm = quantize_query(query, qcode)
-    idot = np.empty(n, np.int32)
-    upper = np.empty(n, np.float32)
+    hi = np.empty(n, np.float32)
     nb = _n_blocks(n)
-    heaps = np.empty((nb, k), np.float64)
-    sizes = np.zeros(nb, np.int64)
+    m = 2 * k + 16
+    s_ids = np.empty((nb, m), np.int64)
+    s_keys = np.empty((nb, m), np.float32)
+    s_tmp = np.empty((nb, m), np.float32)
+    s_sizes = np.zeros(nb, np.int64)
+    b_max = np.empty((nb, 2), np.float64)
+    for b in numba.prange(nb):
+        s_sizes[b], b_max[b, 0], b_max[b, 1] = _pass_codes(
+            qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive, importance,
+            b * n // nb, (b + 1) * n // nb, hi, s_ids[b], s_keys[b], s_tmp[b])
     thr = np.float64(threshold)
+    sims = np.empty(n, np.float64)
+    known = np.zeros(n, np.bool_)
+    seeds, size, c1, c2, slack, hstar = _seeds_and_constants(
+        query, vectors, s_ids, s_keys, s_sizes, b_max[:, 0].max(), b_max[:, 1].max(), win_ptr,
+        win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
+        last_accessed_at, importance, now, half_life, w_rec, w_imp, thr, out_ids, out_scores,
+        out_sims, sims, known, stats)
+    flag = np.zeros(n, np.bool_)
+    windows = dense[3] != 0.0
     for b in numba.prange(nb):
-        _pass_codes(qcode, codes, b * n // nb, (b + 1) * n // nb, idot)
-    for b in numba.prange(nb):
-        sizes[b] = _pass_bounds(b * n // nb, (b + 1) * n // nb, idot, scale, cnorm, rnorm,
-                                qscale, qres, qnorm, dim, win_ptr, win_rows, alpha, dense,
-                                sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
-                                last_accessed_at, importance, alive, now, half_life, w_rec,
-                                w_imp, thr, upper, heaps[b])
-    tau = _tau(heaps, sizes, k)
-    return _rerank(query, vectors, win_ptr, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals,
-                   sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive, now, half_life,
-                   w_rec, w_imp, thr, upper, tau, out_ids, out_scores, out_sims, stats)
+        _pass_hot(b * n // nb, (b + 1) * n // nb, hi, hstar, win_ptr, win_rows, windows, flag)
+    return _finish(query, vectors, hi, flag, seeds, win_ptr, win_rows, alpha, dense, sp_ptr,
+                   sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive,
+                   now, half_life, w_rec, w_imp, thr, c1, c2, slack, out_ids, out_scores,
+                   out_sims, size, sims, known, stats)
 
 
 def hybrid_scan_topk(query, codes, scale, cnorm, rnorm, vectors, win_ptr, win_rows, alpha,

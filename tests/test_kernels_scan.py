@@ -124,6 +124,24 @@ def test_candidates_are_a_small_fraction_on_clustered_rows():
     np.testing.assert_array_equal(out[0], want[0])
 
 
+def test_scores_that_underflow_to_zero_tie():
+    # Found by hypothesis: inv = 1e-164 makes every score round to +-0.0 in float32, a tie;
+    # the bounds' slack must cover the rounding to float32 below its normal range.
+    v = np.array([[1.0], [-1.0], [1.0], [1.0]], np.float32)
+    ptr, rows = episode_windows(np.full(4, -1), 0)
+    z, e = np.zeros(0), np.zeros(0, np.int64)
+    dense = np.array([0.0, 0.0, 0.0, 0.5, 0.0, 1.0097199e-164])
+    args = (ptr, rows, 0.0, dense, np.zeros(1, np.int64), e, z, z, z, z, np.full(4, NOW),
+            np.ones(4, np.float32), np.ones(4, bool), NOW, 1.0, 0.0, 0.0, -np.inf)
+    want = _out(1)
+    scan.hybrid_exact_topk(np.array([-1.0], np.float32), v, *args, *want)
+    for fn in SCANS.values():
+        out, stats = _out(1), np.zeros(2, np.int64)
+        fn(np.array([-1.0], np.float32), *_encoded(v), v, *args, *out, stats)
+        for g, w in zip(out, want):
+            np.testing.assert_array_equal(g, w)
+
+
 def test_ties_go_to_the_lower_row_and_the_threshold_row_is_kept():
     v = np.tile(np.array([[0.6, 0.8]], np.float32), (6, 1))
     ptr, rows = episode_windows(np.full(6, -1), 0)
