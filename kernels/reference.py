@@ -484,3 +484,47 @@ def hybrid_scan_topk(query, codes, scale, cnorm, rnorm, vectors, win_ptr, win_ro
                              sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive,
                              now, half_life, w_rec, w_imp, threshold, out_ids, out_scores,
                              out_sims)
+
+
+# --------------------------------------------------------------------------- moments
+def dense_moments(query, s1, s2, n):
+    """(mean, var) of query . v over n rows from s1 = sum v, s2 = sum v v^T (float64)."""
+    if n == 0:
+        return 0.0, 0.0
+    q = query.astype(np.float64)
+    mean = float(q @ s1) / n
+    return mean, max(float(q @ s2 @ q) / n - mean * mean, 0.0)
+
+
+def context_vectors(vectors, win_ptr, win_rows, alpha):
+    """(n, dim) float64: alpha * v_i + (1 - alpha) * mean of the rows of W(i) (W(i) empty: v_i)."""
+    v = vectors.astype(np.float64)
+    out = np.empty_like(v)
+    for i in range(v.shape[0]):
+        w = win_rows[win_ptr[i]:win_ptr[i + 1]]
+        mean = v[w].mean(axis=0) if w.shape[0] else v[i]
+        out[i] = alpha * v[i] + (1.0 - alpha) * mean
+    return out
+
+
+def moments_update(vectors, rows, sign, s1, s2):
+    """s1 += sign * sum v_r, s2 += sign * sum v_r v_r^T over rows (float64)."""
+    x = vectors[rows].astype(np.float64)
+    s1 += sign * x.sum(axis=0)
+    s2 += sign * (x.T @ x)
+
+
+def context_moments_update(vectors, rows, win_ptr, win_rows, alpha, sign, s1, s2):
+    """moments_update of the context vectors of rows (see context_vectors)."""
+    x = context_vectors(vectors, win_ptr, win_rows, alpha)[rows]
+    s1 += sign * x.sum(axis=0)
+    s2 += sign * (x.T @ x)
+
+
+def sparse_moments(vals, n):
+    """(mean, var) over n rows of a signal equal to vals on len(vals) rows, 0 elsewhere."""
+    if n == 0:
+        return 0.0, 0.0
+    x = np.zeros(n)
+    x[:vals.shape[0]] = vals
+    return float(x.mean()), float(x.var())
