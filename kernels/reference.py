@@ -528,3 +528,62 @@ def sparse_moments(vals, n):
     x = np.zeros(n)
     x[:vals.shape[0]] = vals
     return float(x.mean()), float(x.var())
+
+
+# --------------------------------------------------------------------------- sparse BM25
+def _live_row_terms(term_head, term_tail, term_fill, block_start, block_size, block_next,
+                    pool_doc, pool_tf, doc_row, doc_alive, terms):
+    """{row: {term: tf}} of the live documents, for the given terms."""
+    out: dict = {}
+    for t in set(terms):
+        blk = int(term_head[t])
+        while blk >= 0:
+            stop = term_fill[t] if blk == term_tail[t] else block_size[blk]
+            s = int(block_start[blk])
+            for d, tf in zip(pool_doc[s:s + stop].tolist(), pool_tf[s:s + stop].tolist()):
+                if doc_alive[d]:
+                    out.setdefault(int(doc_row[d]), {})[t] = tf
+            blk = int(block_next[blk])
+    return out
+
+
+def bm25_scores_sparse(q_terms, q_idf, term_head, term_tail, term_fill, block_start, block_size,
+                       block_next, pool_doc, pool_tf, doc_row, doc_len, doc_alive, k1, b, avgdl):
+    """The non-zero rows of :func:`bm25_scores` (ascending) and their scores."""
+    n_rows = int(doc_row.max()) + 1 if doc_row.shape[0] else 0
+    dense = bm25_scores(q_terms, q_idf, term_head, term_tail, term_fill, block_start, block_size,
+                        block_next, pool_doc, pool_tf, doc_row, doc_len, doc_alive, k1, b, avgdl,
+                        np.zeros(n_rows))
+    rows = np.flatnonzero(dense > 0).astype(np.int64)
+    return rows, dense[rows]
+
+
+def bm25_context_scores_sparse(q_terms, term_head, term_tail, term_fill, block_start, block_size,
+                               block_next, pool_doc, pool_tf, doc_row, doc_alive, row_len,
+                               win_ptr, win_rows, n_live, k1, b, avgdl_ctx):
+    """BM25 of each live row's window document (its window's own documents merged), by the
+    definition: tf and length summed over the window, df over the window documents, N = n_live."""
+    own = _live_row_terms(term_head, term_tail, term_fill, block_start, block_size, block_next,
+                          pool_doc, pool_tf, doc_row, doc_alive, q_terms.tolist())
+    live_rows = sorted({int(doc_row[d]) for d in range(doc_alive.shape[0]) if doc_alive[d]})
+    ctx: dict = {}
+    for i in live_rows:
+        w = win_rows[win_ptr[i]:win_ptr[i + 1]].tolist() or [i]
+        tfs: dict = {}
+        for j in w:
+            for t, tf in own.get(j, {}).items():
+                tfs[t] = tfs.get(t, 0) + tf
+        ctx[i] = (tfs, sum(int(row_len[j]) for j in w))
+    scores: dict = {}
+    for t in q_terms.tolist():
+        df = sum(1 for i in live_rows if ctx[i][0].get(t, 0) > 0)
+        if df == 0:
+            continue
+        idf = float(np.log1p((n_live - df + 0.5) / (df + 0.5)))
+        for i in live_rows:
+            tf = ctx[i][0].get(t, 0)
+            if tf:
+                norm = k1 * (1.0 - b + b * float(ctx[i][1]) / avgdl_ctx)
+                scores[i] = scores.get(i, 0.0) + idf * tf / (tf + norm)
+    rows = np.array(sorted(scores), np.int64)
+    return rows, np.array([scores[i] for i in rows.tolist()], np.float64)
