@@ -442,8 +442,9 @@ def _seeds_and_constants(query, vectors, s_ids, s_keys, s_sizes, amax, imax, win
     if tau == -np.inf:
         hstar = -np.inf
     elif t > 0.0:
-        hstar = (tau - rest) / t
-        hstar -= abs(hstar) * 1e-9 + 1e-12
+        hstar = (tau - rest) / t                 # +-inf when t is tiny: kept as is
+        if np.isfinite(hstar):
+            hstar -= abs(hstar) * 1e-9 + 1e-12
     else:
         hstar = np.inf if rest < tau else -np.inf
     c1 = t_own + t_ctx * alpha

@@ -142,6 +142,27 @@ def test_scores_that_underflow_to_zero_tie():
             np.testing.assert_array_equal(g, w)
 
 
+def test_a_subnormal_dense_weight_keeps_the_hot_level_finite_or_infinite():
+    # Found by hypothesis: w_ctx = 2.2e-311 made the hot level inf - inf = NaN, and the row
+    # with the largest sparse value was never flagged.
+    rng = np.random.default_rng(0)
+    v = (rng.integers(-2, 3, (27, 1)) / 8).astype(np.float32)
+    ptr, rows = episode_windows(np.full(27, -1), 0)
+    sp = (np.array([0, 5], np.int64), np.array([0, 6, 7, 19, 26], np.int64),
+          np.array([6.3, 0.7, 7.5, 1.9, 7.7]), np.array([0.5]), np.zeros(1), np.ones(1))
+    args = (ptr, rows, 0.0, np.array([0.0, 0.0, 0.0, 2.22507386e-311, 0.0, 1.0]), *sp,
+            np.full(27, NOW), np.ones(27, np.float32), np.ones(27, bool), NOW, 1.0, 0.0, 0.0,
+            -np.inf)
+    want = _out(1)
+    scan.hybrid_exact_topk(np.array([0.125], np.float32), v, *args, *want)
+    assert want[0][0] == 26
+    for fn in SCANS.values():
+        out, stats = _out(1), np.zeros(2, np.int64)
+        fn(np.array([0.125], np.float32), *_encoded(v), v, *args, *out, stats)
+        for g, w in zip(out, want):
+            np.testing.assert_array_equal(g, w)
+
+
 def test_ties_go_to_the_lower_row_and_the_threshold_row_is_kept():
     v = np.tile(np.array([[0.6, 0.8]], np.float32), (6, 1))
     ptr, rows = episode_windows(np.full(6, -1), 0)
