@@ -450,7 +450,7 @@ def _seeds_and_constants(query, vectors, s_ids, s_keys, s_sizes, amax, imax, win
     c1 = t_own + t_ctx * alpha
     c2 = c0
     if t_ctx != 0.0 and hstar != -np.inf:
-        c2 += t_ctx * ((1.0 - alpha) * min(hstar, amax))
+        c2 += t_ctx * ((1.0 - alpha) * min(hstar, amax * (1.0 + 2.0 ** -20) + 1e-30))
     if hstar == -np.inf:
         c2 = np.inf                              # every row is flagged anyway
     return seeds, out, c1, c2, slack, hstar
