@@ -252,7 +252,8 @@ def hybrid_dataset(n: int):
     for _ in range(8):
         x = vectors[rng.integers(0, n)] + 0.6 * rng.standard_normal(DIM).astype(np.float32) / np.sqrt(DIM)
         queries.append((x / np.linalg.norm(x)).astype(np.float32))
-    return dict(vectors=vectors, win_ptr=win_ptr, win_rows=win_rows.astype(np.int64), ctx=ctx,
+    return dict(vectors=vectors, win_start=win_ptr[:-1].copy(), win_len=cnt.astype(np.int64),
+                win_rows=win_rows.astype(np.int64), ctx=ctx,
                 s1=s1, s2=s2, enc=enc, sparse=sparse, queries=queries,
                 t=np.full(n, NOW), imp=np.zeros(n, np.float32), alive=np.ones(n, bool))
 
@@ -275,13 +276,13 @@ def hybrid_arguments(d, query):
         m, v = kmoments.sparse_moments(d["sparse"][j][1], n)
         mu[j], inv[j] = m, (1 / np.sqrt(v) if v > 0 else 0.0)
     sp_w = np.array([HYBRID_W["w_lex"], HYBRID_W["w_lex_ctx"], HYBRID_W["w_speaker"]])
-    return (d["win_ptr"], d["win_rows"], ALPHA, dense, sp_ptr, sp_rows, sp_vals, sp_w, mu, inv,
+    return (d["win_start"], d["win_len"], d["win_rows"], ALPHA, dense, sp_ptr, sp_rows, sp_vals, sp_w, mu, inv,
             d["t"], d["imp"], d["alive"], NOW, 3600.0, 0.0, 0.0, -np.inf)
 
 
 def similarity_arguments(d):
     e, z = np.zeros(0, np.int64), np.zeros(0)
-    return (d["win_ptr"], d["win_rows"], 1.0, np.array([1.0, 0.0, 1.0, 0.0, 0.0, 1.0]),
+    return (d["win_start"], d["win_len"], d["win_rows"], 1.0, np.array([1.0, 0.0, 1.0, 0.0, 0.0, 1.0]),
             np.zeros(1, np.int64), e, z, z, z, z, d["t"], d["imp"], d["alive"], NOW, 3600.0, 0.0,
             0.0, -np.inf)
 

@@ -283,12 +283,12 @@ def bm25_scores_sparse(q_terms, q_idf, term_head, term_tail, term_fill, block_st
 @numba.njit(cache=True)
 def bm25_context_scores_sparse(q_terms, term_head, term_tail, term_fill, block_start, block_size,
                                block_next, pool_doc, pool_tf, doc_row, doc_alive, row_len,
-                               win_ptr, win_rows, n_live, k1, b, avgdl_ctx):
+                               win_start, win_len, win_rows, n_live, k1, b, avgdl_ctx):
     """BM25 of each row's *context document* (its window's texts concatenated), from the
     own-text postings and the windows, for the rows that score.
 
     Row ``i``'s context document is the multiset union of the documents of the rows in its
-    window ``W(i) = win_rows[win_ptr[i]:win_ptr[i + 1]]``, so, with ``P_t`` the live rows
+    window ``W(i) = win_rows[win_start[i]:win_start[i] + win_len[i]]``, so, with ``P_t`` the live rows
     holding term ``t``::
 
         tf_ctx(t, i) = sum_{j in W(i)} tf(t, j)        len_ctx(i) = sum_{j in W(i)} len(j)
@@ -309,7 +309,7 @@ def bm25_context_scores_sparse(q_terms, term_head, term_tail, term_fill, block_s
         The own-text postings (see :func:`bm25_append`).
     row_len : ndarray of shape (n_rows,), int64
         Tokens of each live row's own document.
-    win_ptr : ndarray of shape (n_rows + 1,), int64
+    win_start, win_len : ndarray of shape (n_rows,), int64
     win_rows : ndarray, int64 or int32
     n_live : int
         Live rows (context documents), ``N``.
@@ -340,7 +340,8 @@ def bm25_context_scores_sparse(q_terms, term_head, term_tail, term_fill, block_s
     >>> rows, scores = bm25_context_scores_sparse(
     ...     np.array([2]), head, tail, fill, bstart, bsize, bnext, pdoc, ptf,
     ...     np.array([0, 1, 2]), np.array([True, True, True]), np.array([2, 2, 2]),
-    ...     np.array([0, 2, 4, 5]), np.array([0, 1, 0, 1, 2]), 3, 1.2, 0.75, 10 / 3)
+    ...     np.array([0, 2, 4]), np.array([2, 2, 1]), np.array([0, 1, 0, 1, 2]), 3, 1.2, 0.75,
+    ...     10 / 3)
     >>> rows.tolist(), bool(scores[0] == scores[1] > 0)
     ([0, 1], True)
     """
@@ -355,7 +356,7 @@ def bm25_context_scores_sparse(q_terms, term_head, term_tail, term_fill, block_s
                 d = pool_doc[p]
                 if doc_alive[d]:
                     r = doc_row[d]
-                    m += max(win_ptr[r + 1] - win_ptr[r], 1)
+                    m += max((win_start[r] + win_len[r]) - win_start[r], 1)
             blk = block_next[blk]
     rows = np.empty(m, np.int64)
     vals = np.empty(m, np.float64)
@@ -373,8 +374,8 @@ def bm25_context_scores_sparse(q_terms, term_head, term_tail, term_fill, block_s
                 d = pool_doc[p]
                 if doc_alive[d]:
                     r = doc_row[d]
-                    if win_ptr[r + 1] > win_ptr[r]:
-                        for q in range(win_ptr[r], win_ptr[r + 1]):
+                    if (win_start[r] + win_len[r]) > win_start[r]:
+                        for q in range(win_start[r], (win_start[r] + win_len[r])):
                             t_rows[u] = win_rows[q]
                             t_tf[u] = pool_tf[p]
                             u += 1
@@ -401,8 +402,8 @@ def bm25_context_scores_sparse(q_terms, term_head, term_tail, term_fill, block_s
                 tfi += t_tf[order[o]]
                 o += 1
             dl = 0
-            if win_ptr[i + 1] > win_ptr[i]:
-                for q in range(win_ptr[i], win_ptr[i + 1]):
+            if (win_start[i] + win_len[i]) > win_start[i]:
+                for q in range(win_start[i], (win_start[i] + win_len[i])):
                     dl += row_len[win_rows[q]]
             else:
                 dl = row_len[i]

@@ -85,7 +85,7 @@ def _encode_one(v, code):
         rr += d * d
     # sqrt and the sums round a few times (relative 2**-53 each): inflate, then round up.
     cnorm = _up32(np.sqrt(np.float64(cc)))
-    rnorm = _up32(np.sqrt(rr) * (1.0 + (dim + 8) * _U) + 1e-300)
+    rnorm = _up32(np.sqrt(rr) * (1.0 + (dim + 8) * _U))          # 0 for an exact row
     return scale, cnorm, rnorm
 
 

@@ -124,19 +124,19 @@ def moments_update(vectors, rows, sign, s1, s2):
 
 
 @numba.njit(cache=True)
-def context_moments_update(vectors, rows, win_ptr, win_rows, alpha, sign, s1, s2):
+def context_moments_update(vectors, rows, win_start, win_len, win_rows, alpha, sign, s1, s2):
     """Add or subtract the context vectors ``c_i`` (and ``c_i c_i^T``) of ``rows``.
 
     ``c_i = alpha * v_i + (1 - alpha) * (sum_{j in W(i)} v_j) / |W(i)|`` in float64 (window
     sum in window order; an empty window counts as ``[i]``), with ``W(i) =
-    win_rows[win_ptr[i]:win_ptr[i + 1]]``: pass the windows as they were when the rows' vectors
+    win_rows[win_start[i]:win_start[i] + win_len[i]]``: pass the windows as they were when the rows' vectors
     were added (``sign = -1``), or as they are now (``sign = 1``).
 
     Parameters
     ----------
     vectors : ndarray of shape (n, dim), float32
     rows : ndarray of shape (m,), int64
-    win_ptr : ndarray of shape (n + 1,), int64
+    win_start, win_len : ndarray of shape (n,), int64
     win_rows : ndarray, int64 or int32
     alpha : float
     sign : float
@@ -153,8 +153,8 @@ def context_moments_update(vectors, rows, win_ptr, win_rows, alpha, sign, s1, s2
     --------
     >>> V = np.array([[1, 0], [0, 1]], np.float32)
     >>> s1, s2 = np.zeros(2), np.zeros((2, 2))
-    >>> context_moments_update(V, np.array([0]), np.array([0, 2, 4]), np.array([0, 1, 0, 1]),
-    ...                        0.5, 1.0, s1, s2)
+    >>> context_moments_update(V, np.array([0]), np.array([0, 2]), np.array([2, 2]),
+    ...                        np.array([0, 1, 0, 1]), 0.5, 1.0, s1, s2)
     >>> s1.tolist()                                  # 0.5 * v0 + 0.5 * (v0 + v1) / 2
     [0.75, 0.25]
     """
@@ -163,8 +163,8 @@ def context_moments_update(vectors, rows, win_ptr, win_rows, alpha, sign, s1, s2
     acc = np.empty(dim, np.float64)
     for r in range(rows.shape[0]):
         i = rows[r]
-        a = win_ptr[i]
-        b = win_ptr[i + 1]
+        a = win_start[i]
+        b = (win_start[i] + win_len[i])
         for d in range(dim):
             acc[d] = 0.0
         if b > a:

@@ -410,7 +410,7 @@ def encode_rows(vectors, codes, scale, cnorm, rnorm):
     cn = np.sqrt((c * c).sum(axis=1))
     rn = np.sqrt((r * r).sum(axis=1)) * (1.0 + (v.shape[1] + 8) * 2.0 ** -53)
     cnorm[:] = _up32(cn)
-    rnorm[:] = _up32(np.where(rn > 0, rn + 1e-300, 0.0))
+    rnorm[:] = _up32(rn)
 
 
 def _up32(x):
@@ -433,19 +433,19 @@ def exact_sims(query, vectors):
     return ((p[:, 0] + p[:, 1]) + (p[:, 2] + p[:, 3])) + ((p[:, 4] + p[:, 5]) + (p[:, 6] + p[:, 7]))
 
 
-def _window_ctx(sims, win_ptr, win_rows, alpha):
+def _window_ctx(sims, win_start, win_len, win_rows, alpha):
     n = sims.shape[0]
-    size = np.diff(win_ptr)
+    size = np.asarray(win_len)
     acc = np.zeros(n)
     for p in range(int(size.max()) if n else 0):
         has = size > p
-        acc[has] += sims[win_rows[win_ptr[:-1][has] + p]]
+        acc[has] += sims[win_rows[win_start[has] + p]]
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = np.where(size > 0, acc / np.where(size > 0, size, 1), sims)
     return alpha * sims + (1.0 - alpha) * mean
 
 
-def hybrid_exact_topk(query, vectors, win_ptr, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals,
+def hybrid_exact_topk(query, vectors, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals,
                       sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive, now, half_life,
                       w_rec, w_imp, threshold, out_ids, out_scores, out_sims):
     """The exact hybrid path (see kernels/scan.py): float64 sims, the window stencil, z-scores
@@ -456,7 +456,7 @@ def hybrid_exact_topk(query, vectors, win_ptr, win_rows, alpha, dense, sp_ptr, s
     if dense[0] != 0.0:
         s += dense[0] * ((sims - dense[1]) * dense[2])
     if dense[3] != 0.0:
-        s += dense[3] * ((_window_ctx(sims, win_ptr, win_rows, alpha) - dense[4]) * dense[5])
+        s += dense[3] * ((_window_ctx(sims, win_start, win_len, win_rows, alpha) - dense[4]) * dense[5])
     if w_rec != 0.0:
         age = np.maximum(np.float64(now) - last_accessed_at, 0.0)
         s += w_rec * np.exp2(-age / np.float64(half_life))
@@ -473,14 +473,14 @@ def hybrid_exact_topk(query, vectors, win_ptr, win_rows, alpha, dense, sp_ptr, s
                    s[keep].astype(np.float32), out_ids, out_scores, out_sims)
 
 
-def hybrid_scan_topk(query, codes, scale, cnorm, rnorm, vectors, win_ptr, win_rows, alpha,
+def hybrid_scan_topk(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len, win_rows, alpha,
                      dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
                      importance, alive, now, half_life, w_rec, w_imp, threshold,
                      out_ids, out_scores, out_sims, stats, parallel=False):
     """:func:`hybrid_exact_topk` (the codes only change the work); stats = [live rows, n]."""
     stats[0] = int(alive.sum())
     stats[1] = vectors.shape[0]
-    return hybrid_exact_topk(query, vectors, win_ptr, win_rows, alpha, dense, sp_ptr, sp_rows,
+    return hybrid_exact_topk(query, vectors, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows,
                              sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive,
                              now, half_life, w_rec, w_imp, threshold, out_ids, out_scores,
                              out_sims)
@@ -496,12 +496,12 @@ def dense_moments(query, s1, s2, n):
     return mean, max(float(q @ s2 @ q) / n - mean * mean, 0.0)
 
 
-def context_vectors(vectors, win_ptr, win_rows, alpha):
+def context_vectors(vectors, win_start, win_len, win_rows, alpha):
     """(n, dim) float64: alpha * v_i + (1 - alpha) * mean of the rows of W(i) (W(i) empty: v_i)."""
     v = vectors.astype(np.float64)
     out = np.empty_like(v)
     for i in range(v.shape[0]):
-        w = win_rows[win_ptr[i]:win_ptr[i + 1]]
+        w = win_rows[win_start[i]:win_start[i] + win_len[i]]
         mean = v[w].mean(axis=0) if w.shape[0] else v[i]
         out[i] = alpha * v[i] + (1.0 - alpha) * mean
     return out
@@ -514,9 +514,9 @@ def moments_update(vectors, rows, sign, s1, s2):
     s2 += sign * (x.T @ x)
 
 
-def context_moments_update(vectors, rows, win_ptr, win_rows, alpha, sign, s1, s2):
+def context_moments_update(vectors, rows, win_start, win_len, win_rows, alpha, sign, s1, s2):
     """moments_update of the context vectors of rows (see context_vectors)."""
-    x = context_vectors(vectors, win_ptr, win_rows, alpha)[rows]
+    x = context_vectors(vectors, win_start, win_len, win_rows, alpha)[rows]
     s1 += sign * x.sum(axis=0)
     s2 += sign * (x.T @ x)
 
@@ -560,7 +560,7 @@ def bm25_scores_sparse(q_terms, q_idf, term_head, term_tail, term_fill, block_st
 
 def bm25_context_scores_sparse(q_terms, term_head, term_tail, term_fill, block_start, block_size,
                                block_next, pool_doc, pool_tf, doc_row, doc_alive, row_len,
-                               win_ptr, win_rows, n_live, k1, b, avgdl_ctx):
+                               win_start, win_len, win_rows, n_live, k1, b, avgdl_ctx):
     """BM25 of each live row's window document (its window's own documents merged), by the
     definition: tf and length summed over the window, df over the window documents, N = n_live."""
     own = _live_row_terms(term_head, term_tail, term_fill, block_start, block_size, block_next,
@@ -568,7 +568,7 @@ def bm25_context_scores_sparse(q_terms, term_head, term_tail, term_fill, block_s
     live_rows = sorted({int(doc_row[d]) for d in range(doc_alive.shape[0]) if doc_alive[d]})
     ctx: dict = {}
     for i in live_rows:
-        w = win_rows[win_ptr[i]:win_ptr[i + 1]].tolist() or [i]
+        w = win_rows[win_start[i]:win_start[i] + win_len[i]].tolist() or [i]
         tfs: dict = {}
         for j in w:
             for t, tf in own.get(j, {}).items():

@@ -12,8 +12,10 @@ The score (the *exact path*, :func:`hybrid_exact_topk`; NumPy oracle
             + sum over sparse signals l of w_l * ((x_l[i] - mu_l) * inv_l)
 
 in float64, added left to right, a term skipped when its weight is 0, rounded once to float32.
-``W(i)`` is row ``i``'s episode window (CSR ``win_ptr``/``win_rows``, the row itself included;
-an empty window counts as ``[i]``), so ``ctx_i`` equals ``q . ctx_vector_i`` with
+``W(i)`` is row ``i``'s episode window, ``win_rows[win_start[i]:win_start[i] + win_len[i]]``
+(the row itself included; an empty window counts as ``[i]``; CSR is ``win_start = ptr[:-1]``,
+``win_len = diff(ptr)``, and a padded layout with a fixed stride lets a store update windows
+in place), so ``ctx_i`` equals ``q . ctx_vector_i`` with
 ``ctx_vector_i = alpha * v_i + (1 - alpha) * mean(v_j, j in W(i))``: no context matrix is
 stored or scanned. ``mu``/``inv`` z-normalise a signal (``inv = 1 / std``, 0 when std is 0;
 ``mu = 0, inv = 1`` for raw) with statistics given from outside (:mod:`memcore.kernels.moments`
@@ -134,10 +136,10 @@ def _score(i, sim, ctx, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
 
 
 @numba.njit(cache=True)
-def _ctx(i, sims, win_ptr, win_rows, alpha):
+def _ctx(i, sims, win_start, win_len, win_rows, alpha):
     """``alpha * sims[i] + (1 - alpha) * mean(sims[W(i)])`` (sum in window order)."""
-    a = win_ptr[i]
-    b = win_ptr[i + 1]
+    a = win_start[i]
+    b = (win_start[i] + win_len[i])
     if b <= a:
         return alpha * sims[i] + (1.0 - alpha) * sims[i]
     acc = 0.0
@@ -147,7 +149,7 @@ def _ctx(i, sims, win_ptr, win_rows, alpha):
 
 
 @numba.njit(cache=True)
-def hybrid_exact_topk(query, vectors, win_ptr, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals,
+def hybrid_exact_topk(query, vectors, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals,
                       sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive, now, half_life,
                       w_rec, w_imp, threshold, out_ids, out_scores, out_sims):
     """The exact path: every row's exact similarity, the stencil, the score, a bounded heap.
@@ -156,10 +158,10 @@ def hybrid_exact_topk(query, vectors, win_ptr, win_rows, alpha, dense, sp_ptr, s
     ----------
     query : ndarray of shape (dim,), float32
     vectors : ndarray of shape (n, dim), float32
-    win_ptr : ndarray of shape (n + 1,), int64
-    win_rows : ndarray of shape (win_ptr[n],), int64 or int32
-        Row ``i``'s episode window is ``win_rows[win_ptr[i]:win_ptr[i + 1]]`` (itself
-        included).
+    win_start, win_len : ndarray of shape (n,), int64
+    win_rows : ndarray, int64 or int32
+        Row ``i``'s episode window is ``win_rows[win_start[i]:win_start[i] + win_len[i]]``
+        (itself included).
     alpha : float
         Share of the row's own similarity in its context similarity, in [0, 1].
     dense : ndarray of shape (6,), float64
@@ -196,10 +198,10 @@ def hybrid_exact_topk(query, vectors, win_ptr, win_rows, alpha, dense, sp_ptr, s
     Examples
     --------
     >>> V = np.array([[1, 0], [0.6, 0.8], [0, 1]], np.float32)
-    >>> ptr, rows = np.array([0, 2, 4, 6]), np.array([0, 1, 0, 1, 1, 2])   # W(2) = [1, 2]
+    >>> start, size, rows = np.array([0, 2, 4]), np.array([2, 2, 2]), np.array([0, 1, 0, 1, 1, 2])
     >>> ids = np.empty(2, np.int64); sc = np.empty(2, np.float32); si = np.empty(2, np.float32)
     >>> e, z = np.zeros(0, np.int64), np.zeros(0)
-    >>> hybrid_exact_topk(np.array([0, 1], np.float32), V, ptr, rows, 0.5,
+    >>> hybrid_exact_topk(np.array([0, 1], np.float32), V, start, size, rows, 0.5,  # W(2) = [1, 2]
     ...                   np.array([0.0, 0, 1, 1.0, 0, 1]), np.zeros(1, np.int64), e, z, z, z,
     ...                   z, np.zeros(3), np.zeros(3, np.float32), np.ones(3, bool), 0.0, 1.0,
     ...                   0.0, 0.0, -np.inf, ids, sc, si), ids.tolist(), sc.tolist()
@@ -214,7 +216,7 @@ def hybrid_exact_topk(query, vectors, win_ptr, win_rows, alpha, dense, sp_ptr, s
     for i in range(n):
         if not alive[i] or not sims[i] >= thr:
             continue
-        ctx = _ctx(i, sims, win_ptr, win_rows, alpha) if dense[3] != 0.0 else 0.0
+        ctx = _ctx(i, sims, win_start, win_len, win_rows, alpha) if dense[3] != 0.0 else 0.0
         s = _score(i, sims[i], ctx, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
                    last_accessed_at, importance, now, half_life, w_rec, w_imp)
         size = heap_push(out_ids, out_scores, out_sims, size, np.int64(i), np.float32(s),
@@ -253,7 +255,7 @@ def _pass_codes(qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive, i
 
 
 @numba.njit(cache=True)
-def _pass_hot(start, stop, hi, hstar, win_ptr, win_rows, windows, flag):
+def _pass_hot(start, stop, hi, hstar, win_start, win_len, win_rows, windows, flag):
     """Flag every row whose window holds a *hot* row of [start, stop) (``hi >= hstar``), and
     the hot row itself. Windows are symmetric, so ``W^-1(j) = W(j)``. Racing writes all
     store True."""
@@ -261,12 +263,12 @@ def _pass_hot(start, stop, hi, hstar, win_ptr, win_rows, windows, flag):
         if np.float64(hi[j]) >= hstar:
             flag[j] = True
             if windows:
-                for p in range(win_ptr[j], win_ptr[j + 1]):
+                for p in range(win_start[j], (win_start[j] + win_len[j])):
                     flag[win_rows[p]] = True
 
 
 @numba.njit(cache=True)
-def _exact_into(i, query, vectors, sims, known, win_ptr, win_rows, alpha, dense, sp_ptr,
+def _exact_into(i, query, vectors, sims, known, win_start, win_len, win_rows, alpha, dense, sp_ptr,
                 sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, now,
                 half_life, w_rec, w_imp, thr, out_ids, out_scores, out_sims, size, stats):
     """Score row i exactly (similarities cached in sims/known) and offer it to the heap."""
@@ -280,13 +282,13 @@ def _exact_into(i, query, vectors, sims, known, win_ptr, win_rows, alpha, dense,
         return size
     ctx = 0.0
     if dense[3] != 0.0:
-        for p in range(win_ptr[i], win_ptr[i + 1]):
+        for p in range(win_start[i], (win_start[i] + win_len[i])):
             j = win_rows[p]
             if not known[j]:
                 sims[j] = exact_sim(query, vectors[j])
                 known[j] = True
                 stats[1] += 1
-        ctx = _ctx(i, sims, win_ptr, win_rows, alpha)
+        ctx = _ctx(i, sims, win_start, win_len, win_rows, alpha)
     s = _score(i, sim, ctx, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
                last_accessed_at, importance, now, half_life, w_rec, w_imp)
     return heap_push(out_ids, out_scores, out_sims, size, np.int64(i), np.float32(s),
@@ -294,7 +296,7 @@ def _exact_into(i, query, vectors, sims, known, win_ptr, win_rows, alpha, dense,
 
 
 @numba.njit(cache=True)
-def _upper(i, hi, win_ptr, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu,
+def _upper(i, hi, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu,
            sp_inv, last_accessed_at, importance, now, half_life, w_rec, w_imp):
     """A rigorous upper bound on row i's float32 score from the similarity intervals."""
     a_hi = np.float64(hi[i])
@@ -305,8 +307,8 @@ def _upper(i, hi, win_ptr, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_
         u += x
         mag += abs(x) + dense[0] * (abs(a_hi) + abs(dense[1])) * dense[2]
     if dense[3] != 0.0:
-        pa = win_ptr[i]
-        pb = win_ptr[i + 1]
+        pa = win_start[i]
+        pb = (win_start[i] + win_len[i])
         c = a_hi
         if pb > pa:
             acc = 0.0
@@ -336,7 +338,7 @@ def _upper(i, hi, win_ptr, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_
 
 
 @numba.njit(cache=True)
-def _finish(query, vectors, hi, flag, seeds, win_ptr, win_rows, alpha, dense, sp_ptr,
+def _finish(query, vectors, hi, flag, seeds, win_start, win_len, win_rows, alpha, dense, sp_ptr,
             sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive, now,
             half_life, w_rec, w_imp, thr, c1, c2, slack, out_ids, out_scores, out_sims, size,
             sims, known, stats):
@@ -380,7 +382,7 @@ def _finish(query, vectors, hi, flag, seeds, win_ptr, win_rows, alpha, dense, sp
     m = 0
     for i in range(n):
         if flag[i]:
-            u = _upper(i, hi, win_ptr, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals,
+            u = _upper(i, hi, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals,
                        sp_w, sp_mu, sp_inv, last_accessed_at, importance, now, half_life,
                        w_rec, w_imp)
             if u >= tau:
@@ -394,7 +396,7 @@ def _finish(query, vectors, hi, flag, seeds, win_ptr, win_rows, alpha, dense, sp
         i = cand[order[o]]
         if size == k and -key[order[o]] < np.float64(out_scores[0]):
             break                                  # no later candidate can reach the k-th
-        size = _exact_into(i, query, vectors, sims, known, win_ptr, win_rows, alpha, dense,
+        size = _exact_into(i, query, vectors, sims, known, win_start, win_len, win_rows, alpha, dense,
                            sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
                            importance, now, half_life, w_rec, w_imp, thr, out_ids, out_scores,
                            out_sims, size, stats)
@@ -402,7 +404,7 @@ def _finish(query, vectors, hi, flag, seeds, win_ptr, win_rows, alpha, dense, sp
 
 
 @numba.njit(cache=True)
-def _seeds_and_constants(query, vectors, s_ids, s_keys, s_sizes, amax, imax, win_ptr, win_rows,
+def _seeds_and_constants(query, vectors, s_ids, s_keys, s_sizes, amax, imax, win_start, win_len, win_rows,
                          alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
                          last_accessed_at, importance, now, half_life, w_rec, w_imp, thr,
                          out_ids, out_scores, out_sims, sims, known, stats):
@@ -422,7 +424,7 @@ def _seeds_and_constants(query, vectors, s_ids, s_keys, s_sizes, amax, imax, win
     seeds = t_ids[:size].copy()
     out = 0
     for j in range(size):
-        out = _exact_into(seeds[j], query, vectors, sims, known, win_ptr, win_rows, alpha, dense,
+        out = _exact_into(seeds[j], query, vectors, sims, known, win_start, win_len, win_rows, alpha, dense,
                           sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
                           importance, now, half_life, w_rec, w_imp, thr, out_ids, out_scores,
                           out_sims, out, stats)
@@ -457,7 +459,7 @@ def _seeds_and_constants(query, vectors, s_ids, s_keys, s_sizes, amax, imax, win
 
 
 @numba.njit(cache=True)
-def hybrid_scan_topk_serial(query, codes, scale, cnorm, rnorm, vectors, win_ptr, win_rows,
+def hybrid_scan_topk_serial(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len, win_rows,
                             alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
                             last_accessed_at, importance, alive, now, half_life, w_rec, w_imp,
                             threshold, out_ids, out_scores, out_sims, stats):
@@ -489,22 +491,22 @@ def hybrid_scan_topk_serial(query, codes, scale, cnorm, rnorm, vectors, win_ptr,
     sims = np.empty(n, np.float64)
     known = np.zeros(n, np.bool_)
     seeds, size, c1, c2, slack, hstar = _seeds_and_constants(
-        query, vectors, s_ids, s_keys, s_sizes, b_max[:, 0].max(), b_max[:, 1].max(), win_ptr,
-        win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
+        query, vectors, s_ids, s_keys, s_sizes, b_max[:, 0].max(), b_max[:, 1].max(), win_start,
+        win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
         last_accessed_at, importance, now, half_life, w_rec, w_imp, thr, out_ids, out_scores,
         out_sims, sims, known, stats)
     flag = np.zeros(n, np.bool_)
     windows = dense[3] != 0.0
     for b in range(nb):
-        _pass_hot(b * n // nb, (b + 1) * n // nb, hi, hstar, win_ptr, win_rows, windows, flag)
-    return _finish(query, vectors, hi, flag, seeds, win_ptr, win_rows, alpha, dense, sp_ptr,
+        _pass_hot(b * n // nb, (b + 1) * n // nb, hi, hstar, win_start, win_len, win_rows, windows, flag)
+    return _finish(query, vectors, hi, flag, seeds, win_start, win_len, win_rows, alpha, dense, sp_ptr,
                    sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive,
                    now, half_life, w_rec, w_imp, thr, c1, c2, slack, out_ids, out_scores,
                    out_sims, size, sims, known, stats)
 
 
 @numba.njit(cache=True, parallel=True)
-def hybrid_scan_topk_parallel(query, codes, scale, cnorm, rnorm, vectors, win_ptr, win_rows,
+def hybrid_scan_topk_parallel(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len, win_rows,
                               alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
                               last_accessed_at, importance, alive, now, half_life, w_rec,
                               w_imp, threshold, out_ids, out_scores, out_sims, stats):
@@ -537,21 +539,21 @@ def hybrid_scan_topk_parallel(query, codes, scale, cnorm, rnorm, vectors, win_pt
     sims = np.empty(n, np.float64)
     known = np.zeros(n, np.bool_)
     seeds, size, c1, c2, slack, hstar = _seeds_and_constants(
-        query, vectors, s_ids, s_keys, s_sizes, b_max[:, 0].max(), b_max[:, 1].max(), win_ptr,
-        win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
+        query, vectors, s_ids, s_keys, s_sizes, b_max[:, 0].max(), b_max[:, 1].max(), win_start,
+        win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
         last_accessed_at, importance, now, half_life, w_rec, w_imp, thr, out_ids, out_scores,
         out_sims, sims, known, stats)
     flag = np.zeros(n, np.bool_)
     windows = dense[3] != 0.0
     for b in numba.prange(nb):
-        _pass_hot(b * n // nb, (b + 1) * n // nb, hi, hstar, win_ptr, win_rows, windows, flag)
-    return _finish(query, vectors, hi, flag, seeds, win_ptr, win_rows, alpha, dense, sp_ptr,
+        _pass_hot(b * n // nb, (b + 1) * n // nb, hi, hstar, win_start, win_len, win_rows, windows, flag)
+    return _finish(query, vectors, hi, flag, seeds, win_start, win_len, win_rows, alpha, dense, sp_ptr,
                    sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive,
                    now, half_life, w_rec, w_imp, thr, c1, c2, slack, out_ids, out_scores,
                    out_sims, size, sims, known, stats)
 
 
-def hybrid_scan_topk(query, codes, scale, cnorm, rnorm, vectors, win_ptr, win_rows, alpha,
+def hybrid_scan_topk(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len, win_rows, alpha,
                      dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
                      importance, alive, now, half_life, w_rec, w_imp, threshold,
                      out_ids, out_scores, out_sims, stats, parallel=False):
@@ -565,8 +567,8 @@ def hybrid_scan_topk(query, codes, scale, cnorm, rnorm, vectors, win_ptr, win_ro
         From :func:`memcore.kernels.codes.encode_rows` of ``vectors``.
     vectors : ndarray of shape (n, dim), float32
         The rows themselves (only candidates and their windows are read).
-    win_ptr, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
-    last_accessed_at, importance, alive, now, half_life, w_rec, w_imp, threshold
+    win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu,
+    sp_inv, last_accessed_at, importance, alive, now, half_life, w_rec, w_imp, threshold
         As in :func:`hybrid_exact_topk`.
     out_ids : ndarray of shape (k,), int64
     out_scores, out_sims : ndarray of shape (k,), float32
@@ -591,17 +593,17 @@ def hybrid_scan_topk(query, codes, scale, cnorm, rnorm, vectors, win_ptr, win_ro
     >>> V = np.array([[1, 0], [0.6, 0.8], [0, 1]], np.float32)
     >>> C = np.empty((3, 2), np.int8); s, cn, rn = (np.empty(3, np.float32) for _ in range(3))
     >>> encode_rows(V, C, s, cn, rn)
-    >>> ptr, rows = np.array([0, 2, 4, 6]), np.array([0, 1, 0, 1, 1, 2])
+    >>> start, size, rows = np.array([0, 2, 4]), np.array([2, 2, 2]), np.array([0, 1, 0, 1, 1, 2])
     >>> ids = np.empty(2, np.int64); sc = np.empty(2, np.float32); si = np.empty(2, np.float32)
     >>> e, z, st = np.zeros(0, np.int64), np.zeros(0), np.zeros(2, np.int64)
-    >>> hybrid_scan_topk(np.array([0, 1], np.float32), C, s, cn, rn, V, ptr, rows, 0.5,
+    >>> hybrid_scan_topk(np.array([0, 1], np.float32), C, s, cn, rn, V, start, size, rows, 0.5,
     ...                  np.array([0.0, 0, 1, 1.0, 0, 1]), np.zeros(1, np.int64), e, z, z, z,
     ...                  z, np.zeros(3), np.zeros(3, np.float32), np.ones(3, bool), 0.0, 1.0,
     ...                  0.0, 0.0, -np.inf, ids, sc, si, st), ids.tolist()
     (2, [2, 1])
     """
     kernel = hybrid_scan_topk_parallel if parallel else hybrid_scan_topk_serial
-    return kernel(query, codes, scale, cnorm, rnorm, vectors, win_ptr, win_rows, alpha, dense,
+    return kernel(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len, win_rows, alpha, dense,
                   sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance,
                   alive, now, half_life, w_rec, w_imp, threshold, out_ids, out_scores, out_sims,
                   stats)

@@ -246,10 +246,11 @@ def episode_windows(episode_of: np.ndarray, radius: int) -> tuple[np.ndarray, np
     for rows in members.values():
         for p, i in enumerate(rows):
             wins[i] = rows[max(0, p - radius):p + radius + 1]
-    ptr = np.zeros(n + 1, np.int64)
-    ptr[1:] = np.cumsum([len(w) for w in wins])
+    size = np.array([len(w) for w in wins], np.int64)
+    start = np.zeros(n, np.int64)
+    start[1:] = np.cumsum(size)[:-1]
     flat = np.array([j for w in wins for j in w], np.int64)
-    return ptr, flat
+    return start, size, flat
 
 
 @dataclass
@@ -258,7 +259,8 @@ class HybridProblem:
 
     query: np.ndarray
     vectors: np.ndarray
-    win_ptr: np.ndarray
+    win_start: np.ndarray
+    win_len: np.ndarray
     win_rows: np.ndarray
     alpha: float
     dense: np.ndarray
@@ -281,7 +283,7 @@ class HybridProblem:
 
     def after_vectors(self):
         """Every argument after ``vectors`` up to ``threshold``, in kernel order."""
-        return (self.win_ptr, self.win_rows, self.alpha, self.dense, self.sp_ptr, self.sp_rows,
+        return (self.win_start, self.win_len, self.win_rows, self.alpha, self.dense, self.sp_ptr, self.sp_rows,
                 self.sp_vals, self.sp_w, self.sp_mu, self.sp_inv, self.last_accessed_at,
                 self.importance, self.alive, self.now, self.half_life, self.w_rec, self.w_imp,
                 self.threshold)
@@ -313,7 +315,7 @@ def hybrid_problems(draw, max_n=300, max_dim=24, kinds=("dyadic", "unit", "clust
             vectors[rng.integers(0, n)] = 0.0
     n_ep = draw(st.integers(1, max(1, n // 3 + 1)))
     episode_of = rng.integers(-1, n_ep, n)
-    win_ptr, win_rows = episode_windows(episode_of, draw(st.sampled_from([0, 1, 2, 3])))
+    win_start, win_len, win_rows = episode_windows(episode_of, draw(st.sampled_from([0, 1, 2, 3])))
     alpha = draw(st.sampled_from([0.0, 0.4, 1.0]) | st.floats(0.0, 1.0))
     weights = st.sampled_from([0.0, 0.5, 1.0, 1.5]) | st.floats(0.0, 4.0)
     stats = st.sampled_from([0.0, 0.1]) | st.floats(-1.0, 1.0)
@@ -347,8 +349,8 @@ def hybrid_problems(draw, max_n=300, max_dim=24, kinds=("dyadic", "unit", "clust
     elif thr_kind == "row" and n:
         threshold = float(exact_sims(query, vectors)[rng.integers(0, n)])
     return HybridProblem(
-        query=np.ascontiguousarray(query, np.float32), vectors=vectors, win_ptr=win_ptr,
-        win_rows=win_rows, alpha=alpha, dense=dense, sp_ptr=sp_ptr, sp_rows=sp_rows,
+        query=np.ascontiguousarray(query, np.float32), vectors=vectors, win_start=win_start,
+        win_len=win_len, win_rows=win_rows, alpha=alpha, dense=dense, sp_ptr=sp_ptr, sp_rows=sp_rows,
         sp_vals=sp_vals, sp_w=sp_w, sp_mu=sp_mu, sp_inv=sp_inv,
         last_accessed_at=timestamps_for(rng, n, NOW, half_life),
         importance=importance_for(rng, n), alive=alive, now=NOW, half_life=half_life,

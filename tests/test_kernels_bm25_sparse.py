@@ -44,16 +44,16 @@ def _corpus(seed, n, vocab, dead_frac, radius):
             doc_len[2 * i + k] = toks.shape[0]
         doc_alive[2 * i + 1] = live[i]
     episode = np.where(live, rng.integers(-1, max(1, n // 4), n), -1)
-    ptr, win = episode_windows(np.where(live, episode, -1), radius)
+    start, size, win = episode_windows(np.where(live, episode, -1), radius)
     # windows hold live rows only: a live row's window drops dead rows (they are own windows)
-    keep = [[j for j in win[ptr[i]:ptr[i + 1]].tolist() if live[j]] if live[i] else [i]
+    keep = [[j for j in win[start[i]:start[i] + size[i]].tolist() if live[j]] if live[i] else [i]
             for i in range(n)]
     ptr = np.zeros(n + 1, np.int64)
     ptr[1:] = np.cumsum([len(k) for k in keep])
     win = np.array([j for k in keep for j in k], np.int64)
     row_len = np.array([docs[i].shape[0] for i in range(n)], np.int64)
     postings = (head, tail, fill, bstart, bsize, bnext, pdoc, ptf)
-    return docs, postings, doc_row, doc_len, doc_alive, live, ptr, win, row_len
+    return docs, postings, doc_row, doc_len, doc_alive, live, (ptr[:-1], np.diff(ptr), win), row_len
 
 
 params = dict(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 60), vocab=st.integers(1, 12),
@@ -90,7 +90,7 @@ def test_sparse_scores_equal_the_dense_kernel(seed, n, vocab, dead, radius, q, k
 @given(**params)
 def test_context_scores_equal_indexing_the_concatenated_windows(seed, n, vocab, dead, radius, q,
                                                                 k1, b):
-    docs, post, doc_row, doc_len, doc_alive, live, ptr, win, row_len = _corpus(
+    docs, post, doc_row, doc_len, doc_alive, live, wins, row_len = _corpus(
         seed, n, vocab, dead, radius)
     n_live = int(live.sum())
     if not n_live:
@@ -98,17 +98,17 @@ def test_context_scores_equal_indexing_the_concatenated_windows(seed, n, vocab, 
     # the store layer's context path: one document per live row, its window's tokens
     ctx = LexicalIndex(k1, b)
     for i in np.flatnonzero(live).tolist():
-        w = win[ptr[i]:ptr[i + 1]].tolist()
+        w = wins[2][wins[0][i]:wins[0][i] + wins[1][i]].tolist()
         ctx.add_tokens(i, np.concatenate([docs[j] for j in w]).astype(np.uint64) + 1000)
     q_terms = np.array([t for t in q if t < vocab], np.int64)
     want = ctx.scores_tokens(q_terms.astype(np.uint64) + 1000, np.zeros(n))
     avgdl_ctx = ctx.avgdl if ctx.avgdl > 0 else 1.0
     rows, scores = kb.bm25_context_scores_sparse(q_terms, *post, doc_row, doc_alive, row_len,
-                                                 ptr, win, n_live, k1, b, avgdl_ctx)
+                                                 *wins, n_live, k1, b, avgdl_ctx)
     assert (np.diff(rows) > 0).all() and (scores > 0).all()
     np.testing.assert_array_equal(rows, np.flatnonzero(want))
     np.testing.assert_allclose(scores, want[rows], rtol=1e-13, atol=0)
-    r2, s2 = ref.bm25_context_scores_sparse(q_terms, *post, doc_row, doc_alive, row_len, ptr,
-                                            win, n_live, k1, b, avgdl_ctx)
+    r2, s2 = ref.bm25_context_scores_sparse(q_terms, *post, doc_row, doc_alive, row_len, *wins,
+                                            n_live, k1, b, avgdl_ctx)
     np.testing.assert_array_equal(rows, r2)
     np.testing.assert_allclose(scores, s2, rtol=1e-13)

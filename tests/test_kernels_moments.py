@@ -45,15 +45,15 @@ def test_context_moments_are_the_statistics_of_the_stencil(seed, n, dim, radius,
     rng = np.random.default_rng(seed)
     V = vectors_for(rng, n, dim, "unit")
     q = vectors_for(rng, 1, dim, "unit")[0]
-    ptr, win = episode_windows(rng.integers(-1, 4, n), radius)
+    start, size, win = episode_windows(rng.integers(-1, 4, n), radius)
     s1, s2 = np.zeros(dim), np.zeros((dim, dim))
     rows = np.arange(n, dtype=np.int64)
-    km.context_moments_update(V, rows, ptr, win, alpha, 1.0, s1, s2)
+    km.context_moments_update(V, rows, start, size, win, alpha, 1.0, s1, s2)
     r1, r2 = np.zeros(dim), np.zeros((dim, dim))
-    ref.context_moments_update(V, rows, ptr, win, alpha, 1.0, r1, r2)
+    ref.context_moments_update(V, rows, start, size, win, alpha, 1.0, r1, r2)
     np.testing.assert_allclose(s1, r1, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(s2, r2, rtol=1e-12, atol=1e-12)
-    ctx = ref._window_ctx(ref.exact_sims(q, V), ptr, win, alpha)     # the scan's stencil
+    ctx = ref._window_ctx(ref.exact_sims(q, V), start, size, win, alpha)     # the scan's stencil
     mean, var = km.dense_moments(q, s1, s2, n)
     assert abs(mean - ctx.mean()) <= 1e-12 and abs(var - ctx.var()) <= 1e-12
 
@@ -85,7 +85,7 @@ def test_put_delete_update_rules_equal_a_rebuild(seed, radius, ops):
                 p = m.index(i)
                 lists.append(m[max(0, p - radius):p + radius + 1])
         ptr[1:] = np.cumsum([len(x) for x in lists])
-        return ptr, np.array([j for x in lists for j in x], np.int64)
+        return ptr[:-1], np.diff(ptr), np.array([j for x in lists for j in x], np.int64)
 
     def affected(e, row):
         m = episodes.get(e, [])
@@ -102,27 +102,30 @@ def test_put_delete_update_rules_equal_a_rebuild(seed, radius, ops):
             row = free[r % len(free)]
             m = episodes.setdefault(e, [])
             before = [x for x in m[-radius:]] if radius else []    # windows that gain row
-            ptr, win = windows()
-            km.context_moments_update(V, np.array(before, np.int64), ptr, win, alpha, -1.0, s1, s2)
+            start, size, win = windows()
+            km.context_moments_update(V, np.array(before, np.int64), start, size, win, alpha, -1.0,
+                                      s1, s2)
             m.append(row)
             live.append(row)
-            ptr, win = windows()
-            km.context_moments_update(V, np.array(before + [row], np.int64), ptr, win, alpha,
+            start, size, win = windows()
+            km.context_moments_update(V, np.array(before + [row], np.int64), start, size, win, alpha,
                                       1.0, s1, s2)
         else:
             row = live[r % len(live)]
             e = next(k for k, m in episodes.items() if row in m)
             aff = affected(e, row)
-            ptr, win = windows()
-            km.context_moments_update(V, np.array(aff, np.int64), ptr, win, alpha, -1.0, s1, s2)
+            start, size, win = windows()
+            km.context_moments_update(V, np.array(aff, np.int64), start, size, win, alpha, -1.0,
+                                      s1, s2)
             episodes[e].remove(row)
             live.remove(row)
             aff.remove(row)
-            ptr, win = windows()
-            km.context_moments_update(V, np.array(aff, np.int64), ptr, win, alpha, 1.0, s1, s2)
-    ptr, win = windows()
+            start, size, win = windows()
+            km.context_moments_update(V, np.array(aff, np.int64), start, size, win, alpha, 1.0, s1, s2)
+    start, size, win = windows()
     w1, w2 = np.zeros(dim), np.zeros((dim, dim))
-    km.context_moments_update(V, np.array(sorted(live), np.int64), ptr, win, alpha, 1.0, w1, w2)
+    km.context_moments_update(V, np.array(sorted(live), np.int64), start, size, win, alpha, 1.0,
+                              w1, w2)
     np.testing.assert_allclose(s1, w1, atol=1e-9)
     np.testing.assert_allclose(s2, w2, atol=1e-9)
 

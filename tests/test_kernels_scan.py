@@ -100,25 +100,24 @@ def _clustered_problem(n=3000, dim=64, seed=0):
     centres = vectors_for(rng, 30, dim, "unit")
     x = centres[rng.integers(0, 30, n)] + 0.5 * rng.standard_normal((n, dim)) / np.sqrt(dim)
     v = np.ascontiguousarray(x / np.linalg.norm(x, axis=1, keepdims=True), np.float32)
-    ptr, rows = episode_windows(np.repeat(np.arange(n // 20), 20)[:n], 2)
-    return v, ptr, rows
+    return v, episode_windows(np.repeat(np.arange(n // 20), 20)[:n], 2)
 
 
 def test_candidates_are_a_small_fraction_on_clustered_rows():
     # Not a speed claim: on clustered rows with a clear match the bounds prune nearly all rows.
-    v, ptr, rows = _clustered_problem()
+    v, win = _clustered_problem()
     n = v.shape[0]
     q = v[17].copy()
     z = np.zeros(0)
     e = np.zeros(0, np.int64)
     out, stats = _out(10), np.zeros(2, np.int64)
     dense = np.array([0.0, 0.0, 1.0, 1.5, 0.1, 8.0])
-    scan.hybrid_scan_topk_serial(q, *_encoded(v), v, ptr, rows, 0.4, dense, np.zeros(1, np.int64),
+    scan.hybrid_scan_topk_serial(q, *_encoded(v), v, *win, 0.4, dense, np.zeros(1, np.int64),
                                  e, z, z, z, z, np.zeros(n), np.zeros(n, np.float32),
                                  np.ones(n, bool), NOW, 3600.0, 0.0, 0.0, -np.inf, *out, stats)
     assert 10 <= stats[0] < n // 10, stats
     want = _out(10)
-    scan.hybrid_exact_topk(q, v, ptr, rows, 0.4, dense, np.zeros(1, np.int64), e, z, z, z, z,
+    scan.hybrid_exact_topk(q, v, *win, 0.4, dense, np.zeros(1, np.int64), e, z, z, z, z,
                            np.zeros(n), np.zeros(n, np.float32), np.ones(n, bool), NOW, 3600.0,
                            0.0, 0.0, -np.inf, *want)
     np.testing.assert_array_equal(out[0], want[0])
@@ -128,10 +127,10 @@ def test_scores_that_underflow_to_zero_tie():
     # Found by hypothesis: inv = 1e-164 makes every score round to +-0.0 in float32, a tie;
     # the bounds' slack must cover the rounding to float32 below its normal range.
     v = np.array([[1.0], [-1.0], [1.0], [1.0]], np.float32)
-    ptr, rows = episode_windows(np.full(4, -1), 0)
+    start, size, rows = episode_windows(np.full(4, -1), 0)
     z, e = np.zeros(0), np.zeros(0, np.int64)
     dense = np.array([0.0, 0.0, 0.0, 0.5, 0.0, 1.0097199e-164])
-    args = (ptr, rows, 0.0, dense, np.zeros(1, np.int64), e, z, z, z, z, np.full(4, NOW),
+    args = (start, size, rows, 0.0, dense, np.zeros(1, np.int64), e, z, z, z, z, np.full(4, NOW),
             np.ones(4, np.float32), np.ones(4, bool), NOW, 1.0, 0.0, 0.0, -np.inf)
     want = _out(1)
     scan.hybrid_exact_topk(np.array([-1.0], np.float32), v, *args, *want)
@@ -147,10 +146,10 @@ def test_a_subnormal_dense_weight_keeps_the_hot_level_finite_or_infinite():
     # with the largest sparse value was never flagged.
     rng = np.random.default_rng(0)
     v = (rng.integers(-2, 3, (27, 1)) / 8).astype(np.float32)
-    ptr, rows = episode_windows(np.full(27, -1), 0)
+    start, size, rows = episode_windows(np.full(27, -1), 0)
     sp = (np.array([0, 5], np.int64), np.array([0, 6, 7, 19, 26], np.int64),
           np.array([6.3, 0.7, 7.5, 1.9, 7.7]), np.array([0.5]), np.zeros(1), np.ones(1))
-    args = (ptr, rows, 0.0, np.array([0.0, 0.0, 0.0, 2.22507386e-311, 0.0, 1.0]), *sp,
+    args = (start, size, rows, 0.0, np.array([0.0, 0.0, 0.0, 2.22507386e-311, 0.0, 1.0]), *sp,
             np.full(27, NOW), np.ones(27, np.float32), np.ones(27, bool), NOW, 1.0, 0.0, 0.0,
             -np.inf)
     want = _out(1)
@@ -165,7 +164,7 @@ def test_a_subnormal_dense_weight_keeps_the_hot_level_finite_or_infinite():
 
 def test_ties_go_to_the_lower_row_and_the_threshold_row_is_kept():
     v = np.tile(np.array([[0.6, 0.8]], np.float32), (6, 1))
-    ptr, rows = episode_windows(np.full(6, -1), 0)
+    start, size, rows = episode_windows(np.full(6, -1), 0)
     q = v[0].copy()
     thr = scan.exact_sim(q, v[0])                        # exactly every row's similarity
     alive = np.ones(6, bool)
@@ -173,7 +172,7 @@ def test_ties_go_to_the_lower_row_and_the_threshold_row_is_kept():
     z, e = np.zeros(0), np.zeros(0, np.int64)
     for fn in SCANS.values():
         out, stats = _out(3), np.zeros(2, np.int64)
-        c = fn(q, *_encoded(v), v, ptr, rows, 1.0, np.array([1.0, 0, 1, 0, 0, 0]),
+        c = fn(q, *_encoded(v), v, start, size, rows, 1.0, np.array([1.0, 0, 1, 0, 0, 0]),
                np.zeros(1, np.int64), e, z, z, z, z, np.zeros(6), np.zeros(6, np.float32), alive,
                NOW, 1.0, 0.0, 0.0, thr, *out, stats)
         assert c == 3 and out[0].tolist() == [0, 2, 3]
@@ -181,10 +180,10 @@ def test_ties_go_to_the_lower_row_and_the_threshold_row_is_kept():
 
 @pytest.mark.parametrize("name", list(SCANS))
 def test_read_only_inputs(name):
-    v, ptr, rows = _clustered_problem(600, 16, 3)
+    v, win = _clustered_problem(600, 16, 3)
     n = v.shape[0]
     rng = np.random.default_rng(1)
-    arrays = [*_encoded(v), v, ptr, rows]
+    arrays = [*_encoded(v), v, *win]
     cols = [NOW - rng.uniform(0, 1e4, n), rng.random(n).astype(np.float32), rng.random(n) > 0.2]
     sp = (np.array([0, 3], np.int64), np.array([4, 9, 30], np.int64), np.array([1.0, 2.0, 3.0]),
           np.array([0.5]), np.array([0.1]), np.array([2.0]))
@@ -192,12 +191,12 @@ def test_read_only_inputs(name):
 
     def call(arrs, cs):
         out, stats = _out(7), np.zeros(2, np.int64)
-        SCANS[name](v[3].copy(), *arrs[:5], arrs[5], arrs[6], 0.4, dense, *sp, *cs, NOW, 3600.0,
+        SCANS[name](v[3].copy(), *arrs[:8], 0.4, dense, *sp, *cs, NOW, 3600.0,
                     0.3, 0.2, 0.0, *out, stats)
         return out
     want = call(arrays, cols)
     ro = [a.copy() for a in arrays + cols]
     for a in ro:
         a.setflags(write=False)
-    for g, w in zip(call(ro[:7], ro[7:]), want):
+    for g, w in zip(call(ro[:8], ro[8:]), want):
         np.testing.assert_array_equal(g, w)
