@@ -233,25 +233,36 @@ def _up32(x):
 
 @numba.njit(cache=True)
 def _pass_codes(qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive, importance,
-                start, stop, hi, s_ids, s_keys, s_tmp):
+                start, stop, idot, hi, s_ids, s_keys, s_tmp):
     """Upper bounds ``hi`` on the similarities of rows [start, stop) from their codes, and
     the ``s_ids.shape[0]`` live rows with the highest ``hi`` (a heap). Returns (heap size,
-    max |sim| bound, max importance)."""
+    max |sim| bound, max importance). Three loops, so the first two vectorise."""
     dim = codes.shape[1]
+    for i in range(start, stop):                  # integer dot products (memory-bound)
+        idot[i] = code_dot(qcode, codes[i])
+    for i in range(start, stop):                  # bounds, branch-free
+        a = np.float64(scale[i]) * qscale * np.float64(idot[i])
+        hi[i] = _up32(a + code_bound(a, scale[i], cnorm[i], rnorm[i], qres, qnorm, dim))
     m = s_ids.shape[0]
     size = 0
     imax = 0.0
     amax = 0.0
     for i in range(start, stop):
-        a = np.float64(scale[i]) * qscale * np.float64(code_dot(qcode, codes[i]))
-        e = code_bound(a, scale[i], cnorm[i], rnorm[i], qres, qnorm, dim)
-        h32 = _up32(a + e)
-        hi[i] = h32
-        amax = max(amax, abs(a) + e)
+        h = hi[i]
+        amax = max(amax, abs(np.float64(h)))
         imax = max(imax, np.float64(importance[i]))
-        if alive[i] and (size < m or h32 > s_keys[0]):
-            size = heap_push(s_ids, s_keys, s_tmp, size, np.int64(i), h32, h32)
-    return size, amax, imax
+        if alive[i] and (size < m or h > s_keys[0]):
+            size = heap_push(s_ids, s_keys, s_tmp, size, np.int64(i), h, h)
+    # |sim| <= |a| + e: the lowest bound a - e is not kept, so widen by the largest 2e
+    return size, amax + 2.0 * _max_bound(scale, cnorm, rnorm, qres, qnorm, dim, start, stop), imax
+
+
+@numba.njit(cache=True)
+def _max_bound(scale, cnorm, rnorm, qres, qnorm, dim, start, stop):
+    e = 0.0
+    for i in range(start, stop):
+        e = max(e, code_bound(0.0, scale[i], cnorm[i], rnorm[i], qres, qnorm, dim))
+    return e * (1.0 + 1e-6)
 
 
 @numba.njit(cache=True)
@@ -476,6 +487,7 @@ def hybrid_scan_topk_serial(query, codes, scale, cnorm, rnorm, vectors, win_star
     qcode = np.empty(codes.shape[1], np.int8)
     qscale, qres, qnorm = quantize_query(query, qcode)
     hi = np.empty(n, np.float32)
+    idot = np.empty(n, np.int32)
     nb = _n_blocks(n)
     m = 2 * k + 16
     s_ids = np.empty((nb, m), np.int64)
@@ -486,7 +498,7 @@ def hybrid_scan_topk_serial(query, codes, scale, cnorm, rnorm, vectors, win_star
     for b in range(nb):
         s_sizes[b], b_max[b, 0], b_max[b, 1] = _pass_codes(
             qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive, importance,
-            b * n // nb, (b + 1) * n // nb, hi, s_ids[b], s_keys[b], s_tmp[b])
+            b * n // nb, (b + 1) * n // nb, idot, hi, s_ids[b], s_keys[b], s_tmp[b])
     thr = np.float64(threshold)
     sims = np.empty(n, np.float64)
     known = np.zeros(n, np.bool_)
@@ -524,6 +536,7 @@ def hybrid_scan_topk_parallel(query, codes, scale, cnorm, rnorm, vectors, win_st
     qcode = np.empty(codes.shape[1], np.int8)
     qscale, qres, qnorm = quantize_query(query, qcode)
     hi = np.empty(n, np.float32)
+    idot = np.empty(n, np.int32)
     nb = _n_blocks(n)
     m = 2 * k + 16
     s_ids = np.empty((nb, m), np.int64)
@@ -534,7 +547,7 @@ def hybrid_scan_topk_parallel(query, codes, scale, cnorm, rnorm, vectors, win_st
     for b in numba.prange(nb):
         s_sizes[b], b_max[b, 0], b_max[b, 1] = _pass_codes(
             qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive, importance,
-            b * n // nb, (b + 1) * n // nb, hi, s_ids[b], s_keys[b], s_tmp[b])
+            b * n // nb, (b + 1) * n // nb, idot, hi, s_ids[b], s_keys[b], s_tmp[b])
     thr = np.float64(threshold)
     sims = np.empty(n, np.float64)
     known = np.zeros(n, np.bool_)
