@@ -249,20 +249,12 @@ def _pass_codes(qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive, i
     amax = 0.0
     for i in range(start, stop):
         h = hi[i]
-        amax = max(amax, abs(np.float64(h)))
+        # |sim| <= qnorm * ||v|| <= qnorm * (scale * cnorm + rnorm) (Cauchy-Schwarz)
+        amax = max(amax, np.float64(scale[i]) * np.float64(cnorm[i]) + np.float64(rnorm[i]))
         imax = max(imax, np.float64(importance[i]))
         if alive[i] and (size < m or h > s_keys[0]):
             size = heap_push(s_ids, s_keys, s_tmp, size, np.int64(i), h, h)
-    # |sim| <= |a| + e: the lowest bound a - e is not kept, so widen by the largest 2e
-    return size, amax + 2.0 * _max_bound(scale, cnorm, rnorm, qres, qnorm, dim, start, stop), imax
-
-
-@numba.njit(cache=True)
-def _max_bound(scale, cnorm, rnorm, qres, qnorm, dim, start, stop):
-    e = 0.0
-    for i in range(start, stop):
-        e = max(e, code_bound(0.0, scale[i], cnorm[i], rnorm[i], qres, qnorm, dim))
-    return e * (1.0 + 1e-6)
+    return size, amax * qnorm * (1.0 + 1e-6), imax
 
 
 @numba.njit(cache=True)
