@@ -170,12 +170,13 @@ def hybrid_exact_topk(query, vectors, win_start, win_len, win_rows, alpha, dense
     sp_rows : ndarray of shape (sp_ptr[-1],), int64
         Signal ``l``'s rows, ``sp_rows[sp_ptr[l]:sp_ptr[l + 1]]``, strictly ascending.
     sp_vals : ndarray of shape (sp_ptr[-1],), float64
-        Their values.
+        Their values, >= 0 (the codes scan relies on it; BM25 scores and boosts are).
     sp_w, sp_mu, sp_inv : ndarray of shape (n_sparse,), float64
         Weight (>= 0), mean and inverse std (>= 0) of each sparse signal.
     last_accessed_at : ndarray of shape (n,), float64
         Unix seconds.
     importance : ndarray of shape (n,), float32
+        In [0, 1] (the codes scan relies on it).
     alive : ndarray of shape (n,), bool
         Candidate rows (window rows count whether alive or not).
     now, half_life, w_rec, w_imp : float
@@ -232,11 +233,11 @@ def _up32(x):
 
 
 @numba.njit(cache=True)
-def _pass_codes(qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive, importance,
-                start, stop, idot, hi, s_ids, s_keys, s_tmp):
+def _pass_codes(qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive, start, stop,
+                idot, hi, s_ids, s_keys, s_tmp):
     """Upper bounds ``hi`` on the similarities of rows [start, stop) from their codes, and
-    the ``s_ids.shape[0]`` live rows with the highest ``hi`` (a heap). Returns (heap size,
-    max |sim| bound, max importance). Three loops, so the first two vectorise."""
+    the ``s_ids.shape[0]`` live rows with the highest ``hi`` (a heap); returns its size.
+    Three loops, so the first two vectorise."""
     dim = codes.shape[1]
     for i in range(start, stop):                  # integer dot products (memory-bound)
         idot[i] = code_dot(qcode, codes[i])
@@ -245,16 +246,11 @@ def _pass_codes(qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive, i
         hi[i] = _up32(a + code_bound(a, scale[i], cnorm[i], rnorm[i], qres, qnorm, dim))
     m = s_ids.shape[0]
     size = 0
-    imax = 0.0
-    amax = 0.0
     for i in range(start, stop):
         h = hi[i]
-        # |sim| <= qnorm * ||v|| <= qnorm * (scale * cnorm + rnorm) (Cauchy-Schwarz)
-        amax = max(amax, np.float64(scale[i]) * np.float64(cnorm[i]) + np.float64(rnorm[i]))
-        imax = max(imax, np.float64(importance[i]))
         if alive[i] and (size < m or h > s_keys[0]):
             size = heap_push(s_ids, s_keys, s_tmp, size, np.int64(i), h, h)
-    return size, amax * qnorm * (1.0 + 1e-6), imax
+    return size
 
 
 @numba.njit(cache=True)
@@ -366,7 +362,8 @@ def _finish(query, vectors, hi, flag, seeds, win_start, win_len, win_rows, alpha
         if flag[i] or not alive[i] or not np.float64(hi[i]) >= thr:
             continue
         # not flagged: no hot row in its window, so the window's mean hi is < hstar
-        u = c1 * np.float64(hi[i]) + c2 + w_imp * np.float64(importance[i]) + g + slack + 1e-12 * g
+        h = np.float64(hi[i])
+        u = c1 * h + c2 + w_imp * np.float64(importance[i]) + g + slack + 1e-12 * (g + c1 * abs(h))
         if u >= tau:
             flag[i] = True
     for j in range(seeds.shape[0]):          # already scored
@@ -407,7 +404,7 @@ def _finish(query, vectors, hi, flag, seeds, win_start, win_len, win_rows, alpha
 
 
 @numba.njit(cache=True)
-def _seeds_and_constants(query, vectors, s_ids, s_keys, s_sizes, amax, imax, win_start, win_len, win_rows,
+def _seeds_and_constants(query, vectors, s_ids, s_keys, s_sizes, win_start, win_len, win_rows,
                          alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
                          last_accessed_at, importance, now, half_life, w_rec, w_imp, thr,
                          out_ids, out_scores, out_sims, sims, known, stats):
@@ -435,15 +432,17 @@ def _seeds_and_constants(query, vectors, s_ids, s_keys, s_sizes, amax, imax, win
     t_own = dense[0] * dense[2] if dense[0] != 0.0 else 0.0
     t_ctx = dense[3] * dense[5] if dense[3] != 0.0 else 0.0
     c0 = -t_own * dense[1] - t_ctx * dense[4] + w_rec
-    mag = 1.0 + (t_own + t_ctx) * (1.0 + amax + abs(dense[1]) + abs(dense[4])) + w_rec + w_imp
+    mag = 1.0 + (t_own + t_ctx) * (1.0 + abs(dense[1]) + abs(dense[4])) + w_rec + w_imp
     for l in range(sp_w.shape[0]):
         if sp_w[l] != 0.0:
             x = sp_w[l] * ((0.0 - sp_mu[l]) * sp_inv[l])
             c0 += x
             mag += abs(x)
-    slack = 1e-7 * mag
+    # rounding is relative to the terms compared: |tau|, |c0| and t * |hstar| (<= both); a row
+    # with |hi| far above |hstar| is far below tau, beyond any rounding
+    slack = 1e-7 * (mag + abs(c0) + (abs(tau) if tau > -np.inf else 0.0))
     t = t_own + t_ctx
-    rest = c0 + w_imp * imax + 2.0 * slack
+    rest = c0 + w_imp + 2.0 * slack               # importance <= 1
     if tau == -np.inf:
         hstar = -np.inf
     elif t > 0.0:
@@ -454,8 +453,8 @@ def _seeds_and_constants(query, vectors, s_ids, s_keys, s_sizes, amax, imax, win
         hstar = np.inf if rest < tau else -np.inf
     c1 = t_own + t_ctx * alpha
     c2 = c0
-    if t_ctx != 0.0 and hstar != -np.inf:
-        c2 += t_ctx * ((1.0 - alpha) * min(hstar, amax * (1.0 + 2.0 ** -20) + 1e-30))
+    if t_ctx != 0.0 and alpha < 1.0 and hstar != -np.inf:
+        c2 += t_ctx * ((1.0 - alpha) * hstar)
     if hstar == -np.inf:
         c2 = np.inf                              # every row is flagged anyway
     return seeds, out, c1, c2, slack, hstar
@@ -486,17 +485,15 @@ def hybrid_scan_topk_serial(query, codes, scale, cnorm, rnorm, vectors, win_star
     s_keys = np.empty((nb, m), np.float32)
     s_tmp = np.empty((nb, m), np.float32)
     s_sizes = np.zeros(nb, np.int64)
-    b_max = np.empty((nb, 2), np.float64)
     for b in range(nb):
-        s_sizes[b], b_max[b, 0], b_max[b, 1] = _pass_codes(
-            qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive, importance,
-            b * n // nb, (b + 1) * n // nb, idot, hi, s_ids[b], s_keys[b], s_tmp[b])
+        s_sizes[b] = _pass_codes(qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive,
+                                 b * n // nb, (b + 1) * n // nb, idot, hi, s_ids[b], s_keys[b],
+                                 s_tmp[b])
     thr = np.float64(threshold)
     sims = np.empty(n, np.float64)
     known = np.zeros(n, np.bool_)
     seeds, size, c1, c2, slack, hstar = _seeds_and_constants(
-        query, vectors, s_ids, s_keys, s_sizes, b_max[:, 0].max(), b_max[:, 1].max(), win_start,
-        win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
+        query, vectors, s_ids, s_keys, s_sizes, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
         last_accessed_at, importance, now, half_life, w_rec, w_imp, thr, out_ids, out_scores,
         out_sims, sims, known, stats)
     flag = np.zeros(n, np.bool_)
@@ -535,17 +532,15 @@ def hybrid_scan_topk_parallel(query, codes, scale, cnorm, rnorm, vectors, win_st
     s_keys = np.empty((nb, m), np.float32)
     s_tmp = np.empty((nb, m), np.float32)
     s_sizes = np.zeros(nb, np.int64)
-    b_max = np.empty((nb, 2), np.float64)
     for b in numba.prange(nb):
-        s_sizes[b], b_max[b, 0], b_max[b, 1] = _pass_codes(
-            qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive, importance,
-            b * n // nb, (b + 1) * n // nb, idot, hi, s_ids[b], s_keys[b], s_tmp[b])
+        s_sizes[b] = _pass_codes(qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive,
+                                 b * n // nb, (b + 1) * n // nb, idot, hi, s_ids[b], s_keys[b],
+                                 s_tmp[b])
     thr = np.float64(threshold)
     sims = np.empty(n, np.float64)
     known = np.zeros(n, np.bool_)
     seeds, size, c1, c2, slack, hstar = _seeds_and_constants(
-        query, vectors, s_ids, s_keys, s_sizes, b_max[:, 0].max(), b_max[:, 1].max(), win_start,
-        win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
+        query, vectors, s_ids, s_keys, s_sizes, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
         last_accessed_at, importance, now, half_life, w_rec, w_imp, thr, out_ids, out_scores,
         out_sims, sims, known, stats)
     flag = np.zeros(n, np.bool_)
