@@ -149,9 +149,9 @@ def _ctx(i, sims, win_start, win_len, win_rows, alpha):
 
 
 @numba.njit(cache=True)
-def hybrid_exact_topk(query, vectors, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals,
-                      sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive, now, half_life,
-                      w_rec, w_imp, threshold, out_ids, out_scores, out_sims):
+def hybrid_exact_topk(query, vectors, win_start, win_len, win_rows, alpha, dense, sp_ptr,
+                      sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive,
+                      now, half_life, w_rec, w_imp, threshold, out_ids, out_scores, out_sims):
     """The exact path: every row's exact similarity, the stencil, the score, a bounded heap.
 
     Parameters
@@ -396,8 +396,8 @@ def _finish(query, vectors, hi, flag, seeds, win_start, win_len, win_rows, alpha
         i = cand[order[o]]
         if size == k and -key[order[o]] < np.float64(out_scores[0]):
             break                                  # no later candidate can reach the k-th
-        size = _exact_into(i, query, vectors, sims, known, win_start, win_len, win_rows, alpha, dense,
-                           sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
+        size = _exact_into(i, query, vectors, sims, known, win_start, win_len, win_rows, alpha,
+                           dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
                            importance, now, half_life, w_rec, w_imp, thr, out_ids, out_scores,
                            out_sims, size, stats)
     return heap_sort(out_ids, out_scores, out_sims, size)
@@ -424,10 +424,10 @@ def _seeds_and_constants(query, vectors, s_ids, s_keys, s_sizes, win_start, win_
     seeds = t_ids[:size].copy()
     out = 0
     for j in range(size):
-        out = _exact_into(seeds[j], query, vectors, sims, known, win_start, win_len, win_rows, alpha, dense,
-                          sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
-                          importance, now, half_life, w_rec, w_imp, thr, out_ids, out_scores,
-                          out_sims, out, stats)
+        out = _exact_into(seeds[j], query, vectors, sims, known, win_start, win_len, win_rows,
+                          alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
+                          last_accessed_at, importance, now, half_life, w_rec, w_imp, thr,
+                          out_ids, out_scores, out_sims, out, stats)
     tau = np.float64(out_scores[0]) if out == out_ids.shape[0] else -np.inf
     t_own = dense[0] * dense[2] if dense[0] != 0.0 else 0.0
     t_ctx = dense[3] * dense[5] if dense[3] != 0.0 else 0.0
@@ -461,8 +461,20 @@ def _seeds_and_constants(query, vectors, s_ids, s_keys, s_sizes, win_start, win_
 
 
 @numba.njit(cache=True)
-def hybrid_scan_topk_serial(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len, win_rows,
-                            alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
+def _setup(query, n, dim, k):
+    """The quantised query and the first pass's arrays (row blocks, seed heaps)."""
+    qcode = np.empty(dim, np.int8)
+    qscale, qres, qnorm = quantize_query(query, qcode)
+    nb = _n_blocks(n)
+    m = 2 * k + 16
+    return (qcode, qscale, qres, qnorm, np.empty(n, np.int32), np.empty(n, np.float32), nb,
+            np.empty((nb, m), np.int64), np.empty((nb, m), np.float32),
+            np.empty((nb, m), np.float32), np.zeros(nb, np.int64))
+
+
+@numba.njit(cache=True)
+def hybrid_scan_topk_serial(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len,
+                            win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
                             last_accessed_at, importance, alive, now, half_life, w_rec, w_imp,
                             threshold, out_ids, out_scores, out_sims, stats):
     """:func:`hybrid_exact_topk`'s result from int8 codes, single-threaded.
@@ -470,21 +482,12 @@ def hybrid_scan_topk_serial(query, codes, scale, cnorm, rnorm, vectors, win_star
     See :func:`hybrid_scan_topk` for the parameters.
     """
     n = codes.shape[0]
-    k = out_ids.shape[0]
     stats[0] = 0
     stats[1] = 0
-    if k == 0 or n == 0:
+    if out_ids.shape[0] == 0 or n == 0:
         return heap_sort(out_ids, out_scores, out_sims, 0)
-    qcode = np.empty(codes.shape[1], np.int8)
-    qscale, qres, qnorm = quantize_query(query, qcode)
-    hi = np.empty(n, np.float32)
-    idot = np.empty(n, np.int32)
-    nb = _n_blocks(n)
-    m = 2 * k + 16
-    s_ids = np.empty((nb, m), np.int64)
-    s_keys = np.empty((nb, m), np.float32)
-    s_tmp = np.empty((nb, m), np.float32)
-    s_sizes = np.zeros(nb, np.int64)
+    qcode, qscale, qres, qnorm, idot, hi, nb, s_ids, s_keys, s_tmp, s_sizes = _setup(
+        query, n, codes.shape[1], out_ids.shape[0])
     for b in range(nb):
         s_sizes[b] = _pass_codes(qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive,
                                  b * n // nb, (b + 1) * n // nb, idot, hi, s_ids[b], s_keys[b],
@@ -493,45 +496,36 @@ def hybrid_scan_topk_serial(query, codes, scale, cnorm, rnorm, vectors, win_star
     sims = np.empty(n, np.float64)
     known = np.zeros(n, np.bool_)
     seeds, size, c1, c2, slack, hstar = _seeds_and_constants(
-        query, vectors, s_ids, s_keys, s_sizes, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
-        last_accessed_at, importance, now, half_life, w_rec, w_imp, thr, out_ids, out_scores,
-        out_sims, sims, known, stats)
+        query, vectors, s_ids, s_keys, s_sizes, win_start, win_len, win_rows, alpha, dense,
+        sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, now,
+        half_life, w_rec, w_imp, thr, out_ids, out_scores, out_sims, sims, known, stats)
     flag = np.zeros(n, np.bool_)
-    windows = dense[3] != 0.0
     for b in range(nb):
-        _pass_hot(b * n // nb, (b + 1) * n // nb, hi, hstar, win_start, win_len, win_rows, windows, flag)
-    return _finish(query, vectors, hi, flag, seeds, win_start, win_len, win_rows, alpha, dense, sp_ptr,
-                   sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive,
-                   now, half_life, w_rec, w_imp, thr, c1, c2, slack, out_ids, out_scores,
-                   out_sims, size, sims, known, stats)
+        _pass_hot(b * n // nb, (b + 1) * n // nb, hi, hstar, win_start, win_len, win_rows,
+                  dense[3] != 0.0, flag)
+    return _finish(query, vectors, hi, flag, seeds, win_start, win_len, win_rows, alpha, dense,
+                   sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance,
+                   alive, now, half_life, w_rec, w_imp, thr, c1, c2, slack, out_ids,
+                   out_scores, out_sims, size, sims, known, stats)
 
 
 @numba.njit(cache=True, parallel=True)
-def hybrid_scan_topk_parallel(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len, win_rows,
-                              alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
-                              last_accessed_at, importance, alive, now, half_life, w_rec,
-                              w_imp, threshold, out_ids, out_scores, out_sims, stats):
-    """:func:`hybrid_scan_topk_serial` with the code scan and the cheap-bound pass split in
-    row blocks over numba's threads; identical results and ``stats``.
+def hybrid_scan_topk_parallel(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len,
+                              win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
+                              last_accessed_at, importance, alive, now, half_life, w_rec, w_imp,
+                              threshold, out_ids, out_scores, out_sims, stats):
+    """:func:`hybrid_scan_topk_serial` with the code scan and the hot-row pass split in row
+    blocks over numba's threads; identical results and ``stats``.
 
     See :func:`hybrid_scan_topk` for the parameters.
     """
     n = codes.shape[0]
-    k = out_ids.shape[0]
     stats[0] = 0
     stats[1] = 0
-    if k == 0 or n == 0:
+    if out_ids.shape[0] == 0 or n == 0:
         return heap_sort(out_ids, out_scores, out_sims, 0)
-    qcode = np.empty(codes.shape[1], np.int8)
-    qscale, qres, qnorm = quantize_query(query, qcode)
-    hi = np.empty(n, np.float32)
-    idot = np.empty(n, np.int32)
-    nb = _n_blocks(n)
-    m = 2 * k + 16
-    s_ids = np.empty((nb, m), np.int64)
-    s_keys = np.empty((nb, m), np.float32)
-    s_tmp = np.empty((nb, m), np.float32)
-    s_sizes = np.zeros(nb, np.int64)
+    qcode, qscale, qres, qnorm, idot, hi, nb, s_ids, s_keys, s_tmp, s_sizes = _setup(
+        query, n, codes.shape[1], out_ids.shape[0])
     for b in numba.prange(nb):
         s_sizes[b] = _pass_codes(qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive,
                                  b * n // nb, (b + 1) * n // nb, idot, hi, s_ids[b], s_keys[b],
@@ -540,21 +534,21 @@ def hybrid_scan_topk_parallel(query, codes, scale, cnorm, rnorm, vectors, win_st
     sims = np.empty(n, np.float64)
     known = np.zeros(n, np.bool_)
     seeds, size, c1, c2, slack, hstar = _seeds_and_constants(
-        query, vectors, s_ids, s_keys, s_sizes, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
-        last_accessed_at, importance, now, half_life, w_rec, w_imp, thr, out_ids, out_scores,
-        out_sims, sims, known, stats)
+        query, vectors, s_ids, s_keys, s_sizes, win_start, win_len, win_rows, alpha, dense,
+        sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, now,
+        half_life, w_rec, w_imp, thr, out_ids, out_scores, out_sims, sims, known, stats)
     flag = np.zeros(n, np.bool_)
-    windows = dense[3] != 0.0
     for b in numba.prange(nb):
-        _pass_hot(b * n // nb, (b + 1) * n // nb, hi, hstar, win_start, win_len, win_rows, windows, flag)
-    return _finish(query, vectors, hi, flag, seeds, win_start, win_len, win_rows, alpha, dense, sp_ptr,
-                   sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive,
-                   now, half_life, w_rec, w_imp, thr, c1, c2, slack, out_ids, out_scores,
-                   out_sims, size, sims, known, stats)
+        _pass_hot(b * n // nb, (b + 1) * n // nb, hi, hstar, win_start, win_len, win_rows,
+                  dense[3] != 0.0, flag)
+    return _finish(query, vectors, hi, flag, seeds, win_start, win_len, win_rows, alpha, dense,
+                   sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance,
+                   alive, now, half_life, w_rec, w_imp, thr, c1, c2, slack, out_ids,
+                   out_scores, out_sims, size, sims, known, stats)
 
 
-def hybrid_scan_topk(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len, win_rows, alpha,
-                     dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
+def hybrid_scan_topk(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len, win_rows,
+                     alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
                      importance, alive, now, half_life, w_rec, w_imp, threshold,
                      out_ids, out_scores, out_sims, stats, parallel=False):
     """Exact hybrid top-k (:func:`hybrid_exact_topk`'s result) from a compressed first pass.
@@ -603,7 +597,7 @@ def hybrid_scan_topk(query, codes, scale, cnorm, rnorm, vectors, win_start, win_
     (2, [2, 1])
     """
     kernel = hybrid_scan_topk_parallel if parallel else hybrid_scan_topk_serial
-    return kernel(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len, win_rows, alpha, dense,
-                  sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance,
-                  alive, now, half_life, w_rec, w_imp, threshold, out_ids, out_scores, out_sims,
-                  stats)
+    return kernel(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len, win_rows,
+                  alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
+                  importance, alive, now, half_life, w_rec, w_imp, threshold, out_ids,
+                  out_scores, out_sims, stats)
