@@ -38,17 +38,18 @@ reading the rows' int8 codes (:mod:`memcore.kernels.codes`) instead of their flo
    such that a row holding no sparse signal, with ``hi < hstar`` and no window row at
    ``hi >= hstar`` (then its context bound ``alpha * hi_i + (1 - alpha) * mean hi_j`` is
    below ``hstar`` too), scores below ``tau``.
-3. Flagged as possible: the windows of the *hot* rows (``hi >= hstar``; windows are
-   symmetric, ``j in W(i)`` iff ``i in W(j)``, as episode windows are), and the rows holding
-   sparse signals whose bound (their exact sparse gain, a k-way merge of the sorted lists)
-   reaches ``tau``. Each flagged row gets a tight bound (its window's ``hi`` through the
+3. Flagged as possible: the windows of the *hot* rows (``hi >= hstar``, one pass over
+   ``hi``; windows are symmetric, ``j in W(i)`` iff ``i in W(j)``, as episode windows are),
+   and the rows holding sparse signals whose bound (their exact sparse gain, a k-way merge of
+   the sorted lists) reaches ``tau``; no other O(n) work. Each flagged row gets a tight bound (its window's ``hi`` through the
    stencil, exact sparse values and recency), padded by a slack covering float64 rounding
    and the rounding to float32; rows reaching ``tau`` are reranked exactly in descending
    bound order until the next bound is below the k-th exact score.
 
 ``stats`` reports the work: ``[rows reranked exactly, exact similarities computed]``.
-The parallel kernel splits rows in the same blocks as the serial one (prange), so both return
-identical results and statistics; the caller sets the threads (``numba.set_num_threads`` in
+The parallel kernel splits the code pass in the same row blocks as the serial one (prange;
+the rest is serial and proportional to the flagged rows), so both return identical results
+and statistics; the caller sets the threads (``numba.set_num_threads`` in
 ``try/finally``). Kernels are pure, ``cache=True``; no ``fastmath`` (integer dot products
 vectorise without it).
 """
@@ -233,17 +234,25 @@ def _up32(x):
 
 
 @numba.njit(cache=True)
-def _pass_codes(qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive, start, stop,
-                idot, hi, s_ids, s_keys, s_tmp):
-    """Upper bounds ``hi`` on the similarities of rows [start, stop) from their codes, and
-    the ``s_ids.shape[0]`` live rows with the highest ``hi`` (a heap); returns its size.
-    Three loops, so the first two vectorise."""
-    dim = codes.shape[1]
-    for i in range(start, stop):                  # integer dot products (memory-bound)
-        idot[i] = code_dot(qcode, codes[i])
-    for i in range(start, stop):                  # bounds, branch-free
-        a = np.float64(scale[i]) * qscale * np.float64(idot[i])
+def _code_dots(qcode, codes, start, stop, idot):
+    """Integer dot products of rows [start, stop) with the query's code into idot[0:]
+    (memory-bound)."""
+    for i in range(start, stop):
+        idot[i - start] = code_dot(qcode, codes[i])
+
+
+@numba.njit(cache=True)
+def _code_bounds(qscale, qres, qnorm, dim, scale, cnorm, rnorm, idot, start, stop, hi):
+    """``hi[i] >= sim_i`` from the integer dot products, float32 rounded up (branch-free)."""
+    for i in range(start, stop):
+        a = np.float64(scale[i]) * qscale * np.float64(idot[i - start])
         hi[i] = _up32(a + code_bound(a, scale[i], cnorm[i], rnorm[i], qres, qnorm, dim))
+
+
+@numba.njit(cache=True)
+def _top_bounds(hi, alive, start, stop, s_ids, s_keys, s_tmp):
+    """The ``s_ids.shape[0]`` live rows of [start, stop) with the highest ``hi`` (a heap);
+    returns its size."""
     m = s_ids.shape[0]
     size = 0
     for i in range(start, stop):
@@ -254,16 +263,30 @@ def _pass_codes(qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive, s
 
 
 @numba.njit(cache=True)
-def _pass_hot(start, stop, hi, hstar, win_start, win_len, win_rows, windows, flag):
-    """Flag every row whose window holds a *hot* row of [start, stop) (``hi >= hstar``), and
-    the hot row itself. Windows are symmetric, so ``W^-1(j) = W(j)``. Racing writes all
-    store True."""
-    for j in range(start, stop):
-        if np.float64(hi[j]) >= hstar:
-            flag[j] = True
-            if windows:
-                for p in range(win_start[j], (win_start[j] + win_len[j])):
-                    flag[win_rows[p]] = True
+def _pass_codes(qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive, start, stop,
+                hi, s_ids, s_keys, s_tmp):
+    """Upper bounds ``hi`` on the similarities of rows [start, stop) from their codes, and
+    their seeds (:func:`_top_bounds`); returns the seed heap's size."""
+    idot = np.empty(stop - start, np.int32)       # the block's dot products (cache-resident)
+    _code_dots(qcode, codes, start, stop, idot)
+    _code_bounds(qscale, qres, qnorm, codes.shape[1], scale, cnorm, rnorm, idot, start, stop, hi)
+    return _top_bounds(hi, alive, start, stop, s_ids, s_keys, s_tmp)
+
+
+@numba.njit(cache=True)
+def _hot_rows(hi, hstar):
+    """Rows with ``hi >= hstar``, ascending (one pass; the array doubles as it fills)."""
+    out = np.empty(1024, np.int64)
+    m = 0
+    for i in range(hi.shape[0]):
+        if np.float64(hi[i]) >= hstar:
+            if m == out.shape[0]:
+                bigger = np.empty(2 * m, np.int64)
+                bigger[:m] = out
+                out = bigger
+            out[m] = i
+            m += 1
+    return out[:m]
 
 
 @numba.njit(cache=True)
@@ -337,59 +360,74 @@ def _upper(i, hi, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows, s
 
 
 @numba.njit(cache=True)
-def _finish(query, vectors, hi, flag, seeds, win_start, win_len, win_rows, alpha, dense, sp_ptr,
+def _finish(query, vectors, hi, hot, seeds, win_start, win_len, win_rows, alpha, dense, sp_ptr,
             sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive, now,
             half_life, w_rec, w_imp, thr, c1, c2, slack, out_ids, out_scores, out_sims, size,
             sims, known, stats):
-    """Sparse rows' cheap bounds, then refined bounds and the exact rerank of the flagged rows."""
-    n = hi.shape[0]
+    """Flag the hot rows' windows (windows are symmetric: ``W^-1(j) = W(j)``) and the sparse
+    rows whose cheap bound reaches ``tau``; refine their bounds and rerank exactly. Work is
+    proportional to the flagged rows, not to n."""
     k = out_ids.shape[0]
     tau = out_scores[0] if size == k else -np.inf
+    windows = dense[3] != 0.0
     n_sp = sp_w.shape[0]
+    cap = hot.shape[0] + sp_ptr[n_sp]
+    if windows:
+        for j in range(hot.shape[0]):
+            cap += win_len[hot[j]]
+    flagged = np.empty(cap, np.int64)
+    m = 0
+    for j in range(hot.shape[0]):
+        r = hot[j]
+        flagged[m] = r
+        m += 1
+        if windows:
+            for p in range(win_start[r], win_start[r] + win_len[r]):
+                flagged[m] = win_rows[p]
+                m += 1
     cur = sp_ptr[:n_sp].copy()
     while True:                              # k-way merge of the sparse signals' sorted rows
-        i = n
+        i = -1
         for l in range(n_sp):
-            if cur[l] < sp_ptr[l + 1] and sp_rows[cur[l]] < i:
+            if cur[l] < sp_ptr[l + 1] and (i < 0 or sp_rows[cur[l]] < i):
                 i = sp_rows[cur[l]]
-        if i == n:
+        if i < 0:
             break
         g = 0.0                              # the row's score gain from its sparse values
         for l in range(n_sp):
             if cur[l] < sp_ptr[l + 1] and sp_rows[cur[l]] == i:
                 g += sp_w[l] * sp_vals[cur[l]] * sp_inv[l]
                 cur[l] += 1
-        if flag[i] or not alive[i] or not np.float64(hi[i]) >= thr:
+        if not alive[i] or not np.float64(hi[i]) >= thr:
             continue
-        # not flagged: no hot row in its window, so the window's mean hi is < hstar
+        # a row with no hot row in its window has a window mean hi < hstar (in c2); a row
+        # with one is flagged above anyway
         h = np.float64(hi[i])
         u = c1 * h + c2 + w_imp * np.float64(importance[i]) + g + slack + 1e-12 * (g + c1 * abs(h))
         if u >= tau:
-            flag[i] = True
-    for j in range(seeds.shape[0]):          # already scored
-        flag[seeds[j]] = False
-    m = 0
-    for i in range(n):                       # window neighbours of hot rows may be dead
-        if flag[i] and not (alive[i] and np.float64(hi[i]) >= thr):
-            flag[i] = False
-    for i in range(n):
-        if flag[i]:
+            flagged[m] = i
             m += 1
-    if stats.shape[0] > 2:
-        stats[2] = m
-    cand = np.empty(m, np.int64)
-    key = np.empty(m, np.float64)
+    flagged = np.unique(flagged[:m])
+    cand = np.empty(flagged.shape[0], np.int64)
+    key = np.empty(flagged.shape[0], np.float64)
+    n_flag = 0
     m = 0
-    for i in range(n):
-        if flag[i]:
-            u = _upper(i, hi, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals,
-                       sp_w, sp_mu, sp_inv, last_accessed_at, importance, now, half_life,
-                       w_rec, w_imp)
-            if u >= tau:
-                cand[m] = i
-                key[m] = -u
-                m += 1
+    for j in range(flagged.shape[0]):
+        i = flagged[j]
+        s = np.searchsorted(seeds, i)
+        if (s < seeds.shape[0] and seeds[s] == i) or not alive[i] \
+                or not np.float64(hi[i]) >= thr:
+            continue                         # scored already, dead, or below the threshold
+        n_flag += 1
+        u = _upper(i, hi, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals,
+                   sp_w, sp_mu, sp_inv, last_accessed_at, importance, now, half_life, w_rec,
+                   w_imp)
+        if u >= tau:
+            cand[m] = i
+            key[m] = -u
+            m += 1
     if stats.shape[0] > 3:
+        stats[2] = n_flag
         stats[3] = m
     order = np.argsort(key[:m], kind="mergesort")      # upper bound descending, ties by row
     for o in range(m):
@@ -421,7 +459,7 @@ def _seeds_and_constants(query, vectors, s_ids, s_keys, s_sizes, win_start, win_
     for b in range(s_ids.shape[0]):
         for j in range(s_sizes[b]):
             size = heap_push(t_ids, t_keys, t_tmp, size, s_ids[b, j], s_keys[b, j], s_keys[b, j])
-    seeds = t_ids[:size].copy()
+    seeds = np.sort(t_ids[:size])
     out = 0
     for j in range(size):
         out = _exact_into(seeds[j], query, vectors, sims, known, win_start, win_len, win_rows,
@@ -467,7 +505,7 @@ def _setup(query, n, dim, k):
     qscale, qres, qnorm = quantize_query(query, qcode)
     nb = _n_blocks(n)
     m = 2 * k + 16
-    return (qcode, qscale, qres, qnorm, np.empty(n, np.int32), np.empty(n, np.float32), nb,
+    return (qcode, qscale, qres, qnorm, np.empty(n, np.float32), nb,
             np.empty((nb, m), np.int64), np.empty((nb, m), np.float32),
             np.empty((nb, m), np.float32), np.zeros(nb, np.int64))
 
@@ -486,11 +524,11 @@ def hybrid_scan_topk_serial(query, codes, scale, cnorm, rnorm, vectors, win_star
     stats[1] = 0
     if out_ids.shape[0] == 0 or n == 0:
         return heap_sort(out_ids, out_scores, out_sims, 0)
-    qcode, qscale, qres, qnorm, idot, hi, nb, s_ids, s_keys, s_tmp, s_sizes = _setup(
+    qcode, qscale, qres, qnorm, hi, nb, s_ids, s_keys, s_tmp, s_sizes = _setup(
         query, n, codes.shape[1], out_ids.shape[0])
     for b in range(nb):
         s_sizes[b] = _pass_codes(qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive,
-                                 b * n // nb, (b + 1) * n // nb, idot, hi, s_ids[b], s_keys[b],
+                                 b * n // nb, (b + 1) * n // nb, hi, s_ids[b], s_keys[b],
                                  s_tmp[b])
     thr = np.float64(threshold)
     sims = np.empty(n, np.float64)
@@ -499,11 +537,7 @@ def hybrid_scan_topk_serial(query, codes, scale, cnorm, rnorm, vectors, win_star
         query, vectors, s_ids, s_keys, s_sizes, win_start, win_len, win_rows, alpha, dense,
         sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, now,
         half_life, w_rec, w_imp, thr, out_ids, out_scores, out_sims, sims, known, stats)
-    flag = np.zeros(n, np.bool_)
-    for b in range(nb):
-        _pass_hot(b * n // nb, (b + 1) * n // nb, hi, hstar, win_start, win_len, win_rows,
-                  dense[3] != 0.0, flag)
-    return _finish(query, vectors, hi, flag, seeds, win_start, win_len, win_rows, alpha, dense,
+    return _finish(query, vectors, hi, _hot_rows(hi, hstar), seeds, win_start, win_len, win_rows, alpha, dense,
                    sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance,
                    alive, now, half_life, w_rec, w_imp, thr, c1, c2, slack, out_ids,
                    out_scores, out_sims, size, sims, known, stats)
@@ -524,11 +558,11 @@ def hybrid_scan_topk_parallel(query, codes, scale, cnorm, rnorm, vectors, win_st
     stats[1] = 0
     if out_ids.shape[0] == 0 or n == 0:
         return heap_sort(out_ids, out_scores, out_sims, 0)
-    qcode, qscale, qres, qnorm, idot, hi, nb, s_ids, s_keys, s_tmp, s_sizes = _setup(
+    qcode, qscale, qres, qnorm, hi, nb, s_ids, s_keys, s_tmp, s_sizes = _setup(
         query, n, codes.shape[1], out_ids.shape[0])
     for b in numba.prange(nb):
         s_sizes[b] = _pass_codes(qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive,
-                                 b * n // nb, (b + 1) * n // nb, idot, hi, s_ids[b], s_keys[b],
+                                 b * n // nb, (b + 1) * n // nb, hi, s_ids[b], s_keys[b],
                                  s_tmp[b])
     thr = np.float64(threshold)
     sims = np.empty(n, np.float64)
@@ -537,11 +571,7 @@ def hybrid_scan_topk_parallel(query, codes, scale, cnorm, rnorm, vectors, win_st
         query, vectors, s_ids, s_keys, s_sizes, win_start, win_len, win_rows, alpha, dense,
         sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, now,
         half_life, w_rec, w_imp, thr, out_ids, out_scores, out_sims, sims, known, stats)
-    flag = np.zeros(n, np.bool_)
-    for b in numba.prange(nb):
-        _pass_hot(b * n // nb, (b + 1) * n // nb, hi, hstar, win_start, win_len, win_rows,
-                  dense[3] != 0.0, flag)
-    return _finish(query, vectors, hi, flag, seeds, win_start, win_len, win_rows, alpha, dense,
+    return _finish(query, vectors, hi, _hot_rows(hi, hstar), seeds, win_start, win_len, win_rows, alpha, dense,
                    sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance,
                    alive, now, half_life, w_rec, w_imp, thr, c1, c2, slack, out_ids,
                    out_scores, out_sims, size, sims, known, stats)
