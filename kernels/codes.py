@@ -22,9 +22,10 @@ computing the approximation in float64 and of the reference similarity (a float6
 Higham 2002, eq. 3.5), so ``|exact_sim(q, v) - approx| <= bound`` holds rigorously for finite
 inputs. For unit rows at dim 384 the bound is about 0.015 (the typical error is ~20x smaller).
 
-Why int8 (measured by ``bench/test_bench_kernels.py``, 1e6 x 384, one core): the int8 x int8
-scan takes ~19 ms (memory-bound, 384 MB), int4 nibbles ~22 ms (unpacking is compute-bound in
-numba) with a ~10x looser bound, int8 codes x float32 query ~29 ms, float32 rows ~94 ms.
+Why int8 (measured at 1e6 x 384 on one core of the shared 2-core bench machine, 2026-12-01):
+the int8 x int8 pass took ~15-19 ms (memory-bound, 384 MB), int4 nibbles ~22 ms (unpacking is
+compute-bound in numba) with an 18x larger residual norm (0.129 vs 0.0071 for unit rows, so
+an 18x looser bound), int8 codes x float32 query ~29 ms, float32 rows ~94 ms.
 
 Kernels are pure, ``cache=True``, no ``fastmath``; NumPy oracles of the same names live in
 :mod:`memcore.kernels.reference`.
