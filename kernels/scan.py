@@ -275,18 +275,21 @@ def _pass_codes(qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive, s
 
 @numba.njit(cache=True)
 def _hot_rows(hi, hstar):
-    """Rows with ``hi >= hstar``, ascending (one pass; the array doubles as it fills)."""
-    out = np.empty(1024, np.int64)
+    """Rows with ``hi >= hstar``, ascending: two passes of float32 compares against ``hstar``
+    rounded down (a superset when the rounding moves it; both passes vectorise)."""
+    h = np.float32(hstar)
+    if np.float64(h) > hstar:
+        h = np.nextafter(h, np.float32(-np.inf))
     m = 0
     for i in range(hi.shape[0]):
-        if np.float64(hi[i]) >= hstar:
-            if m == out.shape[0]:
-                bigger = np.empty(2 * m, np.int64)
-                bigger[:m] = out
-                out = bigger
+        m += hi[i] >= h
+    out = np.empty(m, np.int64)
+    m = 0
+    for i in range(hi.shape[0]):
+        if hi[i] >= h:
             out[m] = i
             m += 1
-    return out[:m]
+    return out
 
 
 @numba.njit(cache=True)
