@@ -331,3 +331,41 @@ def test_threads_give_identical_results_and_restore_numba_threads():
     mem = SemanticMemory(embedder=emb, clock=clock, warmup=False, threads=2)
     assert (mem.threads, mem.short.threads, mem.long.threads, mem.tiers.threads) == (2, 2, 2, 2)
     mem.close()
+
+
+def test_similarity_preset_from_codes_equals_the_exact_fused_ranking():
+    """From SCAN_MIN_ROWS rows the similarity preset is ranked from the int8 codes: the same
+    rows and scores as the fused float32 kernel over every vector (float32 near-ties
+    tolerated), thresholds and filters included."""
+    from memcore.core.rank import SCAN_MIN_ROWS
+    from memcore.kernels import reference as ref
+
+    clock = FakeClock()
+    emb = _emb()
+    ltm = LongTermMemory(embedder=emb, clock=clock)
+    n = SCAN_MIN_ROWS + 300
+    rng = np.random.default_rng(3)
+    words = ["robot", "dock", "battery", "kitchen", "red", "door", "noon", "dog", "paint"]
+    items = [MemoryItem(key=f"k{i}", text=" ".join(rng.choice(words, 5)),
+                        importance=float(rng.random()), metadata={"even": i % 2 == 0})
+             for i in range(n)]
+    ltm.put_many("ns", items)
+    table = ltm._tables[("ns",)]
+    c = table.columns
+    for q, thr, flt in (("robot dock", -1.0, None), ("red door at noon", 0.3, None),
+                        ("dog", -1.0, {"even": True})):
+        hits = ltm.search("ns", q, top_k=10, threshold=thr, filter=flt, touch=False)
+        assert table.recall is not None and table.recall.indexes      # ranked from codes
+        qv = emb.encode([q])[0]
+        alive = table.mask(flt)[:n].copy()
+        w = ltm.weights
+        ids, sc, si = (np.empty(10, np.int64), np.empty(10, np.float32),
+                       np.empty(10, np.float32))
+        cnt = ref.fused_topk(qv, c.vectors[:n], c.last_accessed_at[:n], c.importance[:n], alive,
+                             clock(), w.half_life, w.w_similarity, w.w_recency, w.w_importance,
+                             thr, ids, sc, si)
+        assert len(hits) == cnt
+        got = np.array([h.score for h in hits], np.float32)
+        np.testing.assert_allclose(got, sc[:cnt], rtol=0, atol=2e-6)
+        for h, i, s in zip(hits, ids[:cnt], sc[:cnt]):
+            assert h.key == table.key_of[i] or abs(h.score - s) <= 2e-6

@@ -1,8 +1,9 @@
 """Ranking a table for a resolved query: the only place a ranking kernel is called.
 
-Three paths, one contract (:mod:`memcore.kernels.reference`): the fused top-k kernel over the
-vectors (similarity preset), the rerank kernel over a lexical scorer's similarities (a store
-without embedder), and the hybrid index's kernel (:mod:`memcore.recall.hybrid`). For hybrid
+Four paths, one contract (:mod:`memcore.kernels.reference`): the similarity preset from the
+hybrid index's int8 codes with exact rerank (from :data:`SCAN_MIN_ROWS` rows) or the fused
+top-k kernel over the vectors (below), the rerank kernel over a lexical scorer's similarities
+(a store without embedder), and the hybrid index's scan (:mod:`memcore.recall.hybrid`). For hybrid
 recall the per-query signals -- the candidate mask and the BM25 of the text and of its episode
 window -- are computed once per table (:func:`signals`) and shared by the z statistics
 (:attr:`Signals.moments`) and the ranking.
@@ -18,9 +19,15 @@ import numpy as np
 from memcore.core.table import Table
 from memcore.kernels.topk import fused_topk, rerank
 from memcore.query import ResolvedQuery
-from memcore.recall.hybrid import HybridIndex, LexicalSignals
+from memcore.recall.hybrid import HybridIndex, HybridWeights, LexicalSignals
 
-__all__ = ["Signals", "signals", "rank"]
+__all__ = ["Signals", "signals", "rank", "SCAN_MIN_ROWS"]
+
+#: From this many rows the similarity preset is ranked from the hybrid index's int8 codes
+#: (:meth:`HybridIndex.search_similarity`: exact float64 similarities for the candidates);
+#: below, by the fused float32 kernel over the vectors (faster at that size). Both compute the
+#: same score; they can differ only in the float32 rounding of near-ties.
+SCAN_MIN_ROWS = 2048
 
 
 @dataclass(frozen=True)
@@ -101,6 +108,16 @@ def rank(table: Table, rq: ResolvedQuery, *, dim: int | None = None, preparer: A
     n = table.rows
     w = rq.weights
     alive = table.mask(rq.filter)
+    if rq.vector is not None and n >= SCAN_MIN_ROWS:
+        # the similarity preset from the codes (a quarter of the bytes), exact rerank
+        idx = table.recall_index(HybridWeights.hybrid(), dim, preparer)
+        ni = idx.n_rows
+        res = idx.search_similarity(rq.vector, top_k=k, decay=w, now=rq.now,
+                                    last_accessed_at=c.last_accessed_at[:ni],
+                                    importance=c.importance[:ni], alive=alive[:ni],
+                                    threshold=rq.threshold, threads=threads)
+        m = res.count
+        return res.ids[:m], res.scores[:m], res.sims[:m]
     ids = np.empty(k, np.int64)
     scores = np.empty(k, np.float32)
     sims = np.empty(k, np.float32)

@@ -905,6 +905,70 @@ class HybridIndex:
                 st, parallel=threads > 1)
         return HybridResult(ids, scores, sims, int(count))
 
+    def search_similarity(self, query_vector: np.ndarray, *, top_k: int, decay: DecayWeights,
+                          now: float, last_accessed_at: np.ndarray, importance: np.ndarray,
+                          alive: np.ndarray | None = None, threshold: float = -math.inf,
+                          threads: int = 1) -> HybridResult:
+        """The similarity preset from the codes: ``w_similarity * sim + w_recency * recency +
+        w_importance * importance`` (the fused decay score, Park et al. 2023), ``sim`` the
+        exact float64 inner product, ranked exactly
+        (:func:`memcore.kernels.scan.hybrid_scan_topk` with only the own similarity).
+
+        Parameters
+        ----------
+        query_vector : ndarray of shape (dim,), float32
+        top_k : int
+        decay : DecayWeights
+        now : float
+            Unix seconds.
+        last_accessed_at : ndarray of shape (n_rows,), float64
+        importance : ndarray of shape (n_rows,), float32
+        alive : ndarray of shape (n_rows,), bool, optional
+            Candidates (ANDed with liveness).
+        threshold : float
+            Minimum similarity.
+        threads : int, default 1
+
+        Returns
+        -------
+        HybridResult
+
+        Raises
+        ------
+        ValueError, DimensionMismatchError
+            As :meth:`search`.
+        """
+        if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
+            raise InvalidArgumentError(f"top_k must be an int >= 1, got {top_k!r}")
+        threads = check_threads(threads)
+        n = self.n_rows
+        q = np.ascontiguousarray(query_vector, np.float32).reshape(-1)
+        if q.shape[0] != self.dim:
+            raise DimensionMismatchError(f"query_vector has dim {q.shape[0]}, but this index "
+                                         f"was built with dim={self.dim}")
+        live = self._a("alive")[:n]
+        if alive is not None:
+            live = live & self._column(alive, n, np.bool_, "alive")
+        t = self._column(last_accessed_at, n, np.float64, "last_accessed_at")
+        imp = self._column(importance, n, np.float32, "importance")
+        k = int(top_k)
+        ids = np.full(k, -1, np.int64)
+        scores = np.full(k, -np.inf, np.float32)
+        sims = np.full(k, -np.inf, np.float32)
+        if n == 0:
+            return HybridResult(ids, scores, sims, 0)
+        ws, wl, wr = self.windows(0)
+        with _threads(threads):
+            count = _ks.hybrid_scan_topk(
+                q, self._a("codes")[:n], self._a("scale")[:n], self._a("cnorm")[:n],
+                self._a("rnorm")[:n], self._vectors()[:n], ws, wl, wr, 1.0,
+                np.array([float(decay.w_similarity), 0.0, 1.0, 0.0, 0.0, 0.0]),
+                np.zeros(1, np.int64), _EMPTY_I, _EMPTY_F, _EMPTY_F, _EMPTY_F, _EMPTY_F, t, imp,
+                live, float(now), float(decay.half_life), float(decay.w_recency),
+                float(decay.w_importance), float(threshold), ids, scores, sims,
+                np.zeros(4, np.int64), parallel=threads > 1)
+        return HybridResult(ids, scores, sims, int(count))
+
     @staticmethod
     def _dense_radius(w: HybridWeights) -> int:
         """The dense window radius a search uses (0: the own similarity only)."""
