@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -261,3 +263,142 @@ def test_stem_many_equals_per_text():
                       "\x1cfs\u2028ls", "Running runners ran"]) * 12
     assert _stem_many(texts, stem) == [stem(t) for t in texts]
     assert _stem_many(texts + ["nul\x00inside"], stem) == [stem(t) for t in texts + ["nul\x00inside"]]
+
+
+# ------------------------------------------------------------------ exactness vs the oracle
+def _oracle_search(model, order, w, decay, q, qtext, t, imp, now, thr, k, n_rows):
+    """From scratch in NumPy: the score of memcore.kernels.reference.hybrid_exact_topk with z
+    statistics by two passes over the live rows, BM25 of each text and of each window's
+    concatenated texts from fresh lexical indexes, windows from the episode order."""
+    V = np.zeros((n_rows, DIM), np.float32)
+    live = np.zeros(n_rows, bool)
+    wins = {}
+    for row, (text, vec, ep) in model.items():
+        V[row], live[row] = vec, True
+        members = order[ep] if ep is not None else [row]
+        wins[row] = members
+    r = 0 if w.alpha == 1.0 or w.dense_window == 0 else w.dense_window
+
+    def windows(radius):
+        start, size, flat = np.zeros(n_rows, np.int64), np.zeros(n_rows, np.int64), []
+        for i in range(n_rows):
+            if i in wins:
+                m = wins[i]
+                p = m.index(i)
+                wi = m[max(0, p - radius):p + radius + 1]
+            else:
+                wi = [i]
+            start[i], size[i] = len(flat), len(wi)
+            flat += wi
+        return start, size, np.array(flat, np.int64)
+
+    ws, wl, wr = windows(r)
+    sims = ref.exact_sims(q, V)
+    ctx = sims if r == 0 else ref._window_ctx(sims, ws, wl, wr, w.alpha)
+    rows = np.flatnonzero(live)
+
+    def z(x):
+        if not w.normalize:
+            return 0.0, 1.0
+        m = x[rows].mean()
+        sd = np.sqrt(((x[rows] - m) ** 2).mean())
+        return m, (1.0 / sd if sd > 1e-6 * max(np.sqrt((x[rows] ** 2).mean()), 1e-300) else 0.0)
+
+    mu, inv = z(ctx)
+    dense = np.array([w.dense, mu, inv, 0, 0, 0]) if r == 0 else np.array([0, 0, 0, w.dense, mu, inv])
+    own, cx = LexicalIndex(w.k1, w.b), LexicalIndex(w.k1, w.b)
+    lw = windows(w.lexical_window)
+    for i in rows.tolist():
+        own.add(i, model[i][0])
+        cx.add(i, " ".join(model[j][0] for j in lw[2][lw[0][i]:lw[0][i] + lw[1][i]]))
+    sp = []
+    for lex, weight in ((own, w.lexical), (cx, w.lexical_context)):
+        x = lex.scores(qtext, out=np.zeros(n_rows))
+        if weight:
+            m, i_ = z(x)
+            sp.append((np.flatnonzero(x).astype(np.int64), x[x != 0], weight, m, i_))
+    ptr = np.zeros(len(sp) + 1, np.int64)
+    ptr[1:] = np.cumsum([s[0].shape[0] for s in sp])
+    cat = (lambda j, dt: np.concatenate([s[j] for s in sp]).astype(dt) if sp else np.zeros(0, dt))
+    ids, sc, si = np.empty(k, np.int64), np.empty(k, np.float32), np.empty(k, np.float32)
+    cnt = ref.hybrid_exact_topk(q, V, ws, wl, wr, w.alpha, dense, ptr, cat(0, np.int64),
+                                cat(1, np.float64), np.array([s[2] for s in sp]),
+                                np.array([s[3] for s in sp]), np.array([s[4] for s in sp]), t,
+                                imp, live, now, decay.half_life, decay.w_recency,
+                                decay.w_importance, thr, ids, sc, si)
+    return cnt, ids, sc, si, sims
+
+
+def _assert_same_topk(got, want, atol=2e-6):
+    """Same count and scores; the same rows except where two scores are within float
+    rounding of each other (the z statistics come from sums here, two passes there)."""
+    cnt, ids, sc, si = want
+    assert got.count == cnt
+    np.testing.assert_allclose(got.scores[:cnt], sc[:cnt], rtol=0, atol=atol)
+    np.testing.assert_array_equal(got.ids[cnt:], -1)
+    for j in range(cnt):
+        if got.ids[j] != ids[j]:
+            near = np.abs(sc[:cnt] - got.scores[j]) <= 2 * atol
+            assert got.ids[j] in ids[:cnt][near] or abs(float(got.scores[j]) - float(sc[-1])) \
+                <= 2 * atol          # or it ties with the k-th (a row beyond k may win it)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["put", "put", "put", "delete"]), st.integers(0, 11),
+                          st.sampled_from([None, "a", "b"]),
+                          st.lists(st.sampled_from(WORDS[:5]), min_size=1, max_size=3),
+                          st.integers(0, 3)),
+                min_size=1, max_size=40),
+       st.sampled_from(["hybrid", "no_model", "similarity", "wide"]),
+       st.sampled_from(["none", "boundary", "fixed"]), st.integers(1, 8), st.integers(0, 99))
+def test_search_equals_numpy_oracle_after_random_writes(seq, preset, thr_kind, k, seed):
+    """The index's search (codes first pass, stencil, bounds, exact rerank; statistics from
+    incrementally kept sums) equals a from-scratch NumPy computation of the same formula,
+    after any put/replace/delete sequence; duplicate vectors make exact ties, and the
+    threshold may sit exactly on a row's similarity."""
+    rng = np.random.default_rng(seed)
+    pool = _unit(rng, 4)                    # few distinct vectors: exact ties
+    w = {"hybrid": HybridWeights(stem=False), "no_model": replace(HybridWeights.no_model(),
+                                                                     stem=False),
+         "similarity": HybridWeights.similarity(),
+         "wide": HybridWeights(stem=False, dense_window=4, lexical_window=3, alpha=0.25)}[preset]
+    idx = HybridIndex(DIM, w, query_preparer=identity_preparer)
+    model: dict = {}
+    order: dict = {"a": [], "b": []}
+    for step, (op, row, ep, words, v) in enumerate(seq):
+        if row in model and model[row][2] is not None:
+            order[model[row][2]].remove(row)
+        if op == "put":
+            text = " ".join(words)
+            idx.put(row, text, pool[v], episode=ep)
+            if ep is not None:
+                order[ep].append(row)
+            model[row] = (text, pool[v], ep)
+        else:
+            idx.delete(row)
+            model.pop(row, None)
+        if step == len(seq) // 2:
+            idx.moments("x", pool[0])          # sums built mid-way, then kept incrementally
+    if not model:
+        return
+    n = idx.n_rows
+    t = rng.uniform(0, 100, n)
+    imp = rng.random(n).astype(np.float32)
+    decay = DecayWeights(half_life=50.0, w_recency=0.3, w_importance=0.2)
+    q = pool[int(rng.integers(0, 4))] if rng.random() < 0.5 else _unit(rng, 1)[0]
+    qtext = " ".join(rng.choice(WORDS[:6], 2))
+    sims_all = ref.exact_sims(q, np.stack([model[r][1] for r in sorted(model)]))
+    thr = {"none": -np.inf, "fixed": 0.1,
+           "boundary": float(sims_all[int(rng.integers(0, len(model)))])}[thr_kind]
+    want = _oracle_search(model, order, w, decay, q, qtext, t, imp, 100.0, thr, k, n)
+    prepared = PreparedQuery(qtext, qtext, frozenset())
+    got = idx.search(prepared, q, top_k=k, weights=w, decay=decay, now=100.0,
+                     last_accessed_at=t, importance=imp, threshold=thr)
+    _assert_same_topk(got, want[:4])
+    if thr_kind == "boundary":                 # the row on the threshold is a candidate
+        assert got.count == min(k, int((want[4][sorted(model)] >= thr).sum())) >= 1
+    for threads in (2,):
+        again = idx.search(prepared, q, top_k=k, weights=w, decay=decay, now=100.0,
+                           last_accessed_at=t, importance=imp, threshold=thr, threads=threads)
+        assert again.ids.tolist() == got.ids.tolist()
+        assert again.scores.tobytes() == got.scores.tobytes()
