@@ -402,3 +402,41 @@ def test_search_equals_numpy_oracle_after_random_writes(seq, preset, thr_kind, k
                            last_accessed_at=t, importance=imp, threshold=thr, threads=threads)
         assert again.ids.tolist() == got.ids.tolist()
         assert again.scores.tobytes() == got.scores.tobytes()
+
+
+@pytest.mark.parametrize("sums", [False, True])
+def test_small_state_restore_round_trip(sums):
+    """restore(arrays, small_state()) resumes the index exactly: same state and searches,
+    and later writes keep it equal to the original (what a store's checkpoint relies on)."""
+    from memcore.core.arrays import RamArrays
+
+    rng = np.random.default_rng(7)
+    w = HybridWeights()
+    a = HybridIndex(DIM, w, arrays=RamArrays())
+    V = _unit(rng, 40)
+    a.put_many(list(range(30)), [" ".join(rng.choice(TEXTS, 2)) for _ in range(30)], V[:30],
+               [(f"s{i // 7}", ["Ann", "Bob", None][i % 3]) for i in range(30)])
+    a.delete(4)
+    a.put(3, "the robot docked again", V[30], episode="s0", speaker="Cy")
+    if sums:
+        a.moments("robot", V[0])
+    copy = RamArrays()
+    for name in a.arrays.names():
+        copy.alloc(name, a.arrays.get(name).shape, a.arrays.get(name).dtype)[:] = \
+            a.arrays.get(name)
+    state = {k: np.array(v) for k, v in a.small_state().items()}
+    assert all(isinstance(v, np.ndarray) for v in state.values())
+    b = HybridIndex.restore(DIM, copy, state, w)
+    assert index_state(a) == index_state(b) and b.entities() == a.entities()
+    qs, qv = ("Ann adopted a dog", "robot docked"), _unit(rng, 2)
+    assert_same_signals(a, b, w, qs, qv)
+    for ix in (a, b):
+        ix.put_many([31, 32], ["painting daily", "battery low"], V[31:33],
+                    [("s1", "Ann"), (None, None)])
+        ix.delete(10)
+    assert index_state(a) == index_state(b)
+    assert_same_signals(a, b, w, qs, qv)
+    r1, r2 = (ix.search("Ann dog", qv[0], top_k=5) for ix in (a, b))
+    assert r1.ids.tolist() == r2.ids.tolist() and r1.scores.tobytes() == r2.scores.tobytes()
+    with pytest.raises(ValueError, match="missing"):
+        HybridIndex.restore(DIM, RamArrays(), state, w)
