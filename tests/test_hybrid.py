@@ -131,7 +131,7 @@ def test_context_windows_equal_recomputation(seq, sums_first):
     idx = HybridIndex(DIM, w)
     if sums_first:
         for r in (0, 1, 2, 3, 4):
-            idx._moment_sums(r)             # kept current by every write from here on
+            idx._moment_sums(0.4, r)        # kept current by every write from here on
     model: dict = {}
     order: dict = {"a": [], "b": []}
     for op, row, ep, words in seq:

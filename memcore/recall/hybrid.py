@@ -33,8 +33,9 @@ The score (:func:`memcore.kernels.scan.hybrid_exact_topk`, computed by
     + w_speaker * [query names the memory's speaker]
 
 with ``z`` over the namespace's live memories per query. The dense statistics come from
-float64 moment sums kept under put/delete (``sum v``, ``sum v v^T``, and per window radius
-``sum m``, ``sum v m^T``, ``sum m m^T`` of the window means ``m``: O(dim^2) per query, no
+float64 moment sums kept under put/delete (``sum c`` and ``sum c c^T`` of the context vectors
+``c`` for each (alpha, radius) a normalised search has used; the own vectors for radius 0),
+built by one pass the first time and O(window) per write after: O(dim^2) per query, no
 pass; :mod:`memcore.kernels.moments`), BM25's from its sparse scores; a metadata filter takes
 one exact pass instead. Weights and presets: :class:`HybridWeights` (``hybrid()``,
 ``no_model()`` for the hashing embedder, and ``similarity()``, the pure-cosine OM1 contract).
@@ -355,7 +356,7 @@ class HybridIndex:
         self._spk_names: list[str] = []            # code - 1 -> name as last written
         self._spk_count: list[int] = []            # code - 1 -> live rows
         self._ctx_len = np.zeros(MAX_WINDOW + 1, np.int64)   # sum of window-doc lengths, per r
-        self._sums: dict | None = None             # moment sums (see _moment_sums)
+        self._sums: dict = {}                      # (alpha, radius) -> sums (_moment_sums)
         self._wcache: dict[int, tuple] = {}        # radius -> (win_start, win_len), derived
 
     def __len__(self) -> int:
@@ -377,11 +378,9 @@ class HybridIndex:
                    for k, c in self._spk_code.items()], ensure_ascii=False).encode(), np.uint8
               ).copy()}
         st.update({"lex." + k: v for k, v in self.lexical.small_state().items()})
-        if self._sums is not None:
-            st.update({"sums." + k: np.array(v) for k, v in self._sums.items()
-                       if not isinstance(k, int)})
-            for r, (m1, pp, qq) in ((r, v) for r, v in self._sums.items() if isinstance(r, int)):
-                st[f"sums.r{r}.m1"], st[f"sums.r{r}.p"], st[f"sums.r{r}.q"] = m1, pp, qq
+        for j, ((alpha, r), (c1, c2)) in enumerate(self._sums.items()):
+            st[f"sums.{j}.key"] = np.array([alpha, r], np.float64)
+            st[f"sums.{j}.c1"], st[f"sums.{j}.c2"] = c1.copy(), c2.copy()
         return st
 
     @classmethod
@@ -413,14 +412,12 @@ class HybridIndex:
         idx.lexical = LexicalIndex.restore(
             arrays, {k[4:]: v for k, v in state.items() if k.startswith("lex.")}, w.k1, w.b,
             prefix="lex.")
-        if "sums.s1" in state:
-            sums: dict = {"s1": np.array(state["sums.s1"], np.float64),
-                          "s2": np.array(state["sums.s2"], np.float64)}
-            for r in range(1, MAX_WINDOW + 1):
-                if f"sums.r{r}.m1" in state:
-                    sums[r] = tuple(np.array(state[f"sums.r{r}.{x}"], np.float64)
-                                    for x in ("m1", "p", "q"))
-            idx._sums = sums
+        j = 0
+        while f"sums.{j}.key" in state:
+            alpha, r = (float(x) for x in state[f"sums.{j}.key"])
+            idx._sums[(alpha, int(r))] = (np.array(state[f"sums.{j}.c1"], np.float64),
+                                          np.array(state[f"sums.{j}.c2"], np.float64))
+            j += 1
         return idx
 
     def _a(self, name: str) -> np.ndarray:
@@ -528,8 +525,8 @@ class HybridIndex:
         self._a("cnorm")[ra] = cn
         self._a("rnorm")[ra] = rn
         self.lexical.add_tokens_batch(rows, hashes, offsets[:m], counts)
-        if self._sums is not None and m > 64:
-            self._sums = None                      # cheaper to rebuild on the next search
+        if self._sums and m > 4096:
+            self._sums = {}                        # cheaper to rebuild on the next search
         self._link(ra, episode_speakers)
         self._wcache.clear()
 
@@ -674,22 +671,24 @@ class HybridIndex:
         for r in range(MAX_WINDOW + 1):
             ok = (col >= pos - r) & (col <= pos + r) & (col < cnt)
             self._ctx_len[r] += int(sign) * int(lens[ok].sum())
-        sums = self._sums
-        if sums is None:
+        if not self._sums:
             return
         V = self._vectors()
-        if own is not None:
-            own = np.asarray(own, np.int64)
-            own = own[self._a("alive")[own]]
-            X = V[own].astype(np.float64)
-            sums["s1"] += sign * X.sum(axis=0)
-            sums["s2"] += sign * (X.T @ X)
+        own = np.zeros(0, np.int64) if own is None else np.asarray(own, np.int64)
+        own = own[self._a("alive")[own]]
+        for (alpha, r), (c1, c2) in self._sums.items():
+            C = self._context_vectors(V, own if r == 0 else rows, alpha, r)
+            c1 += sign * C.sum(axis=0)
+            c2 += sign * (C.T @ C)
+
+    def _context_vectors(self, V: np.ndarray, rows: np.ndarray, alpha: float, r: int
+                         ) -> np.ndarray:
+        """(len(rows), dim) float64: ``alpha * v_i + (1 - alpha) * mean(v_j, j in W_r(i))``
+        (``v_i`` itself for r = 0)."""
         X = V[rows].astype(np.float64)
-        for r, (m1, pp, qq) in ((r, x) for r, x in sums.items() if isinstance(r, int)):
-            M = self._window_means(V, rows, r)
-            m1 += sign * M.sum(axis=0)
-            pp += sign * (X.T @ M)
-            qq += sign * (M.T @ M)
+        if r == 0:
+            return X
+        return alpha * X + (1.0 - alpha) * self._window_means(V, rows, r)
 
     def _window_means(self, V: np.ndarray, rows: np.ndarray, r: int) -> np.ndarray:
         """(len(rows), dim) float64: the mean vector of each row's radius-r window."""
@@ -755,35 +754,24 @@ class HybridIndex:
             got = self._wcache[radius] = (start, np.minimum(cnt, pos + radius + 1) - lo)
         return got[0], got[1], self._a("win")[:n].reshape(-1)
 
-    def _moment_sums(self, radius: int) -> dict:
-        """The float64 sums over live rows: ``s1`` = sum v, ``s2`` = sum v v^T and, for a
-        window radius r >= 1, ``(m1, p, q)`` = sum m, sum v m^T, sum m m^T of the window means
-        ``m``; built once (one pass) and kept current by every write."""
-        if self._sums is None:
+    def _moment_sums(self, alpha: float, radius: int) -> tuple:
+        """``(sum c, sum c c^T)`` in float64 over the live rows' context vectors ``c`` for
+        (alpha, radius) (the own vectors for radius 0): built by one pass (chunked float64
+        GEMM) the first time a normalised search asks for them, then kept current by every
+        write (O(window) rank-k updates)."""
+        key = (1.0, 0) if radius == 0 else (float(alpha), int(radius))
+        got = self._sums.get(key)
+        if got is None:
             V = self._vectors()
             live = np.flatnonzero(self._a("alive")[:self.n_rows])
-            s1 = np.zeros(self.dim)
-            s2 = np.zeros((self.dim, self.dim))
-            for a in range(0, live.shape[0], 8192):
-                X = V[live[a:a + 8192]].astype(np.float64)
-                s1 += X.sum(axis=0)
-                s2 += X.T @ X
-            self._sums = {"s1": s1, "s2": s2}
-        if radius >= 1 and radius not in self._sums:
-            V = self._vectors()
-            live = np.flatnonzero(self._a("alive")[:self.n_rows])
-            m1 = np.zeros(self.dim)
-            pp = np.zeros((self.dim, self.dim))
-            qq = np.zeros((self.dim, self.dim))
-            for a in range(0, live.shape[0], 8192):
-                rows = live[a:a + 8192]
-                X = V[rows].astype(np.float64)
-                M = self._window_means(V, rows, radius)
-                m1 += M.sum(axis=0)
-                pp += X.T @ M
-                qq += M.T @ M
-            self._sums[radius] = (m1, pp, qq)
-        return self._sums
+            c1 = np.zeros(self.dim)
+            c2 = np.zeros((self.dim, self.dim))
+            for a in range(0, live.shape[0], 16384):
+                C = self._context_vectors(V, live[a:a + 16384], key[0], key[1])
+                c1 += C.sum(axis=0)
+                c2 += C.T @ C
+            got = self._sums[key] = (c1, c2)
+        return got
 
     def search(self, query: str | PreparedQuery, query_vector: np.ndarray, *, top_k: int = 10,
                weights: HybridWeights | None = None, decay: DecayWeights | None = None,
@@ -1034,17 +1022,10 @@ class HybridIndex:
             nl = self.n_live
             if nl == 0:
                 return out
-            sums = self._moment_sums(r)
+            c1, c2 = self._moment_sums(w.alpha, r)
             q64 = q.astype(np.float64)
-            qs1, qs2q = float(q64 @ sums["s1"]), float(q64 @ sums["s2"] @ q64)
-            if r == 0:
-                mean, e2 = qs1 / nl, qs2q / nl
-            else:
-                a = float(w.alpha)
-                m1, pp, qq = sums[r]
-                mean = (a * qs1 + (1.0 - a) * float(q64 @ m1)) / nl
-                e2 = (a * a * qs2q + 2.0 * a * (1.0 - a) * float(q64 @ pp @ q64)
-                      + (1.0 - a) ** 2 * float(q64 @ qq @ q64)) / nl
+            mean = float(q64 @ c1) / nl
+            e2 = float(q64 @ c2 @ q64) / nl
             var = e2 - mean * mean
             # cancellation: a variance within float64 rounding of E[x^2] is a constant signal
             var = var if var > 1e-12 * max(e2, 1e-300) else 0.0
