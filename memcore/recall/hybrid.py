@@ -357,7 +357,7 @@ class HybridIndex:
         self._spk_count: list[int] = []            # code - 1 -> live rows
         self._ctx_len = np.zeros(MAX_WINDOW + 1, np.int64)   # sum of window-doc lengths, per r
         self._sums: dict = {}                      # (alpha, radius) -> sums (_moment_sums)
-        self._wcache: dict[int, tuple] = {}        # radius -> (win_start, win_len), derived
+        self._wcache: dict[int, list] = {}         # radius -> [win_start, win_len, rows valid]
 
     def __len__(self) -> int:
         return self.n_live
@@ -528,7 +528,6 @@ class HybridIndex:
         if self._sums and m > 4096:
             self._sums = {}                        # cheaper to rebuild on the next search
         self._link(ra, episode_speakers)
-        self._wcache.clear()
 
     def _tail(self, last: int, k: int) -> list:
         """The last ``k`` rows of an episode ending at row ``last`` (episode order)."""
@@ -598,6 +597,7 @@ class HybridIndex:
         self._a("win")[target] = W
         self._a("win_pos")[target] = (j - lo).astype(np.int8)
         self._a("win_cnt")[target] = (hi - lo).astype(np.int8)
+        self._windows_changed(target)
         if segs:
             ep_last = self._a("ep_last")
             for eid, seg in segs.items():
@@ -652,7 +652,7 @@ class HybridIndex:
         self._account(affected[1:], 1.0)
         if self._vsrc is None:
             self._a("vectors")[row] = 0.0
-        self._wcache.clear()
+        self._windows_changed(affected)
         return True
 
     def _account(self, rows: np.ndarray, sign: float, own: np.ndarray | None = None) -> None:
@@ -743,16 +743,39 @@ class HybridIndex:
     def windows(self, radius: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every row's radius-``radius`` episode window, the layout of
         :mod:`memcore.kernels.scan`: ``win_start``, ``win_len`` (n_rows,) int64 and
-        ``win_rows`` (the flat window column, int32)."""
+        ``win_rows`` (the flat window column, int32). Derived from ``win_pos``/``win_cnt``
+        once per radius, then kept current row by row (a write changes O(window) rows)."""
         n = self.n_rows
         got = self._wcache.get(radius)
-        if got is None or got[0].shape[0] != n:
-            pos = self._a("win_pos")[:n].astype(np.int64)
-            cnt = self._a("win_cnt")[:n].astype(np.int64)
-            lo = pos - np.minimum(pos, radius)
-            start = np.arange(n, dtype=np.int64) * _STRIDE + lo
-            got = self._wcache[radius] = (start, np.minimum(cnt, pos + radius + 1) - lo)
-        return got[0], got[1], self._a("win")[:n].reshape(-1)
+        if got is None:
+            got = self._wcache[radius] = [np.zeros(n + n // 4 + 64, np.int64),
+                                          np.zeros(n + n // 4 + 64, np.int64), 0]
+        if got[2] < n:
+            if got[0].shape[0] < n:
+                cap = max(n, 2 * got[0].shape[0])
+                for k in (0, 1):
+                    grown = np.zeros(cap, np.int64)
+                    grown[:got[2]] = got[k][:got[2]]
+                    got[k] = grown
+            self._window_rows(got, radius, np.arange(got[2], n, dtype=np.int64))
+            got[2] = n
+        return got[0][:n], got[1][:n], self._a("win")[:n].reshape(-1)
+
+    def _window_rows(self, got: list, radius: int, rows: np.ndarray) -> None:
+        pos = self._a("win_pos")[rows].astype(np.int64)
+        cnt = self._a("win_cnt")[rows].astype(np.int64)
+        lo = pos - np.minimum(pos, radius)
+        got[0][rows] = rows * _STRIDE + lo
+        got[1][rows] = np.minimum(cnt, pos + radius + 1) - lo
+
+    def _windows_changed(self, rows: np.ndarray) -> None:
+        """Recompute the cached :meth:`windows` entries of ``rows`` (whose windows changed);
+        rows past a cache's valid range are computed on its next use."""
+        rows = np.asarray(rows, np.int64)
+        for radius, got in self._wcache.items():
+            stale = rows[rows < got[2]]
+            if stale.shape[0]:
+                self._window_rows(got, radius, stale)
 
     def _moment_sums(self, alpha: float, radius: int) -> tuple:
         """``(sum c, sum c c^T)`` in float64 over the live rows' context vectors ``c`` for
