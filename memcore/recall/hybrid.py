@@ -358,6 +358,9 @@ class HybridIndex:
         self._ctx_len = np.zeros(MAX_WINDOW + 1, np.int64)   # sum of window-doc lengths, per r
         self._sums: dict = {}                      # (alpha, radius) -> sums (_moment_sums)
         self._wcache: dict[int, list] = {}         # radius -> [win_start, win_len, rows valid]
+        #: The last :meth:`search`'s scan statistics: rows reranked exactly, exact
+        #: similarities computed, rows flagged, candidates (``memcore.kernels.scan``).
+        self.last_scan_stats = np.zeros(4, np.int64)
 
     def __len__(self) -> int:
         return self.n_live
@@ -914,6 +917,7 @@ class HybridIndex:
                 np.array(sp_inv, np.float64), t, imp, live, float(now), float(d.half_life),
                 float(d.w_recency), float(d.w_importance), float(threshold), ids, scores, sims,
                 st, parallel=threads > 1)
+        self.last_scan_stats = st
         return HybridResult(ids, scores, sims, int(count))
 
     def search_similarity(self, query_vector: np.ndarray, *, top_k: int, decay: DecayWeights,
