@@ -25,7 +25,9 @@ boost on 5%):
 - ``faiss_1t`` / ``faiss_2t``: ``faiss.IndexFlatIP.search`` (k = 10), 1 and 2 OpenMP threads.
 
 ``extra_info`` holds the rows scored exactly and flagged (candidate fraction), and whether the
-codes result equals the exact path (:func:`memcore.kernels.scan.hybrid_exact_topk`).
+codes result equals the exact path (:func:`memcore.kernels.scan.hybrid_exact_topk`). The same
+cases as one same-run table with the calling thread's CPU time next to wall time (stable on a
+shared machine): ``python -m bench.test_bench_kernels 1e5 1e6``.
 
 Smoke mode (default ``--benchmark-disable``) shrinks n to 2000 so ``pytest`` stays quick but
 still runs, and checks, every function. Real numbers::
@@ -375,3 +377,83 @@ def test_bench_hybrid_recall(benchmark, bench_on, size, method):
             np.testing.assert_array_equal(g, w_)
         info.update(equals_exact_path=True)
     benchmark.extra_info.update(info)
+
+
+def hybrid_table(sizes, rounds=9):
+    """Same-run medians of every hybrid method: wall and the calling thread's CPU time (ms).
+
+    The CPU column is the stable one on a shared machine: it leaves out the waits for a core
+    (for 2 threads it counts the calling thread only).
+    """
+    rows = []
+    for n in sizes:
+        hybrid_dataset.cache_clear()
+        d = hybrid_dataset(n)
+        qs, turn = d["queries"], [0]
+
+        def next_query():
+            turn[0] = (turn[0] + 1) % len(qs)
+            return qs[turn[0]]
+        out = (np.empty(TOP_K, np.int64), np.empty(TOP_K, np.float32), np.empty(TOP_K, np.float32))
+        stats = np.zeros(4, np.int64)
+        lex = np.zeros((2, n))
+        for j in range(2):
+            lex[j, d["sparse"][j][0]] = d["sparse"][j][1]
+        boost = np.zeros(n, np.float32)
+        boost[d["sparse"][2][0]] = 1.0
+        scratch = np.empty(n, np.float32)
+        index = faiss.IndexFlatIP(DIM)
+        index.add(d["vectors"])
+
+        def codes(kernel, sim):
+            def run():
+                q = next_query()
+                args = similarity_arguments(d) if sim else hybrid_arguments(d, q)
+                kernel(q, *d["enc"], d["vectors"], *args, *out, stats)
+            return run
+        cases = [("f32_ctx", 1, lambda: khybrid.hybrid_topk(
+                      next_query(), d["ctx"], lex, HYBRID_W["w_ctx"],
+                      np.array([HYBRID_W["w_lex"], HYBRID_W["w_lex_ctx"]]), boost,
+                      HYBRID_W["w_speaker"], d["t"], d["imp"], d["alive"], NOW, 3600.0, 0.0, 0.0,
+                      True, -np.inf, scratch, *out)),
+                 ("codes", 1, codes(kscan.hybrid_scan_topk_serial, False)),
+                 ("codes", 2, codes(kscan.hybrid_scan_topk_parallel, False)),
+                 ("sim_codes", 1, codes(kscan.hybrid_scan_topk_serial, True)),
+                 ("sim_codes", 2, codes(kscan.hybrid_scan_topk_parallel, True)),
+                 ("faiss", 1, lambda: index.search(next_query()[None, :], TOP_K)),
+                 ("faiss", 2, lambda: index.search(next_query()[None, :], TOP_K))]
+        for name, threads, run in cases:
+            before = faiss.omp_get_max_threads()
+            try:
+                faiss.omp_set_num_threads(threads)
+                with threadpool_limits(limits=1), numba_threads(threads):
+                    run()
+                    wall, cpu = [], []
+                    for _ in range(rounds):
+                        t0, c0 = time.perf_counter(), time.thread_time()
+                        run()
+                        cpu.append(time.thread_time() - c0)
+                        wall.append(time.perf_counter() - t0)
+            finally:
+                faiss.omp_set_num_threads(before)
+            rows.append((n, name, threads, 1e3 * float(np.median(wall)),
+                         1e3 * float(np.median(cpu)), int(stats[0]) if "codes" in name else None))
+            print("| %.0e | %s | %d | %.1f | %.1f | %s |" % rows[-1], flush=True)
+        del index
+    return rows
+
+
+def test_hybrid_table_runs():
+    # the script's table (below) runs as a smoke test, so it cannot rot
+    rows = hybrid_table([SMOKE_N], rounds=1)
+    assert [(r[1], r[2]) for r in rows] == [("f32_ctx", 1), ("codes", 1), ("codes", 2),
+                                            ("sim_codes", 1), ("sim_codes", 2), ("faiss", 1),
+                                            ("faiss", 2)]
+    assert all(r[3] > 0 and r[4] >= 0 for r in rows)
+
+
+if __name__ == "__main__":   # python -m bench.test_bench_kernels 1e5 1e6
+    import sys
+
+    print("| n | method | threads | wall ms | thread CPU ms | rows scored exactly |")
+    hybrid_table([int(float(a)) for a in sys.argv[1:]] or [100_000])

@@ -288,8 +288,8 @@ def bm25_context_scores_sparse(q_terms, term_head, term_tail, term_fill, block_s
     own-text postings and the windows, for the rows that score.
 
     Row ``i``'s context document is the multiset union of the documents of the rows in its
-    window ``W(i) = win_rows[win_start[i]:win_start[i] + win_len[i]]``, so, with ``P_t`` the live rows
-    holding term ``t``::
+    window ``W(i) = win_rows[win_start[i]:win_start[i] + win_len[i]]``, so, with ``P_t`` the
+    live rows holding term ``t``::
 
         tf_ctx(t, i) = sum_{j in W(i)} tf(t, j)        len_ctx(i) = sum_{j in W(i)} len(j)
         df_ctx(t)    = |{i : W(i) meets P_t}| = |union_{j in P_t} W(j)|   (windows symmetric)

@@ -22,9 +22,10 @@ computing the approximation in float64 and of the reference similarity (a float6
 Higham 2002, eq. 3.5), so ``|exact_sim(q, v) - approx| <= bound`` holds rigorously for finite
 inputs. For unit rows at dim 384 the bound is about 0.015 (the typical error is ~20x smaller).
 
-Why int8 (measured by ``bench/test_bench_kernels.py``, 1e6 x 384, one core): the int8 x int8
-scan takes ~19 ms (memory-bound, 384 MB), int4 nibbles ~22 ms (unpacking is compute-bound in
-numba) with a ~10x looser bound, int8 codes x float32 query ~29 ms, float32 rows ~94 ms.
+Why int8 (measured at 1e6 x 384 on one core of the shared 2-core bench machine, 2026-12-01):
+the int8 x int8 pass took ~15-19 ms (memory-bound, 384 MB), int4 nibbles ~22 ms (unpacking is
+compute-bound in numba) with an 18x larger residual norm (0.129 vs 0.0071 for unit rows, so
+an 18x looser bound), int8 codes x float32 query ~29 ms, float32 rows ~94 ms.
 
 Kernels are pure, ``cache=True``, no ``fastmath``; NumPy oracles of the same names live in
 :mod:`memcore.kernels.reference`.
@@ -53,27 +54,15 @@ def _up32(x):
 
 
 @numba.njit(cache=True)
-def _encode_one(v, code):
-    """Quantise one row into ``code``; return (scale, cnorm, rnorm) as float32."""
-    dim = v.shape[0]
-    m = 0.0
-    for j in range(dim):
-        a = abs(np.float64(v[j]))
-        if a > m:
-            m = a
-    scale = np.float32(m / CODE_MAX)
-    if scale == 0.0:          # all-zero row (or entries below float32's range / 127)
-        ss = 0.0
-        for j in range(dim):
-            code[j] = 0
-            ss += np.float64(v[j]) * np.float64(v[j])
-        return np.float32(0.0), np.float32(0.0), _up32(np.sqrt(ss) * (1.0 + 8 * _U) if ss > 0 else 0.0)
-    s64 = np.float64(scale)
+def _quantize(v, s, code):
+    """``code = clip(rint(v / s), -127, 127)`` for a scale ``s > 0`` (float64); returns
+    ``(sum code**2, sum (v - s * code)**2)``, the second in float64 (each difference rounds
+    once: ``s * code`` is exact for a float32 ``s``, within 2**-53 relative otherwise)."""
     cc = 0
     rr = 0.0
-    for j in range(dim):
+    for j in range(v.shape[0]):
         x = np.float64(v[j])
-        c = np.rint(x / s64)
+        c = np.rint(x / s)
         if c > CODE_MAX:
             c = CODE_MAX
         elif c < -CODE_MAX:
@@ -81,8 +70,32 @@ def _encode_one(v, code):
         ci = np.int64(c)
         code[j] = ci
         cc += ci * ci
-        d = x - s64 * np.float64(ci)     # s64 * ci is exact (24 + 8 bits); d rounds once
+        d = x - s * np.float64(ci)
         rr += d * d
+    return cc, rr
+
+
+@numba.njit(cache=True)
+def _max_abs_and_sq(v):
+    m = 0.0
+    ss = 0.0
+    for j in range(v.shape[0]):
+        x = np.float64(v[j])
+        ss += x * x
+        m = max(m, abs(x))
+    return m, ss
+
+
+@numba.njit(cache=True)
+def _encode_one(v, code):
+    """Quantise one row into ``code``; return (scale, cnorm, rnorm) as float32."""
+    dim = v.shape[0]
+    m, ss = _max_abs_and_sq(v)
+    scale = np.float32(m / CODE_MAX)
+    if scale == 0.0:          # all-zero row (or entries below float32's range / 127)
+        code[:] = 0
+        return np.float32(0.0), np.float32(0.0), _up32(np.sqrt(ss) * (1.0 + (dim + 8) * _U))
+    cc, rr = _quantize(v, np.float64(scale), code)
     # sqrt and the sums round a few times (relative 2**-53 each): inflate, then round up.
     cnorm = _up32(np.sqrt(np.float64(cc)))
     rnorm = _up32(np.sqrt(rr) * (1.0 + (dim + 8) * _U))          # 0 for an exact row
@@ -161,30 +174,13 @@ def quantize_query(query, out_code):
     ([95, 127], 1.0)
     """
     dim = query.shape[0]
-    m = 0.0
-    qq = 0.0
-    for j in range(dim):
-        x = np.float64(query[j])
-        qq += x * x
-        if abs(x) > m:
-            m = abs(x)
+    m, qq = _max_abs_and_sq(query)
     qnorm = np.sqrt(qq) * (1.0 + (dim + 8) * _U)
     if m == 0.0:
-        for j in range(dim):
-            out_code[j] = 0
+        out_code[:] = 0
         return 0.0, 0.0, qnorm
     qscale = m / CODE_MAX
-    rr = 0.0
-    for j in range(dim):
-        x = np.float64(query[j])
-        c = np.rint(x / qscale)
-        if c > CODE_MAX:
-            c = CODE_MAX
-        elif c < -CODE_MAX:
-            c = -CODE_MAX
-        out_code[j] = np.int64(c)
-        d = x - qscale * c
-        rr += d * d
+    _, rr = _quantize(query, qscale, out_code)
     # qscale * c rounds (relative 2**-53): |d| is off by at most |x| * 2**-52.
     qres = np.sqrt(rr) * (1.0 + (dim + 8) * _U) + 4 * _U * qnorm
     return qscale, qres, qnorm

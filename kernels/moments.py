@@ -129,8 +129,8 @@ def context_moments_update(vectors, rows, win_start, win_len, win_rows, alpha, s
 
     ``c_i = alpha * v_i + (1 - alpha) * (sum_{j in W(i)} v_j) / |W(i)|`` in float64 (window
     sum in window order; an empty window counts as ``[i]``), with ``W(i) =
-    win_rows[win_start[i]:win_start[i] + win_len[i]]``: pass the windows as they were when the rows' vectors
-    were added (``sign = -1``), or as they are now (``sign = 1``).
+    win_rows[win_start[i]:win_start[i] + win_len[i]]``: pass the windows as they were when the
+    rows' vectors were added (``sign = -1``), or as they are now (``sign = 1``).
 
     Parameters
     ----------

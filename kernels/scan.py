@@ -38,17 +38,18 @@ reading the rows' int8 codes (:mod:`memcore.kernels.codes`) instead of their flo
    such that a row holding no sparse signal, with ``hi < hstar`` and no window row at
    ``hi >= hstar`` (then its context bound ``alpha * hi_i + (1 - alpha) * mean hi_j`` is
    below ``hstar`` too), scores below ``tau``.
-3. Flagged as possible: the windows of the *hot* rows (``hi >= hstar``; windows are
-   symmetric, ``j in W(i)`` iff ``i in W(j)``, as episode windows are), and the rows holding
-   sparse signals whose bound (their exact sparse gain, a k-way merge of the sorted lists)
-   reaches ``tau``. Each flagged row gets a tight bound (its window's ``hi`` through the
+3. Flagged as possible: the windows of the *hot* rows (``hi >= hstar``, one pass over
+   ``hi``; windows are symmetric, ``j in W(i)`` iff ``i in W(j)``, as episode windows are),
+   and the rows holding sparse signals whose bound (their exact sparse gain, a k-way merge of
+   the sorted lists) reaches ``tau``; no other O(n) work. Each flagged row gets a tight bound (its window's ``hi`` through the
    stencil, exact sparse values and recency), padded by a slack covering float64 rounding
    and the rounding to float32; rows reaching ``tau`` are reranked exactly in descending
    bound order until the next bound is below the k-th exact score.
 
 ``stats`` reports the work: ``[rows reranked exactly, exact similarities computed]``.
-The parallel kernel splits rows in the same blocks as the serial one (prange), so both return
-identical results and statistics; the caller sets the threads (``numba.set_num_threads`` in
+The parallel kernel splits the code pass in the same row blocks as the serial one (prange;
+the rest is serial and proportional to the flagged rows), so both return identical results
+and statistics; the caller sets the threads (``numba.set_num_threads`` in
 ``try/finally``). Kernels are pure, ``cache=True``; no ``fastmath`` (integer dot products
 vectorise without it).
 """
@@ -149,9 +150,9 @@ def _ctx(i, sims, win_start, win_len, win_rows, alpha):
 
 
 @numba.njit(cache=True)
-def hybrid_exact_topk(query, vectors, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals,
-                      sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive, now, half_life,
-                      w_rec, w_imp, threshold, out_ids, out_scores, out_sims):
+def hybrid_exact_topk(query, vectors, win_start, win_len, win_rows, alpha, dense, sp_ptr,
+                      sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive,
+                      now, half_life, w_rec, w_imp, threshold, out_ids, out_scores, out_sims):
     """The exact path: every row's exact similarity, the stencil, the score, a bounded heap.
 
     Parameters
@@ -170,12 +171,13 @@ def hybrid_exact_topk(query, vectors, win_start, win_len, win_rows, alpha, dense
     sp_rows : ndarray of shape (sp_ptr[-1],), int64
         Signal ``l``'s rows, ``sp_rows[sp_ptr[l]:sp_ptr[l + 1]]``, strictly ascending.
     sp_vals : ndarray of shape (sp_ptr[-1],), float64
-        Their values.
+        Their values, >= 0 (the codes scan relies on it; BM25 scores and boosts are).
     sp_w, sp_mu, sp_inv : ndarray of shape (n_sparse,), float64
         Weight (>= 0), mean and inverse std (>= 0) of each sparse signal.
     last_accessed_at : ndarray of shape (n,), float64
         Unix seconds.
     importance : ndarray of shape (n,), float32
+        In [0, 1] (the codes scan relies on it).
     alive : ndarray of shape (n,), bool
         Candidate rows (window rows count whether alive or not).
     now, half_life, w_rec, w_imp : float
@@ -232,39 +234,62 @@ def _up32(x):
 
 
 @numba.njit(cache=True)
-def _pass_codes(qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive, importance,
-                start, stop, hi, s_ids, s_keys, s_tmp):
-    """Upper bounds ``hi`` on the similarities of rows [start, stop) from their codes, and
-    the ``s_ids.shape[0]`` live rows with the highest ``hi`` (a heap). Returns (heap size,
-    max |sim| bound, max importance)."""
-    dim = codes.shape[1]
-    m = s_ids.shape[0]
-    size = 0
-    imax = 0.0
-    amax = 0.0
+def _code_dots(qcode, codes, start, stop, idot):
+    """Integer dot products of rows [start, stop) with the query's code into idot[0:]
+    (memory-bound)."""
     for i in range(start, stop):
-        a = np.float64(scale[i]) * qscale * np.float64(code_dot(qcode, codes[i]))
-        e = code_bound(a, scale[i], cnorm[i], rnorm[i], qres, qnorm, dim)
-        h32 = _up32(a + e)
-        hi[i] = h32
-        amax = max(amax, abs(a) + e)
-        imax = max(imax, np.float64(importance[i]))
-        if alive[i] and (size < m or h32 > s_keys[0]):
-            size = heap_push(s_ids, s_keys, s_tmp, size, np.int64(i), h32, h32)
-    return size, amax, imax
+        idot[i - start] = code_dot(qcode, codes[i])
 
 
 @numba.njit(cache=True)
-def _pass_hot(start, stop, hi, hstar, win_start, win_len, win_rows, windows, flag):
-    """Flag every row whose window holds a *hot* row of [start, stop) (``hi >= hstar``), and
-    the hot row itself. Windows are symmetric, so ``W^-1(j) = W(j)``. Racing writes all
-    store True."""
-    for j in range(start, stop):
-        if np.float64(hi[j]) >= hstar:
-            flag[j] = True
-            if windows:
-                for p in range(win_start[j], (win_start[j] + win_len[j])):
-                    flag[win_rows[p]] = True
+def _code_bounds(qscale, qres, qnorm, dim, scale, cnorm, rnorm, idot, start, stop, hi):
+    """``hi[i] >= sim_i`` from the integer dot products, float32 rounded up (branch-free)."""
+    for i in range(start, stop):
+        a = np.float64(scale[i]) * qscale * np.float64(idot[i - start])
+        hi[i] = _up32(a + code_bound(a, scale[i], cnorm[i], rnorm[i], qres, qnorm, dim))
+
+
+@numba.njit(cache=True)
+def _top_bounds(hi, alive, start, stop, s_ids, s_keys, s_tmp):
+    """The ``s_ids.shape[0]`` live rows of [start, stop) with the highest ``hi`` (a heap);
+    returns its size."""
+    m = s_ids.shape[0]
+    size = 0
+    for i in range(start, stop):
+        h = hi[i]
+        if alive[i] and (size < m or h > s_keys[0]):
+            size = heap_push(s_ids, s_keys, s_tmp, size, np.int64(i), h, h)
+    return size
+
+
+@numba.njit(cache=True)
+def _pass_codes(qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive, start, stop,
+                hi, s_ids, s_keys, s_tmp):
+    """Upper bounds ``hi`` on the similarities of rows [start, stop) from their codes, and
+    their seeds (:func:`_top_bounds`); returns the seed heap's size."""
+    idot = np.empty(stop - start, np.int32)       # the block's dot products (cache-resident)
+    _code_dots(qcode, codes, start, stop, idot)
+    _code_bounds(qscale, qres, qnorm, codes.shape[1], scale, cnorm, rnorm, idot, start, stop, hi)
+    return _top_bounds(hi, alive, start, stop, s_ids, s_keys, s_tmp)
+
+
+@numba.njit(cache=True)
+def _hot_rows(hi, hstar):
+    """Rows with ``hi >= hstar``, ascending: two passes of float32 compares against ``hstar``
+    rounded down (a superset when the rounding moves it; both passes vectorise)."""
+    h = np.float32(hstar)
+    if np.float64(h) > hstar:
+        h = np.nextafter(h, np.float32(-np.inf))
+    m = 0
+    for i in range(hi.shape[0]):
+        m += hi[i] >= h
+    out = np.empty(m, np.int64)
+    m = 0
+    for i in range(hi.shape[0]):
+        if hi[i] >= h:
+            out[m] = i
+            m += 1
+    return out
 
 
 @numba.njit(cache=True)
@@ -338,73 +363,89 @@ def _upper(i, hi, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows, s
 
 
 @numba.njit(cache=True)
-def _finish(query, vectors, hi, flag, seeds, win_start, win_len, win_rows, alpha, dense, sp_ptr,
+def _finish(query, vectors, hi, hot, seeds, win_start, win_len, win_rows, alpha, dense, sp_ptr,
             sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive, now,
             half_life, w_rec, w_imp, thr, c1, c2, slack, out_ids, out_scores, out_sims, size,
             sims, known, stats):
-    """Sparse rows' cheap bounds, then refined bounds and the exact rerank of the flagged rows."""
-    n = hi.shape[0]
+    """Flag the hot rows' windows (windows are symmetric: ``W^-1(j) = W(j)``) and the sparse
+    rows whose cheap bound reaches ``tau``; refine their bounds and rerank exactly. Work is
+    proportional to the flagged rows, not to n."""
     k = out_ids.shape[0]
     tau = out_scores[0] if size == k else -np.inf
+    windows = dense[3] != 0.0
     n_sp = sp_w.shape[0]
+    cap = hot.shape[0] + sp_ptr[n_sp]
+    if windows:
+        for j in range(hot.shape[0]):
+            cap += win_len[hot[j]]
+    flagged = np.empty(cap, np.int64)
+    m = 0
+    for j in range(hot.shape[0]):
+        r = hot[j]
+        flagged[m] = r
+        m += 1
+        if windows:
+            for p in range(win_start[r], win_start[r] + win_len[r]):
+                flagged[m] = win_rows[p]
+                m += 1
     cur = sp_ptr[:n_sp].copy()
     while True:                              # k-way merge of the sparse signals' sorted rows
-        i = n
+        i = -1
         for l in range(n_sp):
-            if cur[l] < sp_ptr[l + 1] and sp_rows[cur[l]] < i:
+            if cur[l] < sp_ptr[l + 1] and (i < 0 or sp_rows[cur[l]] < i):
                 i = sp_rows[cur[l]]
-        if i == n:
+        if i < 0:
             break
         g = 0.0                              # the row's score gain from its sparse values
         for l in range(n_sp):
             if cur[l] < sp_ptr[l + 1] and sp_rows[cur[l]] == i:
                 g += sp_w[l] * sp_vals[cur[l]] * sp_inv[l]
                 cur[l] += 1
-        if flag[i] or not alive[i] or not np.float64(hi[i]) >= thr:
+        if not alive[i] or not np.float64(hi[i]) >= thr:
             continue
-        # not flagged: no hot row in its window, so the window's mean hi is < hstar
-        u = c1 * np.float64(hi[i]) + c2 + w_imp * np.float64(importance[i]) + g + slack + 1e-12 * g
+        # a row with no hot row in its window has a window mean hi < hstar (in c2); a row
+        # with one is flagged above anyway
+        h = np.float64(hi[i])
+        u = c1 * h + c2 + w_imp * np.float64(importance[i]) + g + slack + 1e-12 * (g + c1 * abs(h))
         if u >= tau:
-            flag[i] = True
-    for j in range(seeds.shape[0]):          # already scored
-        flag[seeds[j]] = False
-    m = 0
-    for i in range(n):                       # window neighbours of hot rows may be dead
-        if flag[i] and not (alive[i] and np.float64(hi[i]) >= thr):
-            flag[i] = False
-    for i in range(n):
-        if flag[i]:
+            flagged[m] = i
             m += 1
-    if stats.shape[0] > 2:
-        stats[2] = m
-    cand = np.empty(m, np.int64)
-    key = np.empty(m, np.float64)
+    flagged = np.unique(flagged[:m])
+    cand = np.empty(flagged.shape[0], np.int64)
+    key = np.empty(flagged.shape[0], np.float64)
+    n_flag = 0
     m = 0
-    for i in range(n):
-        if flag[i]:
-            u = _upper(i, hi, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals,
-                       sp_w, sp_mu, sp_inv, last_accessed_at, importance, now, half_life,
-                       w_rec, w_imp)
-            if u >= tau:
-                cand[m] = i
-                key[m] = -u
-                m += 1
+    for j in range(flagged.shape[0]):
+        i = flagged[j]
+        s = np.searchsorted(seeds, i)
+        if (s < seeds.shape[0] and seeds[s] == i) or not alive[i] \
+                or not np.float64(hi[i]) >= thr:
+            continue                         # scored already, dead, or below the threshold
+        n_flag += 1
+        u = _upper(i, hi, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals,
+                   sp_w, sp_mu, sp_inv, last_accessed_at, importance, now, half_life, w_rec,
+                   w_imp)
+        if u >= tau:
+            cand[m] = i
+            key[m] = -u
+            m += 1
     if stats.shape[0] > 3:
+        stats[2] = n_flag
         stats[3] = m
     order = np.argsort(key[:m], kind="mergesort")      # upper bound descending, ties by row
     for o in range(m):
         i = cand[order[o]]
         if size == k and -key[order[o]] < np.float64(out_scores[0]):
             break                                  # no later candidate can reach the k-th
-        size = _exact_into(i, query, vectors, sims, known, win_start, win_len, win_rows, alpha, dense,
-                           sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
+        size = _exact_into(i, query, vectors, sims, known, win_start, win_len, win_rows, alpha,
+                           dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
                            importance, now, half_life, w_rec, w_imp, thr, out_ids, out_scores,
                            out_sims, size, stats)
     return heap_sort(out_ids, out_scores, out_sims, size)
 
 
 @numba.njit(cache=True)
-def _seeds_and_constants(query, vectors, s_ids, s_keys, s_sizes, amax, imax, win_start, win_len, win_rows,
+def _seeds_and_constants(query, vectors, s_ids, s_keys, s_sizes, win_start, win_len, win_rows,
                          alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
                          last_accessed_at, importance, now, half_life, w_rec, w_imp, thr,
                          out_ids, out_scores, out_sims, sims, known, stats):
@@ -421,26 +462,28 @@ def _seeds_and_constants(query, vectors, s_ids, s_keys, s_sizes, amax, imax, win
     for b in range(s_ids.shape[0]):
         for j in range(s_sizes[b]):
             size = heap_push(t_ids, t_keys, t_tmp, size, s_ids[b, j], s_keys[b, j], s_keys[b, j])
-    seeds = t_ids[:size].copy()
+    seeds = np.sort(t_ids[:size])
     out = 0
     for j in range(size):
-        out = _exact_into(seeds[j], query, vectors, sims, known, win_start, win_len, win_rows, alpha, dense,
-                          sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
-                          importance, now, half_life, w_rec, w_imp, thr, out_ids, out_scores,
-                          out_sims, out, stats)
+        out = _exact_into(seeds[j], query, vectors, sims, known, win_start, win_len, win_rows,
+                          alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
+                          last_accessed_at, importance, now, half_life, w_rec, w_imp, thr,
+                          out_ids, out_scores, out_sims, out, stats)
     tau = np.float64(out_scores[0]) if out == out_ids.shape[0] else -np.inf
     t_own = dense[0] * dense[2] if dense[0] != 0.0 else 0.0
     t_ctx = dense[3] * dense[5] if dense[3] != 0.0 else 0.0
     c0 = -t_own * dense[1] - t_ctx * dense[4] + w_rec
-    mag = 1.0 + (t_own + t_ctx) * (1.0 + amax + abs(dense[1]) + abs(dense[4])) + w_rec + w_imp
+    mag = 1.0 + (t_own + t_ctx) * (1.0 + abs(dense[1]) + abs(dense[4])) + w_rec + w_imp
     for l in range(sp_w.shape[0]):
         if sp_w[l] != 0.0:
             x = sp_w[l] * ((0.0 - sp_mu[l]) * sp_inv[l])
             c0 += x
             mag += abs(x)
-    slack = 1e-7 * mag
+    # rounding is relative to the terms compared: |tau|, |c0| and t * |hstar| (<= both); a row
+    # with |hi| far above |hstar| is far below tau, beyond any rounding
+    slack = 1e-7 * (mag + abs(c0) + (abs(tau) if tau > -np.inf else 0.0))
     t = t_own + t_ctx
-    rest = c0 + w_imp * imax + 2.0 * slack
+    rest = c0 + w_imp + 2.0 * slack               # importance <= 1
     if tau == -np.inf:
         hstar = -np.inf
     elif t > 0.0:
@@ -451,16 +494,28 @@ def _seeds_and_constants(query, vectors, s_ids, s_keys, s_sizes, amax, imax, win
         hstar = np.inf if rest < tau else -np.inf
     c1 = t_own + t_ctx * alpha
     c2 = c0
-    if t_ctx != 0.0 and hstar != -np.inf:
-        c2 += t_ctx * ((1.0 - alpha) * min(hstar, amax * (1.0 + 2.0 ** -20) + 1e-30))
+    if t_ctx != 0.0 and alpha < 1.0 and hstar != -np.inf:
+        c2 += t_ctx * ((1.0 - alpha) * hstar)
     if hstar == -np.inf:
         c2 = np.inf                              # every row is flagged anyway
     return seeds, out, c1, c2, slack, hstar
 
 
 @numba.njit(cache=True)
-def hybrid_scan_topk_serial(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len, win_rows,
-                            alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
+def _setup(query, n, dim, k):
+    """The quantised query and the first pass's arrays (row blocks, seed heaps)."""
+    qcode = np.empty(dim, np.int8)
+    qscale, qres, qnorm = quantize_query(query, qcode)
+    nb = _n_blocks(n)
+    m = 2 * k + 16
+    return (qcode, qscale, qres, qnorm, np.empty(n, np.float32), nb,
+            np.empty((nb, m), np.int64), np.empty((nb, m), np.float32),
+            np.empty((nb, m), np.float32), np.zeros(nb, np.int64))
+
+
+@numba.njit(cache=True)
+def hybrid_scan_topk_serial(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len,
+                            win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
                             last_accessed_at, importance, alive, now, half_life, w_rec, w_imp,
                             threshold, out_ids, out_scores, out_sims, stats):
     """:func:`hybrid_exact_topk`'s result from int8 codes, single-threaded.
@@ -468,93 +523,65 @@ def hybrid_scan_topk_serial(query, codes, scale, cnorm, rnorm, vectors, win_star
     See :func:`hybrid_scan_topk` for the parameters.
     """
     n = codes.shape[0]
-    k = out_ids.shape[0]
     stats[0] = 0
     stats[1] = 0
-    if k == 0 or n == 0:
+    if out_ids.shape[0] == 0 or n == 0:
         return heap_sort(out_ids, out_scores, out_sims, 0)
-    qcode = np.empty(codes.shape[1], np.int8)
-    qscale, qres, qnorm = quantize_query(query, qcode)
-    hi = np.empty(n, np.float32)
-    nb = _n_blocks(n)
-    m = 2 * k + 16
-    s_ids = np.empty((nb, m), np.int64)
-    s_keys = np.empty((nb, m), np.float32)
-    s_tmp = np.empty((nb, m), np.float32)
-    s_sizes = np.zeros(nb, np.int64)
-    b_max = np.empty((nb, 2), np.float64)
+    qcode, qscale, qres, qnorm, hi, nb, s_ids, s_keys, s_tmp, s_sizes = _setup(
+        query, n, codes.shape[1], out_ids.shape[0])
     for b in range(nb):
-        s_sizes[b], b_max[b, 0], b_max[b, 1] = _pass_codes(
-            qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive, importance,
-            b * n // nb, (b + 1) * n // nb, hi, s_ids[b], s_keys[b], s_tmp[b])
+        s_sizes[b] = _pass_codes(qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive,
+                                 b * n // nb, (b + 1) * n // nb, hi, s_ids[b], s_keys[b],
+                                 s_tmp[b])
     thr = np.float64(threshold)
     sims = np.empty(n, np.float64)
     known = np.zeros(n, np.bool_)
     seeds, size, c1, c2, slack, hstar = _seeds_and_constants(
-        query, vectors, s_ids, s_keys, s_sizes, b_max[:, 0].max(), b_max[:, 1].max(), win_start,
-        win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
-        last_accessed_at, importance, now, half_life, w_rec, w_imp, thr, out_ids, out_scores,
-        out_sims, sims, known, stats)
-    flag = np.zeros(n, np.bool_)
-    windows = dense[3] != 0.0
-    for b in range(nb):
-        _pass_hot(b * n // nb, (b + 1) * n // nb, hi, hstar, win_start, win_len, win_rows, windows, flag)
-    return _finish(query, vectors, hi, flag, seeds, win_start, win_len, win_rows, alpha, dense, sp_ptr,
-                   sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive,
-                   now, half_life, w_rec, w_imp, thr, c1, c2, slack, out_ids, out_scores,
-                   out_sims, size, sims, known, stats)
+        query, vectors, s_ids, s_keys, s_sizes, win_start, win_len, win_rows, alpha, dense,
+        sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, now,
+        half_life, w_rec, w_imp, thr, out_ids, out_scores, out_sims, sims, known, stats)
+    return _finish(query, vectors, hi, _hot_rows(hi, hstar), seeds, win_start, win_len, win_rows, alpha, dense,
+                   sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance,
+                   alive, now, half_life, w_rec, w_imp, thr, c1, c2, slack, out_ids,
+                   out_scores, out_sims, size, sims, known, stats)
 
 
 @numba.njit(cache=True, parallel=True)
-def hybrid_scan_topk_parallel(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len, win_rows,
-                              alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
-                              last_accessed_at, importance, alive, now, half_life, w_rec,
-                              w_imp, threshold, out_ids, out_scores, out_sims, stats):
-    """:func:`hybrid_scan_topk_serial` with the code scan and the cheap-bound pass split in
-    row blocks over numba's threads; identical results and ``stats``.
+def hybrid_scan_topk_parallel(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len,
+                              win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
+                              last_accessed_at, importance, alive, now, half_life, w_rec, w_imp,
+                              threshold, out_ids, out_scores, out_sims, stats):
+    """:func:`hybrid_scan_topk_serial` with the code scan and the hot-row pass split in row
+    blocks over numba's threads; identical results and ``stats``.
 
     See :func:`hybrid_scan_topk` for the parameters.
     """
     n = codes.shape[0]
-    k = out_ids.shape[0]
     stats[0] = 0
     stats[1] = 0
-    if k == 0 or n == 0:
+    if out_ids.shape[0] == 0 or n == 0:
         return heap_sort(out_ids, out_scores, out_sims, 0)
-    qcode = np.empty(codes.shape[1], np.int8)
-    qscale, qres, qnorm = quantize_query(query, qcode)
-    hi = np.empty(n, np.float32)
-    nb = _n_blocks(n)
-    m = 2 * k + 16
-    s_ids = np.empty((nb, m), np.int64)
-    s_keys = np.empty((nb, m), np.float32)
-    s_tmp = np.empty((nb, m), np.float32)
-    s_sizes = np.zeros(nb, np.int64)
-    b_max = np.empty((nb, 2), np.float64)
+    qcode, qscale, qres, qnorm, hi, nb, s_ids, s_keys, s_tmp, s_sizes = _setup(
+        query, n, codes.shape[1], out_ids.shape[0])
     for b in numba.prange(nb):
-        s_sizes[b], b_max[b, 0], b_max[b, 1] = _pass_codes(
-            qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive, importance,
-            b * n // nb, (b + 1) * n // nb, hi, s_ids[b], s_keys[b], s_tmp[b])
+        s_sizes[b] = _pass_codes(qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive,
+                                 b * n // nb, (b + 1) * n // nb, hi, s_ids[b], s_keys[b],
+                                 s_tmp[b])
     thr = np.float64(threshold)
     sims = np.empty(n, np.float64)
     known = np.zeros(n, np.bool_)
     seeds, size, c1, c2, slack, hstar = _seeds_and_constants(
-        query, vectors, s_ids, s_keys, s_sizes, b_max[:, 0].max(), b_max[:, 1].max(), win_start,
-        win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
-        last_accessed_at, importance, now, half_life, w_rec, w_imp, thr, out_ids, out_scores,
-        out_sims, sims, known, stats)
-    flag = np.zeros(n, np.bool_)
-    windows = dense[3] != 0.0
-    for b in numba.prange(nb):
-        _pass_hot(b * n // nb, (b + 1) * n // nb, hi, hstar, win_start, win_len, win_rows, windows, flag)
-    return _finish(query, vectors, hi, flag, seeds, win_start, win_len, win_rows, alpha, dense, sp_ptr,
-                   sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive,
-                   now, half_life, w_rec, w_imp, thr, c1, c2, slack, out_ids, out_scores,
-                   out_sims, size, sims, known, stats)
+        query, vectors, s_ids, s_keys, s_sizes, win_start, win_len, win_rows, alpha, dense,
+        sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, now,
+        half_life, w_rec, w_imp, thr, out_ids, out_scores, out_sims, sims, known, stats)
+    return _finish(query, vectors, hi, _hot_rows(hi, hstar), seeds, win_start, win_len, win_rows, alpha, dense,
+                   sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance,
+                   alive, now, half_life, w_rec, w_imp, thr, c1, c2, slack, out_ids,
+                   out_scores, out_sims, size, sims, known, stats)
 
 
-def hybrid_scan_topk(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len, win_rows, alpha,
-                     dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
+def hybrid_scan_topk(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len, win_rows,
+                     alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
                      importance, alive, now, half_life, w_rec, w_imp, threshold,
                      out_ids, out_scores, out_sims, stats, parallel=False):
     """Exact hybrid top-k (:func:`hybrid_exact_topk`'s result) from a compressed first pass.
@@ -603,7 +630,7 @@ def hybrid_scan_topk(query, codes, scale, cnorm, rnorm, vectors, win_start, win_
     (2, [2, 1])
     """
     kernel = hybrid_scan_topk_parallel if parallel else hybrid_scan_topk_serial
-    return kernel(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len, win_rows, alpha, dense,
-                  sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance,
-                  alive, now, half_life, w_rec, w_imp, threshold, out_ids, out_scores, out_sims,
-                  stats)
+    return kernel(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len, win_rows,
+                  alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
+                  importance, alive, now, half_life, w_rec, w_imp, threshold, out_ids,
+                  out_scores, out_sims, stats)
