@@ -51,6 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.env import environment, repo_root, thread_env
+from bench.tick import _rss_mb
 
 __all__ = ["add_arguments", "run", "plan", "corpus_dir", "agreement"]
 
@@ -533,12 +534,6 @@ def plot(results: list, path: Path) -> None:
 
 
 # --- the workers ---------------------------------------------------------------------------
-
-def _rss_mb() -> float:
-    import psutil
-
-    return psutil.Process().memory_info().rss / 2**20
-
 
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

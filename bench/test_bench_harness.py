@@ -163,7 +163,7 @@ def test_cli_bench_dispatch(tmp_path, shared):
     assert exc.value.code == 2
 
 
-@pytest.mark.data
+@pytest.mark.data("locomo")
 def test_tick_semantic_memory_row_runs_the_defaults(shared):
     """The hybrid tick row is SemanticMemory with its default recall for the embedder, prefilled
     with speaker/episode metadata; each tick stores its pair."""
