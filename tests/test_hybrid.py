@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hybrid_state import assert_same_signals, index_state
 from memcore.recall.hybrid import HybridIndex, HybridWeights
 from memcore.kernels import hybrid as kh
 from memcore.kernels import reference as ref
@@ -99,63 +102,58 @@ def test_similarity_preset_reproduces_pure_cosine_ranking():
             assert a == b or abs(sims[a] - sims[b]) < 1e-6
 
 
-def _expected_context(model, order, weights):
-    """From-scratch context representations of the final state."""
-    C, lex = {}, LexicalIndex(weights.k1, weights.b)
-    for row, (text, vec, ep) in model.items():
-        members = order[ep] if ep is not None else [row]
-        p = members.index(row)
-        dwin = members[max(0, p - weights.dense_window):p + weights.dense_window + 1]
-        mean = np.stack([model[j][1] for j in dwin]).astype(np.float64).mean(axis=0)
-        C[row] = (weights.alpha * vec.astype(np.float64) + (1 - weights.alpha) * mean
-                  ).astype(np.float32)
-        lwin = members[max(0, p - weights.lexical_window):p + weights.lexical_window + 1]
-        lex.add(row, " ".join(model[j][0] for j in lwin))
-    return C, lex
-
-
 WORDS = ["robot", "dock", "battery", "low", "kitchen", "noon", "red", "apple"]
+
+
+def _rebuilt(model, order, weights, dim=DIM):
+    """A from-scratch index of the final state: rows without episode, then each episode's
+    members in order (the order the incremental index holds them in)."""
+    fresh = HybridIndex(dim, weights)
+    rows = [r for r, (_, _, ep) in model.items() if ep is None]
+    rows += [r for ep in order for r in order[ep]]
+    fresh.put_many(rows, [model[r][0] for r in rows], np.stack([model[r][1] for r in rows])
+                   if rows else np.zeros((0, dim), np.float32), [(model[r][2], None) for r in rows])
+    return fresh
 
 
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["put", "put", "delete"]), st.integers(0, 9),
                           st.sampled_from([None, "a", "b"]),
                           st.lists(st.sampled_from(WORDS), min_size=1, max_size=4)),
-                max_size=40))
-def test_context_windows_equal_recomputation(seq):
+                max_size=40),
+       st.booleans())
+def test_context_windows_equal_recomputation(seq, sums_first):
+    """Windows, BM25 of the text and of its window document (from the own postings), codes
+    and the moment sums after any put/replace/delete sequence equal a rebuild; a replaced
+    memory joins the end of its episode."""
     rng = np.random.default_rng(len(seq))
-    w = HybridWeights(stem=False)     # the reference below indexes the words as written
+    w = HybridWeights(stem=False)
     idx = HybridIndex(DIM, w)
+    if sums_first:
+        for r in (0, 1, 2, 3, 4):
+            idx._moment_sums(0.4, r)        # kept current by every write from here on
     model: dict = {}
     order: dict = {"a": [], "b": []}
     for op, row, ep, words in seq:
+        if row in model and model[row][2] is not None:
+            order[model[row][2]].remove(row)
         if op == "put":
             vec = _unit(rng, 1)[0]
             text = " ".join(words)
             idx.put(row, text, vec, episode=ep)
-            if row in model and model[row][2] != ep:
-                if model[row][2] is not None:
-                    order[model[row][2]].remove(row)
-                del model[row]
-            if row not in model and ep is not None:
+            if ep is not None:
                 order[ep].append(row)
             model[row] = (text, vec, ep)
         else:
             assert idx.delete(row) == (row in model)
-            if row in model:
-                if model[row][2] is not None:
-                    order[model[row][2]].remove(row)
-                del model[row]
-    C, lex = _expected_context(model, order, w)
-    got = idx.combined()
-    for row in range(idx.n_rows):
-        if row in C:
-            np.testing.assert_allclose(got[row], C[row], rtol=1e-6, atol=1e-7)
-        else:
-            assert not got[row].any()
-    for q in ("robot dock", "apple red noon", "kitchen"):
-        np.testing.assert_array_equal(idx.lexical_context.scores(q, out=np.empty(10)),
-                                      lex.scores(q, out=np.empty(10)))
+            model.pop(row, None)
+    fresh = _rebuilt(model, order, w)
+    assert index_state(idx) == index_state(fresh)
+    for ws in ({}, {"dense_window": 0, "lexical_window": 4, "alpha": 0.3},
+               {"dense_window": 4, "lexical_window": 1}):
+        wq = HybridWeights(stem=False, **ws)
+        assert_same_signals(idx, fresh, wq, ("robot dock", "apple red noon", "kitchen"),
+                            _unit(rng, 3))
 
 
 def test_hybrid_search_uses_every_signal():
@@ -176,7 +174,8 @@ def test_hybrid_search_uses_every_signal():
 
 
 @pytest.mark.parametrize("bad", [{"dense": -1.0}, {"alpha": 1.5}, {"b": 2.0},
-                                 {"dense_window": -1}, {"normalize": 1}, {"speaker": np.nan}])
+                                 {"dense_window": -1}, {"normalize": 1}, {"speaker": np.nan},
+                                 {"dense_window": 5}, {"lexical_window": 65}])
 def test_hybrid_weights_validation(bad):
     with pytest.raises(ValueError):
         HybridWeights(**bad)
@@ -208,31 +207,6 @@ def test_default_query_preparer():
 
 
 # ------------------------------------------------------------------ batch build
-def _index_state(ix: HybridIndex):
-    def lex(L):
-        nt, nb, nd = len(L._terms), L._n_blocks, L._n_docs_total
-        post = []
-        for t in range(nt):
-            blk, ent = L._head[t], []
-            while blk >= 0:
-                a = L._bstart[blk]
-                n = L._fill[t] if blk == L._tail[t] else L._bsize[blk]
-                ent.append((int(a), L._pdoc[a:a + n].tolist(), L._ptf[a:a + n].tolist()))
-                blk = L._bnext[blk]
-            post.append(ent)
-        return (L._terms, L._df[:nt].tolist(), L._head[:nt].tolist(), L._tail[:nt].tolist(),
-                L._fill[:nt].tolist(), L._bsize[:nb].tolist(), L._bnext[:nb].tolist(), post,
-                L._doc_row[:nd].tolist(), L._doc_len[:nd].tolist(), L._doc_alive[:nd].tolist(),
-                [None if d is None else (d[0].tolist(), d[1].tolist(), d[1].dtype)
-                 for d in L._doc_terms], L._row_doc[:L.n_rows].tolist(), L._pool_used,
-                L.n_docs, L.n_rows, L._total_len)
-    n = ix.n_rows
-    return (lex(ix.lexical), lex(ix.lexical_context), ix._E[:n].tobytes(), ix._C[:n].tobytes(),
-            ix._alive[:n].tolist(), {r: t.tolist() for r, t in ix._tokens.items()},
-            ix._episode_of, ix._episodes, ix._speaker, ix._speaker_rows, ix._speaker_code,
-            ix._speaker_of[:n].tolist(), ix._names, n)
-
-
 TEXTS = ["I adopted a dog named Rex", "the robot docked at noon", "Straße ＡＢＣ東京タワー ロボット",
          "", "battery low again!", "we went camping with the kids", "adoption agency called",
          "ΣΑΣ ΟΔΟΣ and o'neill's café", "painting is my therapy, painting daily"]
@@ -244,9 +218,9 @@ TEXTS = ["I adopted a dog named Rex", "the robot docked at noon", "Straße Ａ�
                                      HybridWeights(dense_window=4, lexical_window=1)])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_batch_build_equals_per_row(weights, seed):
-    """An empty index's put_many (vectorised batch build) leaves exactly the state of the
-    per-row path: postings, term ids, episode windows, combined matrix, speakers; and later
-    writes keep both equal."""
+    """put_many (one tokeniser call, batch postings) leaves the state of put per row:
+    windows, codes, speakers, BM25 and moment sums; later writes keep both equal, and the
+    searches agree bit for bit."""
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 160))
     rows = [int(r) for r in rng.permutation(3 * n)[:n]]
@@ -257,20 +231,25 @@ def test_batch_build_equals_per_row(weights, seed):
            for _ in range(n)]
     V = _unit(rng, n)
     batch, per_row = HybridIndex(DIM, weights), HybridIndex(DIM, weights)
-    per_row._batch_build = False
-    for ix in (batch, per_row):
-        ix.put_many(rows, texts, V, list(zip(eps, sps)))
-    assert _index_state(batch) == _index_state(per_row)
+    batch.put_many(rows, texts, V, list(zip(eps, sps)))
+    for i, r in enumerate(rows):
+        per_row.put(r, texts[i], V[i], episode=eps[i], speaker=sps[i])
+    qs, qv = ("Ann adopted dog robot", "painting café", "東京"), _unit(rng, 3)
+    assert index_state(batch) == index_state(per_row)
+    assert_same_signals(batch, per_row, weights, qs, qv)
     for ix in (batch, per_row):          # later writes: incremental on both
         ix.delete(rows[0])
         ix.put(rows[-1], "replaced memory about the dog", V[0], episode="s0", speaker="Bob")
         ix.put_many([3 * n + 1], ["a new one"], V[:1], [("s0", "Ann")])
-    assert _index_state(batch) == _index_state(per_row)
-    for ix in (batch, per_row):          # emptied, then batch-built again over dead postings
-        for r in list(ix._tokens):
+    assert index_state(batch) == index_state(per_row)
+    for ix in (batch, per_row):          # emptied, then filled again over dead postings
+        for r in np.flatnonzero(ix._a("alive")[:ix.n_rows]).tolist():
             ix.delete(r)
-        ix.put_many(rows[::2], texts[::2], V[::2], list(zip(eps, sps))[::2])
-    assert _index_state(batch) == _index_state(per_row)
+    batch.put_many(rows[::2], texts[::2], V[::2], list(zip(eps, sps))[::2])
+    for i in range(0, n, 2):
+        per_row.put(rows[i], texts[i], V[i], episode=eps[i], speaker=sps[i])
+    assert index_state(batch) == index_state(per_row)
+    assert_same_signals(batch, per_row, weights, qs, qv)
     q = _unit(rng, 1)[0]
     a, b = (ix.search("Ann adopted dog robot", q, top_k=5) for ix in (batch, per_row))
     assert a.ids.tolist() == b.ids.tolist() and a.scores.tobytes() == b.scores.tobytes()
@@ -284,3 +263,180 @@ def test_stem_many_equals_per_text():
                       "\x1cfs\u2028ls", "Running runners ran"]) * 12
     assert _stem_many(texts, stem) == [stem(t) for t in texts]
     assert _stem_many(texts + ["nul\x00inside"], stem) == [stem(t) for t in texts + ["nul\x00inside"]]
+
+
+# ------------------------------------------------------------------ exactness vs the oracle
+def _oracle_search(model, order, w, decay, q, qtext, t, imp, now, thr, k, n_rows):
+    """From scratch in NumPy: the score of memcore.kernels.reference.hybrid_exact_topk with z
+    statistics by two passes over the live rows, BM25 of each text and of each window's
+    concatenated texts from fresh lexical indexes, windows from the episode order."""
+    V = np.zeros((n_rows, DIM), np.float32)
+    live = np.zeros(n_rows, bool)
+    wins = {}
+    for row, (text, vec, ep) in model.items():
+        V[row], live[row] = vec, True
+        members = order[ep] if ep is not None else [row]
+        wins[row] = members
+    r = 0 if w.alpha == 1.0 or w.dense_window == 0 else w.dense_window
+
+    def windows(radius):
+        start, size, flat = np.zeros(n_rows, np.int64), np.zeros(n_rows, np.int64), []
+        for i in range(n_rows):
+            if i in wins:
+                m = wins[i]
+                p = m.index(i)
+                wi = m[max(0, p - radius):p + radius + 1]
+            else:
+                wi = [i]
+            start[i], size[i] = len(flat), len(wi)
+            flat += wi
+        return start, size, np.array(flat, np.int64)
+
+    ws, wl, wr = windows(r)
+    sims = ref.exact_sims(q, V)
+    ctx = sims if r == 0 else ref._window_ctx(sims, ws, wl, wr, w.alpha)
+    rows = np.flatnonzero(live)
+
+    def z(x):
+        if not w.normalize:
+            return 0.0, 1.0
+        m = x[rows].mean()
+        sd = np.sqrt(((x[rows] - m) ** 2).mean())
+        return m, (1.0 / sd if sd > 1e-6 * max(np.sqrt((x[rows] ** 2).mean()), 1e-300) else 0.0)
+
+    mu, inv = z(ctx)
+    dense = np.array([w.dense, mu, inv, 0, 0, 0]) if r == 0 else np.array([0, 0, 0, w.dense, mu, inv])
+    own, cx = LexicalIndex(w.k1, w.b), LexicalIndex(w.k1, w.b)
+    lw = windows(w.lexical_window)
+    for i in rows.tolist():
+        own.add(i, model[i][0])
+        cx.add(i, " ".join(model[j][0] for j in lw[2][lw[0][i]:lw[0][i] + lw[1][i]]))
+    sp = []
+    for lex, weight in ((own, w.lexical), (cx, w.lexical_context)):
+        x = lex.scores(qtext, out=np.zeros(n_rows))
+        if weight:
+            m, i_ = z(x)
+            sp.append((np.flatnonzero(x).astype(np.int64), x[x != 0], weight, m, i_))
+    ptr = np.zeros(len(sp) + 1, np.int64)
+    ptr[1:] = np.cumsum([s[0].shape[0] for s in sp])
+    cat = (lambda j, dt: np.concatenate([s[j] for s in sp]).astype(dt) if sp else np.zeros(0, dt))
+    ids, sc, si = np.empty(k, np.int64), np.empty(k, np.float32), np.empty(k, np.float32)
+    cnt = ref.hybrid_exact_topk(q, V, ws, wl, wr, w.alpha, dense, ptr, cat(0, np.int64),
+                                cat(1, np.float64), np.array([s[2] for s in sp]),
+                                np.array([s[3] for s in sp]), np.array([s[4] for s in sp]), t,
+                                imp, live, now, decay.half_life, decay.w_recency,
+                                decay.w_importance, thr, ids, sc, si)
+    return cnt, ids, sc, si, sims
+
+
+def _assert_same_topk(got, want, atol=2e-6):
+    """Same count and scores; the same rows except where two scores are within float
+    rounding of each other (the z statistics come from sums here, two passes there)."""
+    cnt, ids, sc, si = want
+    assert got.count == cnt
+    np.testing.assert_allclose(got.scores[:cnt], sc[:cnt], rtol=0, atol=atol)
+    np.testing.assert_array_equal(got.ids[cnt:], -1)
+    for j in range(cnt):
+        if got.ids[j] != ids[j]:
+            near = np.abs(sc[:cnt] - got.scores[j]) <= 2 * atol
+            assert got.ids[j] in ids[:cnt][near] or abs(float(got.scores[j]) - float(sc[-1])) \
+                <= 2 * atol          # or it ties with the k-th (a row beyond k may win it)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["put", "put", "put", "delete"]), st.integers(0, 11),
+                          st.sampled_from([None, "a", "b"]),
+                          st.lists(st.sampled_from(WORDS[:5]), min_size=1, max_size=3),
+                          st.integers(0, 3)),
+                min_size=1, max_size=40),
+       st.sampled_from(["hybrid", "no_model", "similarity", "wide"]),
+       st.sampled_from(["none", "boundary", "fixed"]), st.integers(1, 8), st.integers(0, 99))
+def test_search_equals_numpy_oracle_after_random_writes(seq, preset, thr_kind, k, seed):
+    """The index's search (codes first pass, stencil, bounds, exact rerank; statistics from
+    incrementally kept sums) equals a from-scratch NumPy computation of the same formula,
+    after any put/replace/delete sequence; duplicate vectors make exact ties, and the
+    threshold may sit exactly on a row's similarity."""
+    rng = np.random.default_rng(seed)
+    pool = _unit(rng, 4)                    # few distinct vectors: exact ties
+    w = {"hybrid": HybridWeights(stem=False), "no_model": replace(HybridWeights.no_model(),
+                                                                     stem=False),
+         "similarity": HybridWeights.similarity(),
+         "wide": HybridWeights(stem=False, dense_window=4, lexical_window=3, alpha=0.25)}[preset]
+    idx = HybridIndex(DIM, w, query_preparer=identity_preparer)
+    model: dict = {}
+    order: dict = {"a": [], "b": []}
+    for step, (op, row, ep, words, v) in enumerate(seq):
+        if row in model and model[row][2] is not None:
+            order[model[row][2]].remove(row)
+        if op == "put":
+            text = " ".join(words)
+            idx.put(row, text, pool[v], episode=ep)
+            if ep is not None:
+                order[ep].append(row)
+            model[row] = (text, pool[v], ep)
+        else:
+            idx.delete(row)
+            model.pop(row, None)
+        if step == len(seq) // 2:
+            idx.moments("x", pool[0])          # sums built mid-way, then kept incrementally
+    if not model:
+        return
+    n = idx.n_rows
+    t = rng.uniform(0, 100, n)
+    imp = rng.random(n).astype(np.float32)
+    decay = DecayWeights(half_life=50.0, w_recency=0.3, w_importance=0.2)
+    q = pool[int(rng.integers(0, 4))] if rng.random() < 0.5 else _unit(rng, 1)[0]
+    qtext = " ".join(rng.choice(WORDS[:6], 2))
+    sims_all = ref.exact_sims(q, np.stack([model[r][1] for r in sorted(model)]))
+    thr = {"none": -np.inf, "fixed": 0.1,
+           "boundary": float(sims_all[int(rng.integers(0, len(model)))])}[thr_kind]
+    want = _oracle_search(model, order, w, decay, q, qtext, t, imp, 100.0, thr, k, n)
+    prepared = PreparedQuery(qtext, qtext, frozenset())
+    got = idx.search(prepared, q, top_k=k, weights=w, decay=decay, now=100.0,
+                     last_accessed_at=t, importance=imp, threshold=thr)
+    _assert_same_topk(got, want[:4])
+    if thr_kind == "boundary":                 # the row on the threshold is a candidate
+        assert got.count == min(k, int((want[4][sorted(model)] >= thr).sum())) >= 1
+    for threads in (2,):
+        again = idx.search(prepared, q, top_k=k, weights=w, decay=decay, now=100.0,
+                           last_accessed_at=t, importance=imp, threshold=thr, threads=threads)
+        assert again.ids.tolist() == got.ids.tolist()
+        assert again.scores.tobytes() == got.scores.tobytes()
+
+
+@pytest.mark.parametrize("sums", [False, True])
+def test_small_state_restore_round_trip(sums):
+    """restore(arrays, small_state()) resumes the index exactly: same state and searches,
+    and later writes keep it equal to the original (what a store's checkpoint relies on)."""
+    from memcore.core.arrays import RamArrays
+
+    rng = np.random.default_rng(7)
+    w = HybridWeights()
+    a = HybridIndex(DIM, w, arrays=RamArrays())
+    V = _unit(rng, 40)
+    a.put_many(list(range(30)), [" ".join(rng.choice(TEXTS, 2)) for _ in range(30)], V[:30],
+               [(f"s{i // 7}", ["Ann", "Bob", None][i % 3]) for i in range(30)])
+    a.delete(4)
+    a.put(3, "the robot docked again", V[30], episode="s0", speaker="Cy")
+    if sums:
+        a.moments("robot", V[0])
+    copy = RamArrays()
+    for name in a.arrays.names():
+        copy.alloc(name, a.arrays.get(name).shape, a.arrays.get(name).dtype)[:] = \
+            a.arrays.get(name)
+    state = {k: np.array(v) for k, v in a.small_state().items()}
+    assert all(isinstance(v, np.ndarray) for v in state.values())
+    b = HybridIndex.restore(DIM, copy, state, w)
+    assert index_state(a) == index_state(b) and b.entities() == a.entities()
+    qs, qv = ("Ann adopted a dog", "robot docked"), _unit(rng, 2)
+    assert_same_signals(a, b, w, qs, qv)
+    for ix in (a, b):
+        ix.put_many([31, 32], ["painting daily", "battery low"], V[31:33],
+                    [("s1", "Ann"), (None, None)])
+        ix.delete(10)
+    assert index_state(a) == index_state(b)
+    assert_same_signals(a, b, w, qs, qv)
+    r1, r2 = (ix.search("Ann dog", qv[0], top_k=5) for ix in (a, b))
+    assert r1.ids.tolist() == r2.ids.tolist() and r1.scores.tobytes() == r2.scores.tobytes()
+    with pytest.raises(ValueError, match="missing"):
+        HybridIndex.restore(DIM, RamArrays(), state, w)

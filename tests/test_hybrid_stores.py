@@ -19,6 +19,7 @@ from memcore import (
     TwoTierMemory,
 )
 from memcore.recall.hybrid import HybridIndex, episode_speaker
+from hybrid_state import assert_same_signals, index_state
 from store_helpers import FakeClock
 
 DIM = 64
@@ -112,7 +113,8 @@ def test_short_store_hybrid_search_equals_index_oracle():
        st.booleans())
 def test_episode_windows_through_the_store_equal_recomputation(ops, build_first):
     """Any put/replace/delete sequence with episodes: the store's incrementally maintained
-    index holds the same combined matrix and BM25 scores as one built from scratch."""
+    index holds the same windows, codes, BM25 signals and moment sums as one built from
+    scratch."""
     clock = FakeClock()
     emb = _emb()
     hw = HybridWeights.hybrid()
@@ -135,13 +137,9 @@ def test_episode_windows_through_the_store_equal_recomputation(ops, build_first)
     texts, vecs = [table.texts[r] for r in rows], table.columns.vectors[rows]
     metas = [table.meta(r) for r in rows]
     fresh.put_many(rows, texts, vecs, [episode_speaker(m) for m in metas])
-    n = fresh.n_rows
-    np.testing.assert_array_equal(got.combined()[:n], fresh.combined())
-    for q in ("dog beagle", "paint robot", "kettle cupboard left"):
-        np.testing.assert_allclose(got.lexical_context.scores(q)[:n],
-                                   fresh.lexical_context.scores(q), rtol=1e-12)
-        np.testing.assert_allclose(got.lexical.scores(q)[:n], fresh.lexical.scores(q),
-                                   rtol=1e-12)
+    assert index_state(got) == index_state(fresh)
+    assert_same_signals(got, fresh, hw, ("dog beagle", "paint robot", "kettle cupboard left"),
+                        emb.encode(["dog", "robot red", "kettle"]))
 
 
 def test_similarity_preset_is_pure_cosine_exactly():
@@ -297,3 +295,77 @@ def test_stemmed_bm25_equals_an_index_over_stemmed_text():
     q = " ".join(st_.stemWords("adopt dog running".split()))
     np.testing.assert_array_equal(idx.lexical.scores(q), ref.scores(q))
     assert idx.lexical.scores("adopt")[0] > 0            # "adopted" and "adopt" meet
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "2", None])
+def test_threads_validated_once_with_clear_errors(bad):
+    from memcore.errors import InvalidArgumentError, MemcoreError
+
+    for make in (lambda: ShortTermMemory(capacity=4, embedder=_emb(), threads=bad),
+                 lambda: LongTermMemory(embedder=_emb(), threads=bad),
+                 lambda: SemanticMemory(embedder=_emb(), warmup=False, threads=bad),
+                 lambda: TwoTierMemory(ShortTermMemory(capacity=4, embedder=_emb()),
+                                       LongTermMemory(embedder=_emb()), threads=bad)):
+        with pytest.raises(InvalidArgumentError, match="threads") as err:
+            make()
+        assert isinstance(err.value, (ValueError, MemcoreError))
+
+
+def test_threads_give_identical_results_and_restore_numba_threads():
+    import numba
+
+    clock = FakeClock()
+    emb = _emb()
+    stores = [LongTermMemory(embedder=emb, clock=clock, hybrid=HybridWeights.no_model(),
+                             threads=t) for t in (1, 2)]
+    for s in stores:
+        _fill(s, n=60)
+    before = numba.get_num_threads()
+    for q in QUESTIONS:
+        for hw in (HybridWeights.no_model(), HybridWeights.similarity()):
+            a, b = (s.search("conv", q, top_k=6, touch=False, hybrid=hw) for s in stores)
+            assert [(h.key, h.score, h.similarity) for h in a] == \
+                [(h.key, h.score, h.similarity) for h in b]
+    assert numba.get_num_threads() == before
+    assert stores[1].threads == 2 and stores[0].threads == 1
+    mem = SemanticMemory(embedder=emb, clock=clock, warmup=False, threads=2)
+    assert (mem.threads, mem.short.threads, mem.long.threads, mem.tiers.threads) == (2, 2, 2, 2)
+    mem.close()
+
+
+def test_similarity_preset_from_codes_equals_the_exact_fused_ranking():
+    """From SCAN_MIN_ROWS rows the similarity preset is ranked from the int8 codes: the same
+    rows and scores as the fused float32 kernel over every vector (float32 near-ties
+    tolerated), thresholds and filters included."""
+    from memcore.core.rank import SCAN_MIN_ROWS
+    from memcore.kernels import reference as ref
+
+    clock = FakeClock()
+    emb = _emb()
+    ltm = LongTermMemory(embedder=emb, clock=clock)
+    n = SCAN_MIN_ROWS + 300
+    rng = np.random.default_rng(3)
+    words = ["robot", "dock", "battery", "kitchen", "red", "door", "noon", "dog", "paint"]
+    items = [MemoryItem(key=f"k{i}", text=" ".join(rng.choice(words, 5)),
+                        importance=float(rng.random()), metadata={"even": i % 2 == 0})
+             for i in range(n)]
+    ltm.put_many("ns", items)
+    table = ltm._tables[("ns",)]
+    c = table.columns
+    for q, thr, flt in (("robot dock", -1.0, None), ("red door at noon", 0.3, None),
+                        ("dog", -1.0, {"even": True})):
+        hits = ltm.search("ns", q, top_k=10, threshold=thr, filter=flt, touch=False)
+        assert table.recall is not None and table.recall.indexes      # ranked from codes
+        qv = emb.encode([q])[0]
+        alive = table.mask(flt)[:n].copy()
+        w = ltm.weights
+        ids, sc, si = (np.empty(10, np.int64), np.empty(10, np.float32),
+                       np.empty(10, np.float32))
+        cnt = ref.fused_topk(qv, c.vectors[:n], c.last_accessed_at[:n], c.importance[:n], alive,
+                             clock(), w.half_life, w.w_similarity, w.w_recency, w.w_importance,
+                             thr, ids, sc, si)
+        assert len(hits) == cnt
+        got = np.array([h.score for h in hits], np.float32)
+        np.testing.assert_allclose(got, sc[:cnt], rtol=0, atol=2e-6)
+        for h, i, s in zip(hits, ids[:cnt], sc[:cnt]):
+            assert h.key == table.key_of[i] or abs(h.score - s) <= 2e-6

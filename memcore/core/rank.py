@@ -1,8 +1,9 @@
 """Ranking a table for a resolved query: the only place a ranking kernel is called.
 
-Three paths, one contract (:mod:`memcore.kernels.reference`): the fused top-k kernel over the
-vectors (similarity preset), the rerank kernel over a lexical scorer's similarities (a store
-without embedder), and the hybrid index's kernel (:mod:`memcore.recall.hybrid`). For hybrid
+Four paths, one contract (:mod:`memcore.kernels.reference`): the similarity preset from the
+hybrid index's int8 codes with exact rerank (from :data:`SCAN_MIN_ROWS` rows) or the fused
+top-k kernel over the vectors (below), the rerank kernel over a lexical scorer's similarities
+(a store without embedder), and the hybrid index's scan (:mod:`memcore.recall.hybrid`). For hybrid
 recall the per-query signals -- the candidate mask and the BM25 of the text and of its episode
 window -- are computed once per table (:func:`signals`) and shared by the z statistics
 (:attr:`Signals.moments`) and the ranking.
@@ -18,9 +19,15 @@ import numpy as np
 from memcore.core.table import Table
 from memcore.kernels.topk import fused_topk, rerank
 from memcore.query import ResolvedQuery
-from memcore.recall.hybrid import HybridIndex
+from memcore.recall.hybrid import HybridIndex, HybridWeights, LexicalSignals
 
-__all__ = ["Signals", "signals", "rank"]
+__all__ = ["Signals", "signals", "rank", "SCAN_MIN_ROWS"]
+
+#: From this many rows the similarity preset is ranked from the hybrid index's int8 codes
+#: (:meth:`HybridIndex.search_similarity`: exact float64 similarities for the candidates);
+#: below, by the fused float32 kernel over the vectors (faster at that size). Both compute the
+#: same score; they can differ only in the float32 rounding of near-ties.
+SCAN_MIN_ROWS = 2048
 
 
 @dataclass(frozen=True)
@@ -30,18 +37,21 @@ class Signals:
     Attributes
     ----------
     index : HybridIndex
-    alive : ndarray of shape (n,), bool
-        Live rows matching the filter.
-    lexical : ndarray of shape (2, n), float64
-        BM25 of the text and of the episode window (:meth:`HybridIndex.lexical_signals`).
+    alive : ndarray of shape (n_rows,), bool, or None
+        Live rows matching the filter; None without a filter (all live rows).
+    lexical : LexicalSignals
+        Sparse BM25 of the text and of the episode window (:meth:`HybridIndex.lexical_signals`).
     moments : ndarray of shape (3, 3), float64, or None
         :meth:`HybridIndex.moments` when the weights z-normalise (for pooling tiers).
+    n_rows : int
+        The index's rows when computed (a write since makes them stale).
     """
 
     index: HybridIndex
-    alive: np.ndarray
-    lexical: np.ndarray
+    alive: np.ndarray | None
+    lexical: LexicalSignals
     moments: np.ndarray | None
+    n_rows: int
 
 
 def signals(table: Table, rq: ResolvedQuery, dim: int, preparer: Any, *,
@@ -50,17 +60,18 @@ def signals(table: Table, rq: ResolvedQuery, dim: int, preparer: Any, *,
     with ``moments`` also their z statistics (when the weights z-normalise: for pooling)."""
     idx = table.recall_index(rq.hybrid, dim, preparer)
     n = idx.n_rows
-    alive = table.mask(rq.filter)[:n]
+    alive = table.mask(rq.filter)[:n] if rq.filter else None
     lex = idx.lexical_signals(rq.prepared, rq.hybrid)
     mom = None
     if moments and rq.hybrid.normalize:
         mom = idx.moments(rq.prepared, rq.vector, weights=rq.hybrid, alive=alive, lexical=lex)
-    return Signals(idx, alive, lex, mom)
+    return Signals(idx, alive, lex, mom, n)
 
 
 def rank(table: Table, rq: ResolvedQuery, *, dim: int | None = None, preparer: Any = None,
          scorer: Callable[[str, list], np.ndarray] | None = None,
-         sig: Signals | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+         sig: Signals | None = None, threads: int = 1
+         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The best ``rq.top_k`` live rows of ``table``.
 
     Parameters
@@ -73,6 +84,8 @@ def rank(table: Table, rq: ResolvedQuery, *, dim: int | None = None, preparer: A
         ``scorer(text, texts) -> (n,) float32``: lexical similarity when ``rq.vector`` is None.
     sig : Signals, optional
         Precomputed :func:`signals` (hybrid recall).
+    threads : int, default 1
+        numba threads for the hybrid scan (the store's ``threads``, validated there).
 
     Returns
     -------
@@ -83,19 +96,30 @@ def rank(table: Table, rq: ResolvedQuery, *, dim: int | None = None, preparer: A
     k = min(rq.top_k, table.live)
     c = table.columns
     if rq.prepared is not None:
-        if sig is None or sig.alive.shape[0] != sig.index.n_rows:
+        if sig is None or sig.n_rows != sig.index.n_rows:
             sig = signals(table, rq, dim, preparer, moments=False)
         n = sig.index.n_rows
         w = rq.weights
         res = sig.index.search(rq.prepared, rq.vector, top_k=k, weights=rq.hybrid, decay=w,
                                now=rq.now, last_accessed_at=c.last_accessed_at[:n],
                                importance=c.importance[:n], alive=sig.alive,
-                               threshold=rq.threshold, lexical=sig.lexical)
+                               threshold=rq.threshold, lexical=sig.lexical,
+                               stats=sig.moments, threads=threads)
         m = res.count
         return res.ids[:m], res.scores[:m], res.sims[:m]
     n = table.rows
     w = rq.weights
     alive = table.mask(rq.filter)
+    if rq.vector is not None and n >= SCAN_MIN_ROWS:
+        # the similarity preset from the codes (a quarter of the bytes), exact rerank
+        idx = table.recall_index(HybridWeights.hybrid(), dim, preparer)
+        ni = idx.n_rows
+        res = idx.search_similarity(rq.vector, top_k=k, decay=w, now=rq.now,
+                                    last_accessed_at=c.last_accessed_at[:ni],
+                                    importance=c.importance[:ni], alive=alive[:ni],
+                                    threshold=rq.threshold, threads=threads)
+        m = res.count
+        return res.ids[:m], res.scores[:m], res.sims[:m]
     ids = np.empty(k, np.int64)
     scores = np.empty(k, np.float32)
     sims = np.empty(k, np.float32)
