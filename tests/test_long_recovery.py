@@ -68,13 +68,21 @@ def test_torn_tail_is_truncated_to_last_committed_record(tmp_path):
         s._release()
 
 
-def test_mid_file_corruption_names_file_and_offset_then_repair(tmp_path):
-    log = filled(tmp_path / "m")
+def _damage_second_record(log) -> int:
     data = bytearray(log.read_bytes())
     frame = storage.FRAME.size
     second = frame + storage.FRAME.unpack_from(data, 0)[1]      # offset of record 2
     data[second + frame + 70] ^= 0xFF                            # flip a byte of its text
     log.write_bytes(bytes(data))
+    return second
+
+
+def test_mid_file_corruption_after_the_checkpoint_names_file_and_offset_then_repair(tmp_path):
+    s = store(tmp_path / "m")
+    for i in range(10):
+        s.put("ns", f"k{i}", f"text number {i}")
+    s._release()                                   # crash: every record is in the log tail
+    second = _damage_second_record(ns_dir(tmp_path / "m") / "log.0")
     with pytest.raises(StoreCorruptedError, match=rf"log\.0 is corrupted at offset {second} "):
         store(tmp_path / "m")
     with pytest.raises(StoreCorruptedError):
@@ -84,6 +92,24 @@ def test_mid_file_corruption_names_file_and_offset_then_repair(tmp_path):
         got = texts(s)
     assert got == {f"k{i}": f"text number {i}" for i in range(10) if i != 1}
     with store(tmp_path / "m") as s:                   # repaired for good
+        assert texts(s) == got
+
+
+def test_damage_inside_the_checkpoint_is_found_when_read_then_repaired(tmp_path):
+    """Open reads the checkpoint, not the checkpointed log: a damaged record there is named
+    (file and offset) when it is read, and repair() rewrites the namespace without it."""
+    second = _damage_second_record(filled(tmp_path / "m"))
+    with store(tmp_path / "m") as s:
+        assert s.get("ns", "k0").text == "text number 0"
+        with pytest.raises(StoreCorruptedError,
+                           match=rf"log\.0 is corrupted at offset {second} .*repair"):
+            s.get("ns", "k1")
+        with pytest.raises(StoreCorruptedError, match=rf"offset {second} "):
+            s.keys("ns")
+        assert [r["skipped"] for r in s.repair()] == [1]
+        got = texts(s)
+    assert got == {f"k{i}": f"text number {i}" for i in range(10) if i != 1}
+    with store(tmp_path / "m") as s:
         assert texts(s) == got
 
 

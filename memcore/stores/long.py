@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import logging
 import math
 import os
 from typing import Any, Sequence
@@ -26,9 +27,10 @@ import numpy as np
 from memcore import _validate, storage
 from memcore.core.rows import Rows, encoded
 from memcore.core.store import MemoryStore, check_embedder
-from memcore.core.table import Table
+from memcore.core.table import DiskTable, Table
 from memcore.errors import (
     EmbedderMismatchError,
+    FormatVersionError,
     InvalidArgumentError,
     InvalidArgumentTypeError,
     ReadOnlyStoreError,
@@ -48,6 +50,8 @@ from memcore.types import (
 )
 
 __all__ = ["LongTermMemory"]
+
+logger = logging.getLogger("memcore")
 
 DEFAULT_DURABILITY = "flush"
 _JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
@@ -73,8 +77,57 @@ def _gc_paused(n: int):
         gc.enable()
 
 
+def _checkpoint(t: Table) -> None:
+    """Checkpoint one namespace (see :meth:`LongTermMemory.flush`)."""
+    if isinstance(t, DiskTable):
+        t.checkpoint()
+    else:
+        t.files.checkpoint(t.columns, t.rows, t.offsets)
+
+
+def _live(t: Table, texts: bool = True) -> tuple:
+    """``(rows, keys, texts, metadata, importance)`` of a table's live rows, in row order
+    (a :class:`DiskTable` decodes them from its log; ``texts`` is None unless asked)."""
+    if isinstance(t, DiskTable):
+        rows = t.live_rows()
+        d = t.decode(rows, texts=texts)
+        return (rows.tolist(), d["keys"], d.get("texts"), d["metadata"],
+                d["importance"].tolist())
+    rows = list(t.keys.values())
+    return (rows, [t.key_of[r] for r in rows], [t.texts[r] for r in rows] if texts else None,
+            [t.metadata[r] for r in rows], [t.importance[r] for r in rows])
+
+
+def _record_offsets(t: Table, rows: Sequence[int]) -> np.ndarray:
+    idx = np.asarray(rows, np.int64)
+    if isinstance(t, DiskTable):
+        return np.asarray(t.columns.record_offset[idx], np.int64)
+    return np.asarray(t.offsets, np.int64)[idx]
+
+
+def _write_live(t: Table, vecs: np.ndarray, parent: str, generation: int, durability: str,
+                log: bytes | None = None) -> str:
+    """Write the live rows of ``t`` (with ``vecs``) as a complete format-2 generation of its
+    namespace in ``parent`` (:func:`memcore.storage.write_namespace`); returns the namespace
+    directory. With ``log`` (vectors unchanged) the live records are copied, not re-encoded.
+    """
+    rows, keys, texts, metas, imps = _live(t, texts=log is None)
+    idx = np.asarray(rows, np.int64)
+    c = t.columns
+    files, cols, _ = storage.write_namespace(
+        parent, t.namespace, durability, keys, texts, _meta_bytes(metas), imps,
+        *(np.ascontiguousarray(getattr(c, name)[idx]) for name in
+          ("created_at", "updated_at", "last_accessed_at", "access_count")),
+        vecs, generation, log=log, offsets=None if log is None else _record_offsets(t, rows))
+    storage.close_namespace(files, cols)
+    return files.directory
+
+
 def _table(ns: Namespace, cols: Any, files: Any, rep: Any, read_only: bool) -> Table:
-    """A namespace's table from its log replay (:class:`memcore.storage.Replay`)."""
+    """A namespace's table: format 2 (:class:`DiskTable` from the opened checkpoint and log
+    tail) or format 1 read-only (in RAM, from the whole log's :class:`memcore.storage.Replay`)."""
+    if isinstance(rep, storage.OpenState):
+        return DiskTable(ns, cols, files, rep.keys, rep.rows)
     t = Table(ns, storage.adopt_replay(cols, rep, read_only))
     t.files, t.rows = files, rep.rows
     keys, vals = rep.keys, list(rep.keys.values())
@@ -191,6 +244,7 @@ class LongTermMemory(MemoryStore):
         self.durability = durability
         self.lock_timeout = lock_timeout
         self.read_only = bool(read_only)
+        self.format_version = storage.FORMAT_VERSION
         self._root: storage.StoreRoot | None = None
         self._closed = False
         self.repair_report: list[dict] = []
@@ -236,6 +290,89 @@ class LongTermMemory(MemoryStore):
         storage.StoreRoot.require(root)
         return cls(root, embedder, read_only=read_only, **kwargs)
 
+    @classmethod
+    def migrate(cls, path: str | os.PathLike, *, progress: bool = True,
+                lock_timeout: float = 1.0) -> int:
+        """Convert a store written by an older on-disk format to the current one, in place.
+
+        Every namespace is read as the old format reads it (its whole log replayed, every
+        live vector checked against its record's CRC), and its live rows are written as a
+        namespace of the current format in a new epoch directory; the store header naming
+        that epoch and the new version then replaces the old one atomically (the commit
+        point). Until then the old store is untouched and stays the store: a crash leaves it
+        as it was, and running ``migrate`` again starts over. The records are copied byte for
+        byte (rows renumbered); dead rows are dropped.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+        progress : bool, default True
+            Show a tqdm progress bar (on stderr), one step per namespace row.
+        lock_timeout : float, default 1.0
+            Seconds to wait for the writer lock.
+
+        Returns
+        -------
+        int
+            Memories migrated; 0 when the store already is of the current format.
+
+        Raises
+        ------
+        StoreNotFoundError
+            If there is no store at ``path``.
+        StoreLockedError
+            If another writer holds the store.
+        StoreCorruptedError
+            If a namespace is damaged (naming the file and offset; nothing is changed).
+
+        Examples
+        --------
+        >>> import tempfile; from memcore import HashingEmbedder
+        >>> root = tempfile.mkdtemp() + "/mem"
+        >>> with LongTermMemory(root, HashingEmbedder(dim=8)) as ltm:
+        ...     _ = ltm.put("robot", "dock", "the dock is in the hallway")
+        >>> LongTermMemory.migrate(root, progress=False)     # already the current format
+        0
+        """
+        from tqdm.auto import tqdm
+
+        root_path = os.path.abspath(os.fspath(path))
+        storage.StoreRoot.require(root_path)
+        root = storage.StoreRoot.open(root_path, read_only=False, lock_timeout=lock_timeout)
+        try:
+            head = root.header
+            if head["version"] >= storage.FORMAT_VERSION:
+                return 0
+            dim, total = head["dim"], 0
+            dirs = root.namespace_dirs()          # (removes a half-written earlier attempt)
+            epoch = root.begin_epoch()
+            try:
+                with tqdm(desc="migrate", unit="row", disable=not progress) as bar:
+                    for directory in dirs:
+                        files, cols, rep = storage.NamespaceFiles.open(directory, dim, "flush",
+                                                                       True, full=True)
+                        try:
+                            t = _table(files.ns, cols, files, rep, True)
+                            bar.total = (bar.total or 0) + t.rows
+                            if t.keys:
+                                rows = list(t.keys.values())
+                                vecs = np.ascontiguousarray(cols.vectors[rows])
+                                log = files.verified_log(vecs, rows, _record_offsets(t, rows),
+                                                         cols, "migrate() wrote nothing")
+                                _write_live(t, vecs, epoch, 0, "flush", log)
+                                total += len(rows)
+                            bar.update(t.rows)
+                        finally:
+                            storage.close_namespace(files, cols)
+                root.commit_epoch(head["embedder"], dim)
+            except BaseException:
+                root.abort_epoch()
+                raise
+            root.finish_epoch()
+            return total
+        finally:
+            root.release()
+
     # ------------------------------------------------------------------ opening / closing
     def _open_disk(self, repair: bool) -> None:
         emb = self.embedder
@@ -249,6 +386,16 @@ class LongTermMemory(MemoryStore):
             root.create(self.embedder_name, self.dim, durable=self.durability != "none")
             return
         self.embedder_name, self.dim = root.header["embedder"], root.header["dim"]
+        self.format_version = root.header["version"]
+        if self.format_version < storage.FORMAT_VERSION:
+            hint = (f"{self.path} is in on-disk format version {self.format_version}; this "
+                    f"memcore writes version {storage.FORMAT_VERSION}. Run `memcore migrate "
+                    f"{self.path}` (or LongTermMemory.migrate(path)) to convert it")
+            if not self.read_only:
+                raise FormatVersionError(hint + "; until then it opens only with "
+                                         "read_only=True (served as it is)")
+            logger.warning("%s; it is served read-only as it is, every namespace read into "
+                           "RAM", hint)
         if emb is not None and (str(emb.name) != self.embedder_name or int(emb.dim) != self.dim):
             raise EmbedderMismatchError(
                 f"{self.path} was written with embedder {self.embedder_name!r} (dim {self.dim}), "
@@ -264,6 +411,11 @@ class LongTermMemory(MemoryStore):
                 self.repair_report.append(storage.repair_namespace(directory, self.dim))
                 files, cols, rep = storage.NamespaceFiles.open(
                     directory, self.dim, self.durability, self.read_only)
+            if not self.read_only and not isinstance(rep, storage.OpenState):
+                storage.close_namespace(files, cols)
+                raise FormatVersionError(
+                    f"{directory} is a format-1 namespace in a format-2 store; run `memcore "
+                    f"migrate {self.path}` or open the store with read_only=True")
             self._tables[files.ns] = _table(files.ns, cols, files, rep, self.read_only)
 
     def _release(self) -> None:
@@ -292,7 +444,7 @@ class LongTermMemory(MemoryStore):
             errors = []
             for t in self._tables.values():     # a damaged namespace stops no other one
                 try:
-                    t.files.checkpoint(t.columns, t.rows, t.offsets)
+                    _checkpoint(t)
                 except StoreCorruptedError as err:
                     errors.append(err)
             if errors:
@@ -356,8 +508,7 @@ class LongTermMemory(MemoryStore):
             else:
                 files, cols = storage.NamespaceFiles.create(self._root.epoch_dir, ns, self.dim,
                                                             self.durability)
-                t = Table(ns, cols)
-                t.files = files
+                t = DiskTable(ns, cols, files, storage.new_key_index(files, cols), 0)
             self._tables[ns] = t
         m, n0, c = len(rows), t.rows, t.columns
         c.ensure(n0 + m)
@@ -367,10 +518,13 @@ class LongTermMemory(MemoryStore):
         for name in ("created_at", "updated_at", "last_accessed_at", "access_count"):
             getattr(c, name)[sl] = getattr(rows, name)
         if t.files is not None:
-            t.offsets += t.files.commit(c, n0, rows.keys, rows.texts, _meta_bytes(rows.metadata),
-                                        rows.importance, rows.created_at, rows.updated_at,
-                                        rows.last_accessed_at, rows.access_count, rows.vectors)
+            c.record_offset[sl] = t.files.commit(
+                c, n0, rows.keys, rows.texts, _meta_bytes(rows.metadata), rows.importance,
+                rows.created_at, rows.updated_at, rows.last_accessed_at, rows.access_count,
+                rows.vectors)
         t.write(t.take(m), rows, columns=False)
+        if t.files is not None and t.files.checkpoint_due(t.rows):
+            t.checkpoint()
 
     def _deleting(self, table: Table, key: str, row: int) -> None:
         if table.files is not None:
@@ -396,32 +550,21 @@ class LongTermMemory(MemoryStore):
             return {ns: {"live": t.live, "rows": t.rows} for ns, t in sorted(self._tables.items())}
 
     # ------------------------------------------------------------------ maintenance
-    def _rebuild(self, t: Table, vecs: np.ndarray, parent: str | None, generation: int,
-                 log: bytes | None = None) -> Table:
-        """A new table holding the live rows of ``t`` (with ``vecs``) as a fresh generation.
-
-        With ``log`` (the namespace's current log, vectors unchanged: compaction) the live
-        rows' records are copied and patched instead of re-encoded; the bytes are the same.
-        """
-        rows = list(t.keys.values())
+    def _rebuild(self, t: Table, vecs: np.ndarray) -> Table:
+        """An in-memory table holding the live rows of ``t`` with ``vecs`` (path=None)."""
+        rows, keys, texts, metas, imps = _live(t)
         idx = np.asarray(rows, np.int64)
         c = t.columns
-        batch = Rows(t.namespace, [t.key_of[r] for r in rows], [t.texts[r] for r in rows],
-                     [t.importance[r] for r in rows], [t.metadata[r] for r in rows], vecs,
+        batch = Rows(t.namespace, keys, texts, imps, metas, vecs,
                      *(np.ascontiguousarray(getattr(c, name)[idx]) for name in
                        ("created_at", "updated_at", "last_accessed_at", "access_count")))
-        if parent is None:
-            new = Table(t.namespace, storage.Columns(vecs.shape[1], max(len(rows), 1)))
-        else:
-            files, cols, offsets = storage.write_namespace(
-                parent, t.namespace, self.durability, batch.keys, batch.texts,
-                _meta_bytes(batch.metadata), batch.importance, batch.created_at,
-                batch.updated_at, batch.last_accessed_at, batch.access_count, vecs, generation,
-                log=log, offsets=None if log is None else np.asarray(t.offsets, np.int64)[idx])
-            new = Table(t.namespace, cols)
-            new.files, new.offsets = files, offsets
-        new.write(new.take(len(rows)), batch, columns=parent is None)
+        new = Table(t.namespace, storage.Columns(vecs.shape[1], max(len(rows), 1)))
+        new.write(new.take(len(rows)), batch)
         return new
+
+    def _reopen(self, directory: str) -> Table:
+        files, cols, st = storage.NamespaceFiles.open(directory, self.dim, self.durability, False)
+        return _table(files.ns, cols, files, st, False)
 
     def compact(self, namespace: NamespaceLike | None = None) -> int:
         """Rewrite namespaces keeping only live rows; returns how many dead rows were dropped.
@@ -459,13 +602,15 @@ class LongTermMemory(MemoryStore):
                 rows = list(t.keys.values())
                 vecs = np.ascontiguousarray(t.columns.vectors[rows])
                 if t.files is None:
-                    self._tables[ns] = self._rebuild(t, vecs, None, 0)
+                    self._tables[ns] = self._rebuild(t, vecs)
                     continue
-                log = t.files.verified_log(vecs, rows, np.asarray(t.offsets, np.int64)[rows],
-                                           t.columns, "compact() wrote nothing")
-                new = self._rebuild(t, vecs, self._root.epoch_dir, t.files.generation + 1, log)
+                log = t.files.verified_log(vecs, rows, _record_offsets(t, rows), t.columns,
+                                           "compact() wrote nothing")
+                directory = _write_live(t, vecs, self._root.epoch_dir,
+                                        t.files.generation + 1, self.durability, log)
                 storage.retire_generation(t.files, t.columns)
-                self._tables[ns] = new
+                del self._tables[ns]
+                self._tables[ns] = self._reopen(directory)
         return dropped
 
     def reindex(self, embedder: Any, *, batch_size: int = 256, progress: bool = True) -> int:
@@ -513,32 +658,35 @@ class LongTermMemory(MemoryStore):
             new_vecs = []
             with tqdm(total=total, desc="reindex", unit="memory", disable=not progress) as bar:
                 for t in plan:
-                    texts = [t.texts[r] for r in t.keys.values()]
+                    texts = _live(t)[2]
                     parts = []
                     for s in range(0, len(texts), batch_size):
                         chunk = texts[s:s + batch_size]
                         parts.append(encoded(embedder.encode(chunk), len(chunk), dim, name))
                         bar.update(len(chunk))
                     new_vecs.append(np.ascontiguousarray(np.concatenate(parts)))
-            epoch = None if self.path is None else self._root.begin_epoch()
-            tables = {}
+            if self.path is None:
+                self._tables = {t.namespace: self._rebuild(t, vecs)
+                                for t, vecs in zip(plan, new_vecs)}
+                self.embedder, self.embedder_name, self.dim = embedder, name, dim
+                return total
+            epoch = self._root.begin_epoch()
+            dirs = []
             try:
                 for t, vecs in zip(plan, new_vecs):
-                    tables[t.namespace] = self._rebuild(t, vecs, epoch, 0)
-                if epoch is not None:
-                    self._root.commit_epoch(name, dim)
+                    dirs.append(_write_live(t, vecs, epoch, 0, self.durability))
+                self._root.commit_epoch(name, dim)
             except BaseException:
-                for new in tables.values():
-                    storage.close_namespace(new.files, new.columns)
-                if epoch is not None:
-                    self._root.abort_epoch()
+                self._root.abort_epoch()
                 raise
             for t in self._tables.values():
                 storage.close_namespace(t.files, t.columns)
-            self._tables = tables
+            self._tables = {}
             self.embedder, self.embedder_name, self.dim = embedder, name, dim
-            if epoch is not None:
-                self._root.finish_epoch()
+            self._root.finish_epoch()
+            for directory in dirs:
+                t = self._reopen(directory)
+                self._tables[t.namespace] = t
             return total
 
     def repair(self) -> list[dict]:
@@ -569,7 +717,7 @@ class LongTermMemory(MemoryStore):
             self._check_write()
             for t in self._tables.values():
                 try:
-                    t.files.checkpoint(t.columns, t.rows, t.offsets)
+                    _checkpoint(t)
                 except StoreCorruptedError:
                     pass        # its header keeps the last good checkpoint: re-verified below
             for ns in list(self._tables):
@@ -580,9 +728,7 @@ class LongTermMemory(MemoryStore):
                 storage.close_namespace(t.files, t.columns)
                 del self._tables[ns]
                 report.append(storage.repair_namespace(directory, self.dim))
-                files, cols, rep = storage.NamespaceFiles.open(directory, self.dim,
-                                                               self.durability, False)
-                self._tables[ns] = _table(files.ns, cols, files, rep, False)
+                self._tables[ns] = self._reopen(directory)
         return report
 
     # ------------------------------------------------------------------ export / import
