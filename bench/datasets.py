@@ -228,6 +228,36 @@ def tick_memories(n: int, seed: int = 0, data=None) -> list:
     return out
 
 
+def tick_metadata(n: int, seed: int = 0, data=None) -> list:
+    """The ``{"speaker", "episode"}`` metadata of :func:`tick_memories` row by row.
+
+    ``speaker`` is the name the row's text starts with; ``episode`` is its LoCoMo session
+    (``1000 * conversation + session``) plus ``100_000 * copy``, so every copy of a session is an
+    episode of its own for hybrid recall's context windows.
+
+    Examples
+    --------
+    >>> tick_metadata(1)[0]["episode"]
+    1
+    """
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    base = [(t.speaker, 1000 * ci + t.session)
+            for ci, c in enumerate(locomo_conversations(data)) for t in c.turns]
+    out = []
+    copy = 0
+    while len(out) < n:
+        take = min(len(base), n - len(out))
+        if copy == 0:
+            out.extend({"speaker": sp, "episode": ep} for sp, ep in base[:take])
+        else:
+            names = np.random.default_rng([seed, copy]).integers(len(_NAMES), size=len(base))
+            out.extend({"speaker": _NAMES[names[i]], "episode": 100_000 * copy + base[i][1]}
+                       for i in range(take))
+        copy += 1
+    return out
+
+
 def tick_inputs(n: int, seed: int = 0, data=None) -> list:
     """``n`` (input, response) pairs for the tick loop: LoCoMo questions and their evidence turn.
 
@@ -362,3 +392,89 @@ def variant_vectors(base: np.ndarray, start: int, stop: int, seed: int = 0,
     out = (rows + noise).astype(np.float32)
     out /= np.linalg.norm(out, axis=1, keepdims=True)
     return np.ascontiguousarray(out)
+
+
+# --- issue 14: the scale benchmark's corpus (LoCoMo turns recombined to any n) ---
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+@dataclass(frozen=True)
+class ScaleTurns:
+    """``n`` dialog turns for the scale benchmark (see :func:`scale_turns`).
+
+    ``texts``: list of str; ``speakers``: list of str; ``episodes``: int64 (n,); the episode id
+    a turn's hybrid context comes from (real sessions ``< 10_000``, synthetic ``>= 10_000``).
+    """
+
+    texts: list
+    speakers: list
+    episodes: np.ndarray
+
+
+def scale_turns(n: int, seed: int = 0, data=None) -> ScaleTurns:
+    """``n`` LoCoMo-like dialog turns: the real dev turns first, then recombined episodes.
+
+    Rows ``0..3434`` are every LoCoMo dev turn in dialog order (episode
+    ``1000 * conversation + session``). Later rows are synthetic episodes numbered from
+    10,000: each has the length of a real session drawn at random, two speakers drawn from
+    the LoCoMo speakers and a pool of 16 more names, alternating turns, and each turn is
+    1..k real sentences (``k`` drawn from the real turns' sentence counts) drawn from the
+    pool of every sentence of every conversation. Token statistics are the real ones, turns
+    are recombinations, not copies (at 1e6, 94% of the texts are distinct; the repeats are
+    mostly one short sentence such as "Thanks!", as in real dialog). One
+    ``default_rng([seed, 14])`` stream draws episode by episode, so the output is
+    prefix-stable: ``scale_turns(m).texts[:k] == scale_turns(k).texts`` for ``k <= m``.
+
+    Raises
+    ------
+    ValueError
+        If ``n < 0``.
+
+    Examples
+    --------
+    >>> turns = scale_turns(5000)
+    >>> turns.texts[:10] == scale_turns(10).texts
+    True
+    """
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    convs = locomo_conversations(data)
+    texts, speakers, episodes = [], [], []
+    lengths, counts, pool = [], [], []
+    for ci, conv in enumerate(convs):
+        per_session: dict = {}
+        for t in conv.turns:
+            texts.append(t.text)
+            speakers.append(t.speaker)
+            episodes.append(1000 * ci + t.session)
+            per_session[t.session] = per_session.get(t.session, 0) + 1
+            parts = [s for s in _SENTENCE_END.split(t.text.strip()) if s]
+            counts.append(max(len(parts), 1))
+            pool.extend(parts or [t.text])
+        lengths.extend(per_session.values())
+    names = sorted(set(speakers)) + [x for x in _NAMES if x not in set(speakers)]
+    rng = np.random.default_rng([seed, 14])
+    lengths_a, counts_a = np.asarray(lengths), np.asarray(counts)
+    episode = 10_000
+    while len(texts) < n:
+        length = int(lengths_a[rng.integers(lengths_a.size)])
+        pair = rng.choice(len(names), size=2, replace=False)
+        k = counts_a[rng.integers(counts_a.size, size=length)]
+        picks = rng.integers(len(pool), size=int(k.sum()))
+        at = 0
+        for j in range(length):
+            texts.append(" ".join(pool[p] for p in picks[at:at + k[j]]))
+            at += int(k[j])
+            speakers.append(names[pair[j % 2]])
+            episodes.append(episode)
+        episode += 1
+    return ScaleTurns(texts[:n], speakers[:n], np.asarray(episodes[:n], np.int64))
+
+
+def scale_questions(count: int, seed: int = 0, data=None) -> list:
+    """``count`` LoCoMo dev questions (those with evidence), shuffled by ``default_rng(seed)``
+    and cycled if ``count`` exceeds their number (1,155 with evidence in the dev split)."""
+    qs = [q.question for c in locomo_conversations(data) for q in c.questions if q.evidence]
+    order = np.random.default_rng(seed).permutation(len(qs))
+    return [qs[order[i % len(qs)]] for i in range(count)]

@@ -1,4 +1,4 @@
-"""Entry point of the benchmark harness: ``memcore bench tick|locomo|beir [options]``.
+"""Entry point of the benchmark harness: ``memcore bench tick|locomo|beir|scale [options]``.
 
 Also runnable from a checkout without installing the command: ``python -m bench.harness tick``.
 Every suite takes ``--quick`` (a smoke-sized run), ``--data PATH`` (the shared data folder;
@@ -15,10 +15,10 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser(prog: str = "memcore bench") -> argparse.ArgumentParser:
-    from bench import quality, tick
+    from bench import quality, scale, tick
 
     parser = argparse.ArgumentParser(prog=prog, description="memcore's benchmark harness")
-    sub = parser.add_subparsers(dest="suite", required=True, metavar="{tick,locomo,beir}")
+    sub = parser.add_subparsers(dest="suite", required=True, metavar="{tick,locomo,beir,scale}")
     suites = {
         "tick": ("tick-budget latency and RSS, memcore vs the OM1 stack, FAISS and NumPy",
                  tick.add_arguments, tick.run),
@@ -26,6 +26,9 @@ def build_parser(prog: str = "memcore bench") -> argparse.ArgumentParser:
                    quality.add_locomo_arguments, quality.run_locomo),
         "beir": ("BEIR SciFact test: nDCG@10, recall@10/100", quality.add_beir_arguments,
                  quality.run_beir),
+        "scale": ("one namespace of 1e5..1e7 memories: open, first search, hybrid/similarity "
+                  "p50/p99, RSS, disk, ingest, beside FAISS flat and HNSW", scale.add_arguments,
+                  scale.run),
     }
     for name, (help_, add, fn) in suites.items():
         p = sub.add_parser(name, help=help_, description=help_)

@@ -5,9 +5,16 @@ top-3 memories with cosine similarity >= 0.3, **store** the input/response pair.
 timed separately. A system prefills ``n`` memories from precomputed vectors (the embedding
 cache), so what a tick costs is measured, not the bulk load.
 
-- ``memcore-minilm`` / ``memcore-hashing``: :class:`memcore.stores.long.LongTermMemory` with the
-  int8 MiniLM or the hashing embedder and the default decay weights; one encode per tick (the
-  stored memory reuses the input's vector, as ``SemanticMemory.store`` does).
+- ``memcore-minilm-hybrid``: :class:`memcore.SemanticMemory` with its defaults -- the default
+  MiniLM variant, hybrid recall (``HybridWeights.hybrid()``: BM25 + dense + episodic context
+  from the memories' ``speaker``/``episode`` metadata), the short tier and consolidation --
+  prefilled into its long tier; a tick is ``retrieve`` then ``store`` (see
+  :class:`SemanticMemorySystem` for how the encode is timed apart).
+- ``memcore-minilm-similarity`` / ``memcore-hashing-similarity``: similarity-only recall
+  (``HybridWeights.similarity()``: cosine + the decay terms, no lexical or context signal) in a
+  :class:`memcore.stores.long.LongTermMemory` with the default MiniLM variant or the hashing
+  embedder and the default decay weights; one encode per tick (the stored memory reuses the
+  input's vector, as ``SemanticMemory.store`` does).
 - ``om1``: a replica of the OM1 runtime's memory loop: sentence-transformers all-MiniLM-L6-v2
   fp32 on PyTorch + a ChromaDB ``PersistentClient`` collection in cosine space; two encodes per
   tick (the query, then the stored document), ``count()`` twice per retrieve as OM1 does, the
@@ -20,7 +27,6 @@ cache), so what a tick costs is measured, not the bulk load.
 
 from __future__ import annotations
 
-import math
 import shutil
 import tempfile
 import time
@@ -33,9 +39,16 @@ __all__ = ["SYSTEMS", "EMBEDDER_OF", "MissingPeerError", "make_system", "make_en
 TOP_K = 3
 THRESHOLD = 0.3
 NAMESPACE = ("bench", "tick")
+
+def _decay_defaults() -> tuple:
+    from memcore.types import DecayWeights
+
+    w = DecayWeights()
+    return w.w_similarity, w.w_recency, w.w_importance, w.half_life
+
+
 #: The default decay formula's constants (memcore.DecayWeights defaults), used by the NumPy peers.
-W_SIM, W_REC, W_IMP = 1.0, 0.1, 0.1
-HALF_LIFE = math.log(0.5) / math.log(0.995) * 3600.0
+W_SIM, W_REC, W_IMP, HALF_LIFE = _decay_defaults()
 
 
 class MissingPeerError(ImportError):
@@ -50,8 +63,9 @@ def _require(what: str, err: BaseException, extra: str = "bench") -> MissingPeer
 
 #: system -> the encoder whose vectors it stores.
 EMBEDDER_OF = {
-    "memcore-minilm": "minilm-default",   # what a user gets: MiniLMEmbedder()'s default variant
-    "memcore-hashing": "hashing",
+    "memcore-minilm-hybrid": "minilm-default",      # what a user gets: SemanticMemory()
+    "memcore-minilm-similarity": "minilm-default",  # MiniLMEmbedder()'s default variant
+    "memcore-hashing-similarity": "hashing",
     "om1": "st-fp32",
     "faiss": "minilm-int8",
     "numpy": "minilm-int8",
@@ -128,27 +142,39 @@ class TickSystem:
         """Run one tick; return ``(encode_ns, recall_ns, store_ns, n_hits)``."""
         raise NotImplementedError
 
+    def ready(self) -> None:
+        """Called once after the last prefill chunk, before the ticks (untimed)."""
+
     def close(self) -> None:
         pass
 
 
+def _memcore_embedder(encoder: str, threads: int):
+    from memcore.embedders import HashingEmbedder, MiniLMEmbedder
+
+    if encoder.startswith("minilm"):
+        variant = "packaged" if encoder == "minilm-int8" else None
+        return MiniLMEmbedder(variant=variant, intra_op_num_threads=threads).load()
+    return HashingEmbedder(dim=384).load()
+
+
 class MemcoreSystem(TickSystem):
-    """memcore's LongTermMemory with the default decay weights; one encode per tick."""
+    """Similarity-only recall: memcore's LongTermMemory with ``HybridWeights.similarity()`` and
+    the default decay weights; one encode per tick."""
 
     def __init__(self, encoder: str, threads: int):
         try:
             from memcore.stores.long import LongTermMemory
         except ImportError as err:
             raise _require("memcore.stores.long.LongTermMemory", err, "test") from err
-        from memcore.embedders import HashingEmbedder, MiniLMEmbedder
+        from memcore.hybrid import HybridWeights
         from memcore.types import DecayWeights
 
         minilm = encoder.startswith("minilm")
-        self.name = f"memcore-{'minilm' if minilm else 'hashing'}"
-        variant = "packaged" if encoder == "minilm-int8" else None
-        self.embedder = (MiniLMEmbedder(variant=variant, intra_op_num_threads=threads).load()
-                         if minilm else HashingEmbedder(dim=384).load())
-        self.store = LongTermMemory(embedder=self.embedder, weights=DecayWeights())
+        self.name = f"memcore-{'minilm' if minilm else 'hashing'}-similarity"
+        self.embedder = _memcore_embedder(encoder, threads)
+        self.store = LongTermMemory(embedder=self.embedder, weights=DecayWeights(),
+                                    hybrid=HybridWeights.similarity())
 
     def prefill(self, texts, vectors, offset):
         from memcore.types import MemoryItem
@@ -165,6 +191,56 @@ class MemcoreSystem(TickSystem):
         self.store.put(NAMESPACE, f"tick-{i}", f"{text}\n{response}", vector=v)
         t3 = time.perf_counter_ns()
         return t1 - t0, t2 - t1, t3 - t2, len(hits)
+
+
+class SemanticMemorySystem(TickSystem):
+    """:class:`memcore.SemanticMemory` with its defaults (embedder, hybrid recall, tiers).
+
+    Prefill writes the memories, with their ``speaker``/``episode`` metadata
+    (:func:`bench.datasets.tick_metadata`), into the long tier with ``put_many``; then
+    :meth:`ready` runs :meth:`SemanticMemory.warmup`, which builds the hybrid index (as an
+    application opening a stored memory does). A tick: **encode** -- the embedder on the text
+    ``retrieve`` embeds (``tiers.dense_query``), which also fills the MiniLM embedder's
+    exact-text cache; **recall** -- ``retrieve(text, mode)`` (its encode is then a cache hit, so
+    this is the search); **store** -- ``store(text, response, mode)`` (reuses the vector; every
+    32 stores consolidation runs, as by default).
+    """
+
+    MODE = "tick"
+
+    def __init__(self, encoder: str, threads: int, data=None, seed: int = 0):
+        from memcore.agent import SemanticMemory
+
+        self.embedder = _memcore_embedder(encoder, threads)
+        self.name = f"memcore-{'minilm' if encoder.startswith('minilm') else 'hashing'}-hybrid"
+        self.mem = SemanticMemory(embedder=self.embedder, top_k=TOP_K, threshold=THRESHOLD)
+        self.ns = self.mem.namespace_of(self.MODE)
+        self.data, self.seed = data, seed
+
+    def prefill(self, texts, vectors, offset):
+        from bench.datasets import tick_metadata
+        from memcore.types import MemoryItem
+
+        meta = tick_metadata(offset + len(texts), self.seed, self.data)[offset:]
+        items = [MemoryItem(key=f"m{offset + i}", text=t, metadata=m)
+                 for i, (t, m) in enumerate(zip(texts, meta))]
+        self.mem.long.put_many(self.ns, items, vectors=vectors)
+
+    def ready(self):
+        self.mem.warmup()
+
+    def tick(self, i, text, response):
+        t0 = time.perf_counter_ns()
+        self.embedder.encode([self.mem.tiers.dense_query(self.ns, text)])
+        t1 = time.perf_counter_ns()
+        hits = self.mem.retrieve(text, self.MODE)
+        t2 = time.perf_counter_ns()
+        self.mem.store(text, response, self.MODE)
+        t3 = time.perf_counter_ns()
+        return t1 - t0, t2 - t1, t3 - t2, len(hits)
+
+    def close(self):
+        self.mem.close()
 
 
 class OM1System(TickSystem):
@@ -337,10 +413,11 @@ class NumpySystem(TickSystem, _ColumnsMixin):
         return t1 - t0, t2 - t1, t3 - t2, int(top.shape[0])
 
 
-SYSTEMS = ("memcore-minilm", "memcore-hashing", "om1", "faiss", "numpy")
+SYSTEMS = ("memcore-minilm-hybrid", "memcore-minilm-similarity", "memcore-hashing-similarity",
+           "om1", "faiss", "numpy")
 
 
-def make_system(name: str, threads: int) -> TickSystem:
+def make_system(name: str, threads: int, data=None, seed: int = 0) -> TickSystem:
     """Build one system by name (see :data:`SYSTEMS`).
 
     Raises
@@ -350,9 +427,11 @@ def make_system(name: str, threads: int) -> TickSystem:
     ValueError
         If the name is unknown.
     """
-    if name == "memcore-minilm":
-        return MemcoreSystem("minilm-int8", threads)
-    if name == "memcore-hashing":
+    if name == "memcore-minilm-hybrid":
+        return SemanticMemorySystem("minilm-default", threads, data, seed)
+    if name == "memcore-minilm-similarity":
+        return MemcoreSystem("minilm-default", threads)
+    if name == "memcore-hashing-similarity":
         return MemcoreSystem("hashing", threads)
     if name == "om1":
         return OM1System(threads)

@@ -113,13 +113,13 @@ needs_long = pytest.mark.skipif(
 @needs_long
 @pytest.mark.data("locomo")
 def test_tick_smoke(tmp_path, shared):
-    rc = harness.main(["tick", "--systems", "memcore-hashing", "--sizes", "300", "--ticks", "5",
+    rc = harness.main(["tick", "--systems", "memcore-hashing-similarity", "--sizes", "300", "--ticks", "5",
                        "--warmup", "2", "--data", str(shared), "--out", str(tmp_path)])
     assert rc == 0
     (out,) = tmp_path.glob("tick-*.json")
     payload = json.loads(out.read_text())
     (row,) = payload["results"]
-    assert row["system"] == "memcore-hashing" and row["n"] == 300
+    assert row["system"] == "memcore-hashing-similarity" and row["n"] == 300
     assert row["tick"]["n"] == 5 and row["tick"]["p50"] > 0 and row["rss_mb"] > 0
     assert payload["env"]["commit"] and payload["env"]["packages"]["numpy"]
     assert list(tmp_path.glob("tick-*.md"))
@@ -161,3 +161,29 @@ def test_cli_bench_dispatch(tmp_path, shared):
     with pytest.raises(SystemExit) as exc:
         main(["bench", "nope"])
     assert exc.value.code == 2
+
+
+@pytest.mark.data
+def test_tick_semantic_memory_row_runs_the_defaults(shared):
+    """The hybrid tick row is SemanticMemory with its default recall for the embedder, prefilled
+    with speaker/episode metadata; each tick stores its pair."""
+    from bench.datasets import tick_inputs, tick_memories
+    from bench.systems import SemanticMemorySystem
+    from memcore.hybrid import default_for
+
+    sysobj = SemanticMemorySystem("hashing", 1, str(shared))
+    try:
+        assert sysobj.name == "memcore-hashing-hybrid"
+        assert sysobj.mem.hybrid == default_for(sysobj.embedder) and not sysobj.mem.hybrid.is_similarity
+        texts = tick_memories(120, 0, str(shared))
+        for off in (0, 60):
+            sysobj.prefill(texts[off:off + 60], sysobj.embedder.encode(texts[off:off + 60]), off)
+        sysobj.ready()
+        stored = sysobj.mem.long.get(sysobj.ns, "m7")
+        assert stored.metadata["speaker"] and "episode" in stored.metadata
+        for i, (text, response) in enumerate(tick_inputs(3, 0, str(shared))):
+            e, r, s, hits = sysobj.tick(i, text, response)
+            assert e > 0 and r > 0 and s > 0 and 0 <= hits <= 3
+        assert sysobj.mem.stats()["stored"] == 3
+    finally:
+        sysobj.close()

@@ -1,0 +1,129 @@
+"""``memcore bench scale`` (bench/scale.py): a smoke run at n=1e3 and the pieces it is made of.
+
+The smoke run is the real tool end to end (corpus, ingest, cold open, searches, FAISS flat and
+HNSW, each phase in its own subprocess) at a size that takes seconds; it checks that every
+reported field is there and plausible, and that memcore's similarity preset returns exactly
+what FAISS flat + the NumPy decay formula return on the same data.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from bench import harness, scale
+
+
+def test_parse_sizes():
+    assert scale.parse_sizes("1e5, 1e6") == [100_000, 1_000_000]
+    assert scale.parse_sizes("1000") == [1000]
+    for bad in ("0", "1.5", "-3", "", "x", "inf"):
+        with pytest.raises(ValueError):
+            scale.parse_sizes(bad)
+
+
+def test_plan_refuses_what_does_not_fit():
+    gb = 1e9
+    small = scale.plan(100_000, 200, True, mem_available=20 * gb, disk_free=70 * gb)
+    assert small["fits"] and not small["reasons"]
+    assert small["vectors_bytes"] == 100_000 * 384 * 4
+    huge = scale.plan(10_000_000, 200, True, mem_available=20 * gb, disk_free=70 * gb)
+    assert huge["vectors_bytes"] == 15_360_000_000      # 1e7 x 384 float32: 15.4 GB
+    assert not huge["fits"] and any("RSS" in r for r in huge["reasons"])
+    no_disk = scale.plan(1_000_000, 200, False, mem_available=200 * gb, disk_free=1 * gb)
+    assert not no_disk["fits"] and any("disk" in r for r in no_disk["reasons"])
+    assert not scale.plan(1_000_000, 200, True, mem_available=20 * gb, disk_free=70 * gb,
+                          corpus_cached=True)["time_s"] > \
+        scale.plan(1_000_000, 200, True, mem_available=20 * gb, disk_free=70 * gb)["time_s"]
+
+
+def test_agreement_and_recall_tolerate_ties_only():
+    vectors = np.array([[1, 0], [1, 0], [0.6, 0.8], [0, 1]], np.float32)
+    q = np.array([[1, 0]], np.float32)
+    bonus = np.zeros(4)
+    flat_ids, flat_scores = np.array([[0]]), np.array([[1.0]])
+    # rows 0 and 1 are equal vectors: either is the exact top-1, row 2 is not
+    assert scale.agreement(np.array([[1]]), flat_ids, flat_scores, vectors, q, bonus) == 1.0
+    assert scale.agreement(np.array([[2]]), flat_ids, flat_scores, vectors, q, bonus) == 0.0
+    top2 = (np.array([[0, 1]]), np.array([[1.0, 1.0]]))
+    assert scale.agreement(np.array([[1, 0]]), *top2, vectors, q, bonus) == 1.0
+    assert scale.agreement(np.array([[0, 2]]), *top2, vectors, q, bonus) == 0.0
+    # the decay bonus counts: with it row 2 beats row 1
+    assert scale.agreement(np.array([[0, 2]]), np.array([[0, 2]]), np.array([[1.0, 1.0]]),
+                           vectors, q, np.array([0.0, 0.0, 0.4, 0.0])) == 1.0
+    exact, sims = np.array([[0, 1]]), np.array([[1.0, 1.0]], np.float32)
+    assert scale.recall_at(np.array([[1, 0]]), exact, sims, vectors, q) == 1.0
+    assert scale.recall_at(np.array([[0, 2]]), exact, sims, vectors, q) == 0.5
+
+
+@pytest.mark.data
+def test_scale_turns_are_prefix_stable_real_then_recombined(shared):
+    from bench.datasets import locomo_conversations, scale_turns
+
+    real = sum(len(c.turns) for c in locomo_conversations(str(shared)))
+    turns = scale_turns(real + 2000, seed=0, data=str(shared))
+    assert len(turns.texts) == len(turns.speakers) == turns.episodes.shape[0] == real + 2000
+    assert turns.texts[:50] == scale_turns(50, seed=0, data=str(shared)).texts
+    assert turns.episodes[:real].max() < 10_000 <= turns.episodes[real:].min()
+    synthetic = turns.texts[real:]
+    assert len(set(synthetic)) > 0.9 * len(synthetic)          # recombined, not copies
+    assert len(set(synthetic) & set(turns.texts[:real])) < 0.2 * len(synthetic)
+    mean = np.mean([len(t) for t in synthetic]) / np.mean([len(t) for t in turns.texts[:real]])
+    assert 0.7 < mean < 1.4                                     # real token statistics
+
+
+def _plausible_ms(stats):
+    return stats["n"] > 0 and 0 < stats["p50"] <= stats["p99"] < 60_000
+
+
+@pytest.mark.data
+def test_scale_smoke_run(shared, tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMCORE_BENCH_CACHE", str(tmp_path / "cache"))
+    n, queries = 1000, 12
+    rc = harness.main(["scale", "--n", str(n), "--queries", str(queries), "--chunk", "300",
+                       "--data", str(shared), "--out", str(tmp_path / "out")])
+    assert rc == 0
+    (js,) = (tmp_path / "out").glob("scale-*.json")
+    assert js.with_suffix(".md").exists() and js.with_suffix(".png").exists()
+    payload = json.loads(js.read_text())
+    assert payload["suite"] == "scale" and payload["queries"] == queries
+    assert payload["hybrid_preset"] == "no_model" and not payload["notes"]
+    (r,) = payload["results"]
+    assert r["n"] == n
+    ing, mem, flat, hnsw = r["ingest"], r["memcore"], r["faiss_flat"], r["hnsw"]
+    assert ing["count"] == mem["count"] == r["open_warm"]["count"] == n
+    assert ing["put_many_calls"] == math.ceil(n / 300)
+    assert ing["rate_per_s"] > 0 and ing["put_many_s"] > 0 and ing["index_s"] > 0
+    assert 384 * 4 < ing["disk_bytes_per_memory"] < 100_000    # at least the float32 vector
+    assert mem["open_s"] > 0 and r["open_warm"]["open_s"] > 0 and mem["first_hybrid_s"] > 0
+    assert mem["searches"] == 1 + 2 * queries
+    for stats in (mem["hybrid"], mem["similarity"], flat["search"]):
+        assert _plausible_ms(stats) and stats["n"] == queries
+    for rss in (mem["peak_rss_mb"], ing["peak_rss_mb"], flat["peak_rss_mb"], hnsw["peak_rss_mb"]):
+        assert 50 < rss < 20_000
+    assert flat["recall_at_10"] == 1.0                          # exact search, ties tolerated
+    assert r["similarity_vs_flat_agreement"] == 1.0             # memcore exact = flat + decay
+    assert set(hnsw["ef"]) == {"64", "128"} and hnsw["build_s"] > 0 and not hnsw["build_cached"]
+    for ef in hnsw["ef"].values():
+        assert _plausible_ms(ef["search"]) and 0.5 < ef["recall_at_10"] <= 1.0
+    for key, value in r["ratios"].items():
+        assert math.isfinite(value) and value > 0, key
+    assert r["corpus"]["n"] == n and r["corpus"]["distinct_texts"] > 0.9 * n
+    # a rerun reuses the cached corpus and HNSW index
+    rc = harness.main(["scale", "--n", str(n), "--queries", "3", "--chunk", "300",
+                       "--data", str(shared), "--out", str(tmp_path / "out2")])
+    assert rc == 0
+    (js2,) = (tmp_path / "out2").glob("scale-*.json")
+    again = json.loads(js2.read_text())["results"][0]
+    assert again["hnsw"]["build_cached"] and again["similarity_vs_flat_agreement"] == 1.0
+
+
+def test_plan_flag_prints_and_exits(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MEMCORE_BENCH_CACHE", str(tmp_path / "cache"))
+    assert harness.main(["scale", "--plan", "--n", "1e5,1e7", "--out", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert "100,000" in err and "10,000,000" in err and "NO:" in err
+    assert not list(tmp_path.glob("scale-*"))
