@@ -1,0 +1,155 @@
+"""Format 2: checkpointed open, the persisted key index, the log tail, crashes around a
+checkpoint (see memcore.storage)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memcore import HashingEmbedder, LongTermMemory, MemoryItem, StoreCorruptedError, storage
+from memcore.storage import checkpoint as ckpt
+from memcore.storage import disk
+
+DIM = 16
+T0 = 1_700_000_000.0
+
+
+def store(path, **kw):
+    return LongTermMemory(path, HashingEmbedder(dim=DIM), clock=lambda: T0, **kw)
+
+
+def ns_dir(root) -> Path:
+    return next((Path(root) / "ns.0").iterdir())
+
+
+def header(root) -> dict:
+    return json.loads((ns_dir(root) / "header.json").read_text())
+
+
+def state(s, ns="ns") -> dict:
+    """Every live memory (all fields, vector bytes) and a few searches' results."""
+    out = {k: (s.get(ns, k), s.vector(ns, k).tobytes()) for k in s.keys(ns)}
+    hits = [[(h.key, h.score) for h in s.search(ns, q, top_k=5, touch=False)]
+            for q in ("text number 3", "replaced memory", "filtered")]
+    flt = [h.key for h in s.search(ns, "text", top_k=50, touch=False, filter={"odd": True})]
+    return {"rows": out, "hits": hits, "filtered": flt, "count": s.count(ns)}
+
+
+def workload(s, n=40, seed=0):
+    rng = np.random.default_rng(seed)
+    s.put_many("ns", [MemoryItem(f"k{i}", f"text number {i}", 0.5, {"odd": bool(i % 2)})
+                      for i in range(n)])
+    for i in rng.choice(n, n // 4, replace=False).tolist():
+        s.delete("ns", f"k{i}")
+    for i in rng.choice(n, n // 4, replace=False).tolist():
+        s.put("ns", f"k{i}", f"replaced memory {i}", metadata={"odd": bool(i % 2)})
+
+
+def test_open_replays_only_the_tail_and_equals_the_live_store(tmp_path):
+    s = store(tmp_path / "m")
+    workload(s)
+    s.flush()
+    h = header(tmp_path / "m")
+    assert h["version"] == storage.FORMAT_VERSION and h["live"] == s.count("ns")
+    s.put("ns", "tail1", "written after the checkpoint")
+    s.delete("ns", "k1")
+    s.put("ns", "k2", "replaced memory after the checkpoint")
+    want = state(s)
+    s._release()                                       # killed: no checkpoint
+    assert header(tmp_path / "m") == h
+    with LongTermMemory.open(tmp_path / "m", HashingEmbedder(dim=DIM), clock=lambda: T0) as r:
+        assert state(r) == want
+    with store(tmp_path / "m") as r:
+        assert state(r) == want
+    with store(tmp_path / "m") as r:                   # after the close's checkpoint
+        assert header(tmp_path / "m")["rows"] > h["rows"]
+        assert state(r) == want
+
+
+def test_key_lookup_survives_hash_collisions(tmp_path, monkeypatch):
+    """Every key hashes alike: lookups are confirmed by the record's key, never a neighbour's."""
+    monkeypatch.setattr(ckpt, "key_hashes",
+                        lambda keys: np.full(len(keys), 7, np.uint64))
+    monkeypatch.setattr(disk, "key_hashes", ckpt.key_hashes)
+    with store(tmp_path / "m") as s:
+        workload(s, n=30)
+        want = state(s)
+    with store(tmp_path / "m") as s:
+        assert state(s) == want
+        assert s.get("ns", "absent") is None and "absent" not in s._tables[("ns",)].keys
+        s.put("ns", "k0", "replaced after reopening", metadata={"odd": False})
+        s.delete("ns", "k3")
+        assert s.get("ns", "k0").text == "replaced after reopening" and s.get("ns", "k3") is None
+        want = state(s)
+    with store(tmp_path / "m") as s:
+        assert state(s) == want
+
+
+def test_automatic_checkpoints(tmp_path, monkeypatch):
+    monkeypatch.setattr(disk, "CHECKPOINT_ROWS", 10)
+    s = store(tmp_path / "m")
+    for i in range(25):
+        s.put("ns", f"k{i}", f"text number {i}", metadata={"odd": bool(i % 2)})
+    assert header(tmp_path / "m")["rows"] == 20          # checkpoints at 10 and 20 rows
+    names = sorted(p.name for p in ns_dir(tmp_path / "m").iterdir() if ".c" in p.name)
+    assert names == ["alive.0.c2.u8", "keyhash.0.c2.u64", "keyrow.0.c2.i64"]
+    want = state(s)
+    s._release()
+    with store(tmp_path / "m") as r:
+        assert state(r) == want
+
+
+@pytest.mark.parametrize("fail_at", ["checkpoint_files", "header"])
+def test_crash_inside_a_checkpoint_keeps_the_previous_one(tmp_path, monkeypatch, fail_at):
+    s = store(tmp_path / "m")
+    workload(s)
+    s.flush()
+    before = header(tmp_path / "m")
+    s.put("ns", "late", "written after the first checkpoint")
+    s.delete("ns", "k5")
+    want = state(s)
+
+    def crash(*a, **k):
+        raise KeyboardInterrupt("killed")              # stands for SIGKILL mid-checkpoint
+
+    if fail_at == "header":
+        real = disk.write_checkpoint_files
+        monkeypatch.setattr(disk, "write_checkpoint_files",
+                            lambda *a, **k: (real(*a, **k), crash()))
+    else:
+        monkeypatch.setattr(disk, "write_checkpoint_files", crash)
+    with pytest.raises(KeyboardInterrupt):
+        s.flush()
+    s._release()
+    monkeypatch.undo()
+    assert header(tmp_path / "m") == before
+    with store(tmp_path / "m") as r:
+        assert state(r) == want
+        assert sorted(p.name for p in ns_dir(tmp_path / "m").iterdir() if ".c" in p.name) == \
+            [f"{n}.0.c{before['checkpoint']}.{x}" for n, x in
+             (("alive", "u8"), ("keyhash", "u64"), ("keyrow", "i64"))]
+
+
+def test_none_durability_buffered_records_are_read_back(tmp_path):
+    with store(tmp_path / "m", durability="none") as s:
+        s.put("ns", "a", "buffered text", metadata={"x": 1})
+        assert s.get("ns", "a").metadata == {"x": 1}      # read from the buffer's bytes
+        assert [h.key for h in s.search("ns", "buffered text")] == ["a"]
+    with store(tmp_path / "m") as s:
+        assert s.get("ns", "a").text == "buffered text"
+
+
+def test_a_damaged_checkpoint_file_is_named_and_repaired_from_the_log(tmp_path):
+    with store(tmp_path / "m") as s:
+        workload(s)
+        want = state(s)
+    h = header(tmp_path / "m")
+    alive = ns_dir(tmp_path / "m") / f"alive.0.c{h['checkpoint']}.u8"
+    alive.write_bytes(alive.read_bytes()[:-1])
+    with pytest.raises(StoreCorruptedError, match=r"alive\.0\.c\d+\.u8 has"):
+        store(tmp_path / "m")
+    with store(tmp_path / "m", repair=True) as s:
+        assert state(s) == want
