@@ -233,7 +233,7 @@ def flat_topk(queries: np.ndarray, vectors: np.ndarray, last_accessed_at: np.nda
               weights: DecayWeights, threshold: float = -1.0) -> TopK:
     """Exact fused top-k by scanning every row once with the fused kernel.
 
-    Runs :func:`memcore.kernels.fused_topk` (or its batched form), serial or parallel by size,
+    Runs :func:`memcore.kernels.fused_topk` (once per query), serial or parallel by size,
     with the weights of a :class:`DecayWeights` (Park et al. 2023 score, half-life form).
 
     Parameters
@@ -305,5 +305,6 @@ def flat_topk(queries: np.ndarray, vectors: np.ndarray, last_accessed_at: np.nda
         count = int(kernels.fused_topk(q, *args, *out))
     else:
         out = _empty(k, (q.shape[0],))
-        count = kernels.fused_topk_batch(q, *args, *out)
+        count = np.array([kernels.fused_topk(q[j], *args, out[0][j], out[1][j], out[2][j])
+                          for j in range(q.shape[0])], np.int64)
     return TopK(out[0], out[1], out[2], count, n)

@@ -10,7 +10,7 @@ the Lucene form of Okapi BM25 (Robertson et al. 1994; Kamphuis et al. 2020, "Whi
 mean?"): the idf never goes negative, and the ``(k1 + 1)`` numerator factor is dropped (a
 constant per query, so rankings are unchanged). ``N`` is the number of live documents, ``df``
 counts live documents holding ``t``, ``avgdl`` is their mean length in tokens. The caller
-(:class:`memcore.lexical.LexicalIndex`) keeps ``N``, ``df`` and the total length exact under
+(the store layer's lexical index) keeps ``N``, ``df`` and the total length exact under
 add/remove and passes ``idf`` per query term, so scores equal a batch-built index's.
 
 Layout (all arrays owned and grown by the caller)
@@ -36,7 +36,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["bm25_append", "bm25_append_many", "bm25_docs", "bm25_scores", "window_means"]
+__all__ = ["bm25_append", "bm25_append_many", "bm25_docs", "bm25_scores", "bm25_scores_sparse",
+           "bm25_context_scores_sparse", "window_means"]
 
 
 @numba.njit(cache=True)
@@ -80,8 +81,13 @@ def bm25_append(doc, term_ids, tfs, term_head, term_tail, term_fill, block_start
 
     Examples
     --------
+    >>> head, tail, fill = np.full(4, -1), np.full(4, -1), np.zeros(4, np.int64)
+    >>> bstart, bsize, bnext = np.zeros(4, np.int64), np.zeros(4, np.int64), np.zeros(4, np.int64)
+    >>> pdoc, ptf = np.zeros(64, np.int64), np.zeros(64, np.int32)
     >>> nb, used = bm25_append(0, np.array([3], np.int64), np.array([2], np.int32), head, tail,
     ...                        fill, bstart, bsize, bnext, 0, pdoc, ptf, 0, 4, 256)
+    >>> nb, used, int(head[3]), int(pdoc[0]), int(ptf[0])
+    (1, 4, 0, 0, 2)
     """
     for j in range(term_ids.shape[0]):
         t = term_ids[j]
@@ -149,8 +155,18 @@ def bm25_scores(q_terms, q_idf, term_head, term_tail, term_fill, block_start, bl
 
     Examples
     --------
-    >>> bm25_scores(q, idf, head, tail, fill, bstart, bsize, bnext, pdoc, ptf, row, dl,
-    ...             alive, 1.2, 0.75, 10.0, np.empty(n, np.float64))
+    One document (id 0, row 2, 3 tokens) holding term 1 once:
+
+    >>> head, tail, fill = np.full(4, -1), np.full(4, -1), np.zeros(4, np.int64)
+    >>> bstart, bsize, bnext = np.zeros(4, np.int64), np.zeros(4, np.int64), np.zeros(4, np.int64)
+    >>> pdoc, ptf = np.zeros(64, np.int64), np.zeros(64, np.int32)
+    >>> _ = bm25_append(0, np.array([1], np.int64), np.array([1], np.int32), head, tail, fill,
+    ...                 bstart, bsize, bnext, 0, pdoc, ptf, 0, 4, 256)
+    >>> out = bm25_scores(np.array([1]), np.array([0.5]), head, tail, fill, bstart, bsize,
+    ...                   bnext, pdoc, ptf, np.array([2]), np.array([3]), np.array([True]),
+    ...                   1.2, 0.75, 3.0, np.empty(3))
+    >>> out.round(4).tolist()                       # 0.5 * 1 / (1 + 1.2)
+    [0.0, 0.0, 0.2273]
     """
     out[:] = 0.0
     for j in range(q_terms.shape[0]):
@@ -168,6 +184,235 @@ def bm25_scores(q_terms, q_idf, term_head, term_tail, term_fill, block_start, bl
                     out[doc_row[d]] += idf * tf / (tf + norm)
             blk = block_next[blk]
     return out
+
+
+@numba.njit(cache=True)
+def _n_postings(q_terms, term_head, term_tail, term_fill, block_size, block_next):
+    """Postings entries (live or not) of the query terms, repeats counted."""
+    m = 0
+    for j in range(q_terms.shape[0]):
+        t = q_terms[j]
+        blk = term_head[t]
+        while blk >= 0:
+            m += term_fill[t] if blk == term_tail[t] else block_size[blk]
+            blk = block_next[blk]
+    return m
+
+
+@numba.njit(cache=True)
+def _reduce_by_row(rows, vals, m):
+    """Rows ascending and, per row, the sum of its values in their order (a stable sort)."""
+    order = np.argsort(rows[:m], kind="mergesort")
+    out_rows = np.empty(m, np.int64)
+    out_vals = np.empty(m, np.float64)
+    c = -1
+    prev = -1
+    for o in range(m):
+        r = rows[order[o]]
+        if r != prev:
+            c += 1
+            out_rows[c] = r
+            out_vals[c] = 0.0
+            prev = r
+        out_vals[c] += vals[order[o]]
+    return out_rows[:c + 1].copy(), out_vals[:c + 1].copy()
+
+
+@numba.njit(cache=True)
+def bm25_scores_sparse(q_terms, q_idf, term_head, term_tail, term_fill, block_start, block_size,
+                       block_next, pool_doc, pool_tf, doc_row, doc_len, doc_alive, k1, b, avgdl):
+    """:func:`bm25_scores` for the rows that score, without an n-length output.
+
+    The same contributions, summed per row in the same order (query terms in order, postings in
+    order), so each returned score equals :func:`bm25_scores`'s at that row bit for bit; every
+    other row scores 0. Work is O(postings of the query terms * log).
+
+    Parameters
+    ----------
+    q_terms, q_idf, term_head, term_tail, term_fill, block_start, block_size, block_next,
+    pool_doc, pool_tf, doc_row, doc_len, doc_alive, k1, b, avgdl
+        As in :func:`bm25_scores`.
+
+    Returns
+    -------
+    rows : ndarray of shape (m,), int64
+        Rows holding a live document with a query term, strictly ascending.
+    scores : ndarray of shape (m,), float64
+        Their BM25 scores (> 0).
+
+    Raises
+    ------
+    Nothing (not validated).
+
+    Examples
+    --------
+    >>> head, tail, fill = np.full(4, -1), np.full(4, -1), np.zeros(4, np.int64)
+    >>> bstart, bsize, bnext = np.zeros(4, np.int64), np.zeros(4, np.int64), np.zeros(4, np.int64)
+    >>> pdoc, ptf = np.zeros(64, np.int64), np.zeros(64, np.int32)
+    >>> _ = bm25_append(0, np.array([1], np.int64), np.array([1], np.int32), head, tail, fill,
+    ...                 bstart, bsize, bnext, 0, pdoc, ptf, 0, 4, 256)
+    >>> rows, scores = bm25_scores_sparse(np.array([1]), np.array([0.5]), head, tail, fill,
+    ...                                   bstart, bsize, bnext, pdoc, ptf, np.array([2]),
+    ...                                   np.array([3]), np.array([True]), 1.2, 0.75, 3.0)
+    >>> rows.tolist(), scores.round(4).tolist()
+    ([2], [0.2273])
+    """
+    m = _n_postings(q_terms, term_head, term_tail, term_fill, block_size, block_next)
+    rows = np.empty(m, np.int64)
+    vals = np.empty(m, np.float64)
+    c = 0
+    for j in range(q_terms.shape[0]):
+        t = q_terms[j]
+        idf = q_idf[j]
+        blk = term_head[t]
+        while blk >= 0:
+            start = block_start[blk]
+            stop = start + (term_fill[t] if blk == term_tail[t] else block_size[blk])
+            for p in range(start, stop):
+                d = pool_doc[p]
+                if doc_alive[d]:
+                    tf = np.float64(pool_tf[p])
+                    norm = k1 * (1.0 - b + b * np.float64(doc_len[d]) / avgdl)
+                    rows[c] = doc_row[d]
+                    vals[c] = idf * tf / (tf + norm)
+                    c += 1
+            blk = block_next[blk]
+    return _reduce_by_row(rows, vals, c)
+
+
+@numba.njit(cache=True)
+def bm25_context_scores_sparse(q_terms, term_head, term_tail, term_fill, block_start, block_size,
+                               block_next, pool_doc, pool_tf, doc_row, doc_alive, row_len,
+                               win_start, win_len, win_rows, n_live, k1, b, avgdl_ctx):
+    """BM25 of each row's *context document* (its window's texts concatenated), from the
+    own-text postings and the windows, for the rows that score.
+
+    Row ``i``'s context document is the multiset union of the documents of the rows in its
+    window ``W(i) = win_rows[win_start[i]:win_start[i] + win_len[i]]``, so, with ``P_t`` the live rows
+    holding term ``t``::
+
+        tf_ctx(t, i) = sum_{j in W(i)} tf(t, j)        len_ctx(i) = sum_{j in W(i)} len(j)
+        df_ctx(t)    = |{i : W(i) meets P_t}| = |union_{j in P_t} W(j)|   (windows symmetric)
+        idf_ctx(t)   = ln(1 + (N - df_ctx + 0.5) / (df_ctx + 0.5)),  N = n_live
+
+    and the score is :func:`bm25_scores`' formula with these (query terms in order, one
+    contribution per term and row), i.e. what an index of the concatenated window texts
+    returns. Windows must be symmetric (``j in W(i)`` iff ``i in W(j)``, as episode windows
+    are) and hold live rows only. Work is O(postings * window * log).
+
+    Parameters
+    ----------
+    q_terms : ndarray of shape (m,), int64
+        Query term ids in the own-text index (repeats allowed).
+    term_head, term_tail, term_fill, block_start, block_size, block_next, pool_doc, pool_tf,
+    doc_row, doc_alive
+        The own-text postings (see :func:`bm25_append`).
+    row_len : ndarray of shape (n_rows,), int64
+        Tokens of each live row's own document.
+    win_start, win_len : ndarray of shape (n_rows,), int64
+    win_rows : ndarray, int64 or int32
+    n_live : int
+        Live rows (context documents), ``N``.
+    k1, b : float
+    avgdl_ctx : float
+        Mean context-document length, ``sum_i len_ctx(i) / N``, > 0.
+
+    Returns
+    -------
+    rows : ndarray of shape (m,), int64
+        Strictly ascending.
+    scores : ndarray of shape (m,), float64
+        > 0.
+
+    Raises
+    ------
+    Nothing (not validated).
+
+    Examples
+    --------
+    Rows 0 and 1 share a window; only row 1's text holds the term:
+
+    >>> head, tail, fill = np.full(4, -1), np.full(4, -1), np.zeros(4, np.int64)
+    >>> bstart, bsize, bnext = np.zeros(4, np.int64), np.zeros(4, np.int64), np.zeros(4, np.int64)
+    >>> pdoc, ptf = np.zeros(64, np.int64), np.zeros(64, np.int32)
+    >>> _ = bm25_append(1, np.array([2], np.int64), np.array([1], np.int32), head, tail, fill,
+    ...                 bstart, bsize, bnext, 0, pdoc, ptf, 0, 4, 256)
+    >>> rows, scores = bm25_context_scores_sparse(
+    ...     np.array([2]), head, tail, fill, bstart, bsize, bnext, pdoc, ptf,
+    ...     np.array([0, 1, 2]), np.array([True, True, True]), np.array([2, 2, 2]),
+    ...     np.array([0, 2, 4]), np.array([2, 2, 1]), np.array([0, 1, 0, 1, 2]), 3, 1.2, 0.75,
+    ...     10 / 3)
+    >>> rows.tolist(), bool(scores[0] == scores[1] > 0)
+    ([0, 1], True)
+    """
+    m = 0
+    for j in range(q_terms.shape[0]):                 # room for every (posting, window row)
+        t = q_terms[j]
+        blk = term_head[t]
+        while blk >= 0:
+            start = block_start[blk]
+            stop = start + (term_fill[t] if blk == term_tail[t] else block_size[blk])
+            for p in range(start, stop):
+                d = pool_doc[p]
+                if doc_alive[d]:
+                    r = doc_row[d]
+                    m += max((win_start[r] + win_len[r]) - win_start[r], 1)
+            blk = block_next[blk]
+    rows = np.empty(m, np.int64)
+    vals = np.empty(m, np.float64)
+    t_rows = np.empty(m, np.int64)
+    t_tf = np.empty(m, np.int64)
+    c = 0
+    for j in range(q_terms.shape[0]):
+        t = q_terms[j]
+        u = 0                                      # (context row, tf) pairs of this term
+        blk = term_head[t]
+        while blk >= 0:
+            start = block_start[blk]
+            stop = start + (term_fill[t] if blk == term_tail[t] else block_size[blk])
+            for p in range(start, stop):
+                d = pool_doc[p]
+                if doc_alive[d]:
+                    r = doc_row[d]
+                    if (win_start[r] + win_len[r]) > win_start[r]:
+                        for q in range(win_start[r], (win_start[r] + win_len[r])):
+                            t_rows[u] = win_rows[q]
+                            t_tf[u] = pool_tf[p]
+                            u += 1
+                    else:
+                        t_rows[u] = r
+                        t_tf[u] = pool_tf[p]
+                        u += 1
+            blk = block_next[blk]
+        if u == 0:
+            continue
+        order = np.argsort(t_rows[:u])              # integer tf sums: any order is exact
+        df = 0
+        prev = -1
+        for o in range(u):
+            if t_rows[order[o]] != prev:
+                df += 1
+                prev = t_rows[order[o]]
+        idf = np.log1p((n_live - df + 0.5) / (df + 0.5))
+        o = 0
+        while o < u:
+            i = t_rows[order[o]]
+            tfi = 0
+            while o < u and t_rows[order[o]] == i:
+                tfi += t_tf[order[o]]
+                o += 1
+            dl = 0
+            if (win_start[i] + win_len[i]) > win_start[i]:
+                for q in range(win_start[i], (win_start[i] + win_len[i])):
+                    dl += row_len[win_rows[q]]
+            else:
+                dl = row_len[i]
+            tf = np.float64(tfi)
+            norm = k1 * (1.0 - b + b * np.float64(dl) / avgdl_ctx)
+            rows[c] = i
+            vals[c] = idf * tf / (tf + norm)
+            c += 1
+    return _reduce_by_row(rows, vals, c)
 
 
 @numba.njit(cache=True)

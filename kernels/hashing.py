@@ -183,7 +183,7 @@ def _mod(h, magic, dim):
     assembled from two 32 x 32 products (no overflow: the sum stays below 2**64).
     """
     d = numba.uint64(dim)
-    x = magic * numba.uint64(h)
+    x = numba.uint64(magic) * numba.uint64(h)     # uint64 x uint64 wraps mod 2**64
     return np.int64(((x >> numba.uint64(32)) * d
                      + (((x & _LOW32) * d) >> numba.uint64(32))) >> numba.uint64(32))
 
@@ -379,9 +379,12 @@ def unicode_token_hashes(data, offsets, char_class, out_hashes, out_counts):
 
     Examples
     --------
+    >>> table = np.zeros(128, np.uint8); table[ord("a"):ord("z") + 1] = WORD   # a-z: WORD
     >>> hashes, counts = np.empty(5, np.uint64), np.empty(1, np.int64)
     >>> unicode_token_hashes(np.frombuffer(b"hi yo", np.uint8), np.array([0, 5]), table,
-    ...                      hashes, counts)   # counts[0] == 2
+    ...                      hashes, counts)
+    >>> int(counts[0]), int(hashes[1]) == int(token_hash(np.frombuffer(b"yo", np.uint8), 0, 2))
+    (2, True)
     """
     for i in range(offsets.shape[0] - 1):
         out_counts[i] = _unicode_row(data, offsets[i], offsets[i + 1], char_class, out_hashes)
@@ -427,7 +430,9 @@ def embed_token_hashes(hashes, offsets, counts, out):
     --------
     >>> out = np.empty((1, 8), np.float32)
     >>> embed_token_hashes(np.array([5, 2**63 + 6], np.uint64), np.array([0, 2]),
-    ...                    np.array([2]), out)   # out[0] has +0.707 at 5, -0.707 at 6
+    ...                    np.array([2]), out)
+    >>> out[0].astype(np.float64).round(3).tolist()
+    [0.0, 0.0, 0.0, 0.0, 0.0, 0.707, -0.707, 0.0]
     """
     acc = np.zeros(out.shape[1], np.int64)
     touched = np.zeros(2 * out.shape[1], np.int64)
@@ -474,7 +479,9 @@ def tf_cosine(query_hashes, hashes, offsets, counts, out):
     --------
     >>> out = np.empty(1, np.float32)
     >>> tf_cosine(np.array([1, 2], np.uint64), np.array([2, 3], np.uint64),
-    ...           np.array([0, 2]), np.array([2]), out)   # out[0] == 0.5
+    ...           np.array([0, 2]), np.array([2]), out)
+    >>> float(out[0])
+    0.5
     """
     q = np.sort(query_hashes)
     nq = q.shape[0]

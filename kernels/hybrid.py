@@ -1,7 +1,8 @@
 """Hybrid recall in one exact pass: dense + BM25 signals, z-normalised per query, fused with decay.
 
 For every live row ``i`` (``alive[i]``) with ``sim_i = query . vectors[i]`` (float32 dot
-product, the fastmath leaf of :mod:`memcore.kernels.topk`)::
+product, the fastmath leaf of :mod:`memcore.kernels.topk`, recomputed in float64 within 1e-5 of
+the threshold by :func:`~memcore.kernels.topk.at_threshold`)::
 
     z(x)_i  = (x_i - mean(x)) / std(x)     over live rows (population std); 0 when std == 0
     dense_i = z(sim)_i            if normalize else sim_i
@@ -27,7 +28,7 @@ import numba
 import numpy as np
 
 from .scoring import fused_score
-from .topk import _dot, heap_push, heap_sort
+from .topk import _dot, at_threshold, heap_push, heap_sort
 
 __all__ = ["hybrid_topk", "masked_stats"]
 
@@ -113,14 +114,21 @@ def hybrid_topk(query, vectors, lex, w_dense, w_lex, boost, w_boost, last_access
 
     Examples
     --------
-    >>> n = hybrid_topk(q, V, lex, 1.0, np.array([0.5]), boost, 1.0, t, imp, alive, now,
-    ...                 3600.0, 0.0, 0.0, True, -1.0, np.empty(len(V), np.float32),
-    ...                 ids, scores, out_sims)
+    >>> V = np.eye(3, dtype=np.float32); q = V[1].copy()
+    >>> lex = np.array([[0.0, 0.0, 2.0]])               # one lexical signal
+    >>> ids, scores, sims = np.empty(2, np.int64), np.empty(2, np.float32), np.empty(2, np.float32)
+    >>> hybrid_topk(q, V, lex, 1.0, np.array([0.5]), np.zeros(3, np.float32), 0.0, np.zeros(3),
+    ...             np.zeros(3, np.float32), np.ones(3, bool), 0.0, 3600.0, 0.0, 0.0, True, -1.0,
+    ...             np.empty(3, np.float32), ids, scores, sims)
+    2
+    >>> ids.tolist(), scores.astype(float).round(3).tolist()   # z(sim) + 0.5 * z(lex)
+    ([1, 2], [1.061, 0.0])
     """
     n = vectors.shape[0]
+    thr = np.float32(threshold)
     for i in range(n):
         if alive[i]:
-            sims[i] = _dot(query, vectors[i])
+            sims[i] = at_threshold(query, vectors[i], _dot(query, vectors[i]), thr)
     d_mean, d_std = 0.0, 1.0
     if normalize:
         d_mean, d_std = masked_stats(sims, alive)
@@ -135,7 +143,6 @@ def hybrid_topk(query, vectors, lex, w_dense, w_lex, boost, w_boost, last_access
                 l_inv[l] = 1.0 / s if s > 0.0 else 0.0
             else:
                 l_inv[l] = 1.0
-    thr = np.float32(threshold)
     size = 0
     for i in range(n):
         if not alive[i]:

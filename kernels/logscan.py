@@ -1,6 +1,6 @@
 """Record-log kernels: CRC-32, a frame walk that validates every record, and a segment gather.
 
-The record log of :mod:`memcore.storage` is a sequence of frames ``magic u32, length u32,
+The store layer's record log is a sequence of frames ``magic u32, length u32,
 crc32 u32`` (little-endian) followed by ``length`` payload bytes. Opening a store walks the
 whole log; in Python that costs ~10 us per record, here it is a tight loop over ``uint8``
 bytes. The kernels only check *structure* (frame, length, CRC-32, the payload's own field
@@ -81,6 +81,7 @@ def crc32(data, start, stop, table):
 
     Examples
     --------
+    >>> import zlib
     >>> crc32(np.frombuffer(b"abc", np.uint8), 0, 3, CRC_TABLE) == zlib.crc32(b"abc")
     True
     """
@@ -150,8 +151,14 @@ def scan_records(data, start, table, out_offsets):
 
     Examples
     --------
-    >>> count, stop = scan_records(np.frombuffer(log, np.uint8), 0, CRC_TABLE,
-    ...                            np.empty(max_records(len(log)), np.int64))  # doctest: +SKIP
+    A log of one DEL record (key ``b"k"``) followed by a torn frame:
+
+    >>> import struct, zlib
+    >>> payload = struct.pack("<B7xI", 2, 1) + b"k"
+    >>> log = struct.pack("<III", LOG_MAGIC, len(payload), zlib.crc32(payload)) + payload
+    >>> scan_records(np.frombuffer(log + b"MM", np.uint8), 0, CRC_TABLE,
+    ...              np.empty(max_records(len(log) + 2), np.int64))
+    (1, 25)
     """
     size = data.shape[0]
     off = start

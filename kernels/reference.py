@@ -10,7 +10,9 @@ id -1, score -inf, sim -inf.
 
 Similarity is the one inexact step: the oracles take a float64 matmul rounded to float32, the
 kernels a float32 dot product accumulated in float32 (vectorised), so for unit vectors a
-kernel's ``sim`` agrees within 1e-5, not bit for bit. Given the same ``sim``, scores agree to
+kernel's ``sim`` agrees within 1e-5, not bit for bit. Within 1e-5 of the threshold the kernels
+recompute ``sim`` in float64 (rounded to float32), so threshold membership agrees with the
+oracles. Given the same ``sim``, scores agree to
 the float32 rounding of ``2 ** x`` (NumPy's ``exp2`` may be a SIMD version a few float64 ulps
 from libm's); tests therefore compare scores within 1e-5 and ranks with near-ties tolerated.
 """
@@ -60,20 +62,6 @@ def fused_topk(query, vectors, last_accessed_at, importance, alive, now, half_li
     decay_scores(sims[keep], last_accessed_at[keep], importance[keep], now, half_life,
                  w_sim, w_rec, w_imp, scores)
     return _select(keep.astype(np.int64), sims[keep], scores, out_ids, out_scores, out_sims)
-
-
-def fused_topk_batch(queries, vectors, last_accessed_at, importance, alive, now, half_life,
-                     w_sim, w_rec, w_imp, threshold, out_ids, out_scores, out_sims):
-    """:func:`fused_topk` per row of queries (n_queries, dim); outputs (n_queries, k).
-
-    Returns counts (n_queries,) int64.
-    """
-    counts = np.zeros(queries.shape[0], np.int64)
-    for q in range(queries.shape[0]):
-        counts[q] = fused_topk(queries[q], vectors, last_accessed_at, importance, alive, now,
-                               half_life, w_sim, w_rec, w_imp, threshold,
-                               out_ids[q], out_scores[q], out_sims[q])
-    return counts
 
 
 def rerank(cand_ids, cand_sims, last_accessed_at, importance, alive, now, half_life,
@@ -404,3 +392,198 @@ def window_means(E, rows_of, lo, k, alpha, out):
         own = rows_of[i]
         out[own] = (alpha * E[own].astype(np.float64)
                     + (1.0 - alpha) * E[win].astype(np.float64).mean(axis=0)).astype(np.float32)
+
+
+# --------------------------------------------------------------------------- codes and scan
+def encode_rows(vectors, codes, scale, cnorm, rnorm):
+    """Symmetric per-row int8 codes: scale = float32(max|v| / 127), code = clip(rint(v / scale)),
+    cnorm >= ||code||, rnorm >= ||v - scale * code|| (float32, rounded up)."""
+    v = vectors.astype(np.float64)
+    m = np.abs(v).max(axis=1) if v.shape[1] else np.zeros(v.shape[0])
+    s = (m / 127).astype(np.float32)
+    s64 = s.astype(np.float64)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        c = np.where(s64 > 0, np.clip(np.rint(v / np.where(s64 > 0, s64, 1.0)), -127, 127), 0.0)
+    codes[:] = c.astype(np.int8)
+    scale[:] = s
+    r = v - s64 * c
+    cn = np.sqrt((c * c).sum(axis=1))
+    rn = np.sqrt((r * r).sum(axis=1)) * (1.0 + (v.shape[1] + 8) * 2.0 ** -53)
+    cnorm[:] = _up32(cn)
+    rnorm[:] = _up32(rn)
+
+
+def _up32(x):
+    f = np.asarray(x, np.float64).astype(np.float32)
+    low = f.astype(np.float64) < x
+    return np.where(low, np.nextafter(f, np.float32(np.inf)), f)
+
+
+def exact_sims(query, vectors):
+    """``exact_sim(query, v)`` of every row: float64, eight partial sums over j mod 8 (the tail
+    ``dim % 8`` added to the first), combined ``((p0+p1)+(p2+p3))+((p4+p5)+(p6+p7))``."""
+    n, d = vectors.shape
+    q = query.astype(np.float64)
+    p = np.zeros((n, 8))
+    m = d - d % 8
+    for j in range(0, m, 8):
+        p += vectors[:, j:j + 8].astype(np.float64) * q[j:j + 8]
+    for j in range(m, d):
+        p[:, 0] += vectors[:, j].astype(np.float64) * q[j]
+    return ((p[:, 0] + p[:, 1]) + (p[:, 2] + p[:, 3])) + ((p[:, 4] + p[:, 5]) + (p[:, 6] + p[:, 7]))
+
+
+def _window_ctx(sims, win_start, win_len, win_rows, alpha):
+    n = sims.shape[0]
+    size = np.asarray(win_len)
+    acc = np.zeros(n)
+    for p in range(int(size.max()) if n else 0):
+        has = size > p
+        acc[has] += sims[win_rows[win_start[has] + p]]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(size > 0, acc / np.where(size > 0, size, 1), sims)
+    return alpha * sims + (1.0 - alpha) * mean
+
+
+def hybrid_exact_topk(query, vectors, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals,
+                      sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive, now, half_life,
+                      w_rec, w_imp, threshold, out_ids, out_scores, out_sims):
+    """The exact hybrid path (see kernels/scan.py): float64 sims, the window stencil, z-scores
+    with the given statistics, decay, sparse signals; float32 top-k, ties by lower row."""
+    n = vectors.shape[0]
+    sims = exact_sims(query, vectors)
+    s = np.zeros(n)
+    if dense[0] != 0.0:
+        s += dense[0] * ((sims - dense[1]) * dense[2])
+    if dense[3] != 0.0:
+        s += dense[3] * ((_window_ctx(sims, win_start, win_len, win_rows, alpha) - dense[4]) * dense[5])
+    if w_rec != 0.0:
+        age = np.maximum(np.float64(now) - last_accessed_at, 0.0)
+        s += w_rec * np.exp2(-age / np.float64(half_life))
+    if w_imp != 0.0:
+        s += w_imp * importance.astype(np.float64)
+    for l in range(sp_w.shape[0]):
+        if sp_w[l] != 0.0:
+            x = np.zeros(n)
+            rows = sp_rows[sp_ptr[l]:sp_ptr[l + 1]]
+            x[rows] = sp_vals[sp_ptr[l]:sp_ptr[l + 1]]
+            s += sp_w[l] * ((x - sp_mu[l]) * sp_inv[l])
+    keep = np.flatnonzero(alive & (sims >= np.float64(threshold)))
+    return _select(keep.astype(np.int64), sims[keep].astype(np.float32),
+                   s[keep].astype(np.float32), out_ids, out_scores, out_sims)
+
+
+def hybrid_scan_topk(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len, win_rows, alpha,
+                     dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
+                     importance, alive, now, half_life, w_rec, w_imp, threshold,
+                     out_ids, out_scores, out_sims, stats, parallel=False):
+    """:func:`hybrid_exact_topk` (the codes only change the work); stats = [live rows, n]."""
+    stats[0] = int(alive.sum())
+    stats[1] = vectors.shape[0]
+    return hybrid_exact_topk(query, vectors, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows,
+                             sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive,
+                             now, half_life, w_rec, w_imp, threshold, out_ids, out_scores,
+                             out_sims)
+
+
+# --------------------------------------------------------------------------- moments
+def dense_moments(query, s1, s2, n):
+    """(mean, var) of query . v over n rows from s1 = sum v, s2 = sum v v^T (float64)."""
+    if n == 0:
+        return 0.0, 0.0
+    q = query.astype(np.float64)
+    mean = float(q @ s1) / n
+    return mean, max(float(q @ s2 @ q) / n - mean * mean, 0.0)
+
+
+def context_vectors(vectors, win_start, win_len, win_rows, alpha):
+    """(n, dim) float64: alpha * v_i + (1 - alpha) * mean of the rows of W(i) (W(i) empty: v_i)."""
+    v = vectors.astype(np.float64)
+    out = np.empty_like(v)
+    for i in range(v.shape[0]):
+        w = win_rows[win_start[i]:win_start[i] + win_len[i]]
+        mean = v[w].mean(axis=0) if w.shape[0] else v[i]
+        out[i] = alpha * v[i] + (1.0 - alpha) * mean
+    return out
+
+
+def moments_update(vectors, rows, sign, s1, s2):
+    """s1 += sign * sum v_r, s2 += sign * sum v_r v_r^T over rows (float64)."""
+    x = vectors[rows].astype(np.float64)
+    s1 += sign * x.sum(axis=0)
+    s2 += sign * (x.T @ x)
+
+
+def context_moments_update(vectors, rows, win_start, win_len, win_rows, alpha, sign, s1, s2):
+    """moments_update of the context vectors of rows (see context_vectors)."""
+    x = context_vectors(vectors, win_start, win_len, win_rows, alpha)[rows]
+    s1 += sign * x.sum(axis=0)
+    s2 += sign * (x.T @ x)
+
+
+def sparse_moments(vals, n):
+    """(mean, var) over n rows of a signal equal to vals on len(vals) rows, 0 elsewhere."""
+    if n == 0:
+        return 0.0, 0.0
+    x = np.zeros(n)
+    x[:vals.shape[0]] = vals
+    return float(x.mean()), float(x.var())
+
+
+# --------------------------------------------------------------------------- sparse BM25
+def _live_row_terms(term_head, term_tail, term_fill, block_start, block_size, block_next,
+                    pool_doc, pool_tf, doc_row, doc_alive, terms):
+    """{row: {term: tf}} of the live documents, for the given terms."""
+    out: dict = {}
+    for t in set(terms):
+        blk = int(term_head[t])
+        while blk >= 0:
+            stop = term_fill[t] if blk == term_tail[t] else block_size[blk]
+            s = int(block_start[blk])
+            for d, tf in zip(pool_doc[s:s + stop].tolist(), pool_tf[s:s + stop].tolist()):
+                if doc_alive[d]:
+                    out.setdefault(int(doc_row[d]), {})[t] = tf
+            blk = int(block_next[blk])
+    return out
+
+
+def bm25_scores_sparse(q_terms, q_idf, term_head, term_tail, term_fill, block_start, block_size,
+                       block_next, pool_doc, pool_tf, doc_row, doc_len, doc_alive, k1, b, avgdl):
+    """The non-zero rows of :func:`bm25_scores` (ascending) and their scores."""
+    n_rows = int(doc_row.max()) + 1 if doc_row.shape[0] else 0
+    dense = bm25_scores(q_terms, q_idf, term_head, term_tail, term_fill, block_start, block_size,
+                        block_next, pool_doc, pool_tf, doc_row, doc_len, doc_alive, k1, b, avgdl,
+                        np.zeros(n_rows))
+    rows = np.flatnonzero(dense > 0).astype(np.int64)
+    return rows, dense[rows]
+
+
+def bm25_context_scores_sparse(q_terms, term_head, term_tail, term_fill, block_start, block_size,
+                               block_next, pool_doc, pool_tf, doc_row, doc_alive, row_len,
+                               win_start, win_len, win_rows, n_live, k1, b, avgdl_ctx):
+    """BM25 of each live row's window document (its window's own documents merged), by the
+    definition: tf and length summed over the window, df over the window documents, N = n_live."""
+    own = _live_row_terms(term_head, term_tail, term_fill, block_start, block_size, block_next,
+                          pool_doc, pool_tf, doc_row, doc_alive, q_terms.tolist())
+    live_rows = sorted({int(doc_row[d]) for d in range(doc_alive.shape[0]) if doc_alive[d]})
+    ctx: dict = {}
+    for i in live_rows:
+        w = win_rows[win_start[i]:win_start[i] + win_len[i]].tolist() or [i]
+        tfs: dict = {}
+        for j in w:
+            for t, tf in own.get(j, {}).items():
+                tfs[t] = tfs.get(t, 0) + tf
+        ctx[i] = (tfs, sum(int(row_len[j]) for j in w))
+    scores: dict = {}
+    for t in q_terms.tolist():
+        df = sum(1 for i in live_rows if ctx[i][0].get(t, 0) > 0)
+        if df == 0:
+            continue
+        idf = float(np.log1p((n_live - df + 0.5) / (df + 0.5)))
+        for i in live_rows:
+            tf = ctx[i][0].get(t, 0)
+            if tf:
+                norm = k1 * (1.0 - b + b * float(ctx[i][1]) / avgdl_ctx)
+                scores[i] = scores.get(i, 0.0) + idf * tf / (tf + norm)
+    rows = np.array(sorted(scores), np.int64)
+    return rows, np.array([scores[i] for i in rows.tolist()], np.float64)

@@ -13,7 +13,10 @@ Design
   (``reassoc``/``contract`` only, so LLVM can vectorise the reduction). Measured at dim 384 on
   AVX-512: 2x faster than float64 accumulation while the rows fit in cache, equal once the scan
   is memory-bound. The sims therefore differ from a float64 matmul in the last bits (within
-  1e-5 for unit vectors); everything downstream of ``sim`` is exact and shared.
+  1e-5 for unit vectors); everything downstream of ``sim`` is exact and shared. A row whose
+  float32 ``sim`` lies within 1e-5 of the threshold gets its ``sim`` recomputed in float64
+  (rounded to float32, :func:`at_threshold`), so threshold membership agrees with the oracles
+  and does not depend on SIMD width or summation order.
 - The heap is a bounded binary min-heap of ``k`` (score, id) pairs whose root is the *worst*
   kept entry; a row enters only if it beats the root. Before paying for ``exp2`` a row is
   skipped when even full recency (``w_sim*sim + w_rec + w_imp*importance``) cannot beat the
@@ -21,8 +24,8 @@ Design
 - The serial kernels use the output arrays as heap storage (no allocation). The parallel
   kernels split rows into contiguous blocks (one per thread), keep one heap per block, and merge
   them; the merge uses the same total order, so parallel results equal serial ones exactly.
-- :func:`fused_topk` / :func:`fused_topk_batch` are plain-Python dispatchers with the oracles'
-  signatures that pick serial or parallel by size (:func:`use_parallel`).
+- :func:`fused_topk` is a plain-Python dispatcher with the oracle's signature that picks
+  serial or parallel by size (:func:`use_parallel`).
 
 Kernels never validate (no bounds checks in numba): ``memcore`` validates and converts once.
 Inputs must be C-contiguous: ``vectors`` float32, ``last_accessed_at`` float64, ``importance``
@@ -38,17 +41,15 @@ from .scoring import fused_score
 
 __all__ = [
     "PARALLEL_MIN_ROWS",
+    "THRESHOLD_BAND",
+    "at_threshold",
     "heap_push",
     "heap_sort",
     "fused_topk",
     "fused_topk_serial",
     "fused_topk_parallel",
-    "fused_topk_batch",
-    "fused_topk_batch_serial",
-    "fused_topk_batch_parallel",
     "rerank",
     "use_parallel",
-    "warmup",
 ]
 
 #: Rows (times queries) from which :func:`fused_topk` uses the parallel kernels. On the shared
@@ -68,6 +69,42 @@ def _dot(a, b):
     for j in range(a.shape[0]):
         acc += a[j] * b[j]
     return acc
+
+
+#: Half-width of the band around the threshold in which :func:`at_threshold` recomputes a
+#: similarity in float64: the float32 accumulation of :func:`_dot` stays within 1e-5 of the
+#: float64 dot product for unit vectors.
+THRESHOLD_BAND = 1e-5
+
+
+@numba.njit(cache=True)
+def _dot64(a, b):
+    """Inner product accumulated in float64, in index order (no fastmath: deterministic)."""
+    acc = 0.0
+    for j in range(a.shape[0]):
+        acc += np.float64(a[j]) * np.float64(b[j])
+    return acc
+
+
+@numba.njit(cache=True)
+def at_threshold(query, row, sim, thr):
+    """``sim``, or ``float32(query . row)`` accumulated in float64 when ``sim`` lies within
+    :data:`THRESHOLD_BAND` of ``thr``.
+
+    Threshold membership (``sim >= thr``) then does not depend on how the float32 reduction
+    was vectorised: near the threshold it is decided by the float64 dot product rounded to
+    float32, which is what the oracles compute (a float64 matmul rounded to float32; the two
+    differ only in the last float64 bits). Far from the threshold the float32 ``sim`` is kept.
+
+    Examples
+    --------
+    >>> v = np.array([0.6, 0.8], np.float32)
+    >>> float(at_threshold(v, v, np.float32(1.0), np.float32(1.0))) == float(np.float32(v @ v))
+    True
+    """
+    if abs(np.float64(sim) - np.float64(thr)) < THRESHOLD_BAND:
+        return np.float32(_dot64(query, row))
+    return sim
 
 
 # --------------------------------------------------------------------------- bounded heap
@@ -135,7 +172,7 @@ def heap_push(h_ids, h_scores, h_sims, size, idx, score, sim):
     >>> ids = np.empty(2, np.int64); sc = np.empty(2, np.float32); si = np.empty(2, np.float32)
     >>> n = heap_push(ids, sc, si, 0, 7, np.float32(0.5), np.float32(0.5))
     >>> n = heap_push(ids, sc, si, n, 3, np.float32(0.9), np.float32(0.9))
-    >>> n, ids[0]
+    >>> n, int(ids[0])                      # the root is the worst kept entry
     (2, 7)
     """
     k = h_ids.shape[0]
@@ -184,8 +221,11 @@ def heap_sort(h_ids, h_scores, h_sims, size):
 
     Examples
     --------
-    >>> heap_sort(ids, sc, si, n); ids
-    array([3, 7])
+    >>> ids = np.empty(3, np.int64); sc = np.empty(3, np.float32); si = np.empty(3, np.float32)
+    >>> n = heap_push(ids, sc, si, 0, 7, np.float32(0.5), np.float32(0.5))
+    >>> n = heap_push(ids, sc, si, n, 3, np.float32(0.9), np.float32(0.9))
+    >>> heap_sort(ids, sc, si, n), ids.tolist(), sc.tolist()
+    (2, [3, 7, -1], [0.8999999761581421, 0.5, -inf])
     """
     end = size - 1
     while end > 0:
@@ -214,7 +254,7 @@ def _scan_rows(query, vectors, last_accessed_at, importance, alive, now, half_li
     for i in range(start, stop):
         if not alive[i]:
             continue
-        sim = _dot(query, vectors[i])
+        sim = at_threshold(query, vectors[i], _dot(query, vectors[i]), thr)
         if not sim >= thr:
             continue
         if size == k:
@@ -227,32 +267,6 @@ def _scan_rows(query, vectors, last_accessed_at, importance, alive, now, half_li
                                        w_sim, w_rec, w_imp))
         size = heap_push(h_ids, h_scores, h_sims, size, np.int64(i), score, sim)
     return size
-
-
-@numba.njit(cache=True)
-def _scan_rows_many(queries, vectors, last_accessed_at, importance, alive, now, half_life,
-                    w_sim, w_rec, w_imp, thr, start, stop, h_ids, h_scores, h_sims, sizes):
-    """Offer rows ``[start, stop)`` to every query's heap; rows outer so each is read once."""
-    k = h_ids.shape[1]
-    if k == 0:
-        return
-    for i in range(start, stop):
-        if not alive[i]:
-            continue
-        row = vectors[i]
-        imp = np.float64(importance[i])
-        for q in range(queries.shape[0]):
-            sim = _dot(queries[q], row)
-            if not sim >= thr:
-                continue
-            size = sizes[q]
-            if size == k:
-                bound = w_sim * np.float64(sim) + w_rec + w_imp * imp
-                if bound <= h_scores[q, 0]:
-                    continue
-            score = np.float32(fused_score(sim, last_accessed_at[i], importance[i], now,
-                                           half_life, w_sim, w_rec, w_imp))
-            sizes[q] = heap_push(h_ids[q], h_scores[q], h_sims[q], size, np.int64(i), score, sim)
 
 
 @numba.njit(cache=True)
@@ -314,53 +328,6 @@ def fused_topk_parallel(query, vectors, last_accessed_at, importance, alive, now
 
 
 @numba.njit(cache=True)
-def fused_topk_batch_serial(queries, vectors, last_accessed_at, importance, alive, now,
-                            half_life, w_sim, w_rec, w_imp, threshold,
-                            out_ids, out_scores, out_sims):
-    """Exact fused top-k of each query, single-threaded. See :func:`fused_topk_batch`."""
-    thr = np.float32(threshold)
-    counts = np.zeros(queries.shape[0], np.int64)
-    _scan_rows_many(queries, vectors, last_accessed_at, importance, alive, now, half_life,
-                    w_sim, w_rec, w_imp, thr, 0, vectors.shape[0],
-                    out_ids, out_scores, out_sims, counts)
-    for q in range(queries.shape[0]):
-        heap_sort(out_ids[q], out_scores[q], out_sims[q], counts[q])
-    return counts
-
-
-@numba.njit(cache=True, parallel=True)
-def fused_topk_batch_parallel(queries, vectors, last_accessed_at, importance, alive, now,
-                              half_life, w_sim, w_rec, w_imp, threshold,
-                              out_ids, out_scores, out_sims):
-    """Exact fused top-k of each query, rows split in blocks over numba's threads.
-
-    Equals :func:`fused_topk_batch_serial` exactly. See :func:`fused_topk_batch`.
-    """
-    n = vectors.shape[0]
-    n_q = queries.shape[0]
-    k = out_ids.shape[1]
-    thr = np.float32(threshold)
-    n_blocks = _n_blocks(n)
-    b_ids = np.empty((n_blocks, n_q, k), np.int64)
-    b_scores = np.empty((n_blocks, n_q, k), np.float32)
-    b_sims = np.empty((n_blocks, n_q, k), np.float32)
-    b_sizes = np.zeros((n_blocks, n_q), np.int64)
-    for b in numba.prange(n_blocks):
-        _scan_rows_many(queries, vectors, last_accessed_at, importance, alive, now, half_life,
-                        w_sim, w_rec, w_imp, thr, b * n // n_blocks, (b + 1) * n // n_blocks,
-                        b_ids[b], b_scores[b], b_sims[b], b_sizes[b])
-    counts = np.zeros(n_q, np.int64)
-    for q in range(n_q):
-        size = 0
-        for b in range(n_blocks):
-            for j in range(b_sizes[b, q]):
-                size = heap_push(out_ids[q], out_scores[q], out_sims[q], size,
-                                 b_ids[b, q, j], b_scores[b, q, j], b_sims[b, q, j])
-        counts[q] = heap_sort(out_ids[q], out_scores[q], out_sims[q], size)
-    return counts
-
-
-@numba.njit(cache=True)
 def rerank(cand_ids, cand_sims, last_accessed_at, importance, alive, now, half_life,
            w_sim, w_rec, w_imp, threshold, out_ids, out_scores, out_sims):
     """Fused top-k of given candidates (e.g. FAISS results) from their ids and similarities.
@@ -392,12 +359,15 @@ def rerank(cand_ids, cand_sims, last_accessed_at, importance, alive, now, half_l
 
     Raises
     ------
-    Nothing (ids out of range are undefined behaviour; ``memcore.ranking`` checks them).
+    Nothing (ids out of range are undefined behaviour; the caller checks them).
 
     Examples
     --------
-    >>> n = rerank(np.array([4, 1]), np.array([0.9, 0.8], np.float32), t, imp, alive,
-    ...            now, 3600.0, 1.0, 0.1, 0.1, -1.0, ids, scores, sims)
+    >>> t, imp, alive = np.zeros(5), np.zeros(5, np.float32), np.ones(5, bool)
+    >>> ids, scores, sims = np.empty(1, np.int64), np.empty(1, np.float32), np.empty(1, np.float32)
+    >>> rerank(np.array([4, 1]), np.array([0.9, 0.8], np.float32), t, imp, alive,
+    ...        0.0, 3600.0, 1.0, 0.1, 0.1, -1.0, ids, scores, sims), ids.tolist()
+    (1, [4])
     """
     k = out_ids.shape[0]
     thr = np.float32(threshold)
@@ -500,97 +470,18 @@ def fused_topk(query, vectors, last_accessed_at, importance, alive, now, half_li
     Raises
     ------
     Nothing: the kernels do not validate; wrong dtypes fail numba dispatch (TypingError) or
-    compile another specialisation. ``memcore.ranking.flat_topk`` validates.
+    compile another specialisation. The store layer validates before calling.
 
     Examples
     --------
+    >>> vectors = np.array([[1, 0], [0.6, 0.8], [0, 1]], np.float32)
+    >>> q = np.array([0.6, 0.8], np.float32)
+    >>> t, imp, alive = np.full(3, 1.7e9), np.zeros(3, np.float32), np.ones(3, bool)
     >>> ids = np.empty(5, np.int64); sc = np.empty(5, np.float32); si = np.empty(5, np.float32)
-    >>> n = fused_topk(q, vectors, t, imp, alive, 1.7e9, 3600.0, 1.0, 0.1, 0.1, 0.2,
-    ...                ids, sc, si)
+    >>> fused_topk(q, vectors, t, imp, alive, 1.7e9, 3600.0, 1.0, 0.1, 0.1, 0.7,
+    ...            ids, sc, si), ids.tolist()
+    (2, [1, 2, -1, -1, -1])
     """
     kernel = fused_topk_parallel if use_parallel(vectors.shape[0]) else fused_topk_serial
     return kernel(query, vectors, last_accessed_at, importance, alive, now, half_life,
                   w_sim, w_rec, w_imp, threshold, out_ids, out_scores, out_sims)
-
-
-def fused_topk_batch(queries, vectors, last_accessed_at, importance, alive, now, half_life,
-                     w_sim, w_rec, w_imp, threshold, out_ids, out_scores, out_sims):
-    """:func:`fused_topk` for each row of ``queries``, reading ``vectors`` once for all.
-
-    Parameters
-    ----------
-    queries : ndarray of shape (n_queries, dim), float32
-        C-contiguous.
-    vectors, last_accessed_at, importance, alive, now, half_life, w_sim, w_rec, w_imp, threshold
-        As in :func:`fused_topk`.
-    out_ids : ndarray of shape (n_queries, k), int64
-    out_scores : ndarray of shape (n_queries, k), float32
-    out_sims : ndarray of shape (n_queries, k), float32
-        Written in place, one row per query, as in :func:`fused_topk`.
-
-    Returns
-    -------
-    counts : ndarray of shape (n_queries,), int64
-        Filled slots per query.
-
-    Raises
-    ------
-    Nothing (see :func:`fused_topk`).
-
-    Examples
-    --------
-    >>> counts = fused_topk_batch(Q, vectors, t, imp, alive, now, 3600.0, 1.0, 0.1, 0.1,
-    ...                           -1.0, ids2d, scores2d, sims2d)
-    """
-    parallel = use_parallel(vectors.shape[0], queries.shape[0])
-    kernel = fused_topk_batch_parallel if parallel else fused_topk_batch_serial
-    return kernel(queries, vectors, last_accessed_at, importance, alive, now, half_life,
-                  w_sim, w_rec, w_imp, threshold, out_ids, out_scores, out_sims)
-
-
-def warmup(dim=8, k=4):
-    """Compile (or load from cache) every kernel for writable and read-only inputs.
-
-    Call it once at store construction so the first search does not pay for JIT compilation.
-
-    Parameters
-    ----------
-    dim : int, default 8
-        Any dim works; compiled code does not depend on it.
-    k : int, default 4
-
-    Returns
-    -------
-    None
-
-    Raises
-    ------
-    Nothing.
-
-    Examples
-    --------
-    >>> warmup()
-    """
-    rng = np.random.default_rng(0)
-    n = 3
-    vectors = rng.standard_normal((n, dim)).astype(np.float32)
-    t = np.zeros(n, np.float64)
-    imp = np.zeros(n, np.float32)
-    alive = np.ones(n, np.bool_)
-    for read_only in (False, True):
-        arrays = [vectors, t, imp, alive]
-        if read_only:
-            arrays = [a.copy() for a in arrays]
-            for a in arrays:
-                a.setflags(write=False)
-        v, tt, ii, al = arrays
-        o = (np.empty(k, np.int64), np.empty(k, np.float32), np.empty(k, np.float32))
-        args = (v, tt, ii, al, 0.0, 1.0, 1.0, 0.0, 0.0, -1.0)
-        fused_topk_serial(v[0], *args, *o)
-        fused_topk_parallel(v[0], *args, *o)
-        o2 = (np.empty((2, k), np.int64), np.empty((2, k), np.float32),
-              np.empty((2, k), np.float32))
-        fused_topk_batch_serial(v[:2], *args, *o2)
-        fused_topk_batch_parallel(v[:2], *args, *o2)
-        rerank(np.arange(n, dtype=np.int64), np.zeros(n, np.float32), tt, ii, al,
-               0.0, 1.0, 1.0, 0.0, 0.0, -1.0, *o)

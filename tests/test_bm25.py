@@ -157,25 +157,26 @@ def test_kernels_equal_oracles(docs, q, b, k1):
 
 # ------------------------------------------------------------------ batch build
 def lexical_state(idx: LexicalIndex):
-    """Everything a LexicalIndex's behaviour depends on (used block entries only)."""
-    nt, nb, nd = len(idx._terms), idx._n_blocks, idx._n_docs_total
+    """Everything a LexicalIndex's behaviour depends on (used entries of its flat arrays)."""
+    A = idx._a
+    nt, nb, nd = idx._n_terms, idx._n_blocks, idx._n_docs_total
     post = []
     for t in range(nt):
-        blk, ent = idx._head[t], []
+        blk, ent = A("head")[t], []
         while blk >= 0:
-            a = idx._bstart[blk]
-            n = idx._fill[t] if blk == idx._tail[t] else idx._bsize[blk]
-            ent.append((int(a), idx._pdoc[a:a + n].tolist(), idx._ptf[a:a + n].tolist()))
-            blk = idx._bnext[blk]
+            a = A("bstart")[blk]
+            n = A("fill")[t] if blk == A("tail")[t] else A("bsize")[blk]
+            ent.append((int(a), A("pdoc")[a:a + n].tolist(), A("ptf")[a:a + n].tolist()))
+            blk = A("bnext")[blk]
         post.append(ent)
-    return (idx._terms, idx._df[:nt].tolist(), idx._head[:nt].tolist(), idx._tail[:nt].tolist(),
-            idx._fill[:nt].tolist(), idx._bstart[:nb].tolist(), idx._bsize[:nb].tolist(),
-            idx._bnext[:nb].tolist(), post, idx._doc_row[:nd].tolist(), idx._doc_len[:nd].tolist(),
-            idx._doc_alive[:nd].tolist(),
-            [None if d is None else (d[0].dtype, d[0].tolist(), d[1].dtype, d[1].tolist())
-             for d in idx._doc_terms],
-            idx._row_doc[:idx.n_rows].tolist(), nb, idx._pool_used, nd, idx.n_docs, idx.n_rows,
-            idx._total_len)
+    docs = [(A("dt_term")[p:p + m].tolist(), A("dt_tf")[p:p + m].tolist()) if alive else None
+            for p, m, alive in zip(A("doc_tptr")[:nd], A("doc_nterm")[:nd], A("doc_alive")[:nd])]
+    return (idx._terms, A("term_hash")[:nt].tolist(), A("df")[:nt].tolist(),
+            A("head")[:nt].tolist(), A("tail")[:nt].tolist(), A("fill")[:nt].tolist(),
+            A("bstart")[:nb].tolist(), A("bsize")[:nb].tolist(), A("bnext")[:nb].tolist(), post,
+            A("doc_row")[:nd].tolist(), A("doc_len")[:nd].tolist(), A("doc_alive")[:nd].tolist(),
+            docs, A("row_doc")[:idx.n_rows].tolist(), A("row_len")[:idx.n_rows].tolist(), nb,
+            idx._pool_used, nd, idx.n_docs, idx.n_rows, idx._total_len)
 
 
 @settings(max_examples=60, deadline=None)

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hybrid_state import assert_same_signals, index_state
 from memcore.recall.hybrid import HybridIndex, HybridWeights
 from memcore.kernels import hybrid as kh
 from memcore.kernels import reference as ref
@@ -99,63 +100,58 @@ def test_similarity_preset_reproduces_pure_cosine_ranking():
             assert a == b or abs(sims[a] - sims[b]) < 1e-6
 
 
-def _expected_context(model, order, weights):
-    """From-scratch context representations of the final state."""
-    C, lex = {}, LexicalIndex(weights.k1, weights.b)
-    for row, (text, vec, ep) in model.items():
-        members = order[ep] if ep is not None else [row]
-        p = members.index(row)
-        dwin = members[max(0, p - weights.dense_window):p + weights.dense_window + 1]
-        mean = np.stack([model[j][1] for j in dwin]).astype(np.float64).mean(axis=0)
-        C[row] = (weights.alpha * vec.astype(np.float64) + (1 - weights.alpha) * mean
-                  ).astype(np.float32)
-        lwin = members[max(0, p - weights.lexical_window):p + weights.lexical_window + 1]
-        lex.add(row, " ".join(model[j][0] for j in lwin))
-    return C, lex
-
-
 WORDS = ["robot", "dock", "battery", "low", "kitchen", "noon", "red", "apple"]
+
+
+def _rebuilt(model, order, weights, dim=DIM):
+    """A from-scratch index of the final state: rows without episode, then each episode's
+    members in order (the order the incremental index holds them in)."""
+    fresh = HybridIndex(dim, weights)
+    rows = [r for r, (_, _, ep) in model.items() if ep is None]
+    rows += [r for ep in order for r in order[ep]]
+    fresh.put_many(rows, [model[r][0] for r in rows], np.stack([model[r][1] for r in rows])
+                   if rows else np.zeros((0, dim), np.float32), [(model[r][2], None) for r in rows])
+    return fresh
 
 
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["put", "put", "delete"]), st.integers(0, 9),
                           st.sampled_from([None, "a", "b"]),
                           st.lists(st.sampled_from(WORDS), min_size=1, max_size=4)),
-                max_size=40))
-def test_context_windows_equal_recomputation(seq):
+                max_size=40),
+       st.booleans())
+def test_context_windows_equal_recomputation(seq, sums_first):
+    """Windows, BM25 of the text and of its window document (from the own postings), codes
+    and the moment sums after any put/replace/delete sequence equal a rebuild; a replaced
+    memory joins the end of its episode."""
     rng = np.random.default_rng(len(seq))
-    w = HybridWeights(stem=False)     # the reference below indexes the words as written
+    w = HybridWeights(stem=False)
     idx = HybridIndex(DIM, w)
+    if sums_first:
+        for r in (0, 1, 2, 3, 4):
+            idx._moment_sums(r)             # kept current by every write from here on
     model: dict = {}
     order: dict = {"a": [], "b": []}
     for op, row, ep, words in seq:
+        if row in model and model[row][2] is not None:
+            order[model[row][2]].remove(row)
         if op == "put":
             vec = _unit(rng, 1)[0]
             text = " ".join(words)
             idx.put(row, text, vec, episode=ep)
-            if row in model and model[row][2] != ep:
-                if model[row][2] is not None:
-                    order[model[row][2]].remove(row)
-                del model[row]
-            if row not in model and ep is not None:
+            if ep is not None:
                 order[ep].append(row)
             model[row] = (text, vec, ep)
         else:
             assert idx.delete(row) == (row in model)
-            if row in model:
-                if model[row][2] is not None:
-                    order[model[row][2]].remove(row)
-                del model[row]
-    C, lex = _expected_context(model, order, w)
-    got = idx.combined()
-    for row in range(idx.n_rows):
-        if row in C:
-            np.testing.assert_allclose(got[row], C[row], rtol=1e-6, atol=1e-7)
-        else:
-            assert not got[row].any()
-    for q in ("robot dock", "apple red noon", "kitchen"):
-        np.testing.assert_array_equal(idx.lexical_context.scores(q, out=np.empty(10)),
-                                      lex.scores(q, out=np.empty(10)))
+            model.pop(row, None)
+    fresh = _rebuilt(model, order, w)
+    assert index_state(idx) == index_state(fresh)
+    for ws in ({}, {"dense_window": 0, "lexical_window": 4, "alpha": 0.3},
+               {"dense_window": 4, "lexical_window": 1}):
+        wq = HybridWeights(stem=False, **ws)
+        assert_same_signals(idx, fresh, wq, ("robot dock", "apple red noon", "kitchen"),
+                            _unit(rng, 3))
 
 
 def test_hybrid_search_uses_every_signal():
@@ -176,7 +172,8 @@ def test_hybrid_search_uses_every_signal():
 
 
 @pytest.mark.parametrize("bad", [{"dense": -1.0}, {"alpha": 1.5}, {"b": 2.0},
-                                 {"dense_window": -1}, {"normalize": 1}, {"speaker": np.nan}])
+                                 {"dense_window": -1}, {"normalize": 1}, {"speaker": np.nan},
+                                 {"dense_window": 5}, {"lexical_window": 65}])
 def test_hybrid_weights_validation(bad):
     with pytest.raises(ValueError):
         HybridWeights(**bad)
@@ -208,31 +205,6 @@ def test_default_query_preparer():
 
 
 # ------------------------------------------------------------------ batch build
-def _index_state(ix: HybridIndex):
-    def lex(L):
-        nt, nb, nd = len(L._terms), L._n_blocks, L._n_docs_total
-        post = []
-        for t in range(nt):
-            blk, ent = L._head[t], []
-            while blk >= 0:
-                a = L._bstart[blk]
-                n = L._fill[t] if blk == L._tail[t] else L._bsize[blk]
-                ent.append((int(a), L._pdoc[a:a + n].tolist(), L._ptf[a:a + n].tolist()))
-                blk = L._bnext[blk]
-            post.append(ent)
-        return (L._terms, L._df[:nt].tolist(), L._head[:nt].tolist(), L._tail[:nt].tolist(),
-                L._fill[:nt].tolist(), L._bsize[:nb].tolist(), L._bnext[:nb].tolist(), post,
-                L._doc_row[:nd].tolist(), L._doc_len[:nd].tolist(), L._doc_alive[:nd].tolist(),
-                [None if d is None else (d[0].tolist(), d[1].tolist(), d[1].dtype)
-                 for d in L._doc_terms], L._row_doc[:L.n_rows].tolist(), L._pool_used,
-                L.n_docs, L.n_rows, L._total_len)
-    n = ix.n_rows
-    return (lex(ix.lexical), lex(ix.lexical_context), ix._E[:n].tobytes(), ix._C[:n].tobytes(),
-            ix._alive[:n].tolist(), {r: t.tolist() for r, t in ix._tokens.items()},
-            ix._episode_of, ix._episodes, ix._speaker, ix._speaker_rows, ix._speaker_code,
-            ix._speaker_of[:n].tolist(), ix._names, n)
-
-
 TEXTS = ["I adopted a dog named Rex", "the robot docked at noon", "Straße ＡＢＣ東京タワー ロボット",
          "", "battery low again!", "we went camping with the kids", "adoption agency called",
          "ΣΑΣ ΟΔΟΣ and o'neill's café", "painting is my therapy, painting daily"]
@@ -244,9 +216,9 @@ TEXTS = ["I adopted a dog named Rex", "the robot docked at noon", "Straße Ａ�
                                      HybridWeights(dense_window=4, lexical_window=1)])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_batch_build_equals_per_row(weights, seed):
-    """An empty index's put_many (vectorised batch build) leaves exactly the state of the
-    per-row path: postings, term ids, episode windows, combined matrix, speakers; and later
-    writes keep both equal."""
+    """put_many (one tokeniser call, batch postings) leaves the state of put per row:
+    windows, codes, speakers, BM25 and moment sums; later writes keep both equal, and the
+    searches agree bit for bit."""
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 160))
     rows = [int(r) for r in rng.permutation(3 * n)[:n]]
@@ -257,20 +229,25 @@ def test_batch_build_equals_per_row(weights, seed):
            for _ in range(n)]
     V = _unit(rng, n)
     batch, per_row = HybridIndex(DIM, weights), HybridIndex(DIM, weights)
-    per_row._batch_build = False
-    for ix in (batch, per_row):
-        ix.put_many(rows, texts, V, list(zip(eps, sps)))
-    assert _index_state(batch) == _index_state(per_row)
+    batch.put_many(rows, texts, V, list(zip(eps, sps)))
+    for i, r in enumerate(rows):
+        per_row.put(r, texts[i], V[i], episode=eps[i], speaker=sps[i])
+    qs, qv = ("Ann adopted dog robot", "painting café", "東京"), _unit(rng, 3)
+    assert index_state(batch) == index_state(per_row)
+    assert_same_signals(batch, per_row, weights, qs, qv)
     for ix in (batch, per_row):          # later writes: incremental on both
         ix.delete(rows[0])
         ix.put(rows[-1], "replaced memory about the dog", V[0], episode="s0", speaker="Bob")
         ix.put_many([3 * n + 1], ["a new one"], V[:1], [("s0", "Ann")])
-    assert _index_state(batch) == _index_state(per_row)
-    for ix in (batch, per_row):          # emptied, then batch-built again over dead postings
-        for r in list(ix._tokens):
+    assert index_state(batch) == index_state(per_row)
+    for ix in (batch, per_row):          # emptied, then filled again over dead postings
+        for r in np.flatnonzero(ix._a("alive")[:ix.n_rows]).tolist():
             ix.delete(r)
-        ix.put_many(rows[::2], texts[::2], V[::2], list(zip(eps, sps))[::2])
-    assert _index_state(batch) == _index_state(per_row)
+    batch.put_many(rows[::2], texts[::2], V[::2], list(zip(eps, sps))[::2])
+    for i in range(0, n, 2):
+        per_row.put(rows[i], texts[i], V[i], episode=eps[i], speaker=sps[i])
+    assert index_state(batch) == index_state(per_row)
+    assert_same_signals(batch, per_row, weights, qs, qv)
     q = _unit(rng, 1)[0]
     a, b = (ix.search("Ann adopted dog robot", q, top_k=5) for ix in (batch, per_row))
     assert a.ids.tolist() == b.ids.tolist() and a.scores.tobytes() == b.scores.tobytes()

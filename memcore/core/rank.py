@@ -18,7 +18,7 @@ import numpy as np
 from memcore.core.table import Table
 from memcore.kernels.topk import fused_topk, rerank
 from memcore.query import ResolvedQuery
-from memcore.recall.hybrid import HybridIndex
+from memcore.recall.hybrid import HybridIndex, LexicalSignals
 
 __all__ = ["Signals", "signals", "rank"]
 
@@ -30,35 +30,39 @@ class Signals:
     Attributes
     ----------
     index : HybridIndex
-    alive : ndarray of shape (n,), bool
-        Live rows matching the filter.
-    lexical : ndarray of shape (2, n), float64
-        BM25 of the text and of the episode window (:meth:`HybridIndex.lexical_signals`).
+    alive : ndarray of shape (n_rows,), bool, or None
+        Live rows matching the filter; None without a filter (all live rows).
+    lexical : LexicalSignals
+        Sparse BM25 of the text and of the episode window (:meth:`HybridIndex.lexical_signals`).
     moments : ndarray of shape (3, 3), float64, or None
         :meth:`HybridIndex.moments` when the weights z-normalise (for pooling tiers).
+    n_rows : int
+        The index's rows when computed (a write since makes them stale).
     """
 
     index: HybridIndex
-    alive: np.ndarray
-    lexical: np.ndarray
+    alive: np.ndarray | None
+    lexical: LexicalSignals
     moments: np.ndarray | None
+    n_rows: int
 
 
 def signals(table: Table, rq: ResolvedQuery, dim: int, preparer: Any) -> Signals:
     """The hybrid signals of ``rq`` over ``table`` (builds its hybrid index on first use)."""
     idx = table.recall_index(rq.hybrid, dim, preparer)
     n = idx.n_rows
-    alive = table.mask(rq.filter)[:n]
+    alive = table.mask(rq.filter)[:n] if rq.filter else None
     lex = idx.lexical_signals(rq.prepared, rq.hybrid)
     mom = None
     if rq.hybrid.normalize:
         mom = idx.moments(rq.prepared, rq.vector, weights=rq.hybrid, alive=alive, lexical=lex)
-    return Signals(idx, alive, lex, mom)
+    return Signals(idx, alive, lex, mom, n)
 
 
 def rank(table: Table, rq: ResolvedQuery, *, dim: int | None = None, preparer: Any = None,
          scorer: Callable[[str, list], np.ndarray] | None = None,
-         sig: Signals | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+         sig: Signals | None = None, threads: int = 1
+         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The best ``rq.top_k`` live rows of ``table``.
 
     Parameters
@@ -71,6 +75,8 @@ def rank(table: Table, rq: ResolvedQuery, *, dim: int | None = None, preparer: A
         ``scorer(text, texts) -> (n,) float32``: lexical similarity when ``rq.vector`` is None.
     sig : Signals, optional
         Precomputed :func:`signals` (hybrid recall).
+    threads : int, default 1
+        numba threads for the hybrid scan (the store's ``threads``, validated there).
 
     Returns
     -------
@@ -81,14 +87,15 @@ def rank(table: Table, rq: ResolvedQuery, *, dim: int | None = None, preparer: A
     k = min(rq.top_k, table.live)
     c = table.columns
     if rq.prepared is not None:
-        if sig is None or sig.alive.shape[0] != sig.index.n_rows:
+        if sig is None or sig.n_rows != sig.index.n_rows:
             sig = signals(table, rq, dim, preparer)
         n = sig.index.n_rows
         w = rq.weights
         res = sig.index.search(rq.prepared, rq.vector, top_k=k, weights=rq.hybrid, decay=w,
                                now=rq.now, last_accessed_at=c.last_accessed_at[:n],
                                importance=c.importance[:n], alive=sig.alive,
-                               threshold=rq.threshold, lexical=sig.lexical)
+                               threshold=rq.threshold, lexical=sig.lexical,
+                               stats=sig.moments, threads=threads)
         m = res.count
         return res.ids[:m], res.scores[:m], res.sims[:m]
     n = table.rows

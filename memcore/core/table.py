@@ -117,7 +117,7 @@ class Table:
                      preparer: Callable | None) -> HybridIndex:
         """The hybrid index for ``weights``' structure, built from the live rows on first use."""
         if self.recall is None:
-            self.recall = NamespaceRecall(dim, preparer)
+            self.recall = NamespaceRecall(dim, preparer, vectors=lambda: self.columns.vectors)
         return self.recall.index(weights, self._recall_source)
 
     def _recall_source(self) -> tuple:
@@ -158,6 +158,9 @@ class Table:
         c = self.columns
         idx = np.asarray(rows, np.int64)
         imps = [batch.importance[j] for j in sel]
+        if self.recall is not None:                  # the index reads a row's old vector
+            for r in rows:                           # when it leaves: before overwriting
+                self.recall.delete(r)
         if columns:
             if batch.vectors is not None:
                 c.vectors[idx] = batch.vectors[sel] if pick is not None else batch.vectors

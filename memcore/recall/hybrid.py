@@ -1,48 +1,58 @@
-"""Hybrid recall: BM25 + dense similarity + episodic context, fused exactly in one kernel pass.
+"""Hybrid recall: BM25 + dense similarity + episodic context, fused exactly from int8 codes.
 
-A :class:`HybridIndex` holds one namespace's recall state beside the store's own columns:
+A :class:`HybridIndex` holds one namespace's recall state beside the store's own columns, as
+flat arrays allocated through an :class:`~memcore.core.arrays.Arrays` (RAM, or memory-mapped
+files in a long-term store), with no per-row Python objects:
 
-- a :class:`~memcore.recall.lexical.LexicalIndex` over each memory's text, prefixed with its speaker
-  when it has one (``lexical``), and one over
-  the text of its episode window, the memory and its ``+-lexical_window`` neighbours
-  (``lexical_context``);
-- the *combined dense matrix* ``C_i = alpha * e_i + (1 - alpha) * mean(e_j, |j - i| <=
-  dense_window)`` (neighbours within the same episode, the memory itself included), so one scan
-  scores the memory and its context (no re-encoding);
-- each memory's ``speaker`` (metadata), for the speaker boost and the query preparer.
+- the own-text BM25 postings (:class:`~memcore.recall.lexical.LexicalIndex`) of each memory's
+  text, prefixed with its speaker when it has one;
+- each memory's episode window: its radius-:data:`MAX_WINDOW` neighbourhood in episode order
+  (a fixed-stride ``win`` column), so any radius up to :data:`MAX_WINDOW` is a query-time
+  choice;
+- int8 codes of the vectors with per-row scale and error-bound norms
+  (:mod:`memcore.kernels.codes`), the scan's first pass;
+- speaker and episode codes, and per episode its last row.
 
 An *episode* (e.g. a conversation session) is an ordered list of memories: a new memory joins
-the end of its episode; replacing a memory keeps its place; deleting it closes the gap. Each
-write recomputes only the windows that include the changed memory (O(window) work), and the
-result always equals recomputation from scratch (tested). A memory without an episode is its
-own window.
+the end of its episode; replacing a memory moves it to the end (as a rebuild in write order
+would); deleting it closes the gap. Each write changes O(window) rows, and the state always
+equals a rebuild (tested). A memory without an episode is its own window.
 
-The score (:mod:`memcore.kernels.hybrid`)::
+No context matrix and no second index of window texts: the context vector
+``c_i = alpha * v_i + (1 - alpha) * mean(v_j, j in W(i))`` is a fixed combination of rows, so
+``q . c_i`` is the same combination of the rows' similarities (a stencil over the windows,
+:mod:`memcore.kernels.scan`), and the BM25 of the window document (the window's texts
+concatenated) follows from the own postings (tf and length summed over the window, df over
+window documents; :func:`memcore.kernels.bm25.bm25_context_scores_sparse`). So alpha, the
+window radii and BM25's k1/b are query-time parameters; only ``stem`` fixes the content.
 
-    w_dense * z(q . C) + decay terms + w_lexical * z(bm25) + w_lexical_context * z(bm25_ctx)
+The score (:func:`memcore.kernels.scan.hybrid_exact_topk`, computed by
+:func:`~memcore.kernels.scan.hybrid_scan_topk` from the codes with exact rerank)::
+
+    w_dense * z(q . c) + decay terms + w_lexical * z(bm25) + w_lexical_context * z(bm25_ctx)
     + w_speaker * [query names the memory's speaker]
 
-with ``z`` over the namespace's live memories per query. Weights and presets:
-:class:`HybridWeights` (``hybrid()``, ``no_model()`` for the hashing embedder, and
-``similarity()``, the pure-cosine OM1 contract).
+with ``z`` over the namespace's live memories per query. The dense statistics come from
+float64 moment sums kept under put/delete (``sum v``, ``sum v v^T``, and per window radius
+``sum m``, ``sum v m^T``, ``sum m m^T`` of the window means ``m``: O(dim^2) per query, no
+pass; :mod:`memcore.kernels.moments`), BM25's from its sparse scores; a metadata filter takes
+one exact pass instead. Weights and presets: :class:`HybridWeights` (``hybrid()``,
+``no_model()`` for the hashing embedder, and ``similarity()``, the pure-cosine OM1 contract).
 
 In the stores (``hybrid=`` on :class:`~memcore.ShortTermMemory`,
 :class:`~memcore.LongTermMemory`, :class:`~memcore.TwoTierMemory`,
 :class:`~memcore.SemanticMemory`; the last two default to hybrid recall) each namespace keeps
 a :class:`NamespaceRecall`: its :class:`HybridIndex` is built from the stored texts, vectors
-and ``episode``/``speaker`` metadata on the first hybrid search, then kept current by every
-put/replace/delete (O(window)). It is not persisted: opening a store stays as fast as
-before (0.18 s at 1e5 memories measured), and the first hybrid search after opening pays
-the build: one vectorised pass (stemming each distinct word once, one tokeniser call, batch
-postings and window merges in numba, :meth:`HybridIndex._build`), leaving exactly the state
-the per-row path would (tested). Measured at 1e5 LoCoMo-like memories (~150 bytes), one
-core: about 2.2 s, down from 9 s per row; stemming (0.8 s) and tokenising dominate. The similarity preset never builds an index and runs the stores' original kernel,
-so its ranking is exactly the pure-cosine one.
+and ``episode``/``speaker`` metadata on the first hybrid search (or restored from a store's
+files, :meth:`HybridIndex.restore`), then kept current by every put/replace/delete.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
+import json
 import math
 import numbers
 import re
@@ -53,14 +63,19 @@ import numpy as np
 
 from memcore import _text
 from memcore.errors import DimensionMismatchError, InvalidArgumentError, InvalidVectorError
-from memcore.kernels import bm25 as _kb
-from memcore.kernels import hybrid as _kh
+from memcore.kernels import codes as _kc
+from memcore.kernels import moments as _km
+from memcore.kernels import scan as _ks
 from memcore.recall.lexical import LexicalIndex
 from memcore.recall.prep import DefaultQueryPreparer, PreparedQuery, QueryPreparer
 from memcore.types import DecayWeights
 
-__all__ = ["HybridWeights", "HybridIndex", "HybridResult", "NamespaceRecall", "episode_speaker",
-           "default_for", "pooled_weights"]
+__all__ = ["HybridWeights", "HybridIndex", "HybridResult", "LexicalSignals", "NamespaceRecall",
+           "episode_speaker", "default_for", "pooled_weights", "check_threads", "MAX_WINDOW"]
+
+#: Largest episode window radius (neighbours on each side) a query may ask for; the window
+#: column holds every row's radius-MAX_WINDOW neighbourhood in episode order.
+MAX_WINDOW = 4
 
 
 #: Fields of :meth:`HybridWeights.no_model` (tuned on LoCoMo dev with the hashing embedder).
@@ -132,8 +147,11 @@ class HybridWeights:
                     raise InvalidArgumentError(f"HybridWeights.{f.name} must be a bool, got {v!r}")
                 continue
             if f.name in ("dense_window", "lexical_window"):
-                if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v <= 64:
-                    raise InvalidArgumentError(f"HybridWeights.{f.name} must be an int in [0, 64], got {v!r}")
+                if isinstance(v, bool) or not isinstance(v, (int, np.integer)) \
+                        or not 0 <= v <= MAX_WINDOW:
+                    raise InvalidArgumentError(
+                        f"HybridWeights.{f.name} must be an int in [0, {MAX_WINDOW}] (the "
+                        f"episode window radius the index stores), got {v!r}")
                 continue
             hi = {"alpha": 1.0, "b": 1.0, "k1": 100.0}.get(f.name, math.inf)
             if (isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v)
@@ -169,9 +187,9 @@ class HybridWeights:
                 and self.alpha == 1.0 and not self.normalize)
 
     def structure(self) -> tuple:
-        """The fields fixing a :class:`HybridIndex`'s content (alpha, windows, k1, b)."""
-        return (float(self.alpha), int(self.dense_window), int(self.lexical_window),
-                float(self.k1), float(self.b), bool(self.stem))
+        """The fields fixing a :class:`HybridIndex`'s content: only ``stem`` (alpha, windows
+        up to :data:`MAX_WINDOW`, k1 and b are query-time)."""
+        return (bool(self.stem),)
 
 
 @dataclass(frozen=True)
@@ -185,27 +203,109 @@ class HybridResult:
     count: int
 
 
-def _grow2(arr: np.ndarray, need: int) -> np.ndarray:
-    if need <= arr.shape[0]:
-        return arr
-    out = np.zeros((max(need, 2 * arr.shape[0], 16),) + arr.shape[1:], arr.dtype)
-    out[:arr.shape[0]] = arr
-    return out
+_STRIDE = 2 * MAX_WINDOW + 1
+
+#: Per-row arrays of a :class:`HybridIndex` (name -> dtype, trailing shape), allocated through
+#: its :class:`~memcore.core.arrays.Arrays`; ``D`` stands for dim.
+ROW_ARRAYS = {
+    "alive": (np.bool_, ()), "codes": (np.int8, ("D",)), "scale": (np.float32, ()),
+    "cnorm": (np.float32, ()), "rnorm": (np.float32, ()),
+    "win": (np.int32, (_STRIDE,)), "win_pos": (np.int8, ()), "win_cnt": (np.int8, ()),
+    "episode": (np.int64, ()), "speaker": (np.int32, ()),
+}
+#: Per-episode arrays: the episode key's 64-bit hash and its last row + 1 (0: empty).
+EPISODE_ARRAYS = {"ep_key": np.uint64, "ep_last": np.int64}
+
+
+def _episode_hash(episode: Hashable) -> int:
+    """A stable 64-bit hash of an episode id (persisted, so never Python's salted hash)."""
+    if isinstance(episode, float) and episode.is_integer():
+        episode = int(episode)                 # 3 and 3.0 are one episode, as dict keys are
+    data = f"{type(episode).__name__}:{episode!r}".encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+@contextlib.contextmanager
+def _threads(n: int):
+    """numba's thread count set to ``n`` inside the block (restored after)."""
+    if n <= 1:
+        yield
+        return
+    import numba
+
+    old = numba.get_num_threads()
+    numba.set_num_threads(min(int(n), numba.config.NUMBA_NUM_THREADS))
+    try:
+        yield
+    finally:
+        numba.set_num_threads(old)
+
+
+def check_threads(threads: Any) -> int:
+    """``threads`` as an int >= 1.
+
+    Raises
+    ------
+    InvalidArgumentError
+        If it is not an int >= 1 (bools refused).
+
+    Examples
+    --------
+    >>> check_threads(2)
+    2
+    """
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+        raise InvalidArgumentError(f"threads must be an int >= 1, got {threads!r}")
+    return int(threads)
+
+
+@dataclass(frozen=True)
+class LexicalSignals:
+    """A query's sparse BM25 signals over one index: the rows that score (int64, ascending)
+    and their scores (float64) for the memory's own text and for its episode window."""
+
+    own_rows: np.ndarray
+    own_vals: np.ndarray
+    ctx_rows: np.ndarray
+    ctx_vals: np.ndarray
+
+
+_EMPTY_I = np.zeros(0, np.int64)
+_EMPTY_F = np.zeros(0, np.float64)
 
 
 class HybridIndex:
-    """One namespace's hybrid-recall state, keyed by the store's row ids.
+    """One namespace's hybrid-recall state, keyed by the store's row ids, in flat arrays.
+
+    State (nothing per row in Python objects): per row the int8 code of the vector with its
+    scale and error-bound norms (:mod:`memcore.kernels.codes`), liveness, the episode window
+    (``win``: the row's radius-:data:`MAX_WINDOW` episode neighbourhood in episode order,
+    ``win_pos`` the row's own place in it, ``win_cnt`` its length), episode and speaker codes;
+    the own-text BM25 postings (:class:`~memcore.recall.lexical.LexicalIndex`, no second
+    index of window texts: window BM25 is computed from the own postings); per episode its key
+    hash and last row. Small state: the term / episode / speaker dicts, counters, and the
+    float64 moment sums of the dense signals (built on the first normalised search, then kept
+    current by every write). All arrays go through ``arrays`` (:mod:`memcore.core.arrays`).
+
+    Weights, alpha, window radii (<= :data:`MAX_WINDOW`) and BM25's k1/b are all query-time;
+    only ``stem`` fixes what is indexed.
 
     Parameters
     ----------
     dim : int
         Embedding dim.
     weights : HybridWeights, optional
-        Fixes the index's structure (windows, alpha, BM25 k1/b); the signal weights can be
-        overridden per search.
+        The default weights of :meth:`search` (only ``stem`` fixes the index's content).
     query_preparer : callable, optional
         ``(text, entities) -> PreparedQuery``; :class:`~memcore.recall.prep.DefaultQueryPreparer`
         by default.
+    arrays : Arrays, optional
+        Where the flat arrays live; a fresh :class:`~memcore.core.arrays.RamArrays` when None.
+    vectors : callable, optional
+        ``vectors() -> ndarray (>= n_rows, dim) float32``: the store's vector column, indexed
+        by row (read for exact reranking and the moment sums). None: the index keeps its own
+        copy in ``arrays`` (name ``vectors``). With a store's column, a row is deleted from
+        the index before its vector is overwritten.
 
     Raises
     ------
@@ -222,7 +322,10 @@ class HybridIndex:
     """
 
     def __init__(self, dim: int, weights: HybridWeights | None = None,
-                 query_preparer: QueryPreparer | None = None):
+                 query_preparer: QueryPreparer | None = None, *, arrays: Any = None,
+                 vectors: Callable[[], np.ndarray] | None = None):
+        from memcore.core.arrays import RamArrays
+
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
             raise InvalidArgumentError(f"HybridIndex dim must be an int >= 1, got {dim!r}")
         self.dim = int(dim)
@@ -230,34 +333,115 @@ class HybridIndex:
         if not isinstance(self.weights, HybridWeights):
             raise InvalidArgumentError(f"weights must be HybridWeights, got {type(self.weights).__name__}")
         self.query_preparer = query_preparer or DefaultQueryPreparer()
+        self._stem = _stemmer() if self.weights.stem else None
+        self.arrays = arrays if arrays is not None else RamArrays()
+        self._vsrc = vectors
         w = self.weights
-        self._stem = _stemmer() if w.stem else None
-        self.lexical = LexicalIndex(w.k1, w.b)
-        self.lexical_context = LexicalIndex(w.k1, w.b)
-        self._E = np.zeros((0, self.dim), np.float32)
-        self._C = np.zeros((0, self.dim), np.float32)
-        self._alive = np.zeros(0, np.bool_)
-        self._tokens: dict[int, np.ndarray] = {}
-        self._episode_of: dict[int, Hashable] = {}
-        self._episodes: dict[Hashable, list] = {}
-        self._speaker: dict[int, str] = {}
-        self._speaker_rows: dict[str, set] = {}
-        self._speaker_code: dict[str, int] = {}   # casefolded name -> small int, never reused
-        self._speaker_of = np.zeros(0, np.int32)  # per row: code + 1, 0 for none
-        self._names: dict[str, str] = {}         # casefolded -> as written
+        self.lexical = LexicalIndex(w.k1, w.b, arrays=self.arrays, prefix="lex.")
+        for name, (dtype, tail) in ROW_ARRAYS.items():
+            if self.arrays.get(name) is None:
+                self.arrays.alloc(name, (0,) + tuple(self.dim if t == "D" else t for t in tail),
+                                  dtype)
+        if vectors is None and self.arrays.get("vectors") is None:
+            self.arrays.alloc("vectors", (0, self.dim), np.float32)
+        for name, dtype in EPISODE_ARRAYS.items():
+            if self.arrays.get(name) is None:
+                self.arrays.alloc(name, (0,), dtype)
         self.n_rows = 0
-
-    #: Build an empty index's first :meth:`put_many` with batch postings (False: per row, the
-    #: reference the batch build is tested against).
-    _batch_build = True
+        self.n_live = 0
+        self._n_eps = 0
+        self._ep_ids: dict[int, int] = {}
+        self._spk_code: dict[str, int] = {}        # casefolded name -> code (1-based)
+        self._spk_names: list[str] = []            # code - 1 -> name as last written
+        self._spk_count: list[int] = []            # code - 1 -> live rows
+        self._ctx_len = np.zeros(MAX_WINDOW + 1, np.int64)   # sum of window-doc lengths, per r
+        self._sums: dict | None = None             # moment sums (see _moment_sums)
+        self._wcache: dict[int, tuple] = {}        # radius -> (win_start, win_len), derived
 
     def __len__(self) -> int:
-        return len(self._tokens)
+        return self.n_live
+
+    # ------------------------------------------------------------------ state
+    def small_state(self) -> dict:
+        """Everything besides ``arrays`` needed to resume: counters, speakers (UTF-8 JSON
+        bytes), window-document lengths and the moment sums when built.
+
+        Returns
+        -------
+        dict of str -> ndarray
+        """
+        st = {"n_rows": np.int64(self.n_rows), "n_live": np.int64(self.n_live),
+              "n_episodes": np.int64(self._n_eps), "ctx_len": self._ctx_len.copy(),
+              "speakers": np.frombuffer(json.dumps(
+                  [[k, self._spk_names[c - 1], self._spk_count[c - 1]]
+                   for k, c in self._spk_code.items()], ensure_ascii=False).encode(), np.uint8
+              ).copy()}
+        st.update({"lex." + k: v for k, v in self.lexical.small_state().items()})
+        if self._sums is not None:
+            st.update({"sums." + k: np.array(v) for k, v in self._sums.items()
+                       if not isinstance(k, int)})
+            for r, (m1, pp, qq) in ((r, v) for r, v in self._sums.items() if isinstance(r, int)):
+                st[f"sums.r{r}.m1"], st[f"sums.r{r}.p"], st[f"sums.r{r}.q"] = m1, pp, qq
+        return st
+
+    @classmethod
+    def restore(cls, dim: int, arrays: Any, state: dict, weights: HybridWeights | None = None,
+                query_preparer: QueryPreparer | None = None, *,
+                vectors: Callable[[], np.ndarray] | None = None) -> "HybridIndex":
+        """The index over ``arrays`` as they were when ``state`` (:meth:`small_state`) was
+        taken. O(terms + episodes + speakers) Python; nothing proportional to the rows.
+
+        Raises
+        ------
+        InvalidArgumentError
+            If an array the index needs is missing from ``arrays``.
+        """
+        for name in list(ROW_ARRAYS) + list(EPISODE_ARRAYS):
+            if arrays.get(name) is None:
+                raise InvalidArgumentError(f"cannot restore a hybrid index: array {name!r} is missing")
+        idx = cls(dim, weights, query_preparer, arrays=arrays, vectors=vectors)
+        idx.n_rows = int(state["n_rows"])
+        idx.n_live = int(state["n_live"])
+        idx._n_eps = int(state["n_episodes"])
+        idx._ctx_len = np.array(state["ctx_len"], np.int64)
+        for key, name, count in json.loads(bytes(np.asarray(state["speakers"], np.uint8))):
+            idx._spk_names.append(name)
+            idx._spk_count.append(int(count))
+            idx._spk_code[key] = len(idx._spk_names)
+        idx._ep_ids = dict(zip(arrays.get("ep_key")[:idx._n_eps].tolist(), range(idx._n_eps)))
+        w = idx.weights
+        idx.lexical = LexicalIndex.restore(
+            arrays, {k[4:]: v for k, v in state.items() if k.startswith("lex.")}, w.k1, w.b,
+            prefix="lex.")
+        if "sums.s1" in state:
+            sums: dict = {"s1": np.array(state["sums.s1"], np.float64),
+                          "s2": np.array(state["sums.s2"], np.float64)}
+            for r in range(1, MAX_WINDOW + 1):
+                if f"sums.r{r}.m1" in state:
+                    sums[r] = tuple(np.array(state[f"sums.r{r}.{x}"], np.float64)
+                                    for x in ("m1", "p", "q"))
+            idx._sums = sums
+        return idx
+
+    def _a(self, name: str) -> np.ndarray:
+        return self.arrays.get(name)
+
+    def _vectors(self) -> np.ndarray:
+        return self._vsrc() if self._vsrc is not None else self.arrays.get("vectors")
+
+    def _ensure_rows(self, need: int) -> None:
+        if need <= self._a("alive").shape[0]:
+            return
+        for name in ROW_ARRAYS:
+            self.arrays.grow(name, need)
+        if self._vsrc is None:
+            self.arrays.grow("vectors", need)
 
     # ------------------------------------------------------------------ writes
     def put(self, row: int, text: str, vector: np.ndarray, *, episode: Hashable = None,
             speaker: str | None = None) -> None:
-        """Add or replace the memory at ``row``; O(window) work.
+        """Add or replace the memory at ``row``; O(window) work. A replaced row is removed
+        first and joins the end of its episode (as a rebuild in write order places it).
 
         Parameters
         ----------
@@ -268,8 +452,7 @@ class HybridIndex:
         vector : ndarray of shape (dim,), float32
             The memory's own (unit) embedding.
         episode : hashable, optional
-            Episode id (e.g. a session); a new memory joins the end of its episode, a replaced
-            one keeps its place if the episode is unchanged.
+            Episode id (e.g. a session); the memory joins the end of its episode.
         speaker : str, optional
             Who said or wrote the memory (for the speaker boost and query preparation).
 
@@ -289,32 +472,13 @@ class HybridIndex:
                                          f"built with dim={self.dim}")
         if not np.isfinite(v).all():
             raise InvalidVectorError(f"vector for row {row} holds NaN or inf")
-        hashes, _, counts = _text.token_hashes([self._lexical_text(text, speaker)],
-                                               parallel=False)
-        toks = hashes[:counts[0]].copy()
-        old_ep = self._episode_of.get(row, _MISSING) if row in self._tokens else _MISSING
-        if old_ep is not _MISSING and old_ep != episode:
-            self.delete(row)
-        self.n_rows = max(self.n_rows, row + 1)
-        self._E = _grow2(self._E, self.n_rows)
-        self._C = _grow2(self._C, self.n_rows)
-        self._alive = _grow2(self._alive, self.n_rows)
-        self._E[row] = v
-        self._alive[row] = True
-        self._tokens[row] = toks
-        self.lexical.add_tokens(row, toks)
-        self._set_speaker(row, speaker)
-        if row not in self._episode_of:
-            self._episode_of[row] = episode
-            if episode is not None:
-                self._episodes.setdefault(episode, []).append(row)
-        self._refresh_around(row)
+        _text.check_texts([text], encodable=False)
+        self.delete(row)
+        self.put_many([row], [text], v[None, :], [(episode, speaker)])
 
     def put_many(self, rows: Sequence[int], texts: Sequence[str], vectors: np.ndarray,
                  episode_speakers: Sequence[tuple]) -> None:
-        """Add new rows in order (one tokeniser call; each window is computed once).
-
-        Equal to calling :meth:`put` for each row in order.
+        """Add new rows in order (one tokeniser call); equal to :meth:`put` for each row.
 
         Parameters
         ----------
@@ -337,7 +501,7 @@ class HybridIndex:
             np.zeros((0, self.dim), np.float32)
         if len(texts) != m or len(episode_speakers) != m:
             raise InvalidArgumentError(f"put_many got {m} rows, {len(texts)} texts and "
-                             f"{len(episode_speakers)} episode/speaker pairs")
+                                       f"{len(episode_speakers)} episode/speaker pairs")
         if m == 0:
             return
         if V.shape[1] != self.dim:
@@ -345,101 +509,76 @@ class HybridIndex:
                                          f"built with dim={self.dim}")
         if not np.isfinite(V).all():
             raise InvalidVectorError("vectors hold NaN or inf")
-        if len(set(rows)) != m or any(r in self._tokens for r in rows):
+        alive = self._a("alive")
+        if len(set(rows)) != m or any(r < self.n_rows and alive[r] for r in rows):
             raise InvalidArgumentError("put_many takes distinct rows that are not indexed yet")
         hashes, offsets, counts = _text.token_hashes(
             self._lexical_texts(texts, [es[1] for es in episode_speakers]))
-        self.n_rows = max(self.n_rows, max(rows) + 1)
-        cap = self.n_rows                            # headroom when growing: a batch build
-        if cap > self._E.shape[0]:                   # is not followed by a copy on the next put
-            cap += cap // 4 + 64
-        self._E = _grow2(self._E, cap)
-        self._C = _grow2(self._C, cap)
-        self._alive = _grow2(self._alive, cap)
+        top = max(rows) + 1
+        self._ensure_rows(top)
+        self.n_rows = max(self.n_rows, top)
         ra = np.asarray(rows, np.int64)
-        self._E[ra] = V
-        self._alive[ra] = True
-        if not self._tokens and self._batch_build:
-            self._build(rows, ra, hashes, offsets, counts, episode_speakers)
-            return
-        eps: dict = {}
-        todo: list = []
+        if self._vsrc is None:
+            self._a("vectors")[ra] = V
+        codes = np.empty((m, self.dim), np.int8)
+        sc, cn, rn = (np.empty(m, np.float32) for _ in range(3))
+        _kc.encode_rows(V, codes, sc, cn, rn)
+        self._a("codes")[ra] = codes
+        self._a("scale")[ra] = sc
+        self._a("cnorm")[ra] = cn
+        self._a("rnorm")[ra] = rn
+        self.lexical.add_tokens_batch(rows, hashes, offsets[:m], counts)
+        if self._sums is not None and m > 64:
+            self._sums = None                      # cheaper to rebuild on the next search
         for i, row in enumerate(rows):
-            toks = hashes[offsets[i]:offsets[i] + counts[i]].copy()
-            self._tokens[row] = toks
-            self.lexical.add_tokens(row, toks)
-            ep = self._place(row, episode_speakers[i])
-            if ep is None:
-                todo.append(row)
-            else:
-                self._episodes.setdefault(ep, []).append(row)
-                eps[ep] = eps.get(ep, 0) + 1
-        for row in todo:
-            self._refresh(row)
-        r = self._radius()
-        for ep, n_new in eps.items():
-            members = self._episodes[ep]
-            for p in range(max(0, len(members) - n_new - r), len(members)):
-                self._refresh(members[p], members, p)
+            self._append(row, episode_speakers[i])
+        self._wcache.clear()
 
-    def _build(self, rows: list, ra: np.ndarray, hashes: np.ndarray, offsets: np.ndarray,
-               counts: np.ndarray, episode_speakers: Sequence[tuple]) -> None:
-        """:meth:`put_many` into an empty index, vectorised: the same state as the per-row
-        path (rows refreshed in its order: rows without an episode, then each episode's
-        members in order), built with batch postings (:meth:`LexicalIndex.add_docs`)."""
-        m = len(rows)
-        counts = np.asarray(counts, np.int64)
-        starts = np.zeros(m + 1, np.int64)
-        np.cumsum(counts, out=starts[1:])
-        total = int(starts[m])                     # the tokens, packed (no spare slots)
-        hashes = hashes[np.repeat(np.asarray(offsets[:m], np.int64) - starts[:m], counts)
-                        + np.arange(total, dtype=np.int64)]
-        bounds = starts.tolist()
-        self._tokens.update(zip(rows, [hashes[a:b] for a, b in zip(bounds[:-1], bounds[1:])]))
-        starts = starts[:m]
-        uniq = np.unique(hashes)
-        tok = np.searchsorted(uniq, hashes).astype(np.int64)
-        ident = np.arange(m + 1, dtype=np.int64)
-        ptr, term_ids, tfs, term_of = self.lexical.add_docs(
-            ra, uniq, tok, np.ones(total, np.int32), starts, counts, ident, counts)
-        # episodes, and the refresh order of the per-row path
-        todo: list = []
-        episodes = self._episodes
-        for i, row in enumerate(rows):
-            ep = self._place(row, episode_speakers[i])
-            if ep is None:
-                todo.append(i)
-            else:
-                episodes.setdefault(ep, []).append(i)
-        groups = [[i] for i in todo] + list(episodes.values())
-        for ep, members in episodes.items():     # positions -> rows
-            episodes[ep] = [rows[i] for i in members]
-        glen = np.array([len(g) for g in groups], np.int64)
-        order = np.fromiter((i for g in groups for i in g), np.int64, m)   # positions
-        gstart = np.repeat(np.cumsum(glen) - glen, glen)                  # per refresh entry
-        glen_e = np.repeat(glen, glen)
-        pos = np.arange(m, dtype=np.int64) - gstart
-
-        def windows(radius: int):
-            lo = gstart + np.maximum(pos - radius, 0)
-            k = gstart + np.minimum(pos + radius + 1, glen_e) - lo
-            return lo, k
-
-        w = self.weights
-        lo, k = windows(w.lexical_window)
-        kptr = np.zeros(m + 1, np.int64)
-        np.cumsum(k, out=kptr[1:])
-        members = order[np.repeat(lo - kptr[:-1], k) + np.arange(kptr[m], dtype=np.int64)]
-        # each window's document merges its members' (term, tf) lists, not their raw tokens
-        gid_of = np.empty(int(term_of.max()) + 1 if term_of.shape[0] else 0, np.int64)
-        known = np.flatnonzero(term_of >= 0)
-        gid_of[term_of[known]] = known
-        self.lexical_context.add_docs(
-            ra[order], uniq, gid_of[term_ids], tfs, ptr[members], ptr[members + 1] - ptr[members],
-            kptr, np.add.reduceat(counts[members], kptr[:-1]), merge=True)
-        # combined dense matrix: the window mean summed in window order, as numpy's mean
-        lo, k = windows(w.dense_window)
-        _kb.window_means(self._E, ra[order], lo, k, float(w.alpha), self._C)
+    def _append(self, row: int, episode_speaker: tuple) -> None:
+        """Link one new row (tokens, code and vector in place) to its episode's end."""
+        ep, sp = episode_speaker
+        win, pos, cnt = self._a("win"), self._a("win_pos"), self._a("win_cnt")
+        affected = [row]
+        last = -1
+        eid = -1
+        if ep is not None:
+            h = _episode_hash(ep)
+            eid = self._ep_ids.get(h, -1)
+            if eid < 0:
+                eid = self._ep_ids[h] = self._n_eps
+                self._n_eps += 1
+                for name in EPISODE_ARRAYS:
+                    if self._n_eps > self._a(name).shape[0]:
+                        self.arrays.grow(name, self._n_eps)
+                self._a("ep_key")[eid] = h
+                self._a("ep_last")[eid] = 0
+            last = int(self._a("ep_last")[eid]) - 1
+        if last >= 0:
+            c = int(cnt[last])
+            prevs = win[last, max(0, c - MAX_WINDOW):c].tolist()
+            affected += prevs
+        self._account(affected, -1.0)
+        if last >= 0:
+            k = len(prevs)
+            win[row, :k] = prevs
+            win[row, k] = row
+            win[row, k + 1:] = -1
+            pos[row], cnt[row] = k, k + 1
+            for p in prevs:
+                c = int(cnt[p])
+                win[p, c] = row
+                cnt[p] = c + 1
+        else:
+            win[row, 0] = row
+            win[row, 1:] = -1
+            pos[row], cnt[row] = 0, 1
+        if eid >= 0:
+            self._a("ep_last")[eid] = row + 1
+        self._a("episode")[row] = eid + 1
+        self._a("alive")[row] = True
+        self.n_live += 1
+        self._set_speaker(row, sp)
+        self._account(affected, 1.0, new=row)
 
     def delete(self, row: int) -> bool:
         """Remove the memory at ``row``; its episode neighbours' windows close the gap.
@@ -450,122 +589,181 @@ class HybridIndex:
             True if the row held a memory.
         """
         row = LexicalIndex._check_row(row)
-        if row not in self._tokens:
+        if row >= self.n_rows or not self._a("alive")[row]:
             return False
-        episode = self._episode_of.pop(row)
-        neighbours: list = []
-        if episode is not None:
-            members = self._episodes[episode]
-            p = members.index(row)
-            r = self._radius()
-            neighbours = members[max(0, p - r):p] + members[p + 1:p + 1 + r]
-            members.pop(p)
-            if not members:
-                del self._episodes[episode]
-        del self._tokens[row]
-        self._alive[row] = False
-        self._E[row] = 0.0
-        self._C[row] = 0.0
-        self.lexical.remove(row)
-        self.lexical_context.remove(row)
+        win, pos, cnt = self._a("win"), self._a("win_pos"), self._a("win_cnt")
+        px, cx = int(pos[row]), int(cnt[row])
+        prevs, nexts = win[row, :px].tolist(), win[row, px + 1:cx].tolist()
+        affected = [row] + prevs + nexts
+        self._account(affected, -1.0, old=row)
+        left = win[prevs[0], :int(pos[prevs[0]])].tolist() if prevs else []
+        right = win[nexts[-1], int(pos[nexts[-1]]) + 1:int(cnt[nexts[-1]])].tolist() \
+            if nexts else []
+        seg = left + prevs + nexts + right
+        for j in range(len(left), len(left) + len(prevs) + len(nexts)):
+            y = seg[j]
+            lo, hi = max(0, j - MAX_WINDOW), min(len(seg), j + MAX_WINDOW + 1)
+            win[y, :hi - lo] = seg[lo:hi]
+            win[y, hi - lo:] = -1
+            pos[y], cnt[y] = j - lo, hi - lo
+        eid = int(self._a("episode")[row]) - 1
+        if eid >= 0 and not nexts:
+            self._a("ep_last")[eid] = prevs[-1] + 1 if prevs else 0
+        win[row, 0] = row
+        win[row, 1:] = -1
+        pos[row], cnt[row] = 0, 1
+        self._a("episode")[row] = 0
+        self._a("alive")[row] = False
+        self.n_live -= 1
         self._set_speaker(row, None)
-        for nb in neighbours:
-            self._refresh(nb)
+        self.lexical.remove(row)
+        self._account(affected[1:], 1.0)
+        if self._vsrc is None:
+            self._a("vectors")[row] = 0.0
+        self._wcache.clear()
         return True
 
-    def _place(self, row: int, episode_speaker: tuple) -> Hashable:
-        """Record a row's speaker and episode; returns the episode."""
-        ep, sp = episode_speaker
-        self._set_speaker(row, sp)
-        self._episode_of[row] = ep
-        return ep
+    def _account(self, rows: list, sign: float, new: int = -1, old: int = -1) -> None:
+        """Add (``sign`` 1) or remove (-1) the live ``rows``' shares of the window-document
+        lengths and the moment sums (before and after a write changes their windows);
+        ``new``/``old``: the row whose own vector enters/leaves S1, S2."""
+        alive = self._a("alive")
+        live = [r for r in rows if alive[r]]
+        if not live:
+            return
+        win, pos, cnt = self._a("win"), self._a("win_pos"), self._a("win_cnt")
+        row_len = self.lexical._a("row_len")
+        for r in range(MAX_WINDOW + 1):
+            tot = 0
+            for i in live:
+                p, c = int(pos[i]), int(cnt[i])
+                tot += int(row_len[win[i, max(0, p - r):min(c, p + r + 1)]].sum())
+            self._ctx_len[r] += int(sign) * tot
+        sums = self._sums
+        if sums is None:
+            return
+        V = self._vectors()
+        own = new if sign > 0 else old
+        if own >= 0:
+            v = V[own].astype(np.float64)
+            sums["s1"] += sign * v
+            sums["s2"] += sign * np.outer(v, v)
+        for r, (m1, pp, qq) in ((r, x) for r, x in sums.items() if isinstance(r, int)):
+            M = self._window_means(V, np.asarray(live, np.int64), r)
+            X = V[live].astype(np.float64)
+            m1 += sign * M.sum(axis=0)
+            pp += sign * (X.T @ M)
+            qq += sign * (M.T @ M)
+
+    def _window_means(self, V: np.ndarray, rows: np.ndarray, r: int) -> np.ndarray:
+        """(len(rows), dim) float64: the mean vector of each row's radius-r window."""
+        pos = self._a("win_pos")[rows].astype(np.int64)
+        cnt = self._a("win_cnt")[rows].astype(np.int64)
+        lo = pos - np.minimum(pos, r)
+        hi = np.minimum(cnt, pos + r + 1)
+        out = np.zeros((rows.shape[0], self.dim), np.float64)
+        win = self._a("win")
+        for off in range(2 * r + 1):
+            j = lo + off
+            ok = j < hi
+            if ok.any():
+                out[ok] += V[win[rows[ok], j[ok]]]
+        return out / (hi - lo)[:, None]
 
     def _set_speaker(self, row: int, speaker: str | None) -> None:
-        old = self._speaker.pop(row, None)
-        if old is not None:
-            rows = self._speaker_rows[old]
-            rows.discard(row)
-            if not rows:
-                del self._speaker_rows[old]
-                self._names.pop(old, None)
-        if row < self._speaker_of.shape[0]:
-            self._speaker_of[row] = 0
+        spk = self._a("speaker")
+        old = int(spk[row])
+        if old:
+            self._spk_count[old - 1] -= 1
+            spk[row] = 0
         if speaker:
             key = str(speaker).casefold()
-            self._speaker[row] = key
-            self._speaker_rows.setdefault(key, set()).add(row)
-            self._names[key] = str(speaker)
-            code = self._speaker_code.setdefault(key, len(self._speaker_code))
-            self._speaker_of = _grow2(self._speaker_of, row + 1)
-            self._speaker_of[row] = code + 1
-
-    def _radius(self) -> int:
-        return max(self.weights.dense_window, self.weights.lexical_window)
-
-    def _window(self, row: int, radius: int, members: list | None = None,
-                p: int | None = None) -> list:
-        if members is None:
-            episode = self._episode_of.get(row)
-            if episode is None:
-                return [row]
-            members = self._episodes[episode]
-            p = members.index(row)
-        return members[max(0, p - radius):p + radius + 1]
-
-    def _refresh_around(self, row: int) -> None:
-        for nb in self._window(row, self._radius()):
-            self._refresh(nb)
-
-    def _refresh(self, row: int, members: list | None = None, p: int | None = None) -> None:
-        """Recompute one row's context representations from its current window (``members``
-        and ``p``: the row's episode list and position, when the caller knows them)."""
-        w = self.weights
-        if members is None and self._episode_of.get(row) is not None:
-            members = self._episodes[self._episode_of[row]]
-            p = members.index(row)
-        if members is None:
-            dwin = lwin = [row]
-        else:
-            dwin = self._window(row, w.dense_window, members, p)
-            lwin = self._window(row, w.lexical_window, members, p)
-        mean = self._E[dwin].astype(np.float64).mean(axis=0)
-        self._C[row] = (w.alpha * self._E[row].astype(np.float64)
-                        + (1.0 - w.alpha) * mean).astype(np.float32)
-        self.lexical_context.add_tokens(row, np.concatenate([self._tokens[j] for j in lwin]))
+            code = self._spk_code.get(key)
+            if code is None:
+                self._spk_names.append(str(speaker))
+                self._spk_count.append(0)
+                code = self._spk_code[key] = len(self._spk_names)
+            self._spk_names[code - 1] = str(speaker)
+            self._spk_count[code - 1] += 1
+            spk[row] = code
 
     def _lexical_texts(self, texts: Sequence[str], speakers: Sequence) -> list:
-        """:meth:`_lexical_text` of many memories (stemmed in one pass)."""
+        """What BM25 indexes for each memory: ``"speaker: text"`` (the speaker is a field of
+        the memory: a question naming them matches), stemmed when the weights say so."""
         ts = [f"{sp}: {t}" if sp else t for t, sp in zip(texts, speakers)]
         if self._stem is None:
             return ts
         return _stem_many(ts, self._stem)
 
-    def _lexical_text(self, text: str, speaker: str | None) -> str:
-        """What BM25 indexes for a memory: ``"speaker: text"`` (the speaker is a field of the
-        memory: a question naming them matches), stemmed when the weights say so."""
-        t = f"{speaker}: {text}" if speaker else text
-        return t if self._stem is None else self._stem(t)
-
     # ------------------------------------------------------------------ reads
     def entities(self) -> list[str]:
-        """Speaker names of the live memories (as first written)."""
-        return list(self._names.values())
+        """Speaker names of the live memories (as last written)."""
+        return [self._spk_names[c - 1] for c in self._spk_code.values()
+                if self._spk_count[c - 1] > 0]
 
     def prepare(self, text: str) -> PreparedQuery:
         """Run the query preparer with this namespace's entities."""
         return self.query_preparer(text, self.entities())
 
-    def combined(self) -> np.ndarray:
-        """The combined dense matrix: ndarray (n_rows, dim), float32 (zero rows where dead)."""
-        return self._C[:self.n_rows]
+    def windows(self, radius: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every row's radius-``radius`` episode window, the layout of
+        :mod:`memcore.kernels.scan`: ``win_start``, ``win_len`` (n_rows,) int64 and
+        ``win_rows`` (the flat window column, int32)."""
+        n = self.n_rows
+        got = self._wcache.get(radius)
+        if got is None or got[0].shape[0] != n:
+            pos = self._a("win_pos")[:n].astype(np.int64)
+            cnt = self._a("win_cnt")[:n].astype(np.int64)
+            lo = pos - np.minimum(pos, radius)
+            start = np.arange(n, dtype=np.int64) * _STRIDE + lo
+            got = self._wcache[radius] = (start, np.minimum(cnt, pos + radius + 1) - lo)
+        return got[0], got[1], self._a("win")[:n].reshape(-1)
+
+    def _moment_sums(self, radius: int) -> dict:
+        """The float64 sums over live rows: ``s1`` = sum v, ``s2`` = sum v v^T and, for a
+        window radius r >= 1, ``(m1, p, q)`` = sum m, sum v m^T, sum m m^T of the window means
+        ``m``; built once (one pass) and kept current by every write."""
+        if self._sums is None:
+            V = self._vectors()
+            live = np.flatnonzero(self._a("alive")[:self.n_rows])
+            s1 = np.zeros(self.dim)
+            s2 = np.zeros((self.dim, self.dim))
+            for a in range(0, live.shape[0], 8192):
+                X = V[live[a:a + 8192]].astype(np.float64)
+                s1 += X.sum(axis=0)
+                s2 += X.T @ X
+            self._sums = {"s1": s1, "s2": s2}
+        if radius >= 1 and radius not in self._sums:
+            V = self._vectors()
+            live = np.flatnonzero(self._a("alive")[:self.n_rows])
+            m1 = np.zeros(self.dim)
+            pp = np.zeros((self.dim, self.dim))
+            qq = np.zeros((self.dim, self.dim))
+            for a in range(0, live.shape[0], 8192):
+                rows = live[a:a + 8192]
+                X = V[rows].astype(np.float64)
+                M = self._window_means(V, rows, radius)
+                m1 += M.sum(axis=0)
+                pp += X.T @ M
+                qq += M.T @ M
+            self._sums[radius] = (m1, pp, qq)
+        return self._sums
 
     def search(self, query: str | PreparedQuery, query_vector: np.ndarray, *, top_k: int = 10,
                weights: HybridWeights | None = None, decay: DecayWeights | None = None,
                now: float = 0.0, last_accessed_at: np.ndarray | None = None,
                importance: np.ndarray | None = None, alive: np.ndarray | None = None,
-               threshold: float = -math.inf, lexical: np.ndarray | None = None
-               ) -> HybridResult:
-        """Exact hybrid top-k over the live rows.
+               threshold: float = -math.inf, lexical: LexicalSignals | None = None,
+               stats: np.ndarray | None = None, threads: int = 1) -> HybridResult:
+        """Exact hybrid top-k over the live rows (:func:`memcore.kernels.scan.hybrid_scan_topk`).
+
+        The score of row ``i`` (module notes): ``w_dense`` times the z-normalised context
+        similarity ``alpha * sim_i + (1 - alpha) * mean(sim_j, j in W(i))`` (``W(i)``: the
+        ``dense_window`` episode window; the own similarity when ``alpha == 1`` or the
+        window is 0), the decay terms, ``w_lexical`` and ``w_lexical_context`` times the
+        z-normalised BM25 of the text and of the ``lexical_window`` window document, and
+        ``w_speaker`` when the query names the row's speaker. z statistics are over the live
+        rows: from the moment sums (no pass) without a filter, by one exact pass with one.
 
         Parameters
         ----------
@@ -575,9 +773,7 @@ class HybridIndex:
         query_vector : ndarray of shape (dim,), float32
         top_k : int, default 10
         weights : HybridWeights, optional
-            Signal weights; the index's own by default. Structural fields (windows, alpha, k1,
-            b) always come from the index. ``alpha == 1.0`` (e.g. ``similarity()``) scans the
-            memories' own embeddings, any other value the index's combined matrix.
+            The index's own by default.
         decay : DecayWeights, optional
             Recency and importance terms; none by default.
         now : float
@@ -585,11 +781,16 @@ class HybridIndex:
         last_accessed_at : ndarray of shape (n_rows,), float64, optional
         importance : ndarray of shape (n_rows,), float32, optional
         alive : ndarray of shape (n_rows,), bool, optional
-            Further restricts the candidates (e.g. a metadata filter); ANDed with liveness.
+            Further restricts the candidates (a metadata filter); ANDed with liveness, and
+            the z statistics are then over these rows.
         threshold : float
-            Minimum dense similarity of a candidate.
-        lexical : ndarray of shape (2, n_rows), float64, optional
+            Minimum own similarity of a candidate.
+        lexical : LexicalSignals, optional
             :meth:`lexical_signals` of this query, when the caller has them already.
+        stats : ndarray of shape (3, 3), float64, optional
+            :meth:`moments` of this query, when the caller has them already.
+        threads : int, default 1
+            numba threads for the scan (>= 2: the parallel kernel).
 
         Returns
         -------
@@ -598,71 +799,113 @@ class HybridIndex:
         Raises
         ------
         ValueError
-            If top_k < 1 or an array has the wrong length.
+            If top_k < 1, threads < 1 or an array has the wrong length.
         DimensionMismatchError
             If query_vector has the wrong dim.
         """
         if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
             raise InvalidArgumentError(f"top_k must be an int >= 1, got {top_k!r}")
+        threads = check_threads(threads)
         w = weights if weights is not None else self.weights
         d = decay if decay is not None else DecayWeights(1.0, 0.0, 0.0)
         n = self.n_rows
         q, prepared, live = self._query(query, query_vector, alive)
         t = self._column(last_accessed_at, n, np.float64, "last_accessed_at")
         imp = self._column(importance, n, np.float32, "importance")
-        w_lex = np.array([w.lexical, w.lexical_context], np.float64)
-        lex = self._signals(lexical, prepared, w)
-        boost = np.zeros(n, np.float32)
-        if w.speaker:
-            spk = self._speaker_of[:n]
-            for e in prepared.entities:
-                code = self._speaker_code.get(e)
-                if code is not None and e in self._speaker_rows:
-                    boost[:spk.shape[0]][spk == code + 1] = 1.0
-        vectors = self._E[:n] if w.alpha == 1.0 else self._C[:n]
+        lex = lexical if lexical is not None else self.lexical_signals(prepared, w)
+        if stats is None and w.normalize:
+            stats = self.moments(prepared, q, weights=w, alive=alive, lexical=lex)
         k = int(top_k)
-        ids = np.empty(k, np.int64)
-        scores = np.empty(k, np.float32)
-        sims = np.empty(k, np.float32)
-        count = _kh.hybrid_topk(q, vectors, lex, float(w.dense), w_lex, boost, float(w.speaker),
-                                t, imp, live, float(now), float(d.half_life),
-                                float(d.w_recency), float(d.w_importance), bool(w.normalize),
-                                float(threshold), np.empty(n, np.float32), ids, scores, sims)
+        ids = np.full(k, -1, np.int64)
+        scores = np.full(k, -np.inf, np.float32)
+        sims = np.full(k, -np.inf, np.float32)
+        if n == 0:
+            return HybridResult(ids, scores, sims, 0)
+
+        def z(i):
+            if not w.normalize:
+                return 0.0, 1.0
+            cnt, mean, m2 = stats[i]
+            std = math.sqrt(m2 / cnt) if cnt > 0 and m2 > 0 else 0.0
+            return mean, (1.0 / std if std > 0.0 else 0.0)
+
+        r = self._dense_radius(w)
+        mu, inv = z(0)
+        dense = np.array([w.dense, mu, inv, 0.0, 0.0, 0.0]) if r == 0 else \
+            np.array([0.0, 0.0, 0.0, w.dense, mu, inv])
+        ws, wl, wr = self.windows(max(r, 0))
+        sp_rows, sp_vals, sp_w, sp_mu, sp_inv = [], [], [], [], []
+        for i, (rows_, vals_, weight) in enumerate(((lex.own_rows, lex.own_vals, w.lexical),
+                                                    (lex.ctx_rows, lex.ctx_vals,
+                                                     w.lexical_context)), start=1):
+            if weight:
+                m_, i_ = z(i)
+                sp_rows.append(rows_)
+                sp_vals.append(vals_)
+                sp_w.append(weight)
+                sp_mu.append(m_)
+                sp_inv.append(i_)
+        if w.speaker:
+            codes = [self._spk_code[e] for e in prepared.entities if e in self._spk_code]
+            if codes:
+                rows_ = np.flatnonzero(np.isin(self._a("speaker")[:n], codes)).astype(np.int64)
+                sp_rows.append(rows_)
+                sp_vals.append(np.ones(rows_.shape[0]))
+                sp_w.append(w.speaker)
+                sp_mu.append(0.0)
+                sp_inv.append(1.0)
+        sp_ptr = np.zeros(len(sp_rows) + 1, np.int64)
+        np.cumsum([x.shape[0] for x in sp_rows], out=sp_ptr[1:])
+        sp_r = np.concatenate(sp_rows) if sp_rows else _EMPTY_I
+        sp_v = np.concatenate(sp_vals).astype(np.float64) if sp_vals else _EMPTY_F
+        st = np.zeros(4, np.int64)
+        with _threads(threads):
+            count = _ks.hybrid_scan_topk(
+                q, self._a("codes")[:n], self._a("scale")[:n], self._a("cnorm")[:n],
+                self._a("rnorm")[:n], self._vectors()[:n], ws, wl, wr, float(w.alpha), dense,
+                sp_ptr, sp_r, sp_v, np.array(sp_w, np.float64), np.array(sp_mu, np.float64),
+                np.array(sp_inv, np.float64), t, imp, live, float(now), float(d.half_life),
+                float(d.w_recency), float(d.w_importance), float(threshold), ids, scores, sims,
+                st, parallel=threads > 1)
         return HybridResult(ids, scores, sims, int(count))
 
-    def _signals(self, lexical: np.ndarray | None, prepared: PreparedQuery,
-                 w: HybridWeights) -> np.ndarray:
-        if lexical is not None and lexical.shape == (2, self.n_rows):
-            return lexical
-        return self.lexical_signals(prepared, w)
+    @staticmethod
+    def _dense_radius(w: HybridWeights) -> int:
+        """The dense window radius a search uses (0: the own similarity only)."""
+        return 0 if w.alpha == 1.0 or w.dense_window == 0 else int(w.dense_window)
 
     def lexical_signals(self, prepared: PreparedQuery, weights: HybridWeights | None = None
-                        ) -> np.ndarray:
-        """BM25 of the query against each row's text (row 0) and its episode window (row 1).
+                        ) -> LexicalSignals:
+        """BM25 of the query against each row's text and its episode-window document, for
+        the rows that score (sparse; window BM25 from the own postings and the windows).
 
         Returns
         -------
-        ndarray of shape (2, n_rows), float64
-            Zeros where the weights leave a signal out, and for dead rows.
+        LexicalSignals
+            Empty where the weights leave a signal out.
         """
         w = weights if weights is not None else self.weights
-        n = self.n_rows
-        lex = np.zeros((2, n), np.float64)
-        if w.lexical or w.lexical_context:
+        own = ctx = (_EMPTY_I, _EMPTY_F)
+        if (w.lexical or w.lexical_context) and self.lexical.n_docs:
             q = prepared.lexical if self._stem is None else self._stem(prepared.lexical)
             h, _, c = _text.token_hashes([q], parallel=False)
+            q_terms, q_idf = self.lexical.query_terms(h[:c[0]])
             if w.lexical:
-                self.lexical.scores_tokens(h[:c[0]], lex[0])
+                own = self.lexical.sparse_scores(q_terms, q_idf, w.k1, w.b)
             if w.lexical_context:
-                self.lexical_context.scores_tokens(h[:c[0]], lex[1])
-        return lex
+                r = int(w.lexical_window)
+                ws, wl, wr = self.windows(r)
+                ctx = self.lexical.context_scores(q_terms, ws, wl, wr, int(self._ctx_len[r]),
+                                                  w.k1, w.b)
+        return LexicalSignals(own[0], own[1], ctx[0], ctx[1])
 
     def moments(self, query: str | PreparedQuery, query_vector: np.ndarray, *,
                 weights: HybridWeights | None = None, alive: np.ndarray | None = None,
-                lexical: np.ndarray | None = None) -> np.ndarray:
+                lexical: LexicalSignals | None = None) -> np.ndarray:
         """Count, mean and sum of squared deviations of each z-normalised signal over the
         live rows: what :meth:`search` normalises by, for pooling several indexes' statistics
-        (:func:`pooled_weights`).
+        (:func:`pooled_weights`). Without ``alive`` from the moment sums (no pass over the
+        rows: O(dim^2)); with it (a filter) by one exact pass over those rows.
 
         Parameters
         ----------
@@ -683,18 +926,56 @@ class HybridIndex:
         [2.0, 0.5, 0.5]
         """
         w = weights if weights is not None else self.weights
-        n = self.n_rows
         q, prepared, live = self._query(query, query_vector, alive)
-        vectors = self._E[:n] if w.alpha == 1.0 else self._C[:n]
-        rows = np.flatnonzero(live)
+        lex = lexical if lexical is not None else self.lexical_signals(prepared, w)
         out = np.zeros((3, 3), np.float64)
-        sig = [(vectors @ q)[rows].astype(np.float64)]     # one pass, no copy of the matrix
-        lex = self._signals(lexical, prepared, w)
-        sig += [lex[0, rows], lex[1, rows]]
-        for i, x in enumerate(sig):
-            if x.shape[0]:
-                m = x.mean()
-                out[i] = (x.shape[0], m, float(((x - m) ** 2).sum()))
+        r = self._dense_radius(w)
+        if alive is None:
+            nl = self.n_live
+            if nl == 0:
+                return out
+            sums = self._moment_sums(r)
+            q64 = q.astype(np.float64)
+            qs1, qs2q = float(q64 @ sums["s1"]), float(q64 @ sums["s2"] @ q64)
+            if r == 0:
+                mean, e2 = qs1 / nl, qs2q / nl
+            else:
+                a = float(w.alpha)
+                m1, pp, qq = sums[r]
+                mean = (a * qs1 + (1.0 - a) * float(q64 @ m1)) / nl
+                e2 = (a * a * qs2q + 2.0 * a * (1.0 - a) * float(q64 @ pp @ q64)
+                      + (1.0 - a) ** 2 * float(q64 @ qq @ q64)) / nl
+            var = e2 - mean * mean
+            # cancellation: a variance within float64 rounding of E[x^2] is a constant signal
+            var = var if var > 1e-12 * max(e2, 1e-300) else 0.0
+            out[0] = (nl, mean, var * nl)
+            for i, (rows_, vals_) in enumerate(((lex.own_rows, lex.own_vals),
+                                                (lex.ctx_rows, lex.ctx_vals)), start=1):
+                mean_, var_ = _km.sparse_moments(vals_, nl)
+                out[i] = (nl, mean_, var_ * nl)
+            return out
+        rows = np.flatnonzero(live)
+        if rows.shape[0] == 0:
+            return out
+        V = self._vectors()
+        sims = (V[:self.n_rows] @ q).astype(np.float64)       # the one pass of a filter
+        if r == 0:
+            x = sims[rows]
+        else:
+            ws, wl, wr = self.windows(r)
+            acc = np.zeros(rows.shape[0])
+            for off in range(2 * r + 1):
+                ok = off < wl[rows]
+                acc[ok] += sims[wr[ws[rows[ok]] + off]]
+            x = w.alpha * sims[rows] + (1.0 - w.alpha) * (acc / wl[rows])
+        sig = [x]
+        for rows_, vals_ in ((lex.own_rows, lex.own_vals), (lex.ctx_rows, lex.ctx_vals)):
+            full = np.zeros(self.n_rows)
+            full[rows_] = vals_
+            sig.append(full[rows])
+        for i, xx in enumerate(sig):
+            m = xx.mean()
+            out[i] = (xx.shape[0], m, float(((xx - m) ** 2).sum()))
         return out
 
     def _query(self, query: str | PreparedQuery, query_vector: np.ndarray,
@@ -706,9 +987,9 @@ class HybridIndex:
                                          f"was built with dim={self.dim}")
         prepared = query if isinstance(query, PreparedQuery) else self.prepare(query)
         n = self.n_rows
-        live = self._alive[:n].copy()
+        live = self._a("alive")[:n]
         if alive is not None:
-            live &= self._column(alive, n, np.bool_, "alive")
+            live = live & self._column(alive, n, np.bool_, "alive")
         return q, prepared, live
 
     @staticmethod
@@ -802,19 +1083,25 @@ def episode_speaker(metadata: dict | None) -> tuple[Hashable, str | None]:
 
 
 class NamespaceRecall:
-    """A store namespace's hybrid indexes: one per index structure, built on first use.
+    """A store namespace's hybrid indexes: one per index structure (``stem``), built on
+    first use.
 
     Stores keep one of these per namespace. :meth:`index` builds the index a search's
-    :class:`HybridWeights` need (structure: alpha, windows, k1, b) from the namespace's live
-    rows the first time, in row order (the insertion order of the rows that source yields);
-    afterwards :meth:`put`/:meth:`delete` keep every built index current (O(window) each).
-    A namespace that is only ever searched with the similarity preset builds nothing.
+    :class:`HybridWeights` need from the namespace's live rows the first time, in row order
+    (the insertion order of the rows that source yields); afterwards :meth:`put`/:meth:`delete`
+    keep every built index current (O(window) each). A namespace that is only ever searched
+    with the similarity preset builds nothing.
 
     Parameters
     ----------
     dim : int
     query_preparer : callable, optional
         Passed to each :class:`HybridIndex`.
+    vectors : callable, optional
+        ``vectors() -> (>= rows, dim) float32``: the store's vector column (the indexes then
+        keep no copy; see :class:`HybridIndex`).
+    arrays : callable, optional
+        ``arrays(structure) -> Arrays`` for a new index (RAM when None).
 
     Examples
     --------
@@ -825,12 +1112,16 @@ class NamespaceRecall:
     1
     """
 
-    __slots__ = ("dim", "query_preparer", "indexes")
+    __slots__ = ("dim", "query_preparer", "indexes", "vectors", "arrays")
 
-    def __init__(self, dim: int, query_preparer: QueryPreparer | None = None):
+    def __init__(self, dim: int, query_preparer: QueryPreparer | None = None, *,
+                 vectors: Callable[[], np.ndarray] | None = None,
+                 arrays: Callable[[tuple], Any] | None = None):
         self.dim = int(dim)
         self.query_preparer = query_preparer
         self.indexes: dict[tuple, HybridIndex] = {}
+        self.vectors = vectors
+        self.arrays = arrays
 
     def index(self, weights: HybridWeights,
               source: Callable[[], tuple]) -> HybridIndex:
@@ -842,7 +1133,9 @@ class NamespaceRecall:
         key = weights.structure()
         idx = self.indexes.get(key)
         if idx is None:
-            idx = HybridIndex(self.dim, weights, self.query_preparer)
+            idx = HybridIndex(self.dim, weights, self.query_preparer,
+                              arrays=None if self.arrays is None else self.arrays(key),
+                              vectors=self.vectors)
             rows, texts, vectors, metadata = source()
             idx.put_many(rows, texts, vectors, [episode_speaker(m) for m in metadata])
             self.indexes[key] = idx
@@ -855,7 +1148,6 @@ class NamespaceRecall:
             return
         ep, sp = episode_speaker(metadata)
         for idx in self.indexes.values():
-            idx.delete(row)
             idx.put(row, text, vector, episode=ep, speaker=sp)
 
     def put_many(self, rows: Sequence[int], texts: Sequence[str], vectors: np.ndarray,

@@ -62,15 +62,6 @@ def bm25_idf(df: np.ndarray, n_docs: int) -> np.ndarray:
     return np.log1p((n_docs - df + 0.5) / (df + 0.5))
 
 
-def _grow(arr: np.ndarray, need: int, fill=None) -> np.ndarray:
-    if need <= arr.shape[0]:
-        return arr
-    cap = max(need, 2 * arr.shape[0], 16)
-    out = np.empty(cap, arr.dtype) if fill is None else np.full(cap, fill, arr.dtype)
-    out[:arr.shape[0]] = arr
-    return out
-
-
 def _check_param(name: str, value, lo: float, hi: float) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) \
             or not math.isfinite(value) or not lo <= value <= hi:
@@ -79,8 +70,35 @@ def _check_param(name: str, value, lo: float, hi: float) -> float:
     return float(value)
 
 
+#: The flat arrays of a lexical index (name -> (dtype, trailing shape)), allocated through an
+#: :class:`~memcore.core.arrays.Arrays` under the index's prefix. Per term: its 64-bit token
+#: hash, document frequency and postings chain (head/tail block, fill of the tail); per block:
+#: start, size, next; the postings pool (document, tf); per document (one per add: a replaced
+#: row gets a new one): row, length, liveness and its (term, tf) list in the document-term
+#: pool; per row: its document + 1 (0 = none) and length.
+ARRAYS = {
+    "term_hash": np.uint64, "df": np.int64, "head": np.int64, "tail": np.int64,
+    "fill": np.int64,
+    "bstart": np.int64, "bsize": np.int64, "bnext": np.int64,
+    "pdoc": np.int64, "ptf": np.int32,
+    "doc_row": np.int64, "doc_len": np.int64, "doc_alive": np.bool_, "doc_tptr": np.int64,
+    "doc_nterm": np.int64,
+    "dt_term": np.int64, "dt_tf": np.int32,
+    "row_doc": np.int64, "row_len": np.int64,
+}
+
+#: Counters of :meth:`LexicalIndex.small_state`.
+COUNTERS = ("n_terms", "n_blocks", "pool_used", "n_docs_total", "dt_used", "n_docs", "n_rows",
+            "total_len")
+
+
 class LexicalIndex:
     """Exact Okapi BM25 (Lucene form) over one namespace's memories, keyed by store row.
+
+    All state is flat arrays (:data:`ARRAYS`) allocated through ``arrays`` plus the
+    term-hash -> term-id dict (rebuilt from ``term_hash`` by :meth:`restore`) and the
+    counters of :meth:`small_state`. ``k1`` and ``b`` are the defaults of the scoring methods,
+    which also take them per call (they fix no state).
 
     Parameters
     ----------
@@ -89,6 +107,10 @@ class LexicalIndex:
     b : float, default 0.75
         Length normalisation, in [0, 1]. Hybrid recall uses a low ``b`` (see
         :class:`memcore.recall.hybrid.HybridWeights`).
+    arrays : Arrays, optional
+        Where the arrays live (:class:`~memcore.core.arrays.RamArrays` when None).
+    prefix : str, default ""
+        Prepended to every array name (several indexes can share one ``arrays``).
 
     Attributes
     ----------
@@ -112,30 +134,47 @@ class LexicalIndex:
     [0.301, 0.331]
     """
 
-    def __init__(self, k1: float = 1.2, b: float = 0.75):
+    def __init__(self, k1: float = 1.2, b: float = 0.75, *, arrays=None, prefix: str = ""):
+        from memcore.core.arrays import RamArrays
+
         self.k1 = _check_param("k1", k1, 0.0, 100.0)
         self.b = _check_param("b", b, 0.0, 1.0)
+        self.arrays = arrays if arrays is not None else RamArrays()
+        self.prefix = prefix
         self._terms: dict[int, int] = {}
-        self._df = np.zeros(0, np.int64)
-        self._head = np.zeros(0, np.int64)
-        self._tail = np.zeros(0, np.int64)
-        self._fill = np.zeros(0, np.int64)
-        self._bstart = np.zeros(0, np.int64)
-        self._bsize = np.zeros(0, np.int64)
-        self._bnext = np.zeros(0, np.int64)
-        self._n_blocks = 0
-        self._pdoc = np.zeros(0, np.int64)
-        self._ptf = np.zeros(0, np.int32)
-        self._pool_used = 0
-        self._doc_row = np.zeros(0, np.int64)
-        self._doc_len = np.zeros(0, np.int64)
-        self._doc_alive = np.zeros(0, np.bool_)
-        self._doc_terms: list = []          # doc id -> (term ids int64, tfs int32)
-        self._row_doc = np.zeros(0, np.int64)
-        self._n_docs_total = 0
-        self.n_docs = 0
-        self.n_rows = 0
-        self._total_len = 0
+        self._set_counters({})
+        for name, dtype in ARRAYS.items():
+            if self.arrays.get(prefix + name) is None:
+                self.arrays.alloc(prefix + name, (0,), dtype)
+
+    def _set_counters(self, state: dict) -> None:
+        for c in COUNTERS:
+            setattr(self, c if c in ("n_docs", "n_rows") else "_" + c, int(state.get(c, 0)))
+
+    def small_state(self) -> dict:
+        """The counters (the arrays and ``term_hash`` hold the rest): dict of int64 scalars."""
+        return {c: np.int64(getattr(self, c if c in ("n_docs", "n_rows") else "_" + c))
+                for c in COUNTERS}
+
+    @classmethod
+    def restore(cls, arrays, state: dict, k1: float = 1.2, b: float = 0.75,
+                prefix: str = "") -> "LexicalIndex":
+        """The index over ``arrays`` as they were when ``state`` (:meth:`small_state`) was
+        taken; O(terms) Python to rebuild the hash -> id dict."""
+        idx = cls(k1, b, arrays=arrays, prefix=prefix)
+        idx._set_counters(state)
+        h = idx._a("term_hash")[:idx._n_terms]
+        idx._terms = dict(zip(h.tolist(), range(idx._n_terms)))
+        return idx
+
+    def _a(self, name: str) -> np.ndarray:
+        return self.arrays.get(self.prefix + name)
+
+    def _grow(self, name: str, need: int) -> np.ndarray:
+        arr = self.arrays.get(self.prefix + name)
+        if need <= arr.shape[0]:
+            return arr
+        return self.arrays.grow(self.prefix + name, need)
 
     def __repr__(self) -> str:
         return f"LexicalIndex(k1={self.k1}, b={self.b}, n_docs={self.n_docs})"
@@ -197,8 +236,6 @@ class LexicalIndex:
     def add_tokens(self, row: int, token_hashes: np.ndarray) -> None:
         """Index a row given its token hashes (from :func:`memcore._text.token_hashes`).
 
-        Used for documents that are not one text, e.g. an episode's context window.
-
         Parameters
         ----------
         row : int
@@ -208,35 +245,17 @@ class LexicalIndex:
         --------
         >>> LexicalIndex().add_tokens(0, np.array([7, 7, 9], np.uint64))
         """
-        row = self._check_row(row)
-        token_hashes = np.asarray(token_hashes, np.uint64)
-        self.remove(row)
-        uniq, tfs = np.unique(token_hashes, return_counts=True)
-        m = uniq.shape[0]
-        term_ids = np.empty(m, np.int64)
-        terms = self._terms
-        for j, h in enumerate(uniq.tolist()):
-            t = terms.get(h)
-            if t is None:
-                t = terms[h] = len(terms)
-            term_ids[j] = t
-        n_terms = len(terms)
-        if n_terms > self._df.shape[0]:
-            self._df = _grow(self._df, n_terms, 0)
-            self._head = _grow(self._head, n_terms, -1)
-            self._tail = _grow(self._tail, n_terms, -1)
-            self._fill = _grow(self._fill, n_terms, 0)
-        self._append_doc(row, term_ids, tfs.astype(np.int32), int(token_hashes.shape[0]))
-        self.n_rows = max(self.n_rows, row + 1)
+        h = np.asarray(token_hashes, np.uint64).reshape(-1)
+        self.add_tokens_batch([row], h, np.zeros(1, np.int64), np.array([h.shape[0]], np.int64))
 
     def add_tokens_batch(self, rows: Sequence[int], hashes: np.ndarray, starts: np.ndarray,
                          counts: np.ndarray) -> None:
-        """Index many new rows given their token hashes, in one pass (no per-row Python).
+        """Index many rows given their token hashes, in one pass (no per-row Python).
 
         Row ``rows[i]``'s tokens are ``hashes[starts[i]:starts[i] + counts[i]]`` (the layout
-        of :func:`memcore._text.token_hashes`). The result equals calling :meth:`add_tokens`
-        for each row in order (same term ids, postings and scores); rows that already hold a
-        document, or repeated rows, take that path.
+        of :func:`memcore._text.token_hashes`). Rows already holding a document are replaced;
+        a row repeated in ``rows`` keeps its last text. The result equals calling
+        :meth:`add_tokens` for each row in order.
 
         Parameters
         ----------
@@ -250,100 +269,104 @@ class LexicalIndex:
         ...                                 np.array([0, 2]), np.array([2, 1]))
         """
         rows_a = np.asarray([self._check_row(r) for r in rows], np.int64)
+        n = rows_a.shape[0]
+        if n == 0:
+            return
         starts = np.asarray(starts, np.int64)
         counts = np.asarray(counts, np.int64)
-        uniq, tok = np.unique(np.asarray(hashes, np.uint64), return_inverse=True)
+        if np.unique(rows_a).shape[0] != n:          # a repeated row: one at a time
+            for i in range(n):
+                self.add_tokens_batch(rows_a[i:i + 1], hashes, starts[i:i + 1], counts[i:i + 1])
+            return
+        for r in rows_a.tolist():
+            self.remove(r)
+        hashes = np.asarray(hashes, np.uint64)
+        total = int(counts.sum())
+        packed = np.zeros(n + 1, np.int64)
+        np.cumsum(counts, out=packed[1:])
+        flat = hashes[np.repeat(starts - packed[:n], counts) + np.arange(total, dtype=np.int64)]
+        uniq, tok = np.unique(flat, return_inverse=True)
         tok = tok.astype(np.int64).reshape(-1)
-        self.add_docs(rows_a, uniq, tok, np.ones(tok.shape[0], np.int32), starts, counts,
-                       np.arange(rows_a.shape[0] + 1, dtype=np.int64), counts)
+        self._add_docs(rows_a, uniq, tok, packed[:n], counts)
 
-    def add_docs(self, rows: np.ndarray, uniq: np.ndarray, tok: np.ndarray, tok_tf: np.ndarray,
-                 seg_start: np.ndarray, seg_count: np.ndarray, seg_ptr: np.ndarray,
-                 doc_len: np.ndarray, merge: bool = False):
-        """Batch add: document ``i`` (row ``rows[i]``, ``doc_len[i]`` tokens) is the union of
-        the segments ``seg_ptr[i]:seg_ptr[i+1]`` of ``tok`` (ids into the sorted unique hashes
-        ``uniq``), each entry counted ``tok_tf`` times (see :func:`bm25_docs`; ``merge``: the
-        segments are sorted distinct ids). Equal to
-        :meth:`add_tokens` per row in order.
-
-        Returns
-        -------
-        ptr, term_ids, tfs, term_of : ndarray
-            The documents' distinct terms (``ptr`` as in :func:`bm25_docs`), and the term id
-            of each entry of ``uniq`` (-1 if none); None when rows needed the per-row path.
-        """
+    def _add_docs(self, rows: np.ndarray, uniq: np.ndarray, tok: np.ndarray,
+                  seg_start: np.ndarray, doc_len: np.ndarray) -> None:
+        """Append documents for new (unindexed) rows: document ``i`` is the tokens
+        ``tok[seg_start[i]:seg_start[i] + doc_len[i]]`` (ids into the sorted unique hashes)."""
         n = rows.shape[0]
-        if n == 0:
-            return None
-        r_doc = self._row_doc
-        held = rows[rows < r_doc.shape[0]]
-        if np.unique(rows).shape[0] != n or (held.shape[0] and (r_doc[held] >= 0).any()):
-            for i in range(n):                       # replacing rows: the per-row path
-                parts = [np.repeat(uniq[tok[seg_start[s]:seg_start[s] + seg_count[s]]],
-                                   tok_tf[seg_start[s]:seg_start[s] + seg_count[s]])
-                         for s in range(seg_ptr[i], seg_ptr[i + 1])]
-                self.add_tokens(int(rows[i]), np.concatenate(parts) if parts
-                                else np.zeros(0, np.uint64))
-            return None
         get = self._terms.get
         term_of = np.array([get(h, -1) for h in uniq.tolist()], np.int64)
-        old_terms = len(self._terms)
-        doc_len = np.asarray(doc_len, np.int64)
+        old_terms = self._n_terms
         ptr = np.empty(n + 1, np.int64)
-        cap = int(seg_count.sum())
+        cap = int(doc_len.sum())
         term_ids = np.empty(cap, np.int64)
         tfs = np.empty(cap, np.int32)
-        n_terms = _k.bm25_docs(tok, tok_tf, seg_start, seg_count, seg_ptr, term_of, old_terms,
-                               ptr, term_ids, tfs, merge)
+        n_terms = _k.bm25_docs(tok, np.ones(tok.shape[0], np.int32), seg_start, doc_len,
+                               np.arange(n + 1, dtype=np.int64), term_of, old_terms, ptr,
+                               term_ids, tfs, False)
         if n_terms > old_terms:
             new = np.flatnonzero(term_of >= old_terms)
             new = new[np.argsort(term_of[new])]
             self._terms.update(zip(uniq[new].tolist(), range(old_terms, n_terms)))
-            self._df = _grow(self._df, n_terms, 0)
-            self._head = _grow(self._head, n_terms, -1)
-            self._tail = _grow(self._tail, n_terms, -1)
-            self._fill = _grow(self._fill, n_terms, 0)
+            for name in ("term_hash", "df", "head", "tail", "fill"):
+                self._grow(name, n_terms)
+            self._a("term_hash")[old_terms:n_terms] = uniq[new]
+            self._a("df")[old_terms:n_terms] = 0
+            self._a("head")[old_terms:n_terms] = -1
+            self._a("tail")[old_terms:n_terms] = -1
+            self._a("fill")[old_terms:n_terms] = 0
+            self._n_terms = n_terms
         used = int(ptr[n])
-        term_ids = term_ids[:used]
-        tfs = tfs[:used]
+        term_ids, tfs = term_ids[:used], tfs[:used]
+        self._append_postings(self._n_docs_total, ptr, term_ids, tfs)
         doc0 = self._n_docs_total
-        self._doc_row = _grow(self._doc_row, doc0 + n)
-        self._doc_len = _grow(self._doc_len, doc0 + n)
-        self._doc_alive = _grow(self._doc_alive, doc0 + n, False)
+        d = slice(doc0, doc0 + n)
+        for name in ("doc_row", "doc_len", "doc_alive", "doc_tptr", "doc_nterm"):
+            self._grow(name, doc0 + n)
+        self._a("doc_row")[d] = rows
+        self._a("doc_len")[d] = doc_len
+        self._a("doc_alive")[d] = True
+        self._a("doc_tptr")[d] = self._dt_used + ptr[:n]
+        self._a("doc_nterm")[d] = np.diff(ptr)
+        for name in ("dt_term", "dt_tf"):
+            self._grow(name, self._dt_used + used)
+        self._a("dt_term")[self._dt_used:self._dt_used + used] = term_ids
+        self._a("dt_tf")[self._dt_used:self._dt_used + used] = tfs
+        self._dt_used += used
+        self._n_docs_total = doc0 + n
+        df = self._a("df")
+        df[:n_terms] += np.bincount(term_ids, minlength=n_terms)[:n_terms]
+        self.n_rows = max(self.n_rows, int(rows.max()) + 1)
+        self._grow("row_doc", self.n_rows)
+        self._grow("row_len", self.n_rows)
+        self._a("row_doc")[rows] = np.arange(doc0 + 1, doc0 + n + 1, dtype=np.int64)
+        self._a("row_len")[rows] = doc_len
+        self.n_docs += n
+        self._total_len += int(doc_len.sum())
+
+    def _append_postings(self, doc0: int, ptr: np.ndarray, term_ids: np.ndarray,
+                         tfs: np.ndarray) -> None:
+        n = ptr.shape[0] - 1
+        n_terms = self._n_terms
         # room for every block the batch opens, bounded per term (c new postings: at most c
         # blocks and c + max_block - 1 entries; a fresh term's doubling blocks, 2c + min_block)
         c = np.bincount(term_ids, minlength=n_terms)
-        fresh = self._tail[:n_terms] < 0
+        fresh = self._a("tail")[:n_terms] < 0
         pool_need = np.where(fresh, np.minimum(2 * c + MIN_BLOCK, c + MAX_BLOCK - 1),
                              c + MAX_BLOCK - 1)
         pool_need = int(pool_need[c > 0].sum())
         block_need = int(np.minimum(c, 8 + c // MAX_BLOCK).sum())
         i = 0
         while i < n:
-            self._bstart = _grow(self._bstart, self._n_blocks + block_need)
-            self._bsize = _grow(self._bsize, self._n_blocks + block_need)
-            self._bnext = _grow(self._bnext, self._n_blocks + block_need)
-            self._pdoc = _grow(self._pdoc, self._pool_used + pool_need)
-            self._ptf = _grow(self._ptf, self._pool_used + pool_need)
+            for name in ("bstart", "bsize", "bnext"):
+                self._grow(name, self._n_blocks + block_need)
+            for name in ("pdoc", "ptf"):
+                self._grow(name, self._pool_used + pool_need)
             i, self._n_blocks, self._pool_used = _k.bm25_append_many(
-                doc0, i, ptr, term_ids, tfs, self._head, self._tail, self._fill, self._bstart,
-                self._bsize, self._bnext, self._n_blocks, self._pdoc, self._ptf,
-                self._pool_used, MIN_BLOCK, MAX_BLOCK)
-            block_need, pool_need = 2 * block_need + 16, 2 * pool_need + MAX_BLOCK  # not reached
-        self._n_docs_total = doc0 + n
-        self._doc_row[doc0:doc0 + n] = rows
-        self._doc_len[doc0:doc0 + n] = doc_len
-        self._doc_alive[doc0:doc0 + n] = True
-        bounds = ptr.tolist()
-        self._doc_terms.extend([(term_ids[a:b], tfs[a:b])
-                                for a, b in zip(bounds[:-1], bounds[1:])])
-        self._df += np.bincount(term_ids, minlength=self._df.shape[0])[:self._df.shape[0]]
-        self.n_rows = max(self.n_rows, int(rows.max()) + 1)
-        self._row_doc = _grow(self._row_doc, self.n_rows, -1)
-        self._row_doc[rows] = np.arange(doc0, doc0 + n, dtype=np.int64)
-        self.n_docs += n
-        self._total_len += int(doc_len.sum())
-        return ptr, term_ids, tfs, term_of
+                doc0, i, ptr, term_ids, tfs, self._a("head"), self._a("tail"), self._a("fill"),
+                self._a("bstart"), self._a("bsize"), self._a("bnext"), self._n_blocks,
+                self._a("pdoc"), self._a("ptf"), self._pool_used, MIN_BLOCK, MAX_BLOCK)
+            block_need, pool_need = 2 * block_need + 16, 2 * pool_need + MAX_BLOCK
 
     def remove(self, row: int) -> bool:
         """Drop a row's document; True if it had one.
@@ -354,66 +377,61 @@ class LexicalIndex:
         False
         """
         row = self._check_row(row)
-        if row >= self._row_doc.shape[0] or self._row_doc[row] < 0:
+        row_doc = self._a("row_doc")
+        if row >= self.n_rows or row_doc[row] <= 0:
             return False
-        doc = int(self._row_doc[row])
-        self._row_doc[row] = -1
-        self._doc_alive[doc] = False
-        term_ids, _ = self._doc_terms[doc]
-        self._df[term_ids] -= 1
-        self._doc_terms[doc] = None
+        doc = int(row_doc[row]) - 1
+        row_doc[row] = 0
+        self._a("row_len")[row] = 0
+        self._a("doc_alive")[doc] = False
+        a = int(self._a("doc_tptr")[doc])
+        m = int(self._a("doc_nterm")[doc])
+        self._a("df")[self._a("dt_term")[a:a + m]] -= 1
         self.n_docs -= 1
-        self._total_len -= int(self._doc_len[doc])
+        self._total_len -= int(self._a("doc_len")[doc])
         dead = self._n_docs_total - self.n_docs
         if dead > 1024 and dead > self.n_docs:
             self._compact()
         return True
 
     def _compact(self) -> None:
-        """Rebuild the postings from the live documents (same rows, same scores)."""
-        live = [(int(self._doc_row[d]), self._doc_terms[d], int(self._doc_len[d]))
-                for d in range(self._n_docs_total) if self._doc_alive[d]]
-        fresh = LexicalIndex(self.k1, self.b)
-        fresh._terms = self._terms
-        fresh._df = np.zeros_like(self._df)
-        fresh._head = np.full_like(self._head, -1)
-        fresh._tail = np.full_like(self._tail, -1)
-        fresh._fill = np.zeros_like(self._fill)
-        for row, (term_ids, tfs), dl in live:
-            fresh._append_doc(row, term_ids, tfs, dl)
-        fresh.n_rows = self.n_rows
-        fresh._row_doc = _grow(fresh._row_doc, self.n_rows, -1)
-        self.__dict__.update(fresh.__dict__)
-
-    def _append_doc(self, row, term_ids, tfs, dl) -> None:
-        m = term_ids.shape[0]
-        self._bstart = _grow(self._bstart, self._n_blocks + m)
-        self._bsize = _grow(self._bsize, self._n_blocks + m)
-        self._bnext = _grow(self._bnext, self._n_blocks + m)
-        self._pdoc = _grow(self._pdoc, self._pool_used + m * MAX_BLOCK)
-        self._ptf = _grow(self._ptf, self._pool_used + m * MAX_BLOCK)
-        doc = self._n_docs_total
-        self._n_docs_total += 1
-        self._doc_row = _grow(self._doc_row, doc + 1)
-        self._doc_len = _grow(self._doc_len, doc + 1)
-        self._doc_alive = _grow(self._doc_alive, doc + 1, False)
-        self._n_blocks, self._pool_used = _k.bm25_append(
-            doc, term_ids, tfs, self._head, self._tail, self._fill, self._bstart, self._bsize,
-            self._bnext, self._n_blocks, self._pdoc, self._ptf, self._pool_used,
-            MIN_BLOCK, MAX_BLOCK)
-        self._doc_row[doc] = row
-        self._doc_len[doc] = dl
-        self._doc_alive[doc] = True
-        self._doc_terms.append((term_ids, tfs))
-        self._df[term_ids] += 1
-        self._row_doc = _grow(self._row_doc, row + 1, -1)
-        self._row_doc[row] = doc
-        self.n_docs += 1
-        self._total_len += dl
+        """Rebuild the postings and document tables from the live documents (same rows, same
+        term ids, same scores); documents keep their order."""
+        nd = self._n_docs_total
+        live = np.flatnonzero(self._a("doc_alive")[:nd])
+        tptr, nterm = self._a("doc_tptr")[live], self._a("doc_nterm")[live]
+        ptr = np.zeros(live.shape[0] + 1, np.int64)
+        np.cumsum(nterm, out=ptr[1:])
+        idx = np.repeat(tptr - ptr[:-1], nterm) + np.arange(int(ptr[-1]), dtype=np.int64)
+        term_ids = self._a("dt_term")[idx].copy()
+        tfs = self._a("dt_tf")[idx].copy()
+        rows = self._a("doc_row")[live].copy()
+        lens = self._a("doc_len")[live].copy()
+        nt = self._n_terms
+        self._a("head")[:nt] = -1
+        self._a("tail")[:nt] = -1
+        self._a("fill")[:nt] = 0
+        self._n_blocks = self._pool_used = 0
+        m = live.shape[0]
+        self._append_postings(0, ptr, term_ids, tfs)
+        self._a("doc_row")[:m] = rows
+        self._a("doc_len")[:m] = lens
+        self._a("doc_alive")[:nd] = False
+        self._a("doc_alive")[:m] = True
+        self._a("doc_tptr")[:m] = ptr[:-1]
+        self._a("doc_nterm")[:m] = nterm
+        self._a("dt_term")[:ptr[-1]] = term_ids
+        self._a("dt_tf")[:ptr[-1]] = tfs
+        self._dt_used = int(ptr[-1])
+        self._n_docs_total = m
+        row_doc = self._a("row_doc")
+        row_doc[:self.n_rows] = 0
+        row_doc[rows] = np.arange(1, m + 1, dtype=np.int64)
 
     def clear(self) -> None:
         """Remove every document."""
-        self.__init__(self.k1, self.b)
+        self._terms = {}
+        self._set_counters({})
 
     @staticmethod
     def _check_row(row) -> int:
@@ -422,6 +440,12 @@ class LexicalIndex:
         return int(row)
 
     # ------------------------------------------------------------------ reads
+    def row_terms(self, row: int) -> tuple[np.ndarray, np.ndarray]:
+        """A live row's distinct term ids (int64) and their tfs (int32), in first-seen order."""
+        doc = int(self._a("row_doc")[row]) - 1
+        a, m = int(self._a("doc_tptr")[doc]), int(self._a("doc_nterm")[doc])
+        return self._a("dt_term")[a:a + m], self._a("dt_tf")[a:a + m]
+
     def query_terms(self, token_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Term ids and idf of a query's tokens that occur in a live document, in order.
 
@@ -435,12 +459,18 @@ class LexicalIndex:
         q_idf : ndarray of shape (m,), float64
         """
         get = self._terms.get
+        df = self._a("df")
         ids = [get(h, -1) for h in np.asarray(token_hashes, np.uint64).tolist()]
-        q_terms = np.array([t for t in ids if t >= 0 and self._df[t] > 0], np.int64)
-        return q_terms, bm25_idf(self._df[q_terms], self.n_docs)
+        q_terms = np.array([t for t in ids if t >= 0 and df[t] > 0], np.int64)
+        return q_terms, bm25_idf(df[q_terms], self.n_docs)
 
-    def scores_tokens(self, token_hashes: np.ndarray, out: np.ndarray | None = None
-                      ) -> np.ndarray:
+    def _postings(self) -> tuple:
+        return (self._a("head"), self._a("tail"), self._a("fill"), self._a("bstart"),
+                self._a("bsize"), self._a("bnext"), self._a("pdoc"), self._a("ptf"),
+                self._a("doc_row"))
+
+    def scores_tokens(self, token_hashes: np.ndarray, out: np.ndarray | None = None, *,
+                      k1: float | None = None, b: float | None = None) -> np.ndarray:
         """BM25 score of every row for a query given as token hashes.
 
         Parameters
@@ -449,6 +479,8 @@ class LexicalIndex:
         out : ndarray of shape (n_rows,), float64, optional
             Written in place when given (its length must be at least :attr:`n_rows`; rows
             past ``n_rows`` are zeroed).
+        k1, b : float, optional
+            The index's defaults when None.
 
         Returns
         -------
@@ -469,9 +501,37 @@ class LexicalIndex:
             out[:] = 0.0
             return out
         q_terms, q_idf = self.query_terms(token_hashes)
-        return _k.bm25_scores(q_terms, q_idf, self._head, self._tail, self._fill, self._bstart,
-                              self._bsize, self._bnext, self._pdoc, self._ptf, self._doc_row,
-                              self._doc_len, self._doc_alive, self.k1, self.b, self.avgdl, out)
+        (head, tail, fill, bstart, bsize, bnext, pdoc, ptf, doc_row) = self._postings()
+        return _k.bm25_scores(q_terms, q_idf, head, tail, fill, bstart, bsize, bnext, pdoc, ptf,
+                              doc_row, self._a("doc_len"), self._a("doc_alive"),
+                              self.k1 if k1 is None else k1, self.b if b is None else b,
+                              self.avgdl, out)
+
+    def sparse_scores(self, q_terms: np.ndarray, q_idf: np.ndarray, k1: float, b: float
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """The rows that score and their BM25 (:func:`memcore.kernels.bm25.bm25_scores_sparse`)
+        for query terms from :meth:`query_terms`: (m,) int64 ascending, (m,) float64."""
+        if self.n_docs == 0 or q_terms.shape[0] == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float64)
+        (head, tail, fill, bstart, bsize, bnext, pdoc, ptf, doc_row) = self._postings()
+        return _k.bm25_scores_sparse(q_terms, q_idf, head, tail, fill, bstart, bsize, bnext,
+                                     pdoc, ptf, doc_row, self._a("doc_len"),
+                                     self._a("doc_alive"), k1, b, self.avgdl)
+
+    def context_scores(self, q_terms: np.ndarray, win_start: np.ndarray, win_len: np.ndarray,
+                       win_rows: np.ndarray, ctx_total_len: int, k1: float, b: float
+                       ) -> tuple[np.ndarray, np.ndarray]:
+        """BM25 of each row's window document (its window's texts concatenated) from the own
+        postings (:func:`memcore.kernels.bm25.bm25_context_scores_sparse`): rows (m,) int64
+        ascending and scores (m,) float64. ``ctx_total_len``: the sum over live rows of their
+        window documents' lengths."""
+        if self.n_docs == 0 or q_terms.shape[0] == 0 or ctx_total_len <= 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float64)
+        (head, tail, fill, bstart, bsize, bnext, pdoc, ptf, doc_row) = self._postings()
+        return _k.bm25_context_scores_sparse(
+            q_terms, head, tail, fill, bstart, bsize, bnext, pdoc, ptf, doc_row,
+            self._a("doc_alive"), self._a("row_len"), win_start, win_len, win_rows,
+            self.n_docs, k1, b, ctx_total_len / self.n_docs)
 
     def scores(self, query: str, out: np.ndarray | None = None) -> np.ndarray:
         """BM25 score of every row for a query text (tokenised like the stored texts).
@@ -502,10 +562,11 @@ class LexicalIndex:
 
     def rows(self) -> np.ndarray:
         """Rows holding a live document, ascending: ndarray (n_docs,), int64."""
-        return np.flatnonzero(self._row_doc[:self.n_rows] >= 0).astype(np.int64)
+        return np.flatnonzero(self._a("row_doc")[:self.n_rows] > 0).astype(np.int64)
 
     def document_frequency(self, token_hashes: Iterable[int]) -> np.ndarray:
         """Live documents holding each token hash: ndarray (m,), int64 (0 for unknown)."""
         get = self._terms.get
-        return np.array([self._df[t] if (t := get(int(h))) is not None else 0
+        df = self._a("df")
+        return np.array([df[t] if (t := get(int(h))) is not None else 0
                          for h in token_hashes], np.int64)

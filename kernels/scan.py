@@ -1,0 +1,609 @@
+"""Hybrid top-k from int8 codes: a compressed first pass, a context stencil, bounds, exact rerank.
+
+The score (the *exact path*, :func:`hybrid_exact_topk`; NumPy oracle
+:func:`memcore.kernels.reference.hybrid_exact_topk`) of row ``i`` for a query ``q``::
+
+    sim_i = exact_sim(q, vectors[i])                       # float64 dot, fixed summation order
+    ctx_i = alpha * sim_i + (1 - alpha) * mean(sim_j for j in W(i))    # the context stencil
+    score_i = w_own * ((sim_i - mu_own) * inv_own)
+            + w_ctx * ((ctx_i - mu_ctx) * inv_ctx)
+            + w_rec * 2 ** (-max(now - last_accessed_at[i], 0) / half_life)
+            + w_imp * importance[i]
+            + sum over sparse signals l of w_l * ((x_l[i] - mu_l) * inv_l)
+
+in float64, added left to right, a term skipped when its weight is 0, rounded once to float32.
+``W(i)`` is row ``i``'s episode window, ``win_rows[win_start[i]:win_start[i] + win_len[i]]``
+(the row itself included; an empty window counts as ``[i]``; CSR is ``win_start = ptr[:-1]``,
+``win_len = diff(ptr)``, and a padded layout with a fixed stride lets a store update windows
+in place), so ``ctx_i`` equals ``q . ctx_vector_i`` with
+``ctx_vector_i = alpha * v_i + (1 - alpha) * mean(v_j, j in W(i))``: no context matrix is
+stored or scanned. ``mu``/``inv`` z-normalise a signal (``inv = 1 / std``, 0 when std is 0;
+``mu = 0, inv = 1`` for raw) with statistics given from outside (:mod:`memcore.kernels.moments`
+computes them without a scan). Sparse signals (BM25 of the memory's own text and of its
+window, a speaker boost) list only their non-zero rows: ``x_l[i] = 0`` elsewhere.
+Candidates are rows with ``alive[i]`` and ``sim_i >= threshold`` (the row's *own* similarity,
+compared in float64); ranking by float32 score descending, ties by lower row; padding id -1,
+score -inf, sim -inf; reported ``sim`` is ``float32(sim_i)``.
+
+:func:`hybrid_scan_topk_serial` / :func:`hybrid_scan_topk_parallel` return *exactly* the
+exact path's result (ids, scores and sims, ties and the threshold boundary included) while
+reading the rows' int8 codes (:mod:`memcore.kernels.codes`) instead of their float32 vectors:
+
+1. Integer dot products ``cq . c_i`` of every row (int8, exact) give ``hi_i >= sim_i``
+   (:func:`~memcore.kernels.codes.code_bound`, rounded up to float32), and the ``2k + 16``
+   live rows with the highest ``hi`` (*seeds*).
+2. The seeds are scored exactly: the k-th best, ``tau``, is a lower bound on the final k-th
+   score. Weights and ``inv`` are non-negative and sparse values >= 0, so the score is
+   monotone in every similarity and sparse value; from ``tau`` follows a level ``hstar``
+   such that a row holding no sparse signal, with ``hi < hstar`` and no window row at
+   ``hi >= hstar`` (then its context bound ``alpha * hi_i + (1 - alpha) * mean hi_j`` is
+   below ``hstar`` too), scores below ``tau``.
+3. Flagged as possible: the windows of the *hot* rows (``hi >= hstar``; windows are
+   symmetric, ``j in W(i)`` iff ``i in W(j)``, as episode windows are), and the rows holding
+   sparse signals whose bound (their exact sparse gain, a k-way merge of the sorted lists)
+   reaches ``tau``. Each flagged row gets a tight bound (its window's ``hi`` through the
+   stencil, exact sparse values and recency), padded by a slack covering float64 rounding
+   and the rounding to float32; rows reaching ``tau`` are reranked exactly in descending
+   bound order until the next bound is below the k-th exact score.
+
+``stats`` reports the work: ``[rows reranked exactly, exact similarities computed]``.
+The parallel kernel splits rows in the same blocks as the serial one (prange), so both return
+identical results and statistics; the caller sets the threads (``numba.set_num_threads`` in
+``try/finally``). Kernels are pure, ``cache=True``; no ``fastmath`` (integer dot products
+vectorise without it).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from .codes import code_bound, code_dot, quantize_query
+from .scoring import recency
+from .topk import _n_blocks, heap_push, heap_sort
+
+__all__ = ["exact_sim", "hybrid_exact_topk", "hybrid_scan_topk", "hybrid_scan_topk_serial",
+           "hybrid_scan_topk_parallel"]
+
+_U = 2.0 ** -53
+
+
+@numba.njit(cache=True)
+def exact_sim(a, b):
+    """Inner product of two float32 vectors in float64, in a fixed summation order.
+
+    Eight partial sums ``p_k = sum_m a[8m+k] * b[8m+k]`` (in m order; the ``dim % 8`` tail is
+    added to ``p_0``), combined as ``((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))``. No
+    fastmath, so the result is the same wherever it is inlined (and equals the NumPy oracle
+    :func:`memcore.kernels.reference.exact_sims` bit for bit), while the eight independent
+    chains still run about 8x faster than one.
+
+    Examples
+    --------
+    >>> exact_sim(np.array([0.5, 0.25], np.float32), np.array([2.0, 4.0], np.float32))
+    2.0
+    """
+    d = a.shape[0]
+    p0 = p1 = p2 = p3 = p4 = p5 = p6 = p7 = 0.0
+    m = d - d % 8
+    for j in range(0, m, 8):
+        p0 += np.float64(a[j]) * np.float64(b[j])
+        p1 += np.float64(a[j + 1]) * np.float64(b[j + 1])
+        p2 += np.float64(a[j + 2]) * np.float64(b[j + 2])
+        p3 += np.float64(a[j + 3]) * np.float64(b[j + 3])
+        p4 += np.float64(a[j + 4]) * np.float64(b[j + 4])
+        p5 += np.float64(a[j + 5]) * np.float64(b[j + 5])
+        p6 += np.float64(a[j + 6]) * np.float64(b[j + 6])
+        p7 += np.float64(a[j + 7]) * np.float64(b[j + 7])
+    for j in range(m, d):
+        p0 += np.float64(a[j]) * np.float64(b[j])
+    return ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))
+
+
+@numba.njit(cache=True)
+def _sparse_value(sp_ptr, sp_rows, sp_vals, l, i):
+    """``x_l[i]``: binary search of row i in signal l's sorted rows; 0.0 when absent."""
+    lo = sp_ptr[l]
+    hi = sp_ptr[l + 1]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if sp_rows[mid] < i:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo < sp_ptr[l + 1] and sp_rows[lo] == i:
+        return sp_vals[lo]
+    return 0.0
+
+
+@numba.njit(cache=True)
+def _score(i, sim, ctx, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
+           last_accessed_at, importance, now, half_life, w_rec, w_imp):
+    """The exact float64 score of row i (module notes), before rounding to float32."""
+    s = 0.0
+    if dense[0] != 0.0:
+        s += dense[0] * ((sim - dense[1]) * dense[2])
+    if dense[3] != 0.0:
+        s += dense[3] * ((ctx - dense[4]) * dense[5])
+    if w_rec != 0.0:
+        s += w_rec * recency(now - last_accessed_at[i], half_life)
+    if w_imp != 0.0:
+        s += w_imp * np.float64(importance[i])
+    for l in range(sp_w.shape[0]):
+        if sp_w[l] != 0.0:
+            s += sp_w[l] * ((_sparse_value(sp_ptr, sp_rows, sp_vals, l, i) - sp_mu[l]) * sp_inv[l])
+    return s
+
+
+@numba.njit(cache=True)
+def _ctx(i, sims, win_start, win_len, win_rows, alpha):
+    """``alpha * sims[i] + (1 - alpha) * mean(sims[W(i)])`` (sum in window order)."""
+    a = win_start[i]
+    b = (win_start[i] + win_len[i])
+    if b <= a:
+        return alpha * sims[i] + (1.0 - alpha) * sims[i]
+    acc = 0.0
+    for p in range(a, b):
+        acc += sims[win_rows[p]]
+    return alpha * sims[i] + (1.0 - alpha) * (acc / (b - a))
+
+
+@numba.njit(cache=True)
+def hybrid_exact_topk(query, vectors, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals,
+                      sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive, now, half_life,
+                      w_rec, w_imp, threshold, out_ids, out_scores, out_sims):
+    """The exact path: every row's exact similarity, the stencil, the score, a bounded heap.
+
+    Parameters
+    ----------
+    query : ndarray of shape (dim,), float32
+    vectors : ndarray of shape (n, dim), float32
+    win_start, win_len : ndarray of shape (n,), int64
+    win_rows : ndarray, int64 or int32
+        Row ``i``'s episode window is ``win_rows[win_start[i]:win_start[i] + win_len[i]]``
+        (itself included).
+    alpha : float
+        Share of the row's own similarity in its context similarity, in [0, 1].
+    dense : ndarray of shape (6,), float64
+        ``w_own, mu_own, inv_own, w_ctx, mu_ctx, inv_ctx``; weights and ``inv`` >= 0.
+    sp_ptr : ndarray of shape (n_sparse + 1,), int64
+    sp_rows : ndarray of shape (sp_ptr[-1],), int64
+        Signal ``l``'s rows, ``sp_rows[sp_ptr[l]:sp_ptr[l + 1]]``, strictly ascending.
+    sp_vals : ndarray of shape (sp_ptr[-1],), float64
+        Their values.
+    sp_w, sp_mu, sp_inv : ndarray of shape (n_sparse,), float64
+        Weight (>= 0), mean and inverse std (>= 0) of each sparse signal.
+    last_accessed_at : ndarray of shape (n,), float64
+        Unix seconds.
+    importance : ndarray of shape (n,), float32
+    alive : ndarray of shape (n,), bool
+        Candidate rows (window rows count whether alive or not).
+    now, half_life, w_rec, w_imp : float
+        Decay terms (seconds; weights >= 0).
+    threshold : float
+        Minimum own similarity (float64 comparison); ``-inf`` for none.
+    out_ids : ndarray of shape (k,), int64
+    out_scores, out_sims : ndarray of shape (k,), float32
+        Written: best first, padded with -1 / -inf / -inf.
+
+    Returns
+    -------
+    int
+        Filled slots.
+
+    Raises
+    ------
+    Nothing (not validated).
+
+    Examples
+    --------
+    >>> V = np.array([[1, 0], [0.6, 0.8], [0, 1]], np.float32)
+    >>> start, size, rows = np.array([0, 2, 4]), np.array([2, 2, 2]), np.array([0, 1, 0, 1, 1, 2])
+    >>> ids = np.empty(2, np.int64); sc = np.empty(2, np.float32); si = np.empty(2, np.float32)
+    >>> e, z = np.zeros(0, np.int64), np.zeros(0)
+    >>> hybrid_exact_topk(np.array([0, 1], np.float32), V, start, size, rows, 0.5,  # W(2) = [1, 2]
+    ...                   np.array([0.0, 0, 1, 1.0, 0, 1]), np.zeros(1, np.int64), e, z, z, z,
+    ...                   z, np.zeros(3), np.zeros(3, np.float32), np.ones(3, bool), 0.0, 1.0,
+    ...                   0.0, 0.0, -np.inf, ids, sc, si), ids.tolist(), sc.tolist()
+    (2, [2, 1], [0.949999988079071, 0.6000000238418579])
+    """
+    n = vectors.shape[0]
+    sims = np.empty(n, np.float64)
+    for i in range(n):
+        sims[i] = exact_sim(query, vectors[i])
+    thr = np.float64(threshold)
+    size = 0
+    for i in range(n):
+        if not alive[i] or not sims[i] >= thr:
+            continue
+        ctx = _ctx(i, sims, win_start, win_len, win_rows, alpha) if dense[3] != 0.0 else 0.0
+        s = _score(i, sims[i], ctx, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
+                   last_accessed_at, importance, now, half_life, w_rec, w_imp)
+        size = heap_push(out_ids, out_scores, out_sims, size, np.int64(i), np.float32(s),
+                         np.float32(sims[i]))
+    return heap_sort(out_ids, out_scores, out_sims, size)
+
+
+# --------------------------------------------------------------------------- bounded pass
+@numba.njit(cache=True)
+def _up32(x):
+    """A float32 >= x for finite float64 x (at most 2 float32 ulps above), branch-free."""
+    return np.float32(x + abs(x) * 2.0 ** -23 + 1e-30)
+
+
+@numba.njit(cache=True)
+def _pass_codes(qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive, importance,
+                start, stop, hi, s_ids, s_keys, s_tmp):
+    """Upper bounds ``hi`` on the similarities of rows [start, stop) from their codes, and
+    the ``s_ids.shape[0]`` live rows with the highest ``hi`` (a heap). Returns (heap size,
+    max |sim| bound, max importance)."""
+    dim = codes.shape[1]
+    m = s_ids.shape[0]
+    size = 0
+    imax = 0.0
+    amax = 0.0
+    for i in range(start, stop):
+        a = np.float64(scale[i]) * qscale * np.float64(code_dot(qcode, codes[i]))
+        e = code_bound(a, scale[i], cnorm[i], rnorm[i], qres, qnorm, dim)
+        h32 = _up32(a + e)
+        hi[i] = h32
+        amax = max(amax, abs(a) + e)
+        imax = max(imax, np.float64(importance[i]))
+        if alive[i] and (size < m or h32 > s_keys[0]):
+            size = heap_push(s_ids, s_keys, s_tmp, size, np.int64(i), h32, h32)
+    return size, amax, imax
+
+
+@numba.njit(cache=True)
+def _pass_hot(start, stop, hi, hstar, win_start, win_len, win_rows, windows, flag):
+    """Flag every row whose window holds a *hot* row of [start, stop) (``hi >= hstar``), and
+    the hot row itself. Windows are symmetric, so ``W^-1(j) = W(j)``. Racing writes all
+    store True."""
+    for j in range(start, stop):
+        if np.float64(hi[j]) >= hstar:
+            flag[j] = True
+            if windows:
+                for p in range(win_start[j], (win_start[j] + win_len[j])):
+                    flag[win_rows[p]] = True
+
+
+@numba.njit(cache=True)
+def _exact_into(i, query, vectors, sims, known, win_start, win_len, win_rows, alpha, dense, sp_ptr,
+                sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, now,
+                half_life, w_rec, w_imp, thr, out_ids, out_scores, out_sims, size, stats):
+    """Score row i exactly (similarities cached in sims/known) and offer it to the heap."""
+    stats[0] += 1
+    if not known[i]:
+        sims[i] = exact_sim(query, vectors[i])
+        known[i] = True
+        stats[1] += 1
+    sim = sims[i]
+    if not sim >= thr:
+        return size
+    ctx = 0.0
+    if dense[3] != 0.0:
+        for p in range(win_start[i], (win_start[i] + win_len[i])):
+            j = win_rows[p]
+            if not known[j]:
+                sims[j] = exact_sim(query, vectors[j])
+                known[j] = True
+                stats[1] += 1
+        ctx = _ctx(i, sims, win_start, win_len, win_rows, alpha)
+    s = _score(i, sim, ctx, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
+               last_accessed_at, importance, now, half_life, w_rec, w_imp)
+    return heap_push(out_ids, out_scores, out_sims, size, np.int64(i), np.float32(s),
+                     np.float32(sim))
+
+
+@numba.njit(cache=True)
+def _upper(i, hi, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu,
+           sp_inv, last_accessed_at, importance, now, half_life, w_rec, w_imp):
+    """A rigorous upper bound on row i's float32 score from the similarity intervals."""
+    a_hi = np.float64(hi[i])
+    u = 0.0
+    mag = 0.0
+    if dense[0] != 0.0:
+        x = dense[0] * ((a_hi - dense[1]) * dense[2])
+        u += x
+        mag += abs(x) + dense[0] * (abs(a_hi) + abs(dense[1])) * dense[2]
+    if dense[3] != 0.0:
+        pa = win_start[i]
+        pb = (win_start[i] + win_len[i])
+        c = a_hi
+        if pb > pa:
+            acc = 0.0
+            for p in range(pa, pb):
+                acc += np.float64(hi[win_rows[p]])
+            c = alpha * a_hi + (1.0 - alpha) * (acc / (pb - pa))
+        x = dense[3] * ((c - dense[4]) * dense[5])
+        u += x
+        mag += abs(x) + dense[3] * (abs(c) + abs(dense[4])) * dense[5]
+    if w_rec != 0.0:
+        x = w_rec * recency(now - last_accessed_at[i], half_life)
+        u += x
+        mag += x
+    if w_imp != 0.0:
+        x = w_imp * np.float64(importance[i])
+        u += x
+        mag += abs(x)
+    for l in range(sp_w.shape[0]):
+        if sp_w[l] != 0.0:
+            xv = _sparse_value(sp_ptr, sp_rows, sp_vals, l, i)
+            x = sp_w[l] * ((xv - sp_mu[l]) * sp_inv[l])
+            u += x
+            mag += abs(x) + sp_w[l] * (abs(xv) + abs(sp_mu[l])) * sp_inv[l]
+    # float64 rounding of both this bound and the exact score (1e-12 of the magnitudes), and
+    # the exact score's rounding to float32 (2**-24 relative)
+    return u + 1e-12 * mag + abs(u) * 2.0 ** -23 + 1e-30
+
+
+@numba.njit(cache=True)
+def _finish(query, vectors, hi, flag, seeds, win_start, win_len, win_rows, alpha, dense, sp_ptr,
+            sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive, now,
+            half_life, w_rec, w_imp, thr, c1, c2, slack, out_ids, out_scores, out_sims, size,
+            sims, known, stats):
+    """Sparse rows' cheap bounds, then refined bounds and the exact rerank of the flagged rows."""
+    n = hi.shape[0]
+    k = out_ids.shape[0]
+    tau = out_scores[0] if size == k else -np.inf
+    n_sp = sp_w.shape[0]
+    cur = sp_ptr[:n_sp].copy()
+    while True:                              # k-way merge of the sparse signals' sorted rows
+        i = n
+        for l in range(n_sp):
+            if cur[l] < sp_ptr[l + 1] and sp_rows[cur[l]] < i:
+                i = sp_rows[cur[l]]
+        if i == n:
+            break
+        g = 0.0                              # the row's score gain from its sparse values
+        for l in range(n_sp):
+            if cur[l] < sp_ptr[l + 1] and sp_rows[cur[l]] == i:
+                g += sp_w[l] * sp_vals[cur[l]] * sp_inv[l]
+                cur[l] += 1
+        if flag[i] or not alive[i] or not np.float64(hi[i]) >= thr:
+            continue
+        # not flagged: no hot row in its window, so the window's mean hi is < hstar
+        u = c1 * np.float64(hi[i]) + c2 + w_imp * np.float64(importance[i]) + g + slack + 1e-12 * g
+        if u >= tau:
+            flag[i] = True
+    for j in range(seeds.shape[0]):          # already scored
+        flag[seeds[j]] = False
+    m = 0
+    for i in range(n):                       # window neighbours of hot rows may be dead
+        if flag[i] and not (alive[i] and np.float64(hi[i]) >= thr):
+            flag[i] = False
+    for i in range(n):
+        if flag[i]:
+            m += 1
+    if stats.shape[0] > 2:
+        stats[2] = m
+    cand = np.empty(m, np.int64)
+    key = np.empty(m, np.float64)
+    m = 0
+    for i in range(n):
+        if flag[i]:
+            u = _upper(i, hi, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals,
+                       sp_w, sp_mu, sp_inv, last_accessed_at, importance, now, half_life,
+                       w_rec, w_imp)
+            if u >= tau:
+                cand[m] = i
+                key[m] = -u
+                m += 1
+    if stats.shape[0] > 3:
+        stats[3] = m
+    order = np.argsort(key[:m], kind="mergesort")      # upper bound descending, ties by row
+    for o in range(m):
+        i = cand[order[o]]
+        if size == k and -key[order[o]] < np.float64(out_scores[0]):
+            break                                  # no later candidate can reach the k-th
+        size = _exact_into(i, query, vectors, sims, known, win_start, win_len, win_rows, alpha, dense,
+                           sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
+                           importance, now, half_life, w_rec, w_imp, thr, out_ids, out_scores,
+                           out_sims, size, stats)
+    return heap_sort(out_ids, out_scores, out_sims, size)
+
+
+@numba.njit(cache=True)
+def _seeds_and_constants(query, vectors, s_ids, s_keys, s_sizes, amax, imax, win_start, win_len, win_rows,
+                         alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
+                         last_accessed_at, importance, now, half_life, w_rec, w_imp, thr,
+                         out_ids, out_scores, out_sims, sims, known, stats):
+    """Score the seeds exactly (the heap's root ``tau`` becomes a lower bound on the k-th
+    score), then the hot-row level ``hstar``: a row holding no sparse signal, with ``hi <
+    hstar`` and no row of its window at ``hi >= hstar``, scores below ``tau``. Also the
+    constants of the bound of such a row holding sparse signals:
+    ``c1 * hi_i + c2 + w_imp * importance_i + slack``."""
+    m = s_ids.shape[1]
+    t_ids = np.empty(m, np.int64)
+    t_keys = np.empty(m, np.float32)
+    t_tmp = np.empty(m, np.float32)
+    size = 0
+    for b in range(s_ids.shape[0]):
+        for j in range(s_sizes[b]):
+            size = heap_push(t_ids, t_keys, t_tmp, size, s_ids[b, j], s_keys[b, j], s_keys[b, j])
+    seeds = t_ids[:size].copy()
+    out = 0
+    for j in range(size):
+        out = _exact_into(seeds[j], query, vectors, sims, known, win_start, win_len, win_rows, alpha, dense,
+                          sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
+                          importance, now, half_life, w_rec, w_imp, thr, out_ids, out_scores,
+                          out_sims, out, stats)
+    tau = np.float64(out_scores[0]) if out == out_ids.shape[0] else -np.inf
+    t_own = dense[0] * dense[2] if dense[0] != 0.0 else 0.0
+    t_ctx = dense[3] * dense[5] if dense[3] != 0.0 else 0.0
+    c0 = -t_own * dense[1] - t_ctx * dense[4] + w_rec
+    mag = 1.0 + (t_own + t_ctx) * (1.0 + amax + abs(dense[1]) + abs(dense[4])) + w_rec + w_imp
+    for l in range(sp_w.shape[0]):
+        if sp_w[l] != 0.0:
+            x = sp_w[l] * ((0.0 - sp_mu[l]) * sp_inv[l])
+            c0 += x
+            mag += abs(x)
+    slack = 1e-7 * mag
+    t = t_own + t_ctx
+    rest = c0 + w_imp * imax + 2.0 * slack
+    if tau == -np.inf:
+        hstar = -np.inf
+    elif t > 0.0:
+        hstar = (tau - rest) / t                 # +-inf when t is tiny: kept as is
+        if np.isfinite(hstar):
+            hstar -= abs(hstar) * 1e-9 + 1e-12
+    else:
+        hstar = np.inf if rest < tau else -np.inf
+    c1 = t_own + t_ctx * alpha
+    c2 = c0
+    if t_ctx != 0.0 and hstar != -np.inf:
+        c2 += t_ctx * ((1.0 - alpha) * min(hstar, amax * (1.0 + 2.0 ** -20) + 1e-30))
+    if hstar == -np.inf:
+        c2 = np.inf                              # every row is flagged anyway
+    return seeds, out, c1, c2, slack, hstar
+
+
+@numba.njit(cache=True)
+def hybrid_scan_topk_serial(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len, win_rows,
+                            alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
+                            last_accessed_at, importance, alive, now, half_life, w_rec, w_imp,
+                            threshold, out_ids, out_scores, out_sims, stats):
+    """:func:`hybrid_exact_topk`'s result from int8 codes, single-threaded.
+
+    See :func:`hybrid_scan_topk` for the parameters.
+    """
+    n = codes.shape[0]
+    k = out_ids.shape[0]
+    stats[0] = 0
+    stats[1] = 0
+    if k == 0 or n == 0:
+        return heap_sort(out_ids, out_scores, out_sims, 0)
+    qcode = np.empty(codes.shape[1], np.int8)
+    qscale, qres, qnorm = quantize_query(query, qcode)
+    hi = np.empty(n, np.float32)
+    nb = _n_blocks(n)
+    m = 2 * k + 16
+    s_ids = np.empty((nb, m), np.int64)
+    s_keys = np.empty((nb, m), np.float32)
+    s_tmp = np.empty((nb, m), np.float32)
+    s_sizes = np.zeros(nb, np.int64)
+    b_max = np.empty((nb, 2), np.float64)
+    for b in range(nb):
+        s_sizes[b], b_max[b, 0], b_max[b, 1] = _pass_codes(
+            qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive, importance,
+            b * n // nb, (b + 1) * n // nb, hi, s_ids[b], s_keys[b], s_tmp[b])
+    thr = np.float64(threshold)
+    sims = np.empty(n, np.float64)
+    known = np.zeros(n, np.bool_)
+    seeds, size, c1, c2, slack, hstar = _seeds_and_constants(
+        query, vectors, s_ids, s_keys, s_sizes, b_max[:, 0].max(), b_max[:, 1].max(), win_start,
+        win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
+        last_accessed_at, importance, now, half_life, w_rec, w_imp, thr, out_ids, out_scores,
+        out_sims, sims, known, stats)
+    flag = np.zeros(n, np.bool_)
+    windows = dense[3] != 0.0
+    for b in range(nb):
+        _pass_hot(b * n // nb, (b + 1) * n // nb, hi, hstar, win_start, win_len, win_rows, windows, flag)
+    return _finish(query, vectors, hi, flag, seeds, win_start, win_len, win_rows, alpha, dense, sp_ptr,
+                   sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive,
+                   now, half_life, w_rec, w_imp, thr, c1, c2, slack, out_ids, out_scores,
+                   out_sims, size, sims, known, stats)
+
+
+@numba.njit(cache=True, parallel=True)
+def hybrid_scan_topk_parallel(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len, win_rows,
+                              alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
+                              last_accessed_at, importance, alive, now, half_life, w_rec,
+                              w_imp, threshold, out_ids, out_scores, out_sims, stats):
+    """:func:`hybrid_scan_topk_serial` with the code scan and the cheap-bound pass split in
+    row blocks over numba's threads; identical results and ``stats``.
+
+    See :func:`hybrid_scan_topk` for the parameters.
+    """
+    n = codes.shape[0]
+    k = out_ids.shape[0]
+    stats[0] = 0
+    stats[1] = 0
+    if k == 0 or n == 0:
+        return heap_sort(out_ids, out_scores, out_sims, 0)
+    qcode = np.empty(codes.shape[1], np.int8)
+    qscale, qres, qnorm = quantize_query(query, qcode)
+    hi = np.empty(n, np.float32)
+    nb = _n_blocks(n)
+    m = 2 * k + 16
+    s_ids = np.empty((nb, m), np.int64)
+    s_keys = np.empty((nb, m), np.float32)
+    s_tmp = np.empty((nb, m), np.float32)
+    s_sizes = np.zeros(nb, np.int64)
+    b_max = np.empty((nb, 2), np.float64)
+    for b in numba.prange(nb):
+        s_sizes[b], b_max[b, 0], b_max[b, 1] = _pass_codes(
+            qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive, importance,
+            b * n // nb, (b + 1) * n // nb, hi, s_ids[b], s_keys[b], s_tmp[b])
+    thr = np.float64(threshold)
+    sims = np.empty(n, np.float64)
+    known = np.zeros(n, np.bool_)
+    seeds, size, c1, c2, slack, hstar = _seeds_and_constants(
+        query, vectors, s_ids, s_keys, s_sizes, b_max[:, 0].max(), b_max[:, 1].max(), win_start,
+        win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
+        last_accessed_at, importance, now, half_life, w_rec, w_imp, thr, out_ids, out_scores,
+        out_sims, sims, known, stats)
+    flag = np.zeros(n, np.bool_)
+    windows = dense[3] != 0.0
+    for b in numba.prange(nb):
+        _pass_hot(b * n // nb, (b + 1) * n // nb, hi, hstar, win_start, win_len, win_rows, windows, flag)
+    return _finish(query, vectors, hi, flag, seeds, win_start, win_len, win_rows, alpha, dense, sp_ptr,
+                   sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive,
+                   now, half_life, w_rec, w_imp, thr, c1, c2, slack, out_ids, out_scores,
+                   out_sims, size, sims, known, stats)
+
+
+def hybrid_scan_topk(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len, win_rows, alpha,
+                     dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
+                     importance, alive, now, half_life, w_rec, w_imp, threshold,
+                     out_ids, out_scores, out_sims, stats, parallel=False):
+    """Exact hybrid top-k (:func:`hybrid_exact_topk`'s result) from a compressed first pass.
+
+    Parameters
+    ----------
+    query : ndarray of shape (dim,), float32
+    codes : ndarray of shape (n, dim), int8
+    scale, cnorm, rnorm : ndarray of shape (n,), float32
+        From :func:`memcore.kernels.codes.encode_rows` of ``vectors``.
+    vectors : ndarray of shape (n, dim), float32
+        The rows themselves (only candidates and their windows are read).
+    win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu,
+    sp_inv, last_accessed_at, importance, alive, now, half_life, w_rec, w_imp, threshold
+        As in :func:`hybrid_exact_topk`.
+    out_ids : ndarray of shape (k,), int64
+    out_scores, out_sims : ndarray of shape (k,), float32
+        Written, as in :func:`hybrid_exact_topk` (identical values).
+    stats : ndarray of shape (2,), int64
+        Written: rows reranked exactly, exact similarities computed.
+    parallel : bool, default False
+        Use :func:`hybrid_scan_topk_parallel` (numba's current thread count).
+
+    Returns
+    -------
+    int
+        Filled slots.
+
+    Raises
+    ------
+    Nothing (not validated).
+
+    Examples
+    --------
+    >>> from memcore.kernels.codes import encode_rows
+    >>> V = np.array([[1, 0], [0.6, 0.8], [0, 1]], np.float32)
+    >>> C = np.empty((3, 2), np.int8); s, cn, rn = (np.empty(3, np.float32) for _ in range(3))
+    >>> encode_rows(V, C, s, cn, rn)
+    >>> start, size, rows = np.array([0, 2, 4]), np.array([2, 2, 2]), np.array([0, 1, 0, 1, 1, 2])
+    >>> ids = np.empty(2, np.int64); sc = np.empty(2, np.float32); si = np.empty(2, np.float32)
+    >>> e, z, st = np.zeros(0, np.int64), np.zeros(0), np.zeros(2, np.int64)
+    >>> hybrid_scan_topk(np.array([0, 1], np.float32), C, s, cn, rn, V, start, size, rows, 0.5,
+    ...                  np.array([0.0, 0, 1, 1.0, 0, 1]), np.zeros(1, np.int64), e, z, z, z,
+    ...                  z, np.zeros(3), np.zeros(3, np.float32), np.ones(3, bool), 0.0, 1.0,
+    ...                  0.0, 0.0, -np.inf, ids, sc, si, st), ids.tolist()
+    (2, [2, 1])
+    """
+    kernel = hybrid_scan_topk_parallel if parallel else hybrid_scan_topk_serial
+    return kernel(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len, win_rows, alpha, dense,
+                  sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance,
+                  alive, now, half_life, w_rec, w_imp, threshold, out_ids, out_scores, out_sims,
+                  stats)
