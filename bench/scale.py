@@ -648,7 +648,7 @@ def _embedder(vectors: str):
 
 
 def _hybrid(vectors: str):
-    from memcore.hybrid import HybridWeights
+    from memcore.recall.hybrid import HybridWeights
 
     return HybridWeights.no_model() if vectors == "hashing" else HybridWeights.hybrid()
 
@@ -659,7 +659,7 @@ def warm_kernels(emb, hw) -> float:
     seconds it took, reported apart so open and first-search times measure the store only."""
     import tempfile
 
-    from memcore.hybrid import HybridWeights
+    from memcore.recall.hybrid import HybridWeights
     from memcore.stores.long import LongTermMemory
     from memcore.types import MemoryItem
 
@@ -712,7 +712,7 @@ def worker(a: argparse.Namespace) -> dict:
     calls = max(math.ceil(n / a.chunk), 1)
     now = T0 + calls * STEP + 60.0
     if phase in ("ingest", "memcore", "open-warm"):
-        from memcore.hybrid import HybridWeights
+        from memcore.recall.hybrid import HybridWeights
         from memcore.stores.long import LongTermMemory
 
         emb = _embedder(a.vectors)

@@ -287,7 +287,7 @@ class DiskTable(Table):
         Rows in use.
     """
 
-    __slots__ = ("index", "n_live", "_masks")
+    __slots__ = ("index", "n_live", "_masks", "index_dirty")
 
     def __init__(self, namespace: Namespace, columns: Any, files: Any, index: Any, rows: int):
         super().__init__(namespace, columns)
@@ -295,6 +295,7 @@ class DiskTable(Table):
         self.keys = _DiskKeys(self)                                 # type: ignore[assignment]
         self.n_live = int(np.count_nonzero(columns.alive[:rows]))
         self._masks: dict = {}
+        self.index_dirty = False        # a hybrid index changed since the last checkpoint
 
     @property
     def live(self) -> int:
@@ -358,6 +359,47 @@ class DiskTable(Table):
         self._masks[tag] = alive
         return alive
 
+    def recall_index(self, weights: HybridWeights, dim: int,
+                     preparer: Callable | None) -> HybridIndex:
+        """The hybrid index for ``weights``' structure: restored at open from the last
+        checkpoint (then kept current by every write), else built from the live rows on first
+        use (and written at the next checkpoint)."""
+        if self.recall is None:
+            self.recall = NamespaceRecall(dim, preparer, vectors=lambda: self.columns.vectors)
+        before = len(self.recall.indexes)
+        idx = self.recall.index(weights, self._recall_source)
+        if len(self.recall.indexes) != before:
+            self.index_dirty = True
+        return idx
+
+    def restore_recall(self, indexes: dict, dim: int, preparer: Callable | None,
+                       events: Sequence[tuple], offsets: np.ndarray) -> None:
+        """Adopt hybrid indexes restored from a checkpoint (``{structure: HybridIndex}``)
+        and bring them up to date with the log tail (``events``: ``(row, killed)`` per PUT,
+        ``(-1, row)`` per DEL, in log order; ``offsets`` of the tail's PUT records)."""
+        self.recall = NamespaceRecall(dim, preparer, vectors=lambda: self.columns.vectors)
+        self.recall.indexes.update(indexes)
+        if not len(events):
+            return
+        d = self.files.decode(np.asarray(offsets, np.int64), keys=False)
+        vecs = self.columns.vectors
+        pi = 0
+        for row, other in events:
+            if row < 0:
+                self.recall.delete(other)
+                continue
+            if other >= 0:
+                self.recall.delete(other)
+            self.recall.put(row, d["texts"][pi], vecs[row], json.loads(d["metadata"][pi]))
+            pi += 1
+        self.index_dirty = True
+
+    def hybrid_state(self) -> dict | None:
+        """``{structure: (arrays, small_state)}`` of the built hybrid indexes, or None."""
+        if self.recall is None or not self.recall.indexes:
+            return None
+        return {key: (idx.arrays, idx.small_state()) for key, idx in self.recall.indexes.items()}
+
     def _recall_source(self) -> tuple:
         rows = self.live_rows()
         d = self.decode(rows, keys=False)
@@ -403,6 +445,7 @@ class DiskTable(Table):
         self._masks.clear()
         rec = self.recall
         if rec is not None and rec.indexes:
+            self.index_dirty = True
             keep = [(r, j) for r, j in zip(idx.tolist(), sel) if tail.get(batch.keys[j]) == r]
             rec.put_many([r for r, _ in keep], [batch.texts[j] for _, j in keep],
                          np.ascontiguousarray(c.vectors[[r for r, _ in keep]]),
@@ -425,10 +468,14 @@ class DiskTable(Table):
         self.columns.alive[np.asarray(rows, np.int64)] = False
         self._masks.clear()
         if self.recall is not None:
+            self.index_dirty = self.index_dirty or bool(self.recall.indexes)
             for r in rows:
                 self.recall.delete(r)
 
     def checkpoint(self) -> None:
-        """Write a checkpoint (:meth:`NamespaceFiles.checkpoint`)."""
+        """Write a checkpoint (:meth:`NamespaceFiles.checkpoint`), the hybrid indexes
+        included."""
         c = self.columns
-        self.files.checkpoint(c, self.rows, c.record_offset, keys=self.index)
+        self.files.checkpoint(c, self.rows, c.record_offset, keys=self.index,
+                              hybrid=self.hybrid_state(), hybrid_dirty=self.index_dirty)
+        self.index_dirty = False

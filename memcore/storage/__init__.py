@@ -180,6 +180,12 @@ from memcore.storage.disk import (  # noqa: F401
     write_generation,
     write_namespace,
 )
+from memcore.storage.mapped import (  # noqa: F401
+    MappedArrays,
+    read_index,
+    structures as index_structures,
+    write_index,
+)
 from memcore.storage.jsonl import EXPORT_FORMAT, export_jsonl, import_jsonl  # noqa: F401
 from memcore.storage.layout import (  # noqa: F401
     DURABILITY_MODES,

@@ -44,6 +44,7 @@ from memcore.storage.checkpoint import (
     write_checkpoint_files,
 )
 from memcore.storage.log import Replay, first_bad_vector, scan_log
+from memcore.storage.mapped import index_file_names, index_prefix, write_index
 from memcore.storage.records import (
     OP_PUT,
     copy_puts,
@@ -231,6 +232,7 @@ class NamespaceFiles:
         self.checkpoint_id = 0          # format 2: the checkpoint the header names
         self.checkpoint_log_bytes = 0
         self._rfd: int | None = None    # format 2: reads single records
+        self.index_entry: dict | None = None   # format 2: the header's hybrid-index entry
 
     # ---------------------------------------------------------------- create / open
 
@@ -405,6 +407,7 @@ class NamespaceFiles:
         files.checkpoint_rows = ck_rows
         files.checkpoint_id = ck
         files.checkpoint_log_bytes = ck_bytes
+        files.index_entry = _index_entry(h, hpath, ck)
         try:
             cols.alive[:ck_rows] = alive0
             if m:
@@ -414,14 +417,14 @@ class NamespaceFiles:
                                range(ck_rows, rows), vec_path, tail.put_offsets,
                                "the store was not opened")
             keys = new_key_index(files, cols, hashes, krows)
-            _replay_keys(keys, cols.alive, tail, ck_rows, lpath)
+            events = _replay_keys(keys, cols.alive, tail, ck_rows, lpath)
         except BaseException:
             files.close()
             cols.release()
             raise
         if not read_only:
-            remove_stale(directory, gen, ck)
-        return files, cols, OpenState(keys, rows, tail)
+            remove_stale(directory, gen, ck, files.index_entry)
+        return files, cols, OpenState(keys, rows, tail, events)
 
     # ---------------------------------------------------------------- format 2 reads
 
@@ -531,7 +534,8 @@ class NamespaceFiles:
             self._pending_bytes = 0
 
     def checkpoint(self, cols: Columns, rows: int, offsets: Sequence[int],
-                   keys: KeyIndex | None = None) -> None:
+                   keys: KeyIndex | None = None, hybrid: dict | None = None,
+                   hybrid_dirty: bool = False) -> None:
         """Verify the rows written since the last checkpoint, fsync everything, then atomically
         record the checkpoint in the header.
 
@@ -545,6 +549,12 @@ class NamespaceFiles:
         keys : KeyIndex, optional
             Format 2: the key index, persisted with the live flags as checkpoint files
             (written once under new names) before the header naming them replaces the old one.
+        hybrid : dict, optional
+            Format 2: the namespace's hybrid indexes, ``{structure: (arrays, small_state)}``,
+            written as index checkpoint files with the others (the header drops its index
+            entry when None).
+        hybrid_dirty : bool, default False
+            Whether an index changed since it was last written.
 
         Raises
         ------
@@ -573,15 +583,30 @@ class NamespaceFiles:
                              self.log_bytes, rows, durable=True, version=1)
             self.checkpoint_rows = rows
             return
-        if rows == self.checkpoint_rows and self.log_bytes == self.checkpoint_log_bytes:
+        if rows == self.checkpoint_rows and self.log_bytes == self.checkpoint_log_bytes \
+                and not hybrid_dirty:
             return
         c = self.checkpoint_id + 1
         hashes, krows = keys.merged(cols.alive[:rows])
         write_checkpoint_files(self.directory, self.generation, c, cols.alive[:rows], hashes,
-                               krows, durable=True)
+                               krows, durable=False)
+        entry = None
+        if hybrid:
+            entry = {"checkpoint": c, "structures": {
+                index_prefix(key)[2:]: write_index(self.directory, self.generation, c, key,
+                                                   arrays, state, durable=True)
+                for key, (arrays, state) in hybrid.items()}}
+        for name in checkpoint_names(self.generation, c):
+            _fsync_file(os.path.join(self.directory, name))
+        fsync_dir(self.directory)
         _write_ns_header(self.directory, self.ns, self.dim, self.generation, self.records,
-                         self.log_bytes, rows, durable=True, checkpoint=c, live=len(hashes))
+                         self.log_bytes, rows, durable=True, checkpoint=c, live=len(hashes),
+                         index=entry)
         remove_checkpoint(self.directory, self.generation, self.checkpoint_id)
+        for name in index_file_names(self.generation, self.index_entry) - \
+                index_file_names(self.generation, entry):
+            _unlink(os.path.join(self.directory, name))
+        self.index_entry = entry
         self.checkpoint_rows, self.checkpoint_id = rows, c
         self.checkpoint_log_bytes = self.log_bytes
         _, keys.hashes, keys.rows = load_checkpoint_files(self.directory, self.generation, c, rows)
@@ -613,6 +638,8 @@ class OpenState:
     keys: KeyIndex
     rows: int
     tail: Tail
+    #: the tail's effect in log order: ``(row, killed row or -1)`` per PUT, ``(-1, row)`` per DEL
+    events: list
 
 
 def _adopt_tail(cols: Columns, tail: Tail, first: int, read_only: bool) -> None:
@@ -634,10 +661,22 @@ def _adopt_tail(cols: Columns, tail: Tail, first: int, read_only: bool) -> None:
     cols.alive[sl] = True
 
 
-def _replay_keys(keys: KeyIndex, alive: np.ndarray, tail: Tail, first: int, path: str) -> None:
-    """Apply the tail's PUT and DEL records to the key index and the live flags."""
+def _index_entry(h: dict, hpath: str, checkpoint: int) -> dict | None:
+    entry = h.get("index")
+    if entry is None:
+        return None
+    if (not isinstance(entry, dict) or entry.get("checkpoint") != checkpoint
+            or not isinstance(entry.get("structures"), dict)):
+        raise StoreCorruptedError(f"{hpath} has an invalid 'index' entry (got {entry!r})")
+    return entry
+
+
+def _replay_keys(keys: KeyIndex, alive: np.ndarray, tail: Tail, first: int, path: str) -> list:
+    """Apply the tail's PUT and DEL records to the key index and the live flags; returns
+    :attr:`OpenState.events`."""
     pre = keys.lookup_many(tail.put_keys, alive)      # the checkpoint's rows of the keys
     live = keys.tail
+    events = []
     pi = di = 0
     for op in tail.ops.tolist():
         if op == OP_PUT:
@@ -649,6 +688,7 @@ def _replay_keys(keys: KeyIndex, alive: np.ndarray, tail: Tail, first: int, path
             if old is not None:
                 alive[old] = False
             live[k] = first + pi
+            events.append((first + pi, -1 if old is None else old))
             pi += 1
         else:
             k, row = tail.del_keys[di], tail.del_rows[di]
@@ -659,7 +699,24 @@ def _replay_keys(keys: KeyIndex, alive: np.ndarray, tail: Tail, first: int, path
                     f"live row; {_REPAIR_HINT}")
             alive[row] = False
             live.pop(k, None)
+            events.append((-1, row))
             di += 1
+    return events
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _file_rows_min(directory: str, generation: int, have_rows: int,
@@ -685,12 +742,14 @@ def _write_all(fd: int, blob: bytes) -> None:
 
 def _write_ns_header(directory: str, ns: tuple, dim: int, generation: int, records: int,
                      log_bytes: int, rows: int, *, durable: bool, version: int = FORMAT_VERSION,
-                     checkpoint: int = 0, live: int = 0) -> None:
+                     checkpoint: int = 0, live: int = 0, index: dict | None = None) -> None:
     head = {"format": NAMESPACE_FORMAT, "version": version, "namespace": list(ns),
             "dim": int(dim), "generation": int(generation), "records": int(records),
             "log_bytes": int(log_bytes), "rows": int(rows)}
     if version >= 2:
         head.update(checkpoint=int(checkpoint), live=int(live))
+        if index:
+            head["index"] = index
     atomic_write_json(os.path.join(directory, NAMESPACE_HEADER), head, durable=durable)
 
 
@@ -847,14 +906,16 @@ def repair_namespace(directory: str, dim: int) -> dict:
     return {"namespace": ns, "kept": len(keep), "dropped": dropped, "skipped": rep.skipped}
 
 
-def remove_stale(directory: str, generation: int, checkpoint: int | None = None) -> None:
+def remove_stale(directory: str, generation: int, checkpoint: int | None = None,
+                 index: dict | None = None) -> None:
     """Delete every file of a namespace directory but the header, ``generation``'s files and
-    (format 2) those of ``checkpoint``."""
+    (format 2) those of ``checkpoint`` and of the hybrid-index entry ``index``."""
     keep = {NAMESPACE_HEADER, os.path.basename(log_path(directory, generation))}
     keep.update(os.path.basename(column_path(directory, n, generation))
                 for n in Columns.NAMES + Columns.NAMES_V2)
     if checkpoint is not None:
         keep |= checkpoint_names(generation, checkpoint)
+    keep |= index_file_names(generation, index)
     for entry in os.listdir(directory):
         if entry not in keep:
             try:

@@ -15,6 +15,7 @@ is kept -- nothing is rebuilt or saved on open, and the vectors are stored once.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import json
 import logging
@@ -37,7 +38,7 @@ from memcore.errors import (
     StoreClosedError,
     StoreCorruptedError,
 )
-from memcore.recall.hybrid import HybridWeights
+from memcore.recall.hybrid import HybridIndex, HybridWeights
 from memcore.recall.prep import QueryPreparer
 from memcore.types import (
     Clock,
@@ -416,7 +417,24 @@ class LongTermMemory(MemoryStore):
                 raise FormatVersionError(
                     f"{directory} is a format-1 namespace in a format-2 store; run `memcore "
                     f"migrate {self.path}` or open the store with read_only=True")
-            self._tables[files.ns] = _table(files.ns, cols, files, rep, self.read_only)
+            t = self._tables[files.ns] = _table(files.ns, cols, files, rep, self.read_only)
+            self._restore_recall(t, rep)
+
+    def _restore_recall(self, t: Table, st: Any) -> None:
+        """Restore a format-2 namespace's persisted hybrid indexes (its header's index
+        entry) and replay the log tail into them."""
+        entry = getattr(t.files, "index_entry", None)
+        if not isinstance(t, DiskTable) or not entry:
+            return
+        indexes = {}
+        for structure, manifest in storage.index_structures(entry):
+            arrays, state = storage.read_index(t.files.directory, t.files.generation,
+                                               entry["checkpoint"], structure, manifest)
+            indexes[structure] = HybridIndex.restore(
+                self.dim, arrays, state, dataclasses.replace(HybridWeights(), stem=structure[0]),
+                self.query_preparer, vectors=lambda t=t: t.columns.vectors)
+        t.restore_recall(indexes, self.dim, self.query_preparer, st.events,
+                         st.tail.put_offsets)
 
     def _release(self) -> None:
         for t in self._tables.values():
@@ -564,7 +582,9 @@ class LongTermMemory(MemoryStore):
 
     def _reopen(self, directory: str) -> Table:
         files, cols, st = storage.NamespaceFiles.open(directory, self.dim, self.durability, False)
-        return _table(files.ns, cols, files, st, False)
+        t = _table(files.ns, cols, files, st, False)
+        self._restore_recall(t, st)
+        return t
 
     def compact(self, namespace: NamespaceLike | None = None) -> int:
         """Rewrite namespaces keeping only live rows; returns how many dead rows were dropped.
