@@ -153,3 +153,115 @@ def test_a_damaged_checkpoint_file_is_named_and_repaired_from_the_log(tmp_path):
         store(tmp_path / "m")
     with store(tmp_path / "m", repair=True) as s:
         assert state(s) == want
+
+
+# ---------------------------------------------------------------------------- hybrid index
+
+TURNS = ["I adopted a dog named Rex", "Rex loves the beach", "Bob moved to Lisbon",
+         "the charging dock is in the hallway", "Ann paints on weekends", "the red door is locked"]
+
+
+def hybrid_store(path, **kw):
+    from memcore import HybridWeights
+
+    return store(path, hybrid=HybridWeights.no_model(), **kw)
+
+
+def hybrid_writes(s, start, n, seed):
+    rng = np.random.default_rng(seed)
+    s.put_many("ns", [MemoryItem(f"h{i}", f"{TURNS[i % len(TURNS)]} {i}", 0.5,
+                                 {"speaker": ["Ann", "Bob"][i % 2], "episode": i // 4})
+                      for i in range(start, start + n)])
+    for i in rng.choice(start + n, 3, replace=False).tolist():
+        s.delete("ns", f"h{i}")
+    for i in rng.choice(start + n, 3, replace=False).tolist():
+        s.put("ns", f"h{i}", f"replaced: {TURNS[(i + 1) % len(TURNS)]}",
+              metadata={"speaker": "Ann", "episode": i // 4})
+
+
+def hybrid_results(s) -> list:
+    return [[(h.key, round(h.score, 4)) for h in s.search("ns", q, top_k=6, touch=False)]
+            for q in ("where is the dog Rex", "who moved to Lisbon", "Ann paints", "door")]
+
+
+def rebuilt_results(s) -> list:
+    s._tables[("ns",)].recall = None                 # next search builds from the live rows
+    return hybrid_results(s)
+
+
+def test_hybrid_index_restored_at_open_plus_tail_equals_a_rebuild(tmp_path):
+    s = hybrid_store(tmp_path / "m")
+    hybrid_writes(s, 0, 40, 1)
+    hybrid_results(s)                                 # builds the index
+    s.flush()                                         # persists it
+    assert "index" in header(tmp_path / "m")
+    hybrid_writes(s, 40, 12, 2)                       # the log tail
+    want = hybrid_results(s)
+    s._release()                                      # killed
+    with hybrid_store(tmp_path / "m") as r:
+        t = r._tables[("ns",)]
+        assert t.recall is not None and t.recall.indexes   # restored, not built on search
+        assert hybrid_results(r) == want
+        assert rebuilt_results(r) == want
+    with hybrid_store(tmp_path / "m") as r:           # the close wrote the rebuilt index
+        assert hybrid_results(r) == want
+    with LongTermMemory.open(tmp_path / "m", HashingEmbedder(dim=DIM), clock=lambda: T0,
+                             hybrid=r.hybrid) as ro:
+        assert hybrid_results(ro) == want
+
+
+@pytest.mark.parametrize("fail_at", ["index", "header"])
+def test_crash_while_writing_the_index_keeps_the_previous_checkpoint(tmp_path, monkeypatch,
+                                                                     fail_at):
+    from memcore.storage import mapped
+
+    s = hybrid_store(tmp_path / "m")
+    hybrid_writes(s, 0, 30, 3)
+    hybrid_results(s)
+    s.flush()
+    before = header(tmp_path / "m")
+    hybrid_writes(s, 30, 10, 4)
+    want = hybrid_results(s)
+
+    def crash(*a, **k):
+        raise KeyboardInterrupt("killed")
+
+    if fail_at == "index":
+        monkeypatch.setattr(disk, "write_index", crash)
+    else:
+        real = mapped.write_index
+        monkeypatch.setattr(disk, "write_index", lambda *a, **k: real(*a, **k))
+        monkeypatch.setattr(disk, "_write_ns_header", crash)
+    with pytest.raises(KeyboardInterrupt):
+        s.flush()
+    s._release()
+    monkeypatch.undo()
+    assert header(tmp_path / "m") == before
+    with hybrid_store(tmp_path / "m") as r:
+        assert hybrid_results(r) == want
+        assert rebuilt_results(r) == want
+
+
+def test_mapped_arrays_keep_the_files_as_written(tmp_path):
+    from memcore.core.arrays import Arrays, RamArrays
+    from memcore.storage import MappedArrays, read_index, write_index
+
+    ram = RamArrays()
+    ram.alloc("win", (4, 3), np.int32)[:] = np.arange(12).reshape(4, 3)
+    ram.alloc("flag", (5,), np.bool_)[2] = True
+    manifest = write_index(str(tmp_path), 0, 1, (True,), ram, {"n": np.int64(3)}, durable=True)
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == ["hx1.flag.0.i1.u8", "hx1.state.0.i1.npz", "hx1.win.0.i1.i32"]
+    arrays, state = read_index(str(tmp_path), 0, 1, (True,), manifest)
+    assert isinstance(arrays, Arrays) and isinstance(arrays, MappedArrays)
+    assert int(state["n"]) == 3 and sorted(arrays.names()) == ["flag", "win"]
+    win = arrays.get("win")
+    assert win.dtype == np.int32 and np.array_equal(win, np.arange(12).reshape(4, 3))
+    win[0, 0] = 99                                    # private: the file keeps its bytes
+    grown = arrays.grow("win", 5)
+    assert grown.shape == (16, 3) and grown[0, 0] == 99 and not grown[4:].any()
+    again, _ = read_index(str(tmp_path), 0, 1, (True,), manifest)
+    assert again.get("win")[0, 0] == 0 and bool(again.get("flag")[2])
+    (tmp_path / "hx1.win.0.i1.i32").write_bytes(b"\0" * 4)
+    with pytest.raises(StoreCorruptedError, match=r"hx1\.win\.0\.i1\.i32 has 4 bytes"):
+        read_index(str(tmp_path), 0, 1, (True,), manifest)
