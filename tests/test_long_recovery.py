@@ -294,7 +294,10 @@ def test_compact_verifies_every_live_vector_before_copying_it(tmp_path):
 DRIVER = textwrap.dedent(r"""
     import json, os, random, select, signal, sys, time
     import numpy as np
-    from memcore import LongTermMemory, _validate
+    from memcore import HybridWeights, LongTermMemory, _validate
+
+    HYBRID = HybridWeights.no_model()   # the hybrid index is built, persisted at checkpoints,
+                                        # restored at open: it must rank as a rebuild
 
     root, rounds, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     DIM, KEYS = 16, 40
@@ -309,8 +312,13 @@ DRIVER = textwrap.dedent(r"""
         # unit vector can move it by an ulp -- the store must return exactly this
         return _validate.vector(vec(key, ver), DIM)
 
+    def ranked(s):
+        return [[(h.key, round(h.score, 4)) for h in
+                 s.search("ns", q, query_vector=vec("k1", 7 + j), top_k=8, touch=False)]
+                for j, q in enumerate(("k3 v", "k17 v"))]
+
     def child(w, round_no):
-        s = LongTermMemory(root, _Emb(), durability="flush")
+        s = LongTermMemory(root, _Emb(), durability="flush", hybrid=HYBRID)
         os.write(w, b"R\n")
         r = random.Random(seed * 1000 + round_no)
         ver = 100_000 * round_no
@@ -329,6 +337,8 @@ DRIVER = textwrap.dedent(r"""
                 s.compact()
             elif ver % 31 == 0:
                 s.flush()
+            elif ver % 7 == 0:
+                ranked(s)                      # builds (or uses) the hybrid index
 
     class _Emb:
         name, dim = "fault-test", DIM
@@ -336,7 +346,7 @@ DRIVER = textwrap.dedent(r"""
             return np.zeros((len(texts), DIM), np.float32)
 
     model = {}          # key -> ver of the acknowledged state (None: absent)
-    failures, acked_total = [], 0
+    failures, acked_total, restored = [], 0, 0
     for rnd_no in range(1, rounds + 1):
         r, w = os.pipe()
         pid = os.fork()
@@ -375,7 +385,14 @@ DRIVER = textwrap.dedent(r"""
                 model[key] = ver if op == "P" else None
                 acked_total += 1
                 pending = None
-        s = LongTermMemory(root, _Emb(), durability="flush")
+        s = LongTermMemory(root, _Emb(), durability="flush", hybrid=HYBRID)
+        if s.count("ns"):
+            restored += s._tables[("ns",)].recall is not None
+            got = ranked(s)                    # the restored index (or one built now)
+            s._tables[("ns",)].recall = None
+            if got != ranked(s):               # a rebuild from the live rows
+                failures.append(f"round {rnd_no}: hybrid ranking {got} != rebuilt "
+                                f"{ranked(s)}")
         for i in range(KEYS):
             key = f"k{i}"
             want = model.get(key)
@@ -397,7 +414,8 @@ DRIVER = textwrap.dedent(r"""
         s.put("ns", "probe", "the store still accepts writes", vector=vec("k0", 0))
         s.delete("ns", "probe")
         s.close()
-    print(json.dumps({"failures": failures, "acked": acked_total, "rounds": rounds}))
+    print(json.dumps({"failures": failures, "acked": acked_total, "rounds": rounds,
+                      "restored": restored}))
 """)
 
 
@@ -411,3 +429,4 @@ def test_sigkill_fault_injection_never_loses_an_acknowledged_write(tmp_path):
     assert result["failures"] == []
     assert result["rounds"] == 30
     assert result["acked"] >= 30 * 5                  # the children really did work
+    assert result["restored"] >= 10                   # reopened with a persisted hybrid index
