@@ -22,7 +22,8 @@ def store(path, **kw):
 
 
 def ns_dir(root) -> Path:
-    return next((Path(root) / "ns.0").iterdir())
+    epoch = json.loads((Path(root) / "memcore.json").read_text())["epoch"]
+    return next((Path(root) / f"ns.{epoch}").iterdir())
 
 
 def header(root) -> dict:
@@ -265,3 +266,17 @@ def test_mapped_arrays_keep_the_files_as_written(tmp_path):
     (tmp_path / "hx1.win.0.i1.i32").write_bytes(b"\0" * 4)
     with pytest.raises(StoreCorruptedError, match=r"hx1\.win\.0\.i1\.i32 has 4 bytes"):
         read_index(str(tmp_path), 0, 1, (True,), manifest)
+
+
+def test_compact_and_reindex_rebuild_and_persist_the_index(tmp_path):
+    with hybrid_store(tmp_path / "m") as s:
+        hybrid_writes(s, 0, 40, 5)
+        want = hybrid_results(s)
+        assert s.compact() > 0
+        assert "index" in header(tmp_path / "m")
+        assert hybrid_results(s) == want
+        s.reindex(HashingEmbedder(dim=DIM), progress=False)
+        assert "index" in header(tmp_path / "m")
+        assert hybrid_results(s) == want           # the same embedder: the same ranking
+    with hybrid_store(tmp_path / "m") as r:
+        assert r._tables[("ns",)].recall is not None and hybrid_results(r) == want

@@ -99,6 +99,11 @@ def _live(t: Table, texts: bool = True) -> tuple:
             [t.metadata[r] for r in rows], [t.importance[r] for r in rows])
 
 
+def _index_structures(t: Table) -> list:
+    """The structures of the hybrid indexes ``t`` has built."""
+    return [] if t.recall is None else list(t.recall.indexes)
+
+
 def _record_offsets(t: Table, rows: Sequence[int]) -> np.ndarray:
     idx = np.asarray(rows, np.int64)
     if isinstance(t, DiskTable):
@@ -580,6 +585,27 @@ class LongTermMemory(MemoryStore):
         new.write(new.take(len(rows)), batch)
         return new
 
+    def _reindexed(self, t: Table, structures: list) -> Table:
+        """``t`` with the hybrid indexes of ``structures`` built and checkpointed (a new
+        generation's row ids differ: its indexes are built once here, not on a search)."""
+        for structure in structures:
+            t.recall_index(dataclasses.replace(HybridWeights(), stem=structure[0]), self.dim,
+                           self.query_preparer)
+        if structures and isinstance(t, DiskTable):
+            t.checkpoint()
+        return t
+
+    def lifecycle(self, namespace: Namespace, keys: Sequence[str]) -> dict[str, tuple[float, int]]:
+        """As :meth:`MemoryStore.lifecycle`, with one vectorised key-index lookup."""
+        with self._lock:
+            t = self._tables.get(namespace)
+            if not isinstance(t, DiskTable):
+                return super().lifecycle(namespace, keys)
+            keys = list(keys)
+            c = t.columns
+            return {k: (float(c.created_at[r]), int(c.access_count[r]))
+                    for k, r in zip(keys, t.index.lookup_many(keys, c.alive)) if r is not None}
+
     def _reopen(self, directory: str) -> Table:
         files, cols, st = storage.NamespaceFiles.open(directory, self.dim, self.durability, False)
         t = _table(files.ns, cols, files, st, False)
@@ -628,9 +654,10 @@ class LongTermMemory(MemoryStore):
                                            "compact() wrote nothing")
                 directory = _write_live(t, vecs, self._root.epoch_dir,
                                         t.files.generation + 1, self.durability, log)
+                structures = _index_structures(t)
                 storage.retire_generation(t.files, t.columns)
                 del self._tables[ns]
-                self._tables[ns] = self._reopen(directory)
+                self._tables[ns] = self._reindexed(self._reopen(directory), structures)
         return dropped
 
     def reindex(self, embedder: Any, *, batch_size: int = 256, progress: bool = True) -> int:
@@ -699,13 +726,14 @@ class LongTermMemory(MemoryStore):
             except BaseException:
                 self._root.abort_epoch()
                 raise
+            structures = [_index_structures(t) for t in plan]
             for t in self._tables.values():
                 storage.close_namespace(t.files, t.columns)
             self._tables = {}
             self.embedder, self.embedder_name, self.dim = embedder, name, dim
             self._root.finish_epoch()
-            for directory in dirs:
-                t = self._reopen(directory)
+            for built, directory in zip(structures, dirs):
+                t = self._reindexed(self._reopen(directory), built)
                 self._tables[t.namespace] = t
             return total
 
