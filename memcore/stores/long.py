@@ -1,15 +1,20 @@
 """LongTermMemory: the unbounded long-term tier, in memory or persisted on disk.
 
-Each namespace is a :class:`~memcore.core.table.Table` whose columns live in RAM
-(``path=None``) or are memory-mapped from the namespace's files (:mod:`memcore.storage`: format,
-commit protocol, recovery). Rows are append-only: a replaced or deleted key's row is marked
-dead and reclaimed by :meth:`LongTermMemory.compact`.
+Each namespace is a :class:`~memcore.core.table.Table` in RAM (``path=None``), or on disk a
+:class:`~memcore.core.table.DiskTable` whose columns, key index and hybrid index are
+memory-mapped from the namespace's files and whose keys, texts and metadata stay in its log
+(:mod:`memcore.storage`: format 2, commit protocol, checkpoints, recovery). Opening reads the
+last checkpoint and replays only the log written after it; nothing proportional to the
+number of memories is built in Python at open or at the first search. Rows are append-only: a
+replaced or deleted key's row is marked dead and reclaimed by :meth:`LongTermMemory.compact`.
+A store of the older format 1 opens read-only as it is; :meth:`LongTermMemory.migrate`
+(``memcore migrate PATH``) converts it.
 
 Search path (decided by measurement, bench/test_bench_long.py): the fused top-k kernel scans
 every row of the namespace once (similarity + decay + importance + alive/filter mask),
 straight from the memory maps; on 384-d unit vectors it ran at 0.9-1.0x the time of a
 single-thread FAISS ``IndexFlatIP`` similarity-only search at 1e3-1e5 rows, so no FAISS index
-is kept -- nothing is rebuilt or saved on open, and the vectors are stored once.
+is kept, and the vectors are stored once.
 """
 
 from __future__ import annotations
@@ -187,7 +192,8 @@ class LongTermMemory(MemoryStore):
         :meth:`repair`) instead of raising :class:`StoreCorruptedError`.
     hybrid : HybridWeights, optional
         Default recall of :meth:`search` (similarity preset when None). A namespace's hybrid
-        index lives in RAM, built from the stored rows on its first hybrid search.
+        index is built from the stored rows on its first hybrid search, kept current by every
+        write and, on disk, saved at each checkpoint and restored when the store opens.
     query_preparer : callable, optional
         ``(text, entities) -> PreparedQuery`` for hybrid recall.
 
@@ -203,14 +209,17 @@ class LongTermMemory(MemoryStore):
     InvalidArgumentError
         On an unknown durability, a negative or non-finite lock_timeout, ``read_only`` or
         ``repair`` without a path, or no embedder for a new store.
+    FormatVersionError
+        If the store is of an older on-disk format and ``read_only`` is False (the message
+        names ``memcore migrate PATH``), or of a newer one.
     InvalidArgumentTypeError
         If weights, hybrid, clock, query_preparer or embedder have the wrong type.
     EmbedderMismatchError
         If the store was written with another embedder (name or dim); the message names both.
     StoreLockedError
         If another writer holds the store for longer than ``lock_timeout``.
-    StoreCorruptedError, FormatVersionError
-        If the files are damaged beyond a torn tail, or of a newer format version.
+    StoreCorruptedError
+        If the files are damaged beyond a torn tail.
     StoreNotFoundError
         If ``read_only`` and there is no store at ``path``.
     StorePathError, StorePermissionError, StoreIOError
