@@ -280,3 +280,32 @@ def test_compact_and_reindex_rebuild_and_persist_the_index(tmp_path):
         assert hybrid_results(s) == want           # the same embedder: the same ranking
     with hybrid_store(tmp_path / "m") as r:
         assert r._tables[("ns",)].recall is not None and hybrid_results(r) == want
+
+
+def test_filter_masks_follow_every_write(tmp_path):
+    """A cached filter mask is updated by puts, replacements (also within one batch) and
+    deletes: filtered results equal an in-memory store's after each step."""
+    disk_s, ram = store(tmp_path / "m"), LongTermMemory(embedder=HashingEmbedder(dim=DIM),
+                                                       clock=lambda: T0)
+    flt = {"odd": True}
+
+    def same():
+        q = dict(top_k=100, touch=False, filter=flt)
+        assert [h.key for h in disk_s.search("ns", "text", **q)] == \
+            [h.key for h in ram.search("ns", "text", **q)]
+
+    for s in (disk_s, ram):
+        workload(s, n=30)
+    same()
+    for s in (disk_s, ram):
+        s.put_many("ns", [MemoryItem("n1", "text new", 0.5, {"odd": True}),
+                          MemoryItem("n1", "text new again", 0.5, {"odd": True}),
+                          MemoryItem("k1", "text flipped", 0.5, {"odd": False})])
+        s.delete("ns", "k3")
+        s.put("ns", "k4", "text now odd", metadata={"odd": True})
+    same()
+    for s in (disk_s, ram):
+        s.put_many("ns", [MemoryItem(f"b{i}", f"text bulk {i}", 0.5, {"odd": bool(i % 2)})
+                          for i in range(200)])       # the columns grow past the mask
+    same()
+    disk_s.close()

@@ -272,9 +272,10 @@ class DiskTable(Table):
     confirmed by the key of the row's record), and texts and metadata are read from the
     rows' PUT records (one CRC-checked ``pread`` each) for the memories returned only.
 
-    A metadata filter reads the metadata of every live row (one vectorised pass over the
-    memory-mapped log, JSON parsed per row); the mask is kept until the next write, so
-    repeating a filter costs nothing more.
+    A metadata filter reads the metadata of every live row once (one vectorised pass over
+    the memory-mapped log, JSON parsed per row); its mask is then kept (up to 8 filters) and
+    updated by every write from the written rows' metadata, so repeating a filter costs
+    nothing more.
 
     Parameters
     ----------
@@ -348,16 +349,27 @@ class DiskTable(Table):
         tag = repr(flt)
         got = self._masks.get(tag)
         if got is not None:
-            return got
+            return got[1][:n]
         rows = self.live_rows()
         match = _validate.matches_filter
         metas = self.decode(rows, keys=False, texts=False)["metadata"]
-        alive = np.zeros(n, np.bool_)
+        alive = np.zeros(self.columns.capacity, np.bool_)
         alive[rows[[match(json.loads(m), flt) for m in metas]]] = True
         if len(self._masks) >= 8:
             self._masks.clear()
-        self._masks[tag] = alive
-        return alive
+        self._masks[tag] = (flt, alive)
+        return alive[:n]
+
+    def _masks_add(self, rows: Sequence[int], metadata: Sequence[Any]) -> None:
+        """Keep the cached filter masks current for new live rows (their metadata given)."""
+        match = _validate.matches_filter
+        cap = self.columns.capacity
+        for tag, (flt, m) in list(self._masks.items()):
+            if m.shape[0] < cap:
+                m = np.concatenate([m, np.zeros(cap - m.shape[0], np.bool_)])
+                self._masks[tag] = (flt, m)
+            for r, meta in zip(rows, metadata):
+                m[r] = match(meta if isinstance(meta, dict) else json.loads(meta), flt)
 
     def recall_index(self, weights: HybridWeights, dim: int,
                      preparer: Callable | None) -> HybridIndex:
@@ -442,7 +454,9 @@ class DiskTable(Table):
             tail[k] = r
         self.n_live += new
         self.kill(dead)
-        self._masks.clear()
+        if self._masks:
+            keep = [(r, j) for r, j in zip(idx.tolist(), sel) if tail.get(batch.keys[j]) == r]
+            self._masks_add([r for r, _ in keep], [batch.metadata[j] for _, j in keep])
         rec = self.recall
         if rec is not None and rec.indexes:
             self.index_dirty = True
@@ -465,8 +479,10 @@ class DiskTable(Table):
     def kill(self, rows: Sequence[int]) -> None:
         if not rows:
             return
-        self.columns.alive[np.asarray(rows, np.int64)] = False
-        self._masks.clear()
+        idx = np.asarray(rows, np.int64)
+        self.columns.alive[idx] = False
+        for _, m in self._masks.values():
+            m[idx[idx < m.shape[0]]] = False
         if self.recall is not None:
             self.index_dirty = self.index_dirty or bool(self.recall.indexes)
             for r in rows:
