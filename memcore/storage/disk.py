@@ -301,13 +301,7 @@ class NamespaceFiles:
             raise StoreCorruptedError(f"{lpath} is missing (offset 0)") from None
         rep = scan_log(data, lpath, 0 if salvage else h["log_bytes"], salvage=salvage)
         if not read_only and not salvage and rep.end < len(data):
-            os.truncate(lpath, rep.end)           # torn tail
-            if durability == "fsync":
-                fd = os.open(lpath, os.O_WRONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+            _cut_torn_tail(lpath, rep.end, durability)
         vec_path = column_path(directory, "vectors", gen)
         try:
             have_rows = os.path.getsize(vec_path) // (4 * dim)
@@ -371,13 +365,7 @@ class NamespaceFiles:
                 f"checkpoint at {ck_bytes} (the file was truncated); {_REPAIR_HINT}")
         tail = scan_tail(data, ck_bytes, lpath, ck_rows)
         if not read_only and tail.end < size:
-            os.truncate(lpath, tail.end)           # torn tail
-            if durability == "fsync":
-                fd = os.open(lpath, os.O_WRONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+            _cut_torn_tail(lpath, tail.end, durability)
         m = len(tail.put_keys)
         rows = ck_rows + m
         vec_path = column_path(directory, "vectors", gen)
@@ -710,6 +698,13 @@ def _fsync_file(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _cut_torn_tail(path: str, end: int, durability: str) -> None:
+    """Truncate a log to ``end``, the end of its last committed record (a torn tail)."""
+    os.truncate(path, end)
+    if durability == "fsync":
+        _fsync_file(path)
 
 
 def _unlink(path: str) -> None:

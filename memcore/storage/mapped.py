@@ -21,8 +21,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from memcore.core.arrays import grown_capacity
-from memcore.errors import InvalidArgumentError, StoreCorruptedError
+from memcore.core.arrays import RamArrays
+from memcore.errors import StoreCorruptedError
 
 __all__ = ["MappedArrays", "index_prefix", "write_index", "read_index", "index_file_names"]
 
@@ -46,14 +46,14 @@ def _state_path(directory: str, prefix: str, generation: int, ic: int) -> str:
     return os.path.join(directory, f"{prefix}.state.{generation}.i{ic}.npz")
 
 
-class MappedArrays:
+class MappedArrays(RamArrays):
     """:class:`memcore.core.arrays.Arrays` over the array files of an index checkpoint.
 
     Each array is a private copy-on-write memory map of its file (``mmap`` ``MAP_PRIVATE``):
     reading costs nothing until touched, writes stay in the process (the files keep the
     checkpoint's bytes), and growing past a file's capacity moves that array to RAM (doubling,
-    as :class:`~memcore.core.arrays.RamArrays`). The next checkpoint writes every array to new
-    files.
+    as :class:`~memcore.core.arrays.RamArrays`, whose ``alloc``/``grow``/``get``/``names``
+    it keeps). The next checkpoint writes every array to new files.
 
     Examples
     --------
@@ -62,52 +62,7 @@ class MappedArrays:
     ((4,), ['doc_len'])
     """
 
-    __slots__ = ("_arrays",)
-
-    def __init__(self) -> None:
-        self._arrays: dict[str, np.ndarray] = {}
-
-    def alloc(self, name: str, shape: tuple, dtype) -> np.ndarray:
-        """A zero-filled array ``name`` of ``shape`` (``shape[0]`` = capacity), in RAM.
-
-        Raises
-        ------
-        InvalidArgumentError
-            If ``name`` is empty or ``shape`` has a negative entry.
-        """
-        if not isinstance(name, str) or not name:
-            raise InvalidArgumentError(f"array name must be a non-empty str, got {name!r}")
-        shape = tuple(int(s) for s in (shape if isinstance(shape, tuple) else (shape,)))
-        if not shape or min(shape) < 0:
-            raise InvalidArgumentError(f"array {name!r} needs a shape of sizes >= 0, got {shape}")
-        arr = np.zeros(shape, np.dtype(dtype))
-        self._arrays[name] = arr
-        return arr
-
-    def grow(self, name: str, capacity: int) -> np.ndarray:
-        """``name`` with at least ``capacity`` rows, contents kept, new rows zero.
-
-        Raises
-        ------
-        InvalidArgumentError
-            If ``name`` was never allocated.
-        """
-        arr = self._arrays.get(name)
-        if arr is None:
-            raise InvalidArgumentError(f"array {name!r} was never allocated")
-        cap = grown_capacity(arr.shape[0], int(capacity))
-        if cap == arr.shape[0]:
-            return arr
-        out = np.zeros((cap,) + arr.shape[1:], arr.dtype)
-        out[:arr.shape[0]] = arr
-        self._arrays[name] = out
-        return out
-
-    def get(self, name: str) -> np.ndarray | None:
-        return self._arrays.get(name)
-
-    def names(self) -> list[str]:
-        return list(self._arrays)
+    __slots__ = ()
 
     @classmethod
     def open(cls, directory: str, prefix: str, generation: int, ic: int,
