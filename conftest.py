@@ -47,7 +47,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    names = [n for mark in item.iter_markers("data") for n in mark.args]
+    marks = list(item.iter_markers("data"))
+    if any(not mark.args for mark in marks):
+        pytest.fail(f"{item.nodeid}: @pytest.mark.data needs the dataset names, e.g. "
+                    f"@pytest.mark.data('locomo') (see memcore.evaldata.DATASETS)", pytrace=False)
+    names = [n for mark in marks for n in mark.args]
     if not names and "shared" in getattr(item, "fixturenames", ()):
         pytest.fail(f"{item.nodeid} uses the `shared` fixture without @pytest.mark.data(...)",
                     pytrace=False)

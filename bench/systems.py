@@ -167,7 +167,7 @@ class MemcoreSystem(TickSystem):
             from memcore.stores.long import LongTermMemory
         except ImportError as err:
             raise _require("memcore.stores.long.LongTermMemory", err, "test") from err
-        from memcore.hybrid import HybridWeights
+        from memcore.recall.hybrid import HybridWeights
         from memcore.types import DecayWeights
 
         minilm = encoder.startswith("minilm")

@@ -163,13 +163,13 @@ def test_cli_bench_dispatch(tmp_path, shared):
     assert exc.value.code == 2
 
 
-@pytest.mark.data
+@pytest.mark.data("locomo")
 def test_tick_semantic_memory_row_runs_the_defaults(shared):
     """The hybrid tick row is SemanticMemory with its default recall for the embedder, prefilled
     with speaker/episode metadata; each tick stores its pair."""
     from bench.datasets import tick_inputs, tick_memories
     from bench.systems import SemanticMemorySystem
-    from memcore.hybrid import default_for
+    from memcore.recall.hybrid import default_for
 
     sysobj = SemanticMemorySystem("hashing", 1, str(shared))
     try:

@@ -59,7 +59,7 @@ def test_agreement_and_recall_tolerate_ties_only():
     assert scale.recall_at(np.array([[0, 2]]), exact, sims, vectors, q) == 0.5
 
 
-@pytest.mark.data
+@pytest.mark.data("locomo")
 def test_scale_turns_are_prefix_stable_real_then_recombined(shared):
     from bench.datasets import locomo_conversations, scale_turns
 
@@ -79,7 +79,7 @@ def _plausible_ms(stats):
     return stats["n"] > 0 and 0 < stats["p50"] <= stats["p99"] < 60_000
 
 
-@pytest.mark.data
+@pytest.mark.data("locomo")
 def test_scale_smoke_run(shared, tmp_path, monkeypatch):
     monkeypatch.setenv("MEMCORE_BENCH_CACHE", str(tmp_path / "cache"))
     n, queries = 1000, 12
