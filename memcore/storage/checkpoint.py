@@ -283,9 +283,12 @@ def scan_tail(data: bytes, base: int, path: str, first_row: int) -> Tail:
     if stop < size:
         try:
             _parse_one(data, stop, size)
-            reason = "a record the frame scan refused"
         except _BadRecord as bad:
             reason = bad.reason
+        else:                            # never cut a record the exact parser accepts
+            raise StoreCorruptedError(
+                f"{path}: the frame scan stopped at offset {base + stop}, where the exact "
+                f"parser reads a valid record; {_REPAIR}")
         later = _valid_record_after(data, stop, size)
         if later is not None:
             raise StoreCorruptedError(
