@@ -309,3 +309,14 @@ def test_filter_masks_follow_every_write(tmp_path):
                           for i in range(200)])       # the columns grow past the mask
     same()
     disk_s.close()
+
+
+def test_index_built_in_chunks_ranks_as_one_batch(tmp_path, monkeypatch):
+    from memcore.core import table
+
+    with hybrid_store(tmp_path / "a") as s:
+        hybrid_writes(s, 0, 60, 7)
+        want = hybrid_results(s)
+    monkeypatch.setattr(table, "BUILD_CHUNK", 7)
+    with hybrid_store(tmp_path / "a") as s:
+        assert rebuilt_results(s) == want

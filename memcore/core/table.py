@@ -18,7 +18,7 @@ import numpy as np
 
 from memcore import _validate
 from memcore.core.rows import Rows
-from memcore.recall.hybrid import HybridIndex, HybridWeights, NamespaceRecall
+from memcore.recall.hybrid import HybridIndex, HybridWeights, NamespaceRecall, episode_speaker
 from memcore.types import MemoryHit, MemoryTier, Namespace, StoredMemory
 
 __all__ = ["DiskTable", "Table", "copy_metadata"]
@@ -226,6 +226,10 @@ class Table:
             self.columns.access_count[idx] += 1
 
 
+#: Rows per batch when a :class:`DiskTable` builds a hybrid index from its log.
+BUILD_CHUNK = 131_072
+
+
 class _DiskKeys:
     """The live keys of a :class:`DiskTable` as the read-only mapping key -> row the store
     core uses (``get``, ``in``, ``[]``, ``len``, iteration in row order, ``values``)."""
@@ -378,9 +382,20 @@ class DiskTable(Table):
         use (and written at the next checkpoint)."""
         if self.recall is None:
             self.recall = NamespaceRecall(dim, preparer, vectors=lambda: self.columns.vectors)
-        before = len(self.recall.indexes)
-        idx = self.recall.index(weights, self._recall_source)
-        if len(self.recall.indexes) != before:
+        key = weights.structure()
+        idx = self.recall.indexes.get(key)
+        if idx is None:                       # built in chunks: bounded memory at any size
+            idx = HybridIndex(dim, weights, preparer, vectors=self.recall.vectors)
+            rows = self.live_rows()
+            vecs = self.columns.vectors
+            for s in range(0, rows.shape[0], BUILD_CHUNK):
+                part = rows[s:s + BUILD_CHUNK]
+                d = self.decode(part, keys=False)
+                lo, hi = int(part[0]), int(part[-1]) + 1
+                idx.put_many(part.tolist(), d["texts"],
+                             vecs[lo:hi] if hi - lo == part.shape[0] else vecs[part],
+                             [episode_speaker(json.loads(m)) for m in d["metadata"]])
+            self.recall.indexes[key] = idx
             self.index_dirty = True
         return idx
 
@@ -411,13 +426,6 @@ class DiskTable(Table):
         if self.recall is None or not self.recall.indexes:
             return None
         return {key: (idx.arrays, idx.small_state()) for key, idx in self.recall.indexes.items()}
-
-    def _recall_source(self) -> tuple:
-        rows = self.live_rows()
-        d = self.decode(rows, keys=False)
-        return (rows.tolist(), d["texts"],
-                np.ascontiguousarray(self.columns.vectors[rows]),
-                [json.loads(m) for m in d["metadata"]])
 
     # ------------------------------------------------------------------ writes
     def take(self, m: int) -> list[int]:
