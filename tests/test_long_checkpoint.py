@@ -250,12 +250,17 @@ def test_mapped_arrays_keep_the_files_as_written(tmp_path):
     ram = RamArrays()
     ram.alloc("win", (4, 3), np.int32)[:] = np.arange(12).reshape(4, 3)
     ram.alloc("flag", (5,), np.bool_)[2] = True
+    ram.alloc("neg", (1 << 16,), np.float64)[1] = -0.0    # capacity beyond row 1: a hole
     manifest = write_index(str(tmp_path), 0, 1, (True,), ram, {"n": np.int64(3)}, durable=True)
     files = sorted(p.name for p in tmp_path.iterdir())
-    assert files == ["hx1.flag.0.i1.u8", "hx1.state.0.i1.npz", "hx1.win.0.i1.i32"]
+    assert files == ["hx1.flag.0.i1.u8", "hx1.neg.0.i1.f64", "hx1.state.0.i1.npz",
+                     "hx1.win.0.i1.i32"]
+    neg = tmp_path / "hx1.neg.0.i1.f64"
+    assert neg.stat().st_size == 8 << 16 and neg.stat().st_blocks * 512 < 8 << 16
     arrays, state = read_index(str(tmp_path), 0, 1, (True,), manifest)
     assert isinstance(arrays, Arrays) and isinstance(arrays, MappedArrays)
-    assert int(state["n"]) == 3 and sorted(arrays.names()) == ["flag", "win"]
+    assert int(state["n"]) == 3 and sorted(arrays.names()) == ["flag", "neg", "win"]
+    assert np.signbit(arrays.get("neg")[1]) and not arrays.get("neg")[2:].any()
     win = arrays.get("win")
     assert win.dtype == np.int32 and np.array_equal(win, np.arange(12).reshape(4, 3))
     win[0, 0] = 99                                    # private: the file keeps its bytes

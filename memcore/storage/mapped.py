@@ -92,6 +92,18 @@ class MappedArrays(RamArrays):
         return out
 
 
+def _used_rows(arr: np.ndarray) -> int:
+    """Rows up to the last one holding a non-zero byte (capacity beyond is never written:
+    the file keeps its size with a hole, which costs no disk blocks)."""
+    if arr.size == 0:
+        return 0
+    raw = np.ascontiguousarray(arr).reshape(arr.shape[0], -1)
+    raw = raw.view(np.dtype(f"u{arr.dtype.itemsize}")) if arr.dtype.itemsize in (1, 2, 4, 8) \
+        else raw.view(np.uint8)                  # bit patterns: -0.0 is not zero
+    nz = np.flatnonzero(raw.any(axis=1))
+    return int(nz[-1]) + 1 if nz.shape[0] else 0
+
+
 def write_index(directory: str, generation: int, ic: int, structure: tuple, arrays: Any,
                 state: dict, *, durable: bool) -> dict:
     """Write one index's arrays and small state as index checkpoint ``ic``; returns the
@@ -102,8 +114,10 @@ def write_index(directory: str, generation: int, ic: int, structure: tuple, arra
         arr = np.ascontiguousarray(arrays.get(name))
         dtype = arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype
         path = _array_path(directory, prefix, name, generation, ic, dtype)
+        arr = arr.astype(dtype, copy=False)
         with open(path, "wb") as f:
-            f.write(arr.astype(dtype, copy=False).tobytes())
+            f.write(memoryview(arr[:_used_rows(arr)]).cast("B"))
+            f.truncate(arr.nbytes)                # the zero rows beyond: a sparse hole
             f.flush()
             if durable:
                 os.fsync(f.fileno())
