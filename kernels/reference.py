@@ -587,3 +587,14 @@ def bm25_context_scores_sparse(q_terms, term_head, term_tail, term_fill, block_s
                 scores[i] = scores.get(i, 0.0) + idf * tf / (tf + norm)
     rows = np.array(sorted(scores), np.int64)
     return rows, np.array([scores[i] for i in rows.tolist()], np.float64)
+
+
+def bm25_context_scores_dense(q_terms, term_head, term_tail, term_fill, block_start, block_size,
+                              block_next, pool_doc, pool_tf, doc_row, doc_alive, row_len,
+                              win_start, win_len, win_rows, n_live, k1, b, avgdl_ctx):
+    """The same result as :func:`bm25_context_scores_sparse` (the definition; the kernels
+    differ only in how they accumulate)."""
+    return bm25_context_scores_sparse(q_terms, term_head, term_tail, term_fill, block_start,
+                                      block_size, block_next, pool_doc, pool_tf, doc_row,
+                                      doc_alive, row_len, win_start, win_len, win_rows, n_live,
+                                      k1, b, avgdl_ctx)

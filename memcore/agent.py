@@ -205,11 +205,15 @@ class SemanticMemory:
     warmup : bool, default True
         Run :meth:`warmup` now, so the first tick does not pay for model loading and JIT
         compilation.
+    threads : int, default 1
+        CPU threads a recall's scan may use (both tiers; numba's, set only while the scan
+        runs). Robots have 4-12 cores; >= 2 runs the parallel kernel.
 
     Raises
     ------
     ValueError
-        On a bad number, or ``durability``/``lock_timeout`` without ``path``.
+        On a bad number (``threads`` included), or ``durability``/``lock_timeout`` without
+        ``path``.
     StoreLockedError
         If another process writes to ``path``.
 
@@ -230,12 +234,14 @@ class SemanticMemory:
                  consolidate_every: int = 32, max_input_chars: int = 1000,
                  max_response_chars: int = 1000, extractors: Sequence[MemoryExtractor] = (),
                  clock: Clock | None = None, durability: str | None = None,
-                 lock_timeout: float | None = None, batch_size: int = 64, warmup: bool = True) -> None:
+                 lock_timeout: float | None = None, batch_size: int = 64, warmup: bool = True,
+                 threads: int = 1) -> None:
         from memcore.stores.long import LongTermMemory
         from memcore.stores.short import ShortTermMemory
-        from memcore.recall.hybrid import HybridWeights, default_for
+        from memcore.recall.hybrid import HybridWeights, check_threads, default_for
         from memcore.tiered import TwoTierMemory
 
+        self.threads = check_threads(threads)
         self.top_k = _validate.top_k(top_k)
         self.threshold = _validate.threshold(threshold)
         if weights is not None and not isinstance(weights, DecayWeights):
@@ -270,7 +276,7 @@ class SemanticMemory:
         self.hybrid = hybrid if hybrid is not None else default_for(embedder)
         self.path = path
         long_kwargs: dict[str, Any] = {"weights": self.weights, "clock": self.clock,
-                                       "hybrid": self.hybrid}
+                                       "hybrid": self.hybrid, "threads": self.threads}
         if durability is not None:
             long_kwargs["durability"] = durability
         if lock_timeout is not None:
@@ -278,10 +284,12 @@ class SemanticMemory:
         self.long = LongTermMemory(path, embedder, **long_kwargs)
         try:
             self.short = ShortTermMemory(capacity=short_capacity, embedder=embedder, clock=self.clock,
-                                         weights=self.weights, hybrid=self.hybrid)
+                                         weights=self.weights, hybrid=self.hybrid,
+                                         threads=self.threads)
             self.tiers = TwoTierMemory(self.short, self.long,
                                        policy=policy if policy is not None else PromotionPolicy(),
-                                       weights=self.weights, hybrid=self.hybrid)
+                                       weights=self.weights, hybrid=self.hybrid,
+                                       threads=self.threads)
         except BaseException:
             self.long.close()
             raise

@@ -47,6 +47,8 @@ class ResolvedQuery:
         The preparer's forms of the text; None with the similarity preset.
     now : float
         Unix seconds of this query (recency and the refresh of returned memories).
+    threads : int
+        numba threads the hybrid scan may use (the store's ``threads``).
     """
 
     namespace: Namespace
@@ -60,6 +62,7 @@ class ResolvedQuery:
     vector: np.ndarray | None
     prepared: PreparedQuery | None
     now: float
+    threads: int = 1
 
 
 def hybrid_weights(hybrid: Any, default: HybridWeights) -> HybridWeights:
@@ -95,15 +98,16 @@ def resolve(query: Any, text: Any = None, *, top_k: Any = 5, threshold: Any = -1
             hybrid: Any = None, dim: int | None, default_weights: DecayWeights,
             default_hybrid: HybridWeights, preparer: QueryPreparer | None,
             entities: Callable[[Namespace, HybridWeights], Collection[str]],
-            encode: Callable[[list], Any], clock: Clock, name: str = "embedder"
-            ) -> ResolvedQuery | None:
+            encode: Callable[[list], Any], clock: Clock, name: str = "embedder",
+            threads: int = 1) -> ResolvedQuery | None:
     """Validate a search request once and settle everything ranking needs.
 
     ``query`` is a :class:`MemoryQuery`, a namespace (``text`` then required), or a
-    :class:`ResolvedQuery` (returned as it is); the query keywords are
+    :class:`ResolvedQuery` (returned with ``threads`` set to this store's); the query keywords are
     :meth:`memcore.core.store.MemoryStore.search`'s, and raise its errors. The remaining
     keywords describe the store: ``dim`` (None: lexical ranking, no vectors), defaults, query
-    preparer, ``entities(namespace, hybrid)``, ``encode(texts) -> (n, dim)`` and clock.
+    preparer, ``entities(namespace, hybrid)``, ``encode(texts) -> (n, dim)``, clock and
+    ``threads`` (validated by the store).
 
     Returns
     -------
@@ -124,7 +128,7 @@ def resolve(query: Any, text: Any = None, *, top_k: Any = 5, threshold: Any = -1
     if isinstance(query, ResolvedQuery):
         if text is not None:
             raise InvalidArgumentTypeError("search(ResolvedQuery) takes no separate text")
-        return query
+        return query if query.threads == threads else replace(query, threads=threads)
     if isinstance(query, MemoryQuery):
         if text is not None:
             raise InvalidArgumentTypeError(
@@ -166,4 +170,4 @@ def resolve(query: Any, text: Any = None, *, top_k: Any = 5, threshold: Any = -1
         if not vec.any():
             return None
     return ResolvedQuery(ns, qtext, k, thr, w, hw, flt, bool(q.touch), vec, prepared,
-                         now(clock))
+                         now(clock), threads)

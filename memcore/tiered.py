@@ -66,6 +66,9 @@ class TwoTierMemory(MemoryStore):
         The ranking formula for both tiers; the long tier's ``weights`` when None.
     hybrid : HybridWeights, optional
         Recall of both tiers; :func:`memcore.recall.hybrid.default_for` the embedder when None.
+    threads : int, default 1
+        CPU threads a search's scan may use in each tier (numba's, set only while a scan
+        runs; the tiers' own ``threads`` apply to searches made on them directly).
 
     Raises
     ------
@@ -75,7 +78,7 @@ class TwoTierMemory(MemoryStore):
     EmbedderMismatchError
         If the short tier has no embedder or the tiers' embedders differ in name or dim.
     InvalidArgumentError
-        If the tiers have different clocks.
+        If the tiers have different clocks, or ``threads`` is not an int >= 1.
 
     Examples
     --------
@@ -94,7 +97,8 @@ class TwoTierMemory(MemoryStore):
 
     def __init__(self, short: ShortTermMemory, long: Any,
                  policy: PromotionPolicy = PromotionPolicy(), *,
-                 weights: DecayWeights | None = None, hybrid: HybridWeights | None = None):
+                 weights: DecayWeights | None = None, hybrid: HybridWeights | None = None,
+                 threads: int = 1):
         if not isinstance(short, ShortTermMemory):
             raise InvalidArgumentTypeError(f"short must be a ShortTermMemory, got {type(short).__name__}")
         if not isinstance(long, Tier):
@@ -120,7 +124,7 @@ class TwoTierMemory(MemoryStore):
         self._setup(dim=short.dim, embedder=short.embedder, clock=short.clock, weights=weights,
                     hybrid=hybrid if hybrid is not None else default_for(short.embedder),
                     query_preparer=short.query_preparer,
-                    default_weights=lw)
+                    default_weights=lw, threads=threads)
         self.short = short
         self.long = long
         self.policy = policy

@@ -295,3 +295,39 @@ def test_stemmed_bm25_equals_an_index_over_stemmed_text():
     q = " ".join(st_.stemWords("adopt dog running".split()))
     np.testing.assert_array_equal(idx.lexical.scores(q), ref.scores(q))
     assert idx.lexical.scores("adopt")[0] > 0            # "adopted" and "adopt" meet
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "2", None])
+def test_threads_validated_once_with_clear_errors(bad):
+    from memcore.errors import InvalidArgumentError, MemcoreError
+
+    for make in (lambda: ShortTermMemory(capacity=4, embedder=_emb(), threads=bad),
+                 lambda: LongTermMemory(embedder=_emb(), threads=bad),
+                 lambda: SemanticMemory(embedder=_emb(), warmup=False, threads=bad),
+                 lambda: TwoTierMemory(ShortTermMemory(capacity=4, embedder=_emb()),
+                                       LongTermMemory(embedder=_emb()), threads=bad)):
+        with pytest.raises(InvalidArgumentError, match="threads") as err:
+            make()
+        assert isinstance(err.value, (ValueError, MemcoreError))
+
+
+def test_threads_give_identical_results_and_restore_numba_threads():
+    import numba
+
+    clock = FakeClock()
+    emb = _emb()
+    stores = [LongTermMemory(embedder=emb, clock=clock, hybrid=HybridWeights.no_model(),
+                             threads=t) for t in (1, 2)]
+    for s in stores:
+        _fill(s, n=60)
+    before = numba.get_num_threads()
+    for q in QUESTIONS:
+        for hw in (HybridWeights.no_model(), HybridWeights.similarity()):
+            a, b = (s.search("conv", q, top_k=6, touch=False, hybrid=hw) for s in stores)
+            assert [(h.key, h.score, h.similarity) for h in a] == \
+                [(h.key, h.score, h.similarity) for h in b]
+    assert numba.get_num_threads() == before
+    assert stores[1].threads == 2 and stores[0].threads == 1
+    mem = SemanticMemory(embedder=emb, clock=clock, warmup=False, threads=2)
+    assert (mem.threads, mem.short.threads, mem.long.threads, mem.tiers.threads) == (2, 2, 2, 2)
+    mem.close()

@@ -14,7 +14,7 @@ from strategies import episode_windows
 try:                                   # the store layer's lexical index (moving to recall/)
     from memcore.recall.lexical import LexicalIndex, bm25_idf
 except ImportError:                    # pragma: no cover - before the move
-    from memcore.lexical import LexicalIndex, bm25_idf
+    from memcore.recall.lexical import LexicalIndex, bm25_idf
 
 
 def _corpus(seed, n, vocab, dead_frac, radius):

@@ -39,7 +39,7 @@ from memcore.core.rows import Rows, encoded
 from memcore.core.table import Table, copy_metadata
 from memcore.errors import InvalidArgumentTypeError, InvalidVectorError
 from memcore.query import ResolvedQuery
-from memcore.recall.hybrid import HybridWeights
+from memcore.recall.hybrid import HybridWeights, check_threads
 from memcore.recall.prep import PreparedQuery, identity_preparer
 from memcore.types import (
     DecayWeights,
@@ -161,7 +161,7 @@ class MemoryStore:
 
     def _setup(self, *, dim: int | None, embedder: Any, clock: Any,
                weights: DecayWeights | None, hybrid: HybridWeights | None,
-               query_preparer: Any, default_weights: DecayWeights) -> None:
+               query_preparer: Any, default_weights: DecayWeights, threads: Any = 1) -> None:
         if not callable(clock):
             raise InvalidArgumentTypeError(
                 f"clock must be a callable returning Unix seconds, got {clock!r}")
@@ -175,6 +175,7 @@ class MemoryStore:
         self.weights = weights if weights is not None else default_weights
         self.hybrid = _query.hybrid_weights(hybrid, HybridWeights.similarity())
         self.query_preparer = query_preparer
+        self.threads = check_threads(threads)
         self._tables: dict[Namespace, Table] = {}
         self._lock = threading.RLock()
 
@@ -630,7 +631,7 @@ class MemoryStore:
             default_weights=self.weights, default_hybrid=self.hybrid,
             preparer=self.query_preparer, entities=self.speakers,
             encode=encode if encode is not None else self.embed, clock=self.clock,
-            name=getattr(self.embedder, "name", "?"))
+            name=getattr(self.embedder, "name", "?"), threads=self.threads)
 
     def signals(self, rq: ResolvedQuery) -> Signals | None:
         """The hybrid signals of a resolved query over its namespace (tier protocol); None
@@ -652,6 +653,7 @@ class MemoryStore:
             if table is None or not table.keys:
                 return []
             rows, scores, sims = rank(table, rq, dim=self.dim, preparer=self.query_preparer,
+                                      threads=rq.threads,
                                       scorer=self._scorer, sig=sig)
             return table.hits(rows.tolist(), scores.tolist(), sims.tolist(), rq.now,
                               rq.weights.half_life, self.tier)

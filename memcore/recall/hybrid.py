@@ -530,18 +530,35 @@ class HybridIndex:
         self.lexical.add_tokens_batch(rows, hashes, offsets[:m], counts)
         if self._sums is not None and m > 64:
             self._sums = None                      # cheaper to rebuild on the next search
-        for i, row in enumerate(rows):
-            self._append(row, episode_speakers[i])
+        self._link(ra, episode_speakers)
         self._wcache.clear()
 
-    def _append(self, row: int, episode_speaker: tuple) -> None:
-        """Link one new row (tokens, code and vector in place) to its episode's end."""
-        ep, sp = episode_speaker
-        win, pos, cnt = self._a("win"), self._a("win_pos"), self._a("win_cnt")
-        affected = [row]
-        last = -1
-        eid = -1
-        if ep is not None:
+    def _tail(self, last: int, k: int) -> list:
+        """The last ``k`` rows of an episode ending at row ``last`` (episode order)."""
+        win, pos = self._a("win"), self._a("win_pos")
+        out = [last]
+        while len(out) < k:
+            first = out[0]
+            p = int(pos[first])
+            if p == 0:
+                break
+            out[:0] = win[first, max(0, p - (k - len(out))):p].tolist()
+        return out[-k:]
+
+    def _link(self, rows: np.ndarray, episode_speakers: Sequence[tuple]) -> None:
+        """Link new rows (tokens, codes and vectors in place), in order, to their episodes'
+        ends: each episode's new rows and its last ``2 R`` old rows form a segment whose
+        windows are recomputed at once (the old rows' left context included)."""
+        ep_last = None
+        segs: dict[int, list] = {}               # episode id -> [old tail..., new rows...]
+        n_old: dict[int, int] = {}
+        lone: list = []
+        spk_of = []
+        for row, (ep, sp) in zip(rows.tolist(), episode_speakers):
+            spk_of.append(sp)
+            if ep is None:
+                lone.append(row)
+                continue
             h = _episode_hash(ep)
             eid = self._ep_ids.get(h, -1)
             if eid < 0:
@@ -552,33 +569,51 @@ class HybridIndex:
                         self.arrays.grow(name, self._n_eps)
                 self._a("ep_key")[eid] = h
                 self._a("ep_last")[eid] = 0
-            last = int(self._a("ep_last")[eid]) - 1
-        if last >= 0:
-            c = int(cnt[last])
-            prevs = win[last, max(0, c - MAX_WINDOW):c].tolist()
-            affected += prevs
-        self._account(affected, -1.0)
-        if last >= 0:
-            k = len(prevs)
-            win[row, :k] = prevs
-            win[row, k] = row
-            win[row, k + 1:] = -1
-            pos[row], cnt[row] = k, k + 1
-            for p in prevs:
-                c = int(cnt[p])
-                win[p, c] = row
-                cnt[p] = c + 1
+            seg = segs.get(eid)
+            if seg is None:
+                ep_last = self._a("ep_last")
+                last = int(ep_last[eid]) - 1
+                seg = segs[eid] = self._tail(last, 2 * MAX_WINDOW) if last >= 0 else []
+                n_old[eid] = len(seg)
+            seg.append(row)
+        old = [r for eid, seg in segs.items()
+               for r in seg[max(0, n_old[eid] - MAX_WINDOW):n_old[eid]]]
+        old = np.asarray(old, np.int64)
+        self._account(old, -1.0)
+        # one flat sequence of segments; element j's window is seq[lo_j:hi_j]
+        seqs = [[r] for r in lone] + list(segs.values())
+        seg_len = np.array([len(x) for x in seqs], np.int64)
+        seq = np.fromiter((r for x in seqs for r in x), np.int64, int(seg_len.sum()))
+        seg_start = np.repeat(np.cumsum(seg_len) - seg_len, seg_len)
+        seg_end = seg_start + np.repeat(seg_len, seg_len)
+        j = np.arange(seq.shape[0], dtype=np.int64)
+        first_new = np.repeat(np.concatenate([np.zeros(len(lone), np.int64),
+                                              np.array([n_old[e] for e in segs], np.int64)])
+                              if seqs else np.zeros(0, np.int64), seg_len)
+        redo = j - seg_start >= first_new - MAX_WINDOW           # old tail rows and new rows
+        j = j[redo]
+        lo = np.maximum(seg_start[redo], j - MAX_WINDOW)
+        hi = np.minimum(seg_end[redo], j + MAX_WINDOW + 1)
+        cols = lo[:, None] + np.arange(_STRIDE, dtype=np.int64)[None, :]
+        ok = cols < hi[:, None]
+        W = np.where(ok, seq[np.minimum(cols, seq.shape[0] - 1)], -1).astype(np.int32)
+        target = seq[j]
+        self._a("win")[target] = W
+        self._a("win_pos")[target] = (j - lo).astype(np.int8)
+        self._a("win_cnt")[target] = (hi - lo).astype(np.int8)
+        if segs:
+            ep_last = self._a("ep_last")
+            for eid, seg in segs.items():
+                ep_last[eid] = seg[-1] + 1
+            ep_of = {r: eid + 1 for eid, seg in segs.items() for r in seg[n_old[eid]:]}
+            self._a("episode")[rows] = [ep_of.get(r, 0) for r in rows.tolist()]
         else:
-            win[row, 0] = row
-            win[row, 1:] = -1
-            pos[row], cnt[row] = 0, 1
-        if eid >= 0:
-            self._a("ep_last")[eid] = row + 1
-        self._a("episode")[row] = eid + 1
-        self._a("alive")[row] = True
-        self.n_live += 1
-        self._set_speaker(row, sp)
-        self._account(affected, 1.0, new=row)
+            self._a("episode")[rows] = 0
+        self._a("alive")[rows] = True
+        self.n_live += rows.shape[0]
+        for row, sp in zip(rows.tolist(), spk_of):
+            self._set_speaker(row, sp)
+        self._account(np.concatenate([old, rows]), 1.0, own=rows)
 
     def delete(self, row: int) -> bool:
         """Remove the memory at ``row``; its episode neighbours' windows close the gap.
@@ -594,8 +629,8 @@ class HybridIndex:
         win, pos, cnt = self._a("win"), self._a("win_pos"), self._a("win_cnt")
         px, cx = int(pos[row]), int(cnt[row])
         prevs, nexts = win[row, :px].tolist(), win[row, px + 1:cx].tolist()
-        affected = [row] + prevs + nexts
-        self._account(affected, -1.0, old=row)
+        affected = np.asarray([row] + prevs + nexts, np.int64)
+        self._account(affected, -1.0, own=affected[:1])
         left = win[prevs[0], :int(pos[prevs[0]])].tolist() if prevs else []
         right = win[nexts[-1], int(pos[nexts[-1]]) + 1:int(cnt[nexts[-1]])].tolist() \
             if nexts else []
@@ -623,34 +658,35 @@ class HybridIndex:
         self._wcache.clear()
         return True
 
-    def _account(self, rows: list, sign: float, new: int = -1, old: int = -1) -> None:
+    def _account(self, rows: np.ndarray, sign: float, own: np.ndarray | None = None) -> None:
         """Add (``sign`` 1) or remove (-1) the live ``rows``' shares of the window-document
         lengths and the moment sums (before and after a write changes their windows);
-        ``new``/``old``: the row whose own vector enters/leaves S1, S2."""
-        alive = self._a("alive")
-        live = [r for r in rows if alive[r]]
-        if not live:
+        ``own``: the rows whose own vectors enter or leave ``sum v`` and ``sum v v^T``."""
+        rows = np.asarray(rows, np.int64)
+        rows = rows[self._a("alive")[rows]]
+        if rows.shape[0] == 0:
             return
-        win, pos, cnt = self._a("win"), self._a("win_pos"), self._a("win_cnt")
-        row_len = self.lexical._a("row_len")
+        pos = self._a("win_pos")[rows].astype(np.int64)[:, None]
+        cnt = self._a("win_cnt")[rows].astype(np.int64)[:, None]
+        W = self._a("win")[rows]
+        lens = self.lexical._a("row_len")[np.maximum(W, 0)]
+        col = np.arange(_STRIDE, dtype=np.int64)[None, :]
         for r in range(MAX_WINDOW + 1):
-            tot = 0
-            for i in live:
-                p, c = int(pos[i]), int(cnt[i])
-                tot += int(row_len[win[i, max(0, p - r):min(c, p + r + 1)]].sum())
-            self._ctx_len[r] += int(sign) * tot
+            ok = (col >= pos - r) & (col <= pos + r) & (col < cnt)
+            self._ctx_len[r] += int(sign) * int(lens[ok].sum())
         sums = self._sums
         if sums is None:
             return
         V = self._vectors()
-        own = new if sign > 0 else old
-        if own >= 0:
-            v = V[own].astype(np.float64)
-            sums["s1"] += sign * v
-            sums["s2"] += sign * np.outer(v, v)
+        if own is not None:
+            own = np.asarray(own, np.int64)
+            own = own[self._a("alive")[own]]
+            X = V[own].astype(np.float64)
+            sums["s1"] += sign * X.sum(axis=0)
+            sums["s2"] += sign * (X.T @ X)
+        X = V[rows].astype(np.float64)
         for r, (m1, pp, qq) in ((r, x) for r, x in sums.items() if isinstance(r, int)):
-            M = self._window_means(V, np.asarray(live, np.int64), r)
-            X = V[live].astype(np.float64)
+            M = self._window_means(V, rows, r)
             m1 += sign * M.sum(axis=0)
             pp += sign * (X.T @ M)
             qq += sign * (M.T @ M)
@@ -896,7 +932,7 @@ class HybridIndex:
                 r = int(w.lexical_window)
                 ws, wl, wr = self.windows(r)
                 ctx = self.lexical.context_scores(q_terms, ws, wl, wr, int(self._ctx_len[r]),
-                                                  w.k1, w.b)
+                                                  w.k1, w.b, r)
         return LexicalSignals(own[0], own[1], ctx[0], ctx[1])
 
     def moments(self, query: str | PreparedQuery, query_vector: np.ndarray, *,

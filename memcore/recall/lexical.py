@@ -514,24 +514,34 @@ class LexicalIndex:
         if self.n_docs == 0 or q_terms.shape[0] == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float64)
         (head, tail, fill, bstart, bsize, bnext, pdoc, ptf, doc_row) = self._postings()
-        return _k.bm25_scores_sparse(q_terms, q_idf, head, tail, fill, bstart, bsize, bnext,
-                                     pdoc, ptf, doc_row, self._a("doc_len"),
-                                     self._a("doc_alive"), k1, b, self.avgdl)
+        args = (q_terms, q_idf, head, tail, fill, bstart, bsize, bnext, pdoc, ptf, doc_row,
+                self._a("doc_len"), self._a("doc_alive"), k1, b, self.avgdl)
+        if 8 * int(self._a("df")[q_terms].sum()) < self.n_rows:
+            return _k.bm25_scores_sparse(*args)
+        # common terms: the n-length kernel and its non-zero rows (the same values bit for
+        # bit) beat sorting the postings
+        out = _k.bm25_scores(*args, np.zeros(self.n_rows, np.float64))
+        rows = np.flatnonzero(out).astype(np.int64)
+        return rows, out[rows]
 
     def context_scores(self, q_terms: np.ndarray, win_start: np.ndarray, win_len: np.ndarray,
-                       win_rows: np.ndarray, ctx_total_len: int, k1: float, b: float
-                       ) -> tuple[np.ndarray, np.ndarray]:
+                       win_rows: np.ndarray, ctx_total_len: int, k1: float, b: float,
+                       radius: int = 1) -> tuple[np.ndarray, np.ndarray]:
         """BM25 of each row's window document (its window's texts concatenated) from the own
         postings (:func:`memcore.kernels.bm25.bm25_context_scores_sparse`): rows (m,) int64
         ascending and scores (m,) float64. ``ctx_total_len``: the sum over live rows of their
-        window documents' lengths."""
+        window documents' lengths; ``radius``: the windows' radius (picks the kernel)."""
         if self.n_docs == 0 or q_terms.shape[0] == 0 or ctx_total_len <= 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float64)
         (head, tail, fill, bstart, bsize, bnext, pdoc, ptf, doc_row) = self._postings()
-        return _k.bm25_context_scores_sparse(
-            q_terms, head, tail, fill, bstart, bsize, bnext, pdoc, ptf, doc_row,
-            self._a("doc_alive"), self._a("row_len"), win_start, win_len, win_rows,
-            self.n_docs, k1, b, ctx_total_len / self.n_docs)
+        # sorting (postings * window) pairs, or n-length accumulators for common terms: the
+        # same rows and scores bit for bit
+        work = int(self._a("df")[q_terms].sum()) * (2 * radius + 1)
+        kernel = _k.bm25_context_scores_sparse if 4 * work < win_start.shape[0] \
+            else _k.bm25_context_scores_dense
+        return kernel(q_terms, head, tail, fill, bstart, bsize, bnext, pdoc, ptf, doc_row,
+                      self._a("doc_alive"), self._a("row_len"), win_start, win_len, win_rows,
+                      self.n_docs, k1, b, ctx_total_len / self.n_docs)
 
     def scores(self, query: str, out: np.ndarray | None = None) -> np.ndarray:
         """BM25 score of every row for a query text (tokenised like the stored texts).

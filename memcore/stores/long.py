@@ -196,6 +196,9 @@ class LongTermMemory(MemoryStore):
         write and, on disk, saved at each checkpoint and restored when the store opens.
     query_preparer : callable, optional
         ``(text, entities) -> PreparedQuery`` for hybrid recall.
+    threads : int, default 1
+        CPU threads a search's scan may use (numba's, set only while the scan runs); >= 2
+        runs the parallel kernel (robots have 4-12 cores).
 
     Attributes
     ----------
@@ -207,7 +210,8 @@ class LongTermMemory(MemoryStore):
     Raises
     ------
     InvalidArgumentError
-        On an unknown durability, a negative or non-finite lock_timeout, ``read_only`` or
+        On an unknown durability, a negative or non-finite lock_timeout, ``threads`` not an
+        int >= 1, ``read_only`` or
         ``repair`` without a path, or no embedder for a new store.
     FormatVersionError
         If the store is of an older on-disk format and ``read_only`` is False (the message
@@ -240,11 +244,11 @@ class LongTermMemory(MemoryStore):
                  durability: str = DEFAULT_DURABILITY, lock_timeout: float = 1.0,
                  read_only: bool = False, repair: bool = False,
                  hybrid: HybridWeights | None = None,
-                 query_preparer: QueryPreparer | None = None):
+                 query_preparer: QueryPreparer | None = None, threads: int = 1):
         if not isinstance(weights, DecayWeights):
             raise InvalidArgumentTypeError(f"weights must be a DecayWeights, got {type(weights).__name__}")
         self._setup(dim=None, embedder=embedder, clock=clock, weights=weights, hybrid=hybrid,
-                    query_preparer=query_preparer, default_weights=weights)
+                    query_preparer=query_preparer, default_weights=weights, threads=threads)
         if durability not in storage.DURABILITY_MODES:
             raise InvalidArgumentError(f"durability must be one of {storage.DURABILITY_MODES}, "
                                        f"got {durability!r}")

@@ -59,11 +59,14 @@ class ShortTermMemory(MemoryStore):
         weights rank by hybrid recall and need an embedder.
     query_preparer : callable, optional
         ``(text, entities) -> PreparedQuery`` for hybrid recall.
+    threads : int, default 1
+        CPU threads a search's scan may use (numba's, set only while the scan runs); >= 2
+        runs the parallel kernel (robots have 4-12 cores).
 
     Raises
     ------
     InvalidArgumentError
-        If ``capacity`` is not an int >= 1, both ``embedder`` and ``scorer`` are given, or
+        If ``capacity`` or ``threads`` is not an int >= 1, both ``embedder`` and ``scorer`` are given, or
         hybrid weights / a query preparer are given without an embedder.
     InvalidArgumentTypeError
         If an argument has the wrong type.
@@ -81,7 +84,7 @@ class ShortTermMemory(MemoryStore):
     def __init__(self, capacity: int = 1000, embedder: Any = None, scorer: Any = None, *,
                  clock: Clock = system_clock, weights: DecayWeights | None = None,
                  on_evict: EvictionHandler | None = None, hybrid: HybridWeights | None = None,
-                 query_preparer: QueryPreparer | None = None):
+                 query_preparer: QueryPreparer | None = None, threads: int = 1):
         if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
             raise InvalidArgumentError(f"capacity must be an int >= 1, got {capacity!r}")
         if embedder is not None and scorer is not None:
@@ -99,7 +102,7 @@ class ShortTermMemory(MemoryStore):
             raise InvalidArgumentTypeError(f"on_evict must be callable, got {on_evict!r}")
         self._setup(dim=None if embedder is None else int(embedder.dim), embedder=embedder,
                     clock=clock, weights=weights, hybrid=hybrid, query_preparer=query_preparer,
-                    default_weights=DecayWeights.similarity())
+                    default_weights=DecayWeights.similarity(), threads=threads)
         if embedder is None and (query_preparer is not None or not self.hybrid.is_similarity):
             raise InvalidArgumentError("hybrid recall needs an embedder (its dense signal); a "
                                        "ShortTermMemory without one ranks by lexical similarity only")
