@@ -294,7 +294,7 @@ def test_compact_verifies_every_live_vector_before_copying_it(tmp_path):
 DRIVER = textwrap.dedent(r"""
     import json, os, random, select, signal, sys, time
     import numpy as np
-    from memcore import HybridWeights, LongTermMemory, _validate
+    from memcore import HybridWeights, LongTermMemory, MemoryItem, _validate
 
     HYBRID = HybridWeights.no_model()   # the hybrid index is built, persisted at checkpoints,
                                         # restored at open: it must rank as a rebuild
@@ -325,11 +325,18 @@ DRIVER = textwrap.dedent(r"""
         while True:
             ver += 1
             key = f"k{r.randrange(KEYS)}"
-            op = "D" if r.random() < 0.25 else "P"
+            x = r.random()
+            op = "D" if x < 0.25 else "M" if x < 0.4 else "P"
+            if op == "M":                      # one put_many: one commit, all or nothing
+                key = ",".join(f"k{i}" for i in r.sample(range(KEYS), r.randrange(2, 13)))
             os.write(w, f"B {op} {key} {ver}\n".encode())
             if op == "P":
                 s.put("ns", key, f"{key} v{ver}", importance=(ver % 100) / 100,
                       metadata={"v": ver}, vector=vec(key, ver))
+            elif op == "M":
+                keys = key.split(",")
+                s.put_many("ns", [MemoryItem(k, f"{k} v{ver}", (ver % 100) / 100, {"v": ver})
+                                  for k in keys], vectors=np.stack([vec(k, ver) for k in keys]))
             else:
                 s.delete("ns", key)
             os.write(w, b"A\n")
@@ -379,10 +386,11 @@ DRIVER = textwrap.dedent(r"""
         for line in lines.decode().splitlines():
             if line.startswith("B "):
                 _, op, key, ver = line.split()
-                pending = (op, key, int(ver))
+                pending = (op, key.split(","), int(ver))
             elif line == "A" and pending is not None:
-                op, key, ver = pending
-                model[key] = ver if op == "P" else None
+                op, keys, ver = pending
+                for key in keys:
+                    model[key] = None if op == "D" else ver
                 acked_total += 1
                 pending = None
         s = LongTermMemory(root, _Emb(), durability="flush", hybrid=HYBRID)
@@ -393,12 +401,13 @@ DRIVER = textwrap.dedent(r"""
             if got != ranked(s):               # a rebuild from the live rows
                 failures.append(f"round {rnd_no}: hybrid ranking {got} != rebuilt "
                                 f"{ranked(s)}")
+        landed = {}
         for i in range(KEYS):
             key = f"k{i}"
             want = model.get(key)
             allowed = {want}
-            if pending is not None and pending[1] == key:
-                allowed.add(pending[2] if pending[0] == "P" else None)
+            if pending is not None and key in pending[1]:
+                allowed.add(None if pending[0] == "D" else pending[2])
             m = s.get("ns", key)
             got = None
             if m is not None:
@@ -410,7 +419,11 @@ DRIVER = textwrap.dedent(r"""
                     failures.append(f"round {rnd_no}: {key} holds inexact data {m!r}")
             if got not in allowed:
                 failures.append(f"round {rnd_no}: {key} is {got}, expected one of {allowed}")
+            if pending is not None and key in pending[1]:
+                landed[key] = got == pending[2]
             model[key] = got
+        if pending is not None and pending[0] == "M" and len(set(landed.values())) > 1:
+            failures.append(f"round {rnd_no}: an unacknowledged put_many half landed: {landed}")
         s.put("ns", "probe", "the store still accepts writes", vector=vec("k0", 0))
         s.delete("ns", "probe")
         s.close()
