@@ -26,6 +26,9 @@ Files
           alive.<g>.c<c>.u8     (rows,) uint8 (bool): live flags at checkpoint c
           keyhash.<g>.c<c>.u64  (live,) uint64, ascending: key index at checkpoint c
           keyrow.<g>.c<c>.i64   (live,) int64: the row of each key hash
+          hx<s>.<name>.<g>.i<c>.<dtype>  one array of the hybrid index of structure s
+                                (1: stemmed BM25, 0: not) as of checkpoint c
+          hx<s>.state.<g>.i<c>.npz       that index's small state (counters, sums, speakers)
 
 The directory name is injective (the hash covers the exact namespace; the header stores the
 namespace and open checks the two agree), lower-case (safe on case-insensitive file systems),
@@ -45,6 +48,18 @@ each of the first ``n`` vectors was checked against its PUT record's ``vector_cr
 written since the previous checkpoint at every checkpoint; every live row when compaction
 writes a generation). Headers are replaced atomically: write ``header.json.tmp``, fsync,
 rename over ``header.json``, fsync the directory.
+
+Hybrid index: each hybrid index the namespace has built (:class:`memcore.recall.hybrid.HybridIndex`:
+postings, document lengths, episode windows, speakers, int8 codes, moment sums) is written at
+every checkpoint that changes it, its arrays (whole capacity; the zero rows past the last
+non-zero one are a hole) and ``small_state()``; the header's ``"index"`` entry
+``{"checkpoint": c, "structures": {s: {name: [dtype, shape]}}}`` names them, and exists only
+for the header's own checkpoint ``c``. Open restores each index with ``HybridIndex.restore``
+over private copy-on-write maps of its files (:class:`~memcore.storage.mapped.MappedArrays`:
+the files never change after they are written) and applies the log tail's PUT and DEL
+records to it in log order, so it is current before the first search. ``compact()`` and
+``reindex()`` build the indexes a namespace had for the new rows and checkpoint them; a
+namespace without an entry builds its index from the log on its first hybrid search.
 
 Key index: the key hash is the first 8 bytes (little-endian) of BLAKE2b of the key's UTF-8
 bytes. A key's row is found in a dict of the keys written since the checkpoint, else by
