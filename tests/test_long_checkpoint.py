@@ -98,6 +98,10 @@ def test_automatic_checkpoints(tmp_path, monkeypatch):
     names = sorted(p.name for p in ns_dir(tmp_path / "m").iterdir() if ".c" in p.name)
     assert names == ["alive.0.c2.u8", "keyhash.0.c2.u64", "keyrow.0.c2.i64"]
     want = state(s)
+    monkeypatch.setattr(disk, "CHECKPOINT_BYTES", 150)
+    s.delete("ns", "k21")                                # past 150 log bytes: a checkpoint
+    assert header(tmp_path / "m")["rows"] == 25
+    want = state(s)
     s._release()
     with store(tmp_path / "m") as r:
         assert state(r) == want

@@ -562,6 +562,17 @@ class LongTermMemory(MemoryStore):
         if t.files is not None and t.files.checkpoint_due(t.rows):
             t.checkpoint()
 
+    def delete(self, namespace: NamespaceLike, key: str) -> bool:
+        """As :meth:`MemoryStore.delete`; a delete that brings the log past the checkpoint
+        interval writes a checkpoint (as a put does)."""
+        found = super().delete(namespace, key)
+        if found and self.path is not None:
+            with self._lock:
+                t = self._tables.get(_validate.namespace(namespace))
+                if isinstance(t, DiskTable) and t.files.checkpoint_due(t.rows):
+                    t.checkpoint()
+        return found
+
     def _deleting(self, table: Table, key: str, row: int) -> None:
         if table.files is not None:
             table.files.delete(table.columns, row, key)
