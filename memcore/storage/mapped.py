@@ -89,6 +89,8 @@ class MappedArrays(RamArrays):
             out._arrays[name] = (np.zeros(shape, dtype) if need == 0 else
                                  np.memmap(path, dtype=dtype, mode="c", shape=shape)
                                  .view(np.ndarray))
+            if need:
+                _prefetch(path)
         return out
 
 
@@ -102,6 +104,19 @@ def _used_rows(arr: np.ndarray) -> int:
         else raw.view(np.uint8)                  # bit patterns: -0.0 is not zero
     nz = np.flatnonzero(raw.any(axis=1))
     return int(nz[-1]) + 1 if nz.shape[0] else 0
+
+
+def _prefetch(path: str) -> None:
+    """Ask the kernel to read a file into the page cache in the background (the first scan
+    after a cold open then finds it there, or reads it in large sequential requests)."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is None:
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        advise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+    finally:
+        os.close(fd)
 
 
 def write_index(directory: str, generation: int, ic: int, structure: tuple, arrays: Any,
