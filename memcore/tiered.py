@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -277,14 +277,19 @@ class TwoTierMemory(MemoryStore):
         return self.prepare(namespace, text, hybrid=hybrid).dense
 
     # ------------------------------------------------------------------ search
-    def search(self, query: Any, text: str | None = None, **kw: Any) -> list[MemoryHit]:
+    def search(self, query: Any, text: str | None = None, *, top_k: int = 5,
+               threshold: float = -1.0, weights: DecayWeights | None = None,
+               filter: Mapping[str, Any] | None = None, touch: bool = True,
+               query_vector: Any = None, hybrid: HybridWeights | None = None
+               ) -> list[MemoryHit]:
         """Rank both tiers with one formula, de-duplicate by key (short wins), keep ``top_k``.
 
         Arguments as :meth:`MemoryStore.search` (``weights`` defaults to ``self.weights``,
         ``hybrid`` to ``self.hybrid``). Only the returned memories are refreshed, each in its
         own tier. Ties: short tier first.
         """
-        rq = self.resolve(query, text, **kw)
+        rq = self.resolve(query, text, top_k=top_k, threshold=threshold, weights=weights,
+                          filter=filter, touch=touch, query_vector=query_vector, hybrid=hybrid)
         if rq is None:
             return []
         with self._lock:

@@ -434,3 +434,32 @@ def test_os_errors_of_a_store_become_memcore_errors(tmp_path, monkeypatch, raw, 
     with pytest.raises(getattr(memcore, want)) as info:
         LongTermMemory(tmp_path / "m", HashingEmbedder(dim=DIM))
     assert isinstance(info.value, type(raw)) and isinstance(info.value, memcore.MemcoreError)
+
+
+@pytest.mark.parametrize("durability", ["flush", "none"])
+def test_a_failed_log_write_leaves_no_torn_record(tmp_path, monkeypatch, durability):
+    """Disk full in the middle of a commit: the put raises StoreIOError and changes nothing,
+    the partial record is cut off, and later writes and a reopen are intact (before, the
+    torn record sat in front of the next one: damage in the middle of the log)."""
+    from memcore import StoreIOError
+
+    real = os.write
+
+    def torn(fd, data):
+        real(fd, bytes(data)[: len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    with open_store(tmp_path / "m", durability=durability) as s:
+        s.put("ns", "a", "alpha")
+        s.flush()
+        monkeypatch.setattr(os, "write", torn)
+        with pytest.raises(StoreIOError, match="No space left"):
+            if durability == "none":
+                s.put_many("ns", [MemoryItem("b", "beta " + "x" * (1 << 20))])  # 1 MiB: written
+            else:
+                s.put("ns", "b", "beta")
+        monkeypatch.setattr(os, "write", real)
+        assert s.get("ns", "b") is None and s.keys("ns") == ["a"]
+        s.put("ns", "c", "gamma")
+    with open_store(tmp_path / "m") as r:
+        assert r.keys("ns") == ["a", "c"] and r.get("ns", "c").text == "gamma"

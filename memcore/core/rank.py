@@ -47,14 +47,16 @@ class Signals:
     n_rows: int
 
 
-def signals(table: Table, rq: ResolvedQuery, dim: int, preparer: Any) -> Signals:
-    """The hybrid signals of ``rq`` over ``table`` (builds its hybrid index on first use)."""
+def signals(table: Table, rq: ResolvedQuery, dim: int, preparer: Any, *,
+            moments: bool = True) -> Signals:
+    """The hybrid signals of ``rq`` over ``table`` (builds its hybrid index on first use);
+    with ``moments`` also their z statistics (when the weights z-normalise: for pooling)."""
     idx = table.recall_index(rq.hybrid, dim, preparer)
     n = idx.n_rows
     alive = table.mask(rq.filter)[:n] if rq.filter else None
     lex = idx.lexical_signals(rq.prepared, rq.hybrid)
     mom = None
-    if rq.hybrid.normalize:
+    if moments and rq.hybrid.normalize:
         mom = idx.moments(rq.prepared, rq.vector, weights=rq.hybrid, alive=alive, lexical=lex)
     return Signals(idx, alive, lex, mom, n)
 
@@ -88,7 +90,7 @@ def rank(table: Table, rq: ResolvedQuery, *, dim: int | None = None, preparer: A
     c = table.columns
     if rq.prepared is not None:
         if sig is None or sig.n_rows != sig.index.n_rows:
-            sig = signals(table, rq, dim, preparer)
+            sig = signals(table, rq, dim, preparer, moments=False)
         n = sig.index.n_rows
         w = rq.weights
         res = sig.index.search(rq.prepared, rq.vector, top_k=k, weights=rq.hybrid, decay=w,

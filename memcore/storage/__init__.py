@@ -210,6 +210,7 @@ from memcore.storage.layout import (  # noqa: F401
     STORE_HEADER,
     StoreRoot,
     atomic_write_json,
+    os_errors,
     fsync_dir,
     namespace_dirname,
     read_store_header,

@@ -461,12 +461,18 @@ class NamespaceFiles:
             self._pending_bytes += len(blob)
             self.log_bytes += len(blob)
             if self._pending_bytes >= NONE_BUFFER_BYTES:
-                self.flush_pending()
+                try:
+                    self.flush_pending()
+                except BaseException:            # this commit failed; earlier ones stay pending
+                    self._pending.pop()
+                    self._pending_bytes -= len(blob)
+                    self.log_bytes -= len(blob)
+                    raise
             return
         self.flush_pending()
         if self.durability == "fsync":
             cols.sync_vectors()
-        _write_all(self._fd, blob)
+        _write_all(self._fd, blob, self.log_bytes)
         self.log_bytes += len(blob)
         if self.durability == "fsync":
             os.fdatasync(self._fd)
@@ -517,7 +523,7 @@ class NamespaceFiles:
 
     def flush_pending(self) -> None:
         if self._pending:
-            _write_all(self._fd, b"".join(self._pending))
+            _write_all(self._fd, b"".join(self._pending), self.log_bytes - self._pending_bytes)
             self._pending.clear()
             self._pending_bytes = 0
 
@@ -728,11 +734,17 @@ def _file_rows_min(directory: str, generation: int, have_rows: int,
 
 
 
-def _write_all(fd: int, blob: bytes) -> None:
+def _write_all(fd: int, blob: bytes, committed: int) -> None:
+    """Append ``blob`` to the log; on failure (disk full, I/O error) cut the file back to its
+    ``committed`` bytes, so that no torn record precedes the next append (which would turn a
+    failed write into damage in the middle of the log)."""
     view = memoryview(blob)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
+    try:
+        while view:
+            view = view[os.write(fd, view):]
+    except BaseException:
+        os.ftruncate(fd, committed)
+        raise
 
 
 def _write_ns_header(directory: str, ns: tuple, dim: int, generation: int, records: int,

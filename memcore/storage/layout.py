@@ -14,6 +14,7 @@ import numpy as np
 
 from memcore.errors import (
     FormatVersionError,
+    MemcoreError,
     StoreCorruptedError,
     StoreIOError,
     StoreLockedError,
@@ -217,7 +218,7 @@ class StoreRoot:
         StoreNotFoundError
             If there is none.
         """
-        with _os_errors(path):
+        with os_errors(path):
             header = read_store_header(path)
         if header is None:
             raise StoreNotFoundError(f"no memcore store at {path} (missing {STORE_HEADER})")
@@ -237,7 +238,7 @@ class StoreRoot:
             return cls(path, cls.require(path), None)
         import filelock
 
-        with _os_errors(path):
+        with os_errors(path):
             os.makedirs(path, exist_ok=True)
             lock = filelock.FileLock(os.path.join(path, LOCK_FILE), timeout=lock_timeout)
             try:
@@ -263,7 +264,7 @@ class StoreRoot:
 
     def create(self, embedder: str, dim: int, *, durable: bool) -> None:
         """Write a new, empty store (epoch 0)."""
-        with _os_errors(self.path):
+        with os_errors(self.path):
             os.makedirs(self.epoch_dir, exist_ok=True)
             write_store_header(self.path, embedder, dim, 0, durable=durable)
 
@@ -278,7 +279,7 @@ class StoreRoot:
             If the epoch directory the header names is missing.
         """
         edir = self.epoch_dir
-        with _os_errors(self.path):
+        with os_errors(self.path):
             if self.lock is not None:
                 os.makedirs(edir, exist_ok=True)
                 for entry in os.listdir(self.path):
@@ -320,8 +321,10 @@ class StoreRoot:
         shutil.rmtree(old, ignore_errors=True)
 
 
-class _os_errors:
-    """Re-raise a raw OSError as the memcore error that is also its built-in."""
+class os_errors:
+    """Context manager: re-raise a raw OSError of the file system as the memcore error that is
+    also its built-in (:class:`StorePathError`, :class:`StorePermissionError`,
+    :class:`StoreNotFoundError`, else :class:`StoreIOError`), naming ``path``."""
 
     def __init__(self, path: str):
         self.path = path
@@ -330,8 +333,7 @@ class _os_errors:
         return None
 
     def __exit__(self, typ, err, tb) -> bool:
-        if err is None or not isinstance(err, OSError) or isinstance(err, StoreIOError) \
-                or type(err).__module__.startswith("memcore"):
+        if not isinstance(err, OSError) or isinstance(err, MemcoreError):
             return False
         what = f"{self.path}: {err.strerror or err}"
         if isinstance(err, (FileExistsError, NotADirectoryError)):

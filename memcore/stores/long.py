@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gc
 import json
 import logging
@@ -66,6 +67,16 @@ _JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 def _meta_bytes(metadata: Sequence[Any]) -> list[bytes]:
     return [m if isinstance(m, bytes) else (_JSON.encode(m).encode("utf-8") if m else b"{}")
             for m in metadata]
+
+
+def _disk(method):
+    """Run a method that touches the store's files with their OS errors raised as memcore
+    errors (:class:`memcore.storage.os_errors`)."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with storage.os_errors(self.path or "<in memory>"):
+            return method(self, *args, **kwargs)
+    return run
 
 
 @contextlib.contextmanager
@@ -353,9 +364,14 @@ class LongTermMemory(MemoryStore):
         >>> LongTermMemory.migrate(root, progress=False)     # already the current format
         0
         """
+        root_path = os.path.abspath(os.fspath(path))
+        with storage.os_errors(root_path):
+            return cls._migrate(root_path, progress, lock_timeout)
+
+    @classmethod
+    def _migrate(cls, root_path: str, progress: bool, lock_timeout: float) -> int:
         from tqdm.auto import tqdm
 
-        root_path = os.path.abspath(os.fspath(path))
         storage.StoreRoot.require(root_path)
         root = storage.StoreRoot.open(root_path, read_only=False, lock_timeout=lock_timeout)
         try:
@@ -393,6 +409,7 @@ class LongTermMemory(MemoryStore):
             root.release()
 
     # ------------------------------------------------------------------ opening / closing
+    @_disk
     def _open_disk(self, repair: bool) -> None:
         emb = self.embedder
         self._root = root = storage.StoreRoot.open(self.path, read_only=self.read_only,
@@ -461,6 +478,7 @@ class LongTermMemory(MemoryStore):
         if self._root is not None:
             self._root.release()
 
+    @_disk
     def flush(self) -> None:
         """Checkpoint: write buffered records, verify the vectors written since the last
         checkpoint against their records' CRCs, fsync every file, update the headers.
@@ -534,6 +552,7 @@ class LongTermMemory(MemoryStore):
         with _gc_paused(len(rows)):
             return super().write(rows)
 
+    @_disk
     def _apply(self, rows: Rows) -> None:
         """Append rows: columns, then the log (the commit), then the table. Lock held."""
         ns = rows.namespace
@@ -562,6 +581,7 @@ class LongTermMemory(MemoryStore):
         if t.files is not None and t.files.checkpoint_due(t.rows):
             t.checkpoint()
 
+    @_disk
     def delete(self, namespace: NamespaceLike, key: str) -> bool:
         """As :meth:`MemoryStore.delete`; a delete that brings the log past the checkpoint
         interval writes a checkpoint (as a put does)."""
@@ -573,10 +593,12 @@ class LongTermMemory(MemoryStore):
                     t.checkpoint()
         return found
 
+    @_disk
     def _deleting(self, table: Table, key: str, row: int) -> None:
         if table.files is not None:
             table.files.delete(table.columns, row, key)
 
+    @_disk
     def _discard(self, table: Table) -> None:
         if table.files is not None:
             storage.drop_namespace(table.files, table.columns)
@@ -636,6 +658,7 @@ class LongTermMemory(MemoryStore):
         self._restore_recall(t, st)
         return t
 
+    @_disk
     def compact(self, namespace: NamespaceLike | None = None) -> int:
         """Rewrite namespaces keeping only live rows; returns how many dead rows were dropped.
 
@@ -654,6 +677,14 @@ class LongTermMemory(MemoryStore):
         StoreCorruptedError
             If a live vector does not match its record's CRC (naming the vectors file, offset
             and row); that namespace is left as it was, and :meth:`repair` drops the key.
+
+        Examples
+        --------
+        >>> from memcore import HashingEmbedder
+        >>> ltm = LongTermMemory(embedder=HashingEmbedder(dim=8))
+        >>> for text in ("red door", "blue door", "green door"): _ = ltm.put("r", "door", text)
+        >>> ltm.compact(), ltm.stats()
+        (2, {('r',): {'live': 1, 'rows': 1}})
         """
         self._check_write()
         only = None if namespace is None else _validate.namespace(namespace)
@@ -684,6 +715,7 @@ class LongTermMemory(MemoryStore):
                 self._tables[ns] = self._reindexed(self._reopen(directory), structures)
         return dropped
 
+    @_disk
     def reindex(self, embedder: Any, *, batch_size: int = 256, progress: bool = True) -> int:
         """Re-embed every text with a new embedder and switch the store to it.
 
@@ -713,6 +745,13 @@ class LongTermMemory(MemoryStore):
         EmbedderMismatchError, InvalidVectorError
             If the embedder returns a wrong shape or NaN/inf (nothing changes).
         ReadOnlyStoreError
+
+        Examples
+        --------
+        >>> from memcore import HashingEmbedder
+        >>> ltm = LongTermMemory(embedder=HashingEmbedder(dim=8)); _ = ltm.put("r", "k", "door")
+        >>> ltm.reindex(HashingEmbedder(dim=16), progress=False), ltm.dim
+        (1, 16)
         """
         from tqdm.auto import tqdm
 
@@ -761,6 +800,7 @@ class LongTermMemory(MemoryStore):
                 self._tables[t.namespace] = t
             return total
 
+    @_disk
     def repair(self) -> list[dict]:
         """Re-verify every file on disk and rewrite damaged namespaces from intact records.
 
@@ -780,6 +820,14 @@ class LongTermMemory(MemoryStore):
         ReadOnlyStoreError
             On a read-only store (an in-memory one has nothing to repair:
             InvalidArgumentError).
+
+        Examples
+        --------
+        >>> import tempfile; from memcore import HashingEmbedder
+        >>> with LongTermMemory(tempfile.mkdtemp(), HashingEmbedder(dim=8)) as ltm:
+        ...     _ = ltm.put("r", "k", "door"); report = ltm.repair()
+        >>> report                                    # nothing was damaged
+        []
         """
         self._check_write()
         if self.path is None:
@@ -804,6 +852,7 @@ class LongTermMemory(MemoryStore):
         return report
 
     # ------------------------------------------------------------------ export / import
+    @_disk
     def export_jsonl(self, path: str | os.PathLike) -> int:
         """Write every live memory to a JSON Lines file (:mod:`memcore.storage.jsonl`);
         returns how many.
@@ -821,6 +870,7 @@ class LongTermMemory(MemoryStore):
                         yield t.memory(row, self.tier), t.columns.vectors[row]
             return storage.export_jsonl(path, self.embedder_name, self.dim, rows())
 
+    @_disk
     def import_jsonl(self, path: str | os.PathLike, *, batch_size: int = 4096) -> int:
         """Insert (or replace) the memories of an :meth:`export_jsonl` file; returns how many.
 
@@ -841,6 +891,14 @@ class LongTermMemory(MemoryStore):
         EmbedderMismatchError
             If re-embedding is needed and the store has no embedder.
         ReadOnlyStoreError
+
+        Examples
+        --------
+        >>> import os, tempfile; from memcore import HashingEmbedder
+        >>> path = os.path.join(tempfile.mkdtemp(), "mem.jsonl")
+        >>> src = LongTermMemory(embedder=HashingEmbedder(dim=8)); _ = src.put("r", "k", "door")
+        >>> src.export_jsonl(path), LongTermMemory(embedder=HashingEmbedder(dim=8)).import_jsonl(path)
+        (1, 1)
         """
         self._check_write()
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
