@@ -120,3 +120,23 @@ def test_v2_fixture_opens_with_every_row_and_score(tmp_path, read_only):
 def test_same_operations_write_the_same_bytes(tmp_path):
     build(str(tmp_path / "store"))
     assert _files(str(tmp_path / "store")) == _files(V2)
+
+
+def test_migrate_keeps_hybrid_rankings(tmp_path):
+    from memcore import HybridWeights
+
+    from tests.ltm_format_v1 import QUERIES
+
+    store = _copy(tmp_path, V1)
+
+    def ranked(**kw):
+        with LongTermMemory.open(store, HashingEmbedder(dim=DIM), clock=lambda: NOW,
+                                 hybrid=HybridWeights.no_model(), **kw) as ltm:
+            return [[(h.key, round(h.score, 5)) for h in ltm.search(ns, text, top_k=5,
+                                                                    touch=False)]
+                    for ns, text in QUERIES]
+
+    before = ranked(read_only=True)                   # format 1: the index built in RAM
+    LongTermMemory.migrate(store, progress=False)
+    assert ranked(read_only=False) == before          # built from the log, then saved
+    assert ranked(read_only=True) == before           # restored from the checkpoint
