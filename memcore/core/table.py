@@ -409,16 +409,29 @@ class DiskTable(Table):
         if not len(events):
             return
         d = self.files.decode(np.asarray(offsets, np.int64), keys=False)
-        vecs = self.columns.vectors
+        vecs, rec = self.columns.vectors, self.recall
+        run: list = []                      # consecutive new rows: one put_many
+
+        def flush() -> None:
+            if run:
+                rows = [r for r, _ in run]
+                rec.put_many(rows, [d["texts"][i] for _, i in run], vecs[rows],
+                             [json.loads(d["metadata"][i]) for _, i in run])
+                run.clear()
+
         pi = 0
         for row, other in events:
-            if row < 0:
-                self.recall.delete(other)
+            if row >= 0 and other < 0:
+                run.append((row, pi))
+                pi += 1
                 continue
+            flush()
             if other >= 0:
-                self.recall.delete(other)
-            self.recall.put(row, d["texts"][pi], vecs[row], json.loads(d["metadata"][pi]))
-            pi += 1
+                rec.delete(other)
+            if row >= 0:
+                rec.put(row, d["texts"][pi], vecs[row], json.loads(d["metadata"][pi]))
+                pi += 1
+        flush()
         self.index_dirty = True
 
     def hybrid_state(self) -> dict | None:
