@@ -329,3 +329,28 @@ def test_index_built_in_chunks_ranks_as_one_batch(tmp_path, monkeypatch):
     monkeypatch.setattr(table, "BUILD_CHUNK", 7)
     with hybrid_store(tmp_path / "a") as s:
         assert rebuilt_results(s) == want
+
+
+def test_a_reader_racing_the_writers_checkpoint_reads_the_newer_one(tmp_path, monkeypatch):
+    w = store(tmp_path / "m")
+    workload(w)
+    w.flush()
+    w.put("ns", "late", "after the first checkpoint")
+    real = disk.load_checkpoint_files
+    calls = []
+
+    def racing(*a, **k):
+        if not calls:
+            calls.append(1)
+            w.flush()                      # the writer replaces the checkpoint just now
+        return real(*a, **k)
+
+    monkeypatch.setattr(disk, "load_checkpoint_files", racing)
+    with LongTermMemory.open(tmp_path / "m", HashingEmbedder(dim=DIM), clock=lambda: T0) as r:
+        monkeypatch.undo()
+        assert r.get("ns", "late").text == "after the first checkpoint"
+        w.put("ns", "k0", "replaced so that compaction has work")
+        assert w.compact() > 0             # the writer deletes the log the reader reads
+        assert r.get("ns", "late").text == "after the first checkpoint"
+        assert state(r) != {}
+    w.close()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 import shutil
 import zlib
@@ -261,7 +262,7 @@ class NamespaceFiles:
 
     @classmethod
     def open(cls, directory: str, dim: int, durability: str, read_only: bool, *,
-             salvage: bool = False, full: bool = False
+             salvage: bool = False, full: bool = False, _retry: int = 0
              ) -> tuple["NamespaceFiles", Columns, "Replay | OpenState"]:
         """Open and recover a namespace directory (see the module docstring, Recovery).
 
@@ -291,7 +292,14 @@ class NamespaceFiles:
         if h["dim"] != dim:
             raise StoreCorruptedError(f"{hpath} has dim {h['dim']}, the store header says {dim}")
         if h["version"] >= 2 and not (salvage or full):
-            return cls._open_v2(directory, h, ns, dim, durability, read_only)
+            try:
+                return cls._open_v2(directory, h, ns, dim, durability, read_only)
+            except StoreCorruptedError:
+                # a reader racing the writer's checkpoint: the header it read named files
+                # the writer has since replaced; a newer header means: read again
+                if not read_only or _retry >= 3 or read_json(hpath, "namespace header") == h:
+                    raise
+                return cls.open(directory, dim, durability, read_only, _retry=_retry + 1)
         gen = h["generation"]
         lpath = log_path(directory, gen)
         try:
@@ -396,6 +404,7 @@ class NamespaceFiles:
         files.checkpoint_id = ck
         files.checkpoint_log_bytes = ck_bytes
         files.index_entry = _index_entry(h, hpath, ck)
+        files._read_fd()         # now: a compaction by another process may delete this log
         try:
             cols.alive[:ck_rows] = alive0
             if m:
@@ -440,7 +449,8 @@ class NamespaceFiles:
         self._read_fd()
         if self.log_bytes == 0:
             return np.zeros(0, np.uint8)
-        return np.memmap(self.log_path, np.uint8, mode="r", shape=(self.log_bytes,)).view(np.ndarray)
+        mm = mmap.mmap(self._read_fd(), self.log_bytes, access=mmap.ACCESS_READ)
+        return np.frombuffer(mm, np.uint8)          # through the open fd: never by path
 
     def decode(self, offsets: np.ndarray, **which: bool) -> dict:
         """:func:`~memcore.storage.checkpoint.decode_puts` of this log's records."""
