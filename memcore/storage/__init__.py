@@ -153,6 +153,10 @@ Recovery (on open)
 5. Files of other generations, checkpoints or epochs and half-created or half-deleted
    namespace directories (``tmp-*``, ``trash-*``) are removed.
 
+A read-only open (no lock; a writer may be working) that finds the checkpoint files its
+header named already replaced reads the header again; it maps the files and holds the log
+open, so it keeps seeing the store as of opening even after the writer compacts it.
+
 Damage inside the checkpointed part of the log is found when a record is read (named with
 its file and offset) or by ``repair()``, which re-scans every log and re-checks every vector.
 
