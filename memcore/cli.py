@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from typing import Sequence
 
@@ -165,8 +166,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="memcore: %(levelname)s: %(message)s")
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(json_errors="--json" in argv)
-    args = parser.parse_args(argv)
-    return int(args.func(args))
+    args = parser.parse_args(_json_after_command(parser, argv))
+    try:
+        return int(args.func(args))
+    except BrokenPipeError:                 # e.g. `memcore export - | head -1`: not an error
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())    # Python would flush into the closed pipe at exit
+        return 0
+
+
+def _json_after_command(parser: argparse.ArgumentParser, argv: list) -> list:
+    """``memcore --json stats`` means ``memcore stats --json``: ``--json`` may stand before the
+    command like ``--store``."""
+    commands = next(a.choices for a in parser._actions
+                    if isinstance(a, argparse._SubParsersAction))
+    at = next((i for i, tok in enumerate(argv) if tok in commands), None)
+    if at is None or "--json" not in argv[:at]:
+        return argv
+    before = [tok for tok in argv[:at] if tok != "--json"]
+    return before + [argv[at], "--json"] + argv[at + 1:]
 
 
 if __name__ == "__main__":

@@ -150,10 +150,15 @@ def _matching_embedder(store: Any) -> Any:
     elif name.startswith("minilm"):
         candidate = MiniLMEmbedder().load()
     if candidate is None or candidate.name != name or candidate.dim != dim:
-        got = "nothing" if candidate is None else f"{candidate.name!r} (dim {candidate.dim})"
+        if candidate is None:
+            raise EmbedderMismatchError(
+                f"{store_path_of(store)} was written with embedder {name!r} (dim {dim}), which the "
+                f"command line cannot build (it has minilm and hashing); search it from Python "
+                f"with that embedder (get, stats, namespaces and export work here)")
         raise EmbedderMismatchError(
-            f"{store_path_of(store)} was written with embedder {name!r} (dim {dim}); memcore here "
-            f"builds {got}; pass --embedder or re-create the store")
+            f"{store_path_of(store)} was written with embedder {name!r} (dim {dim}); the command "
+            f"line's is {candidate.name!r} (dim {candidate.dim}); pass the --embedder the store "
+            f"was written with")
     return candidate
 
 
@@ -227,6 +232,12 @@ def _json_default(value: Any) -> Any:
 
 def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
+
+
+def _preview(text: str, limit: int = 200) -> str:
+    """One line of at most ``limit`` characters (``get KEY`` prints the whole text)."""
+    line = " ".join(text[: limit * 4].split())
+    return line if len(line) <= limit and len(text) <= limit * 4 else line[: limit - 1] + "\u2026"
 
 
 def _print_json(obj: Any) -> None:
@@ -384,7 +395,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     if not hits:
         print(why)
     for h in hits:
-        print(f"{h.score:7.4f}  sim {h.similarity:6.3f}  {h.key}  {' '.join(h.text.split())}")
+        print(f"{h.score:7.4f}  sim {h.similarity:6.3f}  {h.key}  {_preview(h.text)}")
     return 0
 
 

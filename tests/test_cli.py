@@ -330,3 +330,16 @@ def test_demo_locomo_replay_reports_recall(shared, cli):
     assert set(s["recall_by_category"]) == {"1", "2", "3", "4", "5"}
     one_line_error(cli("--embedder", "hashing", "demo", "--locomo", str(locomo), "--conversation",
                        "conv-99"), 1, "conv-26")
+
+
+def test_json_may_stand_before_the_command_and_search_previews_long_texts(tmp_path, capsys):
+    from memcore.cli import main
+
+    store = str(tmp_path / "s")
+    assert main(["--store", store, "--embedder", "hashing", "put", "notes", "alpha " * 500]) == 0
+    capsys.readouterr()
+    assert main(["--json", "--store", store, "--embedder", "hashing", "stats"]) == 0
+    assert json.loads(capsys.readouterr().out)["memories"] == 1
+    assert main(["--store", store, "--embedder", "hashing", "search", "notes", "alpha"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.endswith("\u2026") and len(line) < 300
