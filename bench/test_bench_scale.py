@@ -79,6 +79,7 @@ def _plausible_ms(stats):
     return stats["n"] > 0 and 0 < stats["p50"] <= stats["p99"] < 60_000
 
 
+@pytest.mark.slow
 @pytest.mark.data("locomo")
 def test_scale_smoke_run(shared, tmp_path, monkeypatch):
     monkeypatch.setenv("MEMCORE_BENCH_CACHE", str(tmp_path / "cache"))
