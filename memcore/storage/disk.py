@@ -17,6 +17,7 @@ from memcore.storage.layout import (
     TMP_PREFIX,
     TRASH_PREFIX,
     fsync_dir,
+    fsync_path,
     COLUMNS,
     COLUMNS_V2,
     FORMAT_VERSION,
@@ -601,7 +602,7 @@ class NamespaceFiles:
                                                    arrays, state, durable=True)
                 for key, (arrays, state) in hybrid.items()}}
         for name in checkpoint_names(self.generation, c):
-            _fsync_file(os.path.join(self.directory, name))
+            fsync_path(os.path.join(self.directory, name))
         fsync_dir(self.directory)
         _write_ns_header(self.directory, self.ns, self.dim, self.generation, self.records,
                          self.log_bytes, rows, durable=True, checkpoint=c, live=len(hashes),
@@ -708,19 +709,11 @@ def _replay_keys(keys: KeyIndex, alive: np.ndarray, tail: Tail, first: int, path
     return events
 
 
-def _fsync_file(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _cut_torn_tail(path: str, end: int, durability: str) -> None:
     """Truncate a log to ``end``, the end of its last committed record (a torn tail)."""
     os.truncate(path, end)
     if durability == "fsync":
-        _fsync_file(path)
+        fsync_path(path)
 
 
 def _unlink(path: str) -> None:
