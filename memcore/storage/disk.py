@@ -303,19 +303,12 @@ class NamespaceFiles:
                 return cls.open(directory, dim, durability, read_only, _retry=_retry + 1)
         gen = h["generation"]
         lpath = log_path(directory, gen)
-        try:
-            with open(lpath, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            raise StoreCorruptedError(f"{lpath} is missing (offset 0)") from None
+        data = _read_log(lpath, 0)[1]
         rep = scan_log(data, lpath, 0 if salvage else h["log_bytes"], salvage=salvage)
         if not read_only and not salvage and rep.end < len(data):
             _cut_torn_tail(lpath, rep.end, durability)
         vec_path = column_path(directory, "vectors", gen)
-        try:
-            have_rows = os.path.getsize(vec_path) // (4 * dim)
-        except FileNotFoundError:
-            raise StoreCorruptedError(f"{vec_path} is missing (offset 0)") from None
+        have_rows = _vector_rows(vec_path, dim)
         if have_rows < rep.rows and not salvage:
             raise StoreCorruptedError(
                 f"{vec_path} ends at offset {have_rows * dim * 4}, before row {rep.rows} that "
@@ -361,13 +354,7 @@ class NamespaceFiles:
         if not isinstance(ck, int) or isinstance(ck, bool) or ck < 0:
             raise StoreCorruptedError(f"{hpath} lacks a valid 'checkpoint' (got {ck!r})")
         lpath = log_path(directory, gen)
-        try:
-            size = os.path.getsize(lpath)
-            with open(lpath, "rb") as f:
-                f.seek(ck_bytes)
-                data = f.read()
-        except FileNotFoundError:
-            raise StoreCorruptedError(f"{lpath} is missing (offset 0)") from None
+        size, data = _read_log(lpath, ck_bytes)
         if size < ck_bytes:
             raise StoreCorruptedError(
                 f"{lpath} is corrupted at offset {size}: it ends there, before its last "
@@ -378,10 +365,7 @@ class NamespaceFiles:
         m = len(tail.put_keys)
         rows = ck_rows + m
         vec_path = column_path(directory, "vectors", gen)
-        try:
-            have_rows = os.path.getsize(vec_path) // (4 * dim)
-        except FileNotFoundError:
-            raise StoreCorruptedError(f"{vec_path} is missing (offset 0)") from None
+        have_rows = _vector_rows(vec_path, dim)
         if have_rows < rows:
             raise StoreCorruptedError(
                 f"{vec_path} ends at offset {have_rows * dim * 4}, before row {rows} that "
@@ -707,6 +691,37 @@ def _replay_keys(keys: KeyIndex, alive: np.ndarray, tail: Tail, first: int, path
             events.append((-1, row))
             di += 1
     return events
+
+
+def _read_log(path: str, start: int) -> tuple[int, bytes]:
+    """The size of the log at ``path`` and its bytes from offset ``start``.
+
+    Raises
+    ------
+    StoreCorruptedError
+        If the file is missing.
+    """
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(start)
+            return size, f.read()
+    except FileNotFoundError:
+        raise StoreCorruptedError(f"{path} is missing (offset 0)") from None
+
+
+def _vector_rows(path: str, dim: int) -> int:
+    """How many whole float32 rows of ``dim`` the vector file at ``path`` holds.
+
+    Raises
+    ------
+    StoreCorruptedError
+        If the file is missing.
+    """
+    try:
+        return os.path.getsize(path) // (4 * dim)
+    except FileNotFoundError:
+        raise StoreCorruptedError(f"{path} is missing (offset 0)") from None
 
 
 def _cut_torn_tail(path: str, end: int, durability: str) -> None:
