@@ -307,34 +307,28 @@ def _json_arg(text: str) -> dict:
     return value
 
 
-def _unit_float(text: str) -> float:
+def _checked(text: str, convert: Callable[[str], Any], kind: str,
+             ok: Callable[[Any], bool], rule: str) -> Any:
+    """``convert(text)`` for argparse: "not <kind>" if it fails, "must be <rule>" unless ``ok``."""
     try:
-        value = float(text)
+        value = convert(text)
     except ValueError as err:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from err
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
+        raise argparse.ArgumentTypeError(f"not {kind}: {text!r}") from err
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"must be {rule}, got {text}")
     return value
+
+
+def _unit_float(text: str) -> float:
+    return _checked(text, float, "a number", lambda v: 0.0 <= v <= 1.0, "in [0, 1]")
 
 
 def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from err
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return value
+    return _checked(text, int, "an integer", lambda v: v >= 1, ">= 1")
 
 
 def _finite_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from err
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be finite, got {text}")
-    return value
+    return _checked(text, float, "a number", math.isfinite, "finite")
 
 
 # ------------------------------------------------------------------ commands
@@ -399,13 +393,19 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _on_key(args: argparse.Namespace, write: bool, act: Callable[..., Any]) -> tuple[tuple, Any]:
+    """``act(store, ns, key)`` on the command's namespace and key; a None result is not found."""
+    ns = parse_namespace(args.namespace)
+    with _open(args, write=write) as opened:
+        found = act(opened.store, ns, args.key)
+    if found is None:
+        raise MemoryNotFoundError(f"no memory {args.key!r} in namespace {format_namespace(ns)}")
+    return ns, found
+
+
 @_guard
 def cmd_get(args: argparse.Namespace) -> int:
-    ns = parse_namespace(args.namespace)
-    with _open(args, write=False) as opened:
-        m = opened.store.get(ns, args.key)
-    if m is None:
-        raise MemoryNotFoundError(f"no memory {args.key!r} in namespace {format_namespace(ns)}")
+    _, m = _on_key(args, False, lambda store, ns, key: store.get(ns, key))
     if args.json:
         _print_json(_memory_dict(m))
     else:
@@ -417,11 +417,7 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 @_guard
 def cmd_delete(args: argparse.Namespace) -> int:
-    ns = parse_namespace(args.namespace)
-    with _open(args, write=True) as opened:
-        gone = opened.store.delete(ns, args.key)
-    if not gone:
-        raise MemoryNotFoundError(f"no memory {args.key!r} in namespace {format_namespace(ns)}")
+    ns, _ = _on_key(args, True, lambda store, ns, key: store.delete(ns, key) or None)
     if args.json:
         _print_json({"deleted": True, "namespace": list(ns), "key": args.key})
     else:

@@ -77,13 +77,18 @@ class Table:
             m = self.metadata[row] = json.loads(m)
         return m
 
+    def fields(self, row: int) -> tuple[str, str, float, dict]:
+        """key, text, importance and a private copy of the metadata of a row."""
+        return (self.key_of[row], self.texts[row], self.importance[row],
+                copy_metadata(self.metadata[row]))
+
     def memory(self, row: int, tier: MemoryTier) -> StoredMemory:
         c = self.columns
+        key, text, importance, metadata = self.fields(row)
         return StoredMemory(
-            namespace=self.namespace, key=self.key_of[row], text=self.texts[row],
-            importance=self.importance[row], metadata=copy_metadata(self.metadata[row]),
-            created_at=float(c.created_at[row]), updated_at=float(c.updated_at[row]),
-            last_accessed_at=float(c.last_accessed_at[row]),
+            namespace=self.namespace, key=key, text=text, importance=importance,
+            metadata=metadata, created_at=float(c.created_at[row]),
+            updated_at=float(c.updated_at[row]), last_accessed_at=float(c.last_accessed_at[row]),
             access_count=int(c.access_count[row]), tier=tier)
 
     def hits(self, rows: Sequence[int], scores: Sequence[float], sims: Sequence[float],
@@ -92,13 +97,13 @@ class Table:
         c = self.columns
         out = []
         for row, score, sim in zip(rows, scores, sims):
+            key, text, importance, metadata = self.fields(row)
             t = float(c.last_accessed_at[row])
             out.append(MemoryHit(
-                key=self.key_of[row], text=self.texts[row], score=score, similarity=sim,
-                recency=0.5 ** (max(now - t, 0.0) / half_life), importance=self.importance[row],
-                tier=tier, metadata=copy_metadata(self.metadata[row]),
-                namespace=self.namespace, created_at=float(c.created_at[row]),
-                last_accessed_at=t))
+                key=key, text=text, score=score, similarity=sim,
+                recency=0.5 ** (max(now - t, 0.0) / half_life), importance=importance,
+                tier=tier, metadata=metadata, namespace=self.namespace,
+                created_at=float(c.created_at[row]), last_accessed_at=t))
         return out
 
     def mask(self, flt: Mapping[str, Any] | None) -> np.ndarray:
@@ -324,27 +329,9 @@ class DiskTable(Table):
     def meta(self, row: int) -> dict:
         return json.loads(self.record(row).metadata)
 
-    def memory(self, row: int, tier: MemoryTier) -> StoredMemory:
-        c, rec = self.columns, self.record(row)
-        return StoredMemory(
-            namespace=self.namespace, key=rec.key, text=rec.text, importance=rec.importance,
-            metadata=json.loads(rec.metadata), created_at=float(c.created_at[row]),
-            updated_at=float(c.updated_at[row]), last_accessed_at=float(c.last_accessed_at[row]),
-            access_count=int(c.access_count[row]), tier=tier)
-
-    def hits(self, rows: Sequence[int], scores: Sequence[float], sims: Sequence[float],
-             now: float, half_life: float, tier: MemoryTier) -> list[MemoryHit]:
-        c = self.columns
-        out = []
-        for row, score, sim in zip(rows, scores, sims):
-            rec = self.record(row)
-            t = float(c.last_accessed_at[row])
-            out.append(MemoryHit(
-                key=rec.key, text=rec.text, score=score, similarity=sim,
-                recency=0.5 ** (max(now - t, 0.0) / half_life), importance=rec.importance,
-                tier=tier, metadata=json.loads(rec.metadata), namespace=self.namespace,
-                created_at=float(c.created_at[row]), last_accessed_at=t))
-        return out
+    def fields(self, row: int) -> tuple[str, str, float, dict]:
+        rec = self.record(row)
+        return rec.key, rec.text, rec.importance, json.loads(rec.metadata)
 
     def mask(self, flt: Mapping[str, Any] | None) -> np.ndarray:
         n = self.rows

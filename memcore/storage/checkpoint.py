@@ -12,7 +12,6 @@ from typing import Sequence
 import numpy as np
 
 from memcore.errors import StoreCorruptedError
-from memcore.kernels.logscan import CRC_TABLE, max_records, scan_records
 from memcore.storage.layout import CHECKPOINT_FILES, checkpoint_path, fsync_dir
 from memcore.storage.log import (
     DEL_DTYPE,
@@ -20,6 +19,7 @@ from memcore.storage.log import (
     _BadRecord,
     _decode_segments,
     _fixed_fields,
+    _frame_scan,
     _parse_one,
     _valid_record_after,
 )
@@ -275,11 +275,7 @@ def scan_tail(data: bytes, base: int, path: str, first_row: int) -> Tail:
         If a damaged record is followed by a valid one, or a valid record breaks the row rule.
     """
     size = len(data)
-    buf = np.frombuffer(data, np.uint8)
-    offsets = np.empty(max_records(size), np.int64)
-    count, stop = scan_records(buf, 0, CRC_TABLE, offsets)
-    count, stop = int(count), int(stop)
-    offsets = offsets[:count]
+    buf, offsets, count, stop = _frame_scan(data)
     if stop < size:
         try:
             _parse_one(data, stop, size)

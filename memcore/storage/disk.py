@@ -17,6 +17,7 @@ from memcore.storage.layout import (
     TMP_PREFIX,
     TRASH_PREFIX,
     fsync_dir,
+    fsync_path,
     COLUMNS,
     COLUMNS_V2,
     FORMAT_VERSION,
@@ -302,19 +303,12 @@ class NamespaceFiles:
                 return cls.open(directory, dim, durability, read_only, _retry=_retry + 1)
         gen = h["generation"]
         lpath = log_path(directory, gen)
-        try:
-            with open(lpath, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            raise StoreCorruptedError(f"{lpath} is missing (offset 0)") from None
+        data = _read_log(lpath, 0)[1]
         rep = scan_log(data, lpath, 0 if salvage else h["log_bytes"], salvage=salvage)
         if not read_only and not salvage and rep.end < len(data):
             _cut_torn_tail(lpath, rep.end, durability)
         vec_path = column_path(directory, "vectors", gen)
-        try:
-            have_rows = os.path.getsize(vec_path) // (4 * dim)
-        except FileNotFoundError:
-            raise StoreCorruptedError(f"{vec_path} is missing (offset 0)") from None
+        have_rows = _vector_rows(vec_path, dim)
         if have_rows < rep.rows and not salvage:
             raise StoreCorruptedError(
                 f"{vec_path} ends at offset {have_rows * dim * 4}, before row {rep.rows} that "
@@ -360,13 +354,7 @@ class NamespaceFiles:
         if not isinstance(ck, int) or isinstance(ck, bool) or ck < 0:
             raise StoreCorruptedError(f"{hpath} lacks a valid 'checkpoint' (got {ck!r})")
         lpath = log_path(directory, gen)
-        try:
-            size = os.path.getsize(lpath)
-            with open(lpath, "rb") as f:
-                f.seek(ck_bytes)
-                data = f.read()
-        except FileNotFoundError:
-            raise StoreCorruptedError(f"{lpath} is missing (offset 0)") from None
+        size, data = _read_log(lpath, ck_bytes)
         if size < ck_bytes:
             raise StoreCorruptedError(
                 f"{lpath} is corrupted at offset {size}: it ends there, before its last "
@@ -377,10 +365,7 @@ class NamespaceFiles:
         m = len(tail.put_keys)
         rows = ck_rows + m
         vec_path = column_path(directory, "vectors", gen)
-        try:
-            have_rows = os.path.getsize(vec_path) // (4 * dim)
-        except FileNotFoundError:
-            raise StoreCorruptedError(f"{vec_path} is missing (offset 0)") from None
+        have_rows = _vector_rows(vec_path, dim)
         if have_rows < rows:
             raise StoreCorruptedError(
                 f"{vec_path} ends at offset {have_rows * dim * 4}, before row {rows} that "
@@ -601,7 +586,7 @@ class NamespaceFiles:
                                                    arrays, state, durable=True)
                 for key, (arrays, state) in hybrid.items()}}
         for name in checkpoint_names(self.generation, c):
-            _fsync_file(os.path.join(self.directory, name))
+            fsync_path(os.path.join(self.directory, name))
         fsync_dir(self.directory)
         _write_ns_header(self.directory, self.ns, self.dim, self.generation, self.records,
                          self.log_bytes, rows, durable=True, checkpoint=c, live=len(hashes),
@@ -708,19 +693,42 @@ def _replay_keys(keys: KeyIndex, alive: np.ndarray, tail: Tail, first: int, path
     return events
 
 
-def _fsync_file(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
+def _read_log(path: str, start: int) -> tuple[int, bytes]:
+    """The size of the log at ``path`` and its bytes from offset ``start``.
+
+    Raises
+    ------
+    StoreCorruptedError
+        If the file is missing.
+    """
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(start)
+            return size, f.read()
+    except FileNotFoundError:
+        raise StoreCorruptedError(f"{path} is missing (offset 0)") from None
+
+
+def _vector_rows(path: str, dim: int) -> int:
+    """How many whole float32 rows of ``dim`` the vector file at ``path`` holds.
+
+    Raises
+    ------
+    StoreCorruptedError
+        If the file is missing.
+    """
+    try:
+        return os.path.getsize(path) // (4 * dim)
+    except FileNotFoundError:
+        raise StoreCorruptedError(f"{path} is missing (offset 0)") from None
 
 
 def _cut_torn_tail(path: str, end: int, durability: str) -> None:
     """Truncate a log to ``end``, the end of its last committed record (a torn tail)."""
     os.truncate(path, end)
     if durability == "fsync":
-        _fsync_file(path)
+        fsync_path(path)
 
 
 def _unlink(path: str) -> None:

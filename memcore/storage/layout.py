@@ -87,13 +87,16 @@ def namespace_dirname(ns: Sequence[str]) -> str:
 
 # ---------------------------------------------------------------------------------- files
 
-def fsync_dir(path: str) -> None:
-    """fsync a directory so a rename or create inside it is durable."""
+def fsync_path(path: str) -> None:
+    """fsync a file, or a directory so a rename or create inside it is durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+fsync_dir = fsync_path      # the name callers use for directories
 
 
 def atomic_write_json(path: str, obj: Any, *, durable: bool = True) -> None:

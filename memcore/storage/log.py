@@ -196,6 +196,16 @@ def _decode_segments(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
     return parts
 
 
+def _frame_scan(data: bytes) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """The numba frame walk over ``data``: (bytes as uint8, frame offsets (count,) int64, count,
+    offset of the first bad frame or ``len(data)``)."""
+    buf = np.frombuffer(data, np.uint8)
+    offsets = np.empty(max_records(len(data)), np.int64)
+    count, stop = scan_records(buf, 0, CRC_TABLE, offsets)
+    count, stop = int(count), int(stop)
+    return buf, offsets[:count], count, stop
+
+
 def _scan_log_fast(data: bytes, path: str, committed_bytes: int) -> Replay | None:
     """:func:`scan_log` without salvage, vectorised: the frame walk and CRCs in a numba kernel,
     fixed fields decoded by NumPy, texts by one ``decode`` per column.
@@ -205,11 +215,7 @@ def _scan_log_fast(data: bytes, path: str, committed_bytes: int) -> Replay | Non
     re-runs the exact scan, which names the offset and decides torn tail vs corruption.
     """
     size = len(data)
-    buf = np.frombuffer(data, np.uint8)
-    offsets = np.empty(max_records(size), np.int64)
-    count, stop = scan_records(buf, 0, CRC_TABLE, offsets)
-    count, stop = int(count), int(stop)
-    offsets = offsets[:count]
+    buf, offsets, count, stop = _frame_scan(data)
     if stop < size:                          # the first bad frame: torn tail or corruption
         try:
             _parse_one(data, stop, size)
