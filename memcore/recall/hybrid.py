@@ -226,6 +226,20 @@ def _episode_hash(episode: Hashable) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
 
+def _check_rows(rows: Any) -> list:
+    """Rows as a list of ints >= 0 (an int ndarray is checked at once).
+
+    Raises
+    ------
+    InvalidArgumentError
+    """
+    if isinstance(rows, np.ndarray) and rows.dtype.kind in "iu" and rows.ndim == 1:
+        if rows.shape[0] and rows.min() < 0:
+            raise InvalidArgumentError(f"rows must be ints >= 0, got {int(rows.min())}")
+        return rows.tolist()
+    return [LexicalIndex._check_row(r) for r in rows]
+
+
 @contextlib.contextmanager
 def _threads(n: int):
     """numba's thread count set to ``n`` inside the block (restored after)."""
@@ -495,7 +509,7 @@ class HybridIndex:
         DimensionMismatchError, InvalidVectorError
             On bad vectors.
         """
-        rows = [LexicalIndex._check_row(r) for r in rows]
+        rows = _check_rows(rows)
         m = len(rows)
         V = np.ascontiguousarray(vectors, np.float32).reshape(m, -1) if m else \
             np.zeros((0, self.dim), np.float32)
@@ -527,7 +541,7 @@ class HybridIndex:
         self._a("scale")[ra] = sc
         self._a("cnorm")[ra] = cn
         self._a("rnorm")[ra] = rn
-        self.lexical.add_tokens_batch(rows, hashes, offsets[:m], counts)
+        self.lexical.add_tokens_batch(ra, hashes, offsets[:m], counts)
         if self._sums and m > 4096:
             self._sums = {}                        # cheaper to rebuild on the next search
         self._link(ra, episode_speakers)
@@ -553,12 +567,15 @@ class HybridIndex:
         n_old: dict[int, int] = {}
         lone: list = []
         spk_of = []
+        hashes: dict = {}
         for row, (ep, sp) in zip(rows.tolist(), episode_speakers):
             spk_of.append(sp)
             if ep is None:
                 lone.append(row)
                 continue
-            h = _episode_hash(ep)
+            h = hashes.get(ep)
+            if h is None:
+                h = hashes[ep] = _episode_hash(ep)
             eid = self._ep_ids.get(h, -1)
             if eid < 0:
                 eid = self._ep_ids[h] = self._n_eps
@@ -700,12 +717,13 @@ class HybridIndex:
         lo = pos - np.minimum(pos, r)
         hi = np.minimum(cnt, pos + r + 1)
         out = np.zeros((rows.shape[0], self.dim), np.float64)
-        win = self._a("win")
+        W = self._a("win")[rows]
+        at = np.arange(rows.shape[0])
         for off in range(2 * r + 1):
             j = lo + off
             ok = j < hi
-            if ok.any():
-                out[ok] += V[win[rows[ok], j[ok]]]
+            idx = np.where(ok, W[at, np.minimum(j, _STRIDE - 1)], rows)
+            out += V[idx] * ok.astype(np.float32)[:, None]      # x * 1 or 0: exact
         return out / (hi - lo)[:, None]
 
     def _set_speaker(self, row: int, speaker: str | None) -> None:
@@ -1245,7 +1263,8 @@ class NamespaceRecall:
                               arrays=None if self.arrays is None else self.arrays(key),
                               vectors=self.vectors)
             rows, texts, vectors, metadata = source()
-            idx.put_many(rows, texts, vectors, [episode_speaker(m) for m in metadata])
+            idx.put_many(np.asarray(rows, np.int64), texts, vectors,
+                         [episode_speaker(m) for m in metadata])
             self.indexes[key] = idx
         return idx
 
@@ -1264,8 +1283,9 @@ class NamespaceRecall:
         if not self.indexes or not len(rows):
             return
         es = [episode_speaker(m) for m in metadata]
+        rows = np.asarray(rows, np.int64)
         for idx in self.indexes.values():
-            for r in rows:
+            for r in rows.tolist():
                 idx.delete(r)
             idx.put_many(rows, texts, vectors, es)
 
