@@ -371,6 +371,10 @@ class HybridIndex:
         self._spk_count: list[int] = []            # code - 1 -> live rows
         self._ctx_len = np.zeros(MAX_WINDOW + 1, np.int64)   # sum of window-doc lengths, per r
         self._sums: dict = {}                      # (alpha, radius) -> sums (_moment_sums)
+        if w.normalize:                            # the default weights' sums: kept from the
+            r = self._dense_radius(w)              # start, so no search has to build them
+            self._sums[(1.0, 0) if r == 0 else (float(w.alpha), r)] = (
+                np.zeros(self.dim), np.zeros((self.dim, self.dim)))
         self._wcache: dict[int, list] = {}         # radius -> [win_start, win_len, rows valid]
         #: The last :meth:`search`'s scan statistics: rows reranked exactly, exact
         #: similarities computed, rows flagged, candidates (``memcore.kernels.scan``).
@@ -429,6 +433,7 @@ class HybridIndex:
         idx.lexical = LexicalIndex.restore(
             arrays, {k[4:]: v for k, v in state.items() if k.startswith("lex.")}, w.k1, w.b,
             prefix="lex.")
+        idx._sums = {}
         j = 0
         while f"sums.{j}.key" in state:
             alpha, r = (float(x) for x in state[f"sums.{j}.key"])
@@ -542,8 +547,6 @@ class HybridIndex:
         self._a("cnorm")[ra] = cn
         self._a("rnorm")[ra] = rn
         self.lexical.add_tokens_batch(ra, hashes, offsets[:m], counts)
-        if self._sums and m > 4096:
-            self._sums = {}                        # cheaper to rebuild on the next search
         self._link(ra, episode_speakers)
 
     def _tail(self, last: int, k: int) -> list:
@@ -697,9 +700,11 @@ class HybridIndex:
         own = np.zeros(0, np.int64) if own is None else np.asarray(own, np.int64)
         own = own[self._a("alive")[own]]
         for (alpha, r), (c1, c2) in self._sums.items():
-            C = self._context_vectors(V, own if r == 0 else rows, alpha, r)
-            c1 += sign * C.sum(axis=0)
-            c2 += sign * (C.T @ C)
+            these = own if r == 0 else rows
+            for a in range(0, these.shape[0], 16384):
+                C = self._context_vectors(V, these[a:a + 16384], alpha, r)
+                c1 += sign * C.sum(axis=0)
+                c2 += sign * (C.T @ C)
 
     def _context_vectors(self, V: np.ndarray, rows: np.ndarray, alpha: float, r: int
                          ) -> np.ndarray:
