@@ -25,7 +25,7 @@ from _pytest.doctest import DoctestModule
 from memcore import evaldata
 
 REPO = Path(__file__).resolve().parent
-DOCTEST_ROOTS = ("memcore",)
+DOCTEST_ROOTS = ("memcore", "kernels")
 DOCTEST_SKIP = ("memcore/cli.py", "memcore/demo.py")
 
 

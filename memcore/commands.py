@@ -2,7 +2,7 @@
 
 :func:`add_global_options` adds ``--store`` and ``--embedder`` to the top-level parser and
 :func:`add_commands` registers ``put``, ``search``, ``get``, ``delete``, ``namespaces``,
-``stats``, ``import``, ``export`` and ``demo`` on its subparsers (:mod:`memcore.cli` calls both).
+``stats``, ``import``, ``export``, ``migrate`` and ``demo`` on its subparsers (:mod:`memcore.cli` calls both).
 Each subcommand sets ``args.func(args) -> int``.
 
 Conventions
@@ -533,6 +533,25 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 @_guard
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from memcore.stores.long import LongTermMemory
+
+    path = Path(args.path) if args.path is not None else store_path(args)
+    n = LongTermMemory.migrate(path, progress=not args.quiet)
+    _summary(args, {"migrated": n, "store": str(path)},
+             f"migrated {n} memories of {path} to on-disk format "
+             f"{_storage_version()}" if n else f"{path} already is of the current on-disk format",
+             to_stderr=False)
+    return 0
+
+
+def _storage_version() -> int:
+    from memcore.storage import FORMAT_VERSION
+
+    return FORMAT_VERSION
+
+
+@_guard
 def cmd_demo(args: argparse.Namespace) -> int:
     from memcore.agent import SemanticMemory
     from memcore.demo import (DEMO_THRESHOLD, DEMO_TOP_K, ManualClock, load_locomo, load_script,
@@ -630,6 +649,13 @@ def add_commands(subparsers: Any) -> None:
 
     p = sub("export", "export every memory to JSONL", cmd_export)
     p.add_argument("file", metavar="FILE.jsonl", help="`-` writes stdout (the summary goes to stderr)")
+    json_flag(p)
+
+    p = sub("migrate", "convert a store of an older on-disk format to the current one",
+            cmd_migrate)
+    p.add_argument("path", nargs="?", default=None, metavar="PATH",
+                   help="the store (default: --store, $MEMCORE_HOME, else ./memcore-data)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     json_flag(p)
 
     p = sub("demo", "replay a conversation tick by tick through SemanticMemory", cmd_demo)

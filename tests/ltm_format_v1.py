@@ -1,7 +1,9 @@
-"""The operations that wrote ``tests/fixtures/ltm-format-v1/`` (by LongTermMemory at 04b2bb7).
+"""The operations that wrote the format fixtures: ``tests/fixtures/ltm-format-v1/`` (by
+LongTermMemory at 04b2bb7) and ``ltm-format-v2/`` (the same operations, format 2).
 
-Run ``python -m tests.ltm_format_v1`` from the repository root to rewrite the fixture (only
-when the on-disk format changes on purpose, with a new format version).
+Run ``python -m tests.ltm_format_v1`` from the repository root to write the fixture of the
+current format version (only when the on-disk format changes on purpose, with a new format
+version); never rewrite an older version's fixture.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ import os
 import shutil
 import sys
 
-FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "ltm-format-v1")
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+FIXTURE = os.path.join(FIXTURES, "ltm-format-v1")
 DIM = 16
 QUERIES = [(("robot", "map"), "where is the charging dock"), (("chat",), "Ann adopted a dog"),
            (("robot", "map"), "red door")]
@@ -71,19 +74,21 @@ def snapshot(ltm) -> dict:
 
 def main() -> None:
     from memcore import HashingEmbedder, LongTermMemory
+    from memcore.storage import FORMAT_VERSION
 
-    store = os.path.join(FIXTURE, "store")
-    shutil.rmtree(FIXTURE, ignore_errors=True)
-    os.makedirs(FIXTURE)
+    fixture = os.path.join(FIXTURES, f"ltm-format-v{FORMAT_VERSION}")
+    store = os.path.join(fixture, "store")
+    shutil.rmtree(fixture, ignore_errors=True)
+    os.makedirs(fixture)
     build(store)
     os.unlink(os.path.join(store, "LOCK"))
     with LongTermMemory.open(store, HashingEmbedder(dim=DIM),
                              clock=lambda: 1_700_000_100.0) as ltm:
         snap = snapshot(ltm)
-    with open(os.path.join(FIXTURE, "expected.json"), "w", encoding="utf-8") as f:
+    with open(os.path.join(fixture, "expected.json"), "w", encoding="utf-8") as f:
         json.dump(snap, f, indent=1, ensure_ascii=False)
         f.write("\n")
-    print(f"wrote {FIXTURE}", file=sys.stderr)
+    print(f"wrote {fixture}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -219,9 +219,9 @@ def test_compact_copies_records_byte_for_byte(tmp_path):
         rows = sorted(sp.keys.values())
         c = sp.columns
         metas = [json.dumps(sp.meta(r), ensure_ascii=False).encode() for r in rows]
-        recs = [(sp.key_of[r], sp.texts[r], m, float(c.created_at[r]),
+        recs = [(sp.record(r).key, sp.record(r).text, m, float(c.created_at[r]),
                  float(c.updated_at[r]), float(c.last_accessed_at[r]), int(c.access_count[r]),
-                 sp.importance[r]) for r, m in zip(rows, metas)]
+                 sp.record(r).importance) for r, m in zip(rows, metas)]
         crcs = storage.vector_crcs(c.vectors[rows])
         want = b"".join(storage.encode_put(i, k.encode(), t.encode(), m, *rest, crcs[i])
                         for i, (k, t, m, *rest) in enumerate(recs))

@@ -68,13 +68,21 @@ def test_torn_tail_is_truncated_to_last_committed_record(tmp_path):
         s._release()
 
 
-def test_mid_file_corruption_names_file_and_offset_then_repair(tmp_path):
-    log = filled(tmp_path / "m")
+def _damage_second_record(log) -> int:
     data = bytearray(log.read_bytes())
     frame = storage.FRAME.size
     second = frame + storage.FRAME.unpack_from(data, 0)[1]      # offset of record 2
     data[second + frame + 70] ^= 0xFF                            # flip a byte of its text
     log.write_bytes(bytes(data))
+    return second
+
+
+def test_mid_file_corruption_after_the_checkpoint_names_file_and_offset_then_repair(tmp_path):
+    s = store(tmp_path / "m")
+    for i in range(10):
+        s.put("ns", f"k{i}", f"text number {i}")
+    s._release()                                   # crash: every record is in the log tail
+    second = _damage_second_record(ns_dir(tmp_path / "m") / "log.0")
     with pytest.raises(StoreCorruptedError, match=rf"log\.0 is corrupted at offset {second} "):
         store(tmp_path / "m")
     with pytest.raises(StoreCorruptedError):
@@ -84,6 +92,24 @@ def test_mid_file_corruption_names_file_and_offset_then_repair(tmp_path):
         got = texts(s)
     assert got == {f"k{i}": f"text number {i}" for i in range(10) if i != 1}
     with store(tmp_path / "m") as s:                   # repaired for good
+        assert texts(s) == got
+
+
+def test_damage_inside_the_checkpoint_is_found_when_read_then_repaired(tmp_path):
+    """Open reads the checkpoint, not the checkpointed log: a damaged record there is named
+    (file and offset) when it is read, and repair() rewrites the namespace without it."""
+    second = _damage_second_record(filled(tmp_path / "m"))
+    with store(tmp_path / "m") as s:
+        assert s.get("ns", "k0").text == "text number 0"
+        with pytest.raises(StoreCorruptedError,
+                           match=rf"log\.0 is corrupted at offset {second} .*repair"):
+            s.get("ns", "k1")
+        with pytest.raises(StoreCorruptedError, match=rf"offset {second} "):
+            s.keys("ns")
+        assert [r["skipped"] for r in s.repair()] == [1]
+        got = texts(s)
+    assert got == {f"k{i}": f"text number {i}" for i in range(10) if i != 1}
+    with store(tmp_path / "m") as s:
         assert texts(s) == got
 
 
@@ -268,7 +294,10 @@ def test_compact_verifies_every_live_vector_before_copying_it(tmp_path):
 DRIVER = textwrap.dedent(r"""
     import json, os, random, select, signal, sys, time
     import numpy as np
-    from memcore import LongTermMemory, _validate
+    from memcore import HybridWeights, LongTermMemory, MemoryItem, _validate
+
+    HYBRID = HybridWeights.no_model()   # the hybrid index is built, persisted at checkpoints,
+                                        # restored at open: it must rank as a rebuild
 
     root, rounds, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     DIM, KEYS = 16, 40
@@ -283,19 +312,31 @@ DRIVER = textwrap.dedent(r"""
         # unit vector can move it by an ulp -- the store must return exactly this
         return _validate.vector(vec(key, ver), DIM)
 
+    def ranked(s):
+        return [[(h.key, round(h.score, 4)) for h in
+                 s.search("ns", q, query_vector=vec("k1", 7 + j), top_k=8, touch=False)]
+                for j, q in enumerate(("k3 v", "k17 v"))]
+
     def child(w, round_no):
-        s = LongTermMemory(root, _Emb(), durability="flush")
+        s = LongTermMemory(root, _Emb(), durability="flush", hybrid=HYBRID)
         os.write(w, b"R\n")
         r = random.Random(seed * 1000 + round_no)
         ver = 100_000 * round_no
         while True:
             ver += 1
             key = f"k{r.randrange(KEYS)}"
-            op = "D" if r.random() < 0.25 else "P"
+            x = r.random()
+            op = "D" if x < 0.25 else "M" if x < 0.4 else "P"
+            if op == "M":                      # one put_many: one commit, all or nothing
+                key = ",".join(f"k{i}" for i in r.sample(range(KEYS), r.randrange(2, 13)))
             os.write(w, f"B {op} {key} {ver}\n".encode())
             if op == "P":
                 s.put("ns", key, f"{key} v{ver}", importance=(ver % 100) / 100,
                       metadata={"v": ver}, vector=vec(key, ver))
+            elif op == "M":
+                keys = key.split(",")
+                s.put_many("ns", [MemoryItem(k, f"{k} v{ver}", (ver % 100) / 100, {"v": ver})
+                                  for k in keys], vectors=np.stack([vec(k, ver) for k in keys]))
             else:
                 s.delete("ns", key)
             os.write(w, b"A\n")
@@ -303,6 +344,8 @@ DRIVER = textwrap.dedent(r"""
                 s.compact()
             elif ver % 31 == 0:
                 s.flush()
+            elif ver % 7 == 0:
+                ranked(s)                      # builds (or uses) the hybrid index
 
     class _Emb:
         name, dim = "fault-test", DIM
@@ -310,7 +353,7 @@ DRIVER = textwrap.dedent(r"""
             return np.zeros((len(texts), DIM), np.float32)
 
     model = {}          # key -> ver of the acknowledged state (None: absent)
-    failures, acked_total = [], 0
+    failures, acked_total, restored = [], 0, 0
     for rnd_no in range(1, rounds + 1):
         r, w = os.pipe()
         pid = os.fork()
@@ -343,19 +386,28 @@ DRIVER = textwrap.dedent(r"""
         for line in lines.decode().splitlines():
             if line.startswith("B "):
                 _, op, key, ver = line.split()
-                pending = (op, key, int(ver))
+                pending = (op, key.split(","), int(ver))
             elif line == "A" and pending is not None:
-                op, key, ver = pending
-                model[key] = ver if op == "P" else None
+                op, keys, ver = pending
+                for key in keys:
+                    model[key] = None if op == "D" else ver
                 acked_total += 1
                 pending = None
-        s = LongTermMemory(root, _Emb(), durability="flush")
+        s = LongTermMemory(root, _Emb(), durability="flush", hybrid=HYBRID)
+        if s.count("ns"):
+            restored += s._tables[("ns",)].recall is not None
+            got = ranked(s)                    # the restored index (or one built now)
+            s._tables[("ns",)].recall = None
+            if got != ranked(s):               # a rebuild from the live rows
+                failures.append(f"round {rnd_no}: hybrid ranking {got} != rebuilt "
+                                f"{ranked(s)}")
+        landed = {}
         for i in range(KEYS):
             key = f"k{i}"
             want = model.get(key)
             allowed = {want}
-            if pending is not None and pending[1] == key:
-                allowed.add(pending[2] if pending[0] == "P" else None)
+            if pending is not None and key in pending[1]:
+                allowed.add(None if pending[0] == "D" else pending[2])
             m = s.get("ns", key)
             got = None
             if m is not None:
@@ -367,11 +419,16 @@ DRIVER = textwrap.dedent(r"""
                     failures.append(f"round {rnd_no}: {key} holds inexact data {m!r}")
             if got not in allowed:
                 failures.append(f"round {rnd_no}: {key} is {got}, expected one of {allowed}")
+            if pending is not None and key in pending[1]:
+                landed[key] = got == pending[2]
             model[key] = got
+        if pending is not None and pending[0] == "M" and len(set(landed.values())) > 1:
+            failures.append(f"round {rnd_no}: an unacknowledged put_many half landed: {landed}")
         s.put("ns", "probe", "the store still accepts writes", vector=vec("k0", 0))
         s.delete("ns", "probe")
         s.close()
-    print(json.dumps({"failures": failures, "acked": acked_total, "rounds": rounds}))
+    print(json.dumps({"failures": failures, "acked": acked_total, "rounds": rounds,
+                      "restored": restored}))
 """)
 
 
@@ -385,3 +442,4 @@ def test_sigkill_fault_injection_never_loses_an_acknowledged_write(tmp_path):
     assert result["failures"] == []
     assert result["rounds"] == 30
     assert result["acked"] >= 30 * 5                  # the children really did work
+    assert result["restored"] >= 10                   # reopened with a persisted hybrid index

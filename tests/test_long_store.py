@@ -232,7 +232,7 @@ def test_newer_format_version_is_refused(tmp_path, which):
     h = json.loads(path.read_text())
     h["version"] = storage.FORMAT_VERSION + 1
     path.write_text(json.dumps(h))
-    with pytest.raises(FormatVersionError, match="version 2"):
+    with pytest.raises(FormatVersionError, match=f"version {storage.FORMAT_VERSION + 1}"):
         open_store(tmp_path / "m")
     with pytest.raises(FormatVersionError):
         LongTermMemory.open(tmp_path / "m")

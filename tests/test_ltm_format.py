@@ -1,23 +1,32 @@
-"""The on-disk format stays readable: a store written by the format-v1 code (the fixture) opens
-with today's code with every row and score unchanged, and the same operations today write the
-same bytes."""
+"""The on-disk format stays readable and convertible.
+
+- A store written by the format-1 code (fixture ``ltm-format-v1``) opens read-only with every
+  row and score unchanged, refuses a writer with a message naming ``memcore migrate``, and
+  ``migrate`` (library and CLI) turns it into a format-2 store with the same rows and scores,
+  atomically (a failure before the commit leaves the format-1 store as it was).
+- The same operations today write the bytes of the format-2 fixture, which opens with every
+  row and score unchanged.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 
 import pytest
 
-from memcore import HashingEmbedder, LongTermMemory
-from tests.ltm_format_v1 import DIM, FIXTURE, build, snapshot
+from memcore import FormatVersionError, HashingEmbedder, LongTermMemory, storage
+from tests.ltm_format_v1 import DIM, FIXTURE, FIXTURES, build, snapshot
 
-STORE = os.path.join(FIXTURE, "store")
+V1 = os.path.join(FIXTURE, "store")
+V2 = os.path.join(FIXTURES, "ltm-format-v2", "store")
+NOW = 1_700_000_100.0
 
 
-def _expected() -> dict:
-    with open(os.path.join(FIXTURE, "expected.json"), encoding="utf-8") as f:
+def _expected(fixture: str) -> dict:
+    with open(os.path.join(os.path.dirname(fixture), "expected.json"), encoding="utf-8") as f:
         return json.load(f)
 
 
@@ -32,16 +41,102 @@ def _files(root: str) -> dict[str, bytes]:
     return out
 
 
-@pytest.mark.parametrize("read_only", [True, False])
-def test_fixture_opens_with_every_row_and_score(tmp_path, read_only):
+def _snap(store, **kw) -> dict:
+    with LongTermMemory.open(store, HashingEmbedder(dim=DIM), clock=lambda: NOW, **kw) as ltm:
+        return json.loads(json.dumps(snapshot(ltm)))
+
+
+def _copy(tmp_path, fixture):
     store = tmp_path / "store"
-    shutil.copytree(STORE, store)
-    with LongTermMemory.open(store, HashingEmbedder(dim=DIM), read_only=read_only,
-                             clock=lambda: 1_700_000_100.0) as ltm:
-        got = json.loads(json.dumps(snapshot(ltm)))
-    assert got == _expected()
+    shutil.copytree(fixture, store)
+    return store
+
+
+def test_v1_fixture_opens_read_only_with_every_row_and_score(tmp_path, caplog):
+    store = _copy(tmp_path, V1)
+    before = _files(str(store))
+    with caplog.at_level(logging.WARNING, logger="memcore"):
+        assert _snap(store, read_only=True) == _expected(V1)
+    assert f"memcore migrate {store}" in caplog.text
+    assert _files(str(store)) == before                    # nothing written
+
+
+def test_v1_fixture_refuses_a_writer_naming_migrate(tmp_path):
+    store = _copy(tmp_path, V1)
+    before = _files(str(store))
+    with pytest.raises(FormatVersionError, match=rf"format version 1.*memcore migrate {store}"):
+        LongTermMemory(store, HashingEmbedder(dim=DIM))
+    assert _files(str(store)) == before
+
+
+@pytest.mark.parametrize("read_only", [True, False])
+def test_migrate_keeps_every_row_and_score(tmp_path, read_only):
+    store = _copy(tmp_path, V1)
+    assert LongTermMemory.migrate(store, progress=False) == len(_expected(V1)["rows"])
+    assert storage.read_store_header(str(store))["version"] == storage.FORMAT_VERSION
+    assert not (store / "ns.0").exists()
+    for d in (store / "ns.1").iterdir():
+        assert json.loads((d / "header.json").read_text())["version"] == storage.FORMAT_VERSION
+    assert _snap(store, read_only=read_only) == _expected(V1)
+    assert LongTermMemory.migrate(store, progress=False) == 0     # nothing left to do
+    assert _snap(store, read_only=read_only) == _expected(V1)
+
+
+def test_migrate_is_atomic(tmp_path, monkeypatch):
+    store = _copy(tmp_path, V1)
+    before = _files(str(store))
+
+    def crash(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(storage.StoreRoot, "commit_epoch", crash)
+    with pytest.raises(OSError, match="disk full"):
+        LongTermMemory.migrate(store, progress=False)
+    assert _files(str(store)) == before                    # the old store is the store
+    monkeypatch.undo()
+    os.makedirs(store / "ns.1" / "n-junk")                 # a half-written earlier attempt
+    assert LongTermMemory.migrate(store, progress=False) == len(_expected(V1)["rows"])
+    assert _snap(store) == _expected(V1)
+
+
+def test_cli_migrate(tmp_path, capsys):
+    from memcore.cli import main
+
+    store = _copy(tmp_path, V1)
+    assert main(["migrate", str(store), "--quiet", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"migrated": 4, "store": str(store)}
+    assert main(["migrate", str(store), "--quiet"]) == 0
+    assert "already is of the current on-disk format" in capsys.readouterr().out
+    assert _snap(store) == _expected(V1)
+    assert main(["migrate", str(tmp_path / "none"), "--quiet"]) == 1
+    assert "no memcore store" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("read_only", [True, False])
+def test_v2_fixture_opens_with_every_row_and_score(tmp_path, read_only):
+    assert _snap(_copy(tmp_path, V2), read_only=read_only) == _expected(V2) == _expected(V1)
 
 
 def test_same_operations_write_the_same_bytes(tmp_path):
     build(str(tmp_path / "store"))
-    assert _files(str(tmp_path / "store")) == _files(STORE)
+    assert _files(str(tmp_path / "store")) == _files(V2)
+
+
+def test_migrate_keeps_hybrid_rankings(tmp_path):
+    from memcore import HybridWeights
+
+    from tests.ltm_format_v1 import QUERIES
+
+    store = _copy(tmp_path, V1)
+
+    def ranked(**kw):
+        with LongTermMemory.open(store, HashingEmbedder(dim=DIM), clock=lambda: NOW,
+                                 hybrid=HybridWeights.no_model(), **kw) as ltm:
+            return [[(h.key, round(h.score, 5)) for h in ltm.search(ns, text, top_k=5,
+                                                                    touch=False)]
+                    for ns, text in QUERIES]
+
+    before = ranked(read_only=True)                   # format 1: the index built in RAM
+    LongTermMemory.migrate(store, progress=False)
+    assert ranked(read_only=False) == before          # built from the log, then saved
+    assert ranked(read_only=True) == before           # restored from the checkpoint

@@ -18,10 +18,10 @@ import numpy as np
 
 from memcore import _validate
 from memcore.core.rows import Rows
-from memcore.recall.hybrid import HybridIndex, HybridWeights, NamespaceRecall
+from memcore.recall.hybrid import HybridIndex, HybridWeights, NamespaceRecall, episode_speaker
 from memcore.types import MemoryHit, MemoryTier, Namespace, StoredMemory
 
-__all__ = ["Table", "copy_metadata"]
+__all__ = ["DiskTable", "Table", "copy_metadata"]
 
 _SCALARS = (str, int, float, bool, type(None))
 
@@ -224,3 +224,295 @@ class Table:
         if idx.shape[0]:
             self.columns.last_accessed_at[idx] = now
             self.columns.access_count[idx] += 1
+
+
+#: Rows per batch when a :class:`DiskTable` builds a hybrid index from its log.
+BUILD_CHUNK = 131_072
+
+
+class _DiskKeys:
+    """The live keys of a :class:`DiskTable` as the read-only mapping key -> row the store
+    core uses (``get``, ``in``, ``[]``, ``len``, iteration in row order, ``values``)."""
+
+    __slots__ = ("t",)
+
+    def __init__(self, table: "DiskTable"):
+        self.t = table
+
+    def get(self, key: str, default: Any = None) -> Any:
+        row = self.t.lookup(key)
+        return default if row is None else row
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.t.lookup(key) is not None
+
+    def __getitem__(self, key: str) -> int:
+        row = self.t.lookup(key)
+        if row is None:
+            raise KeyError(key)
+        return row
+
+    def __len__(self) -> int:
+        return self.t.n_live
+
+    def __bool__(self) -> bool:
+        return self.t.n_live > 0
+
+    def values(self) -> list[int]:
+        return self.t.live_rows().tolist()
+
+    def __iter__(self):
+        return iter(self.t.decode(self.t.live_rows(), texts=False, metadata=False)["keys"])
+
+    def items(self):
+        rows = self.t.live_rows()
+        return zip(self.t.decode(rows, texts=False, metadata=False)["keys"], rows.tolist())
+
+
+class DiskTable(Table):
+    """One format-2 namespace (:mod:`memcore.storage`): the columns are memory-mapped and
+    nothing per row lives in Python objects. Keys, texts and metadata stay in the log: a
+    key lookup goes through the key index (:class:`~memcore.storage.checkpoint.KeyIndex`,
+    confirmed by the key of the row's record), and texts and metadata are read from the
+    rows' PUT records (one CRC-checked ``pread`` each) for the memories returned only.
+
+    A metadata filter reads the metadata of every live row once (one vectorised pass over
+    the memory-mapped log, JSON parsed per row); its mask is then kept (up to 8 filters) and
+    updated by every write from the written rows' metadata, so repeating a filter costs
+    nothing more.
+
+    Parameters
+    ----------
+    namespace : tuple of str
+    columns : Columns
+        Format-2 columns (``alive`` in RAM, ``record_offset`` mapped).
+    files : NamespaceFiles
+    index : KeyIndex
+    rows : int
+        Rows in use.
+    """
+
+    __slots__ = ("index", "n_live", "_masks", "index_dirty")
+
+    def __init__(self, namespace: Namespace, columns: Any, files: Any, index: Any, rows: int):
+        super().__init__(namespace, columns)
+        self.files, self.index, self.rows = files, index, rows
+        self.keys = _DiskKeys(self)                                 # type: ignore[assignment]
+        self.n_live = int(np.count_nonzero(columns.alive[:rows]))
+        self._masks: dict = {}
+        self.index_dirty = False        # a hybrid index changed since the last checkpoint
+
+    @property
+    def live(self) -> int:
+        return self.n_live
+
+    # ------------------------------------------------------------------ reads
+    def lookup(self, key: str) -> int | None:
+        return self.index.lookup(key, self.columns.alive)
+
+    def live_rows(self) -> np.ndarray:
+        """ndarray (live,), int64: the live rows, ascending (oldest write first)."""
+        return np.flatnonzero(self.columns.alive[:self.rows]).astype(np.int64)
+
+    def decode(self, rows: np.ndarray, **which: bool) -> dict:
+        """Fields of the rows' PUT records (see :meth:`NamespaceFiles.decode`)."""
+        return self.files.decode(self.columns.record_offset[np.asarray(rows, np.int64)], **which)
+
+    def record(self, row: int) -> Any:
+        return self.files.read_put(self.columns.record_offset[row])
+
+    def meta(self, row: int) -> dict:
+        return json.loads(self.record(row).metadata)
+
+    def memory(self, row: int, tier: MemoryTier) -> StoredMemory:
+        c, rec = self.columns, self.record(row)
+        return StoredMemory(
+            namespace=self.namespace, key=rec.key, text=rec.text, importance=rec.importance,
+            metadata=json.loads(rec.metadata), created_at=float(c.created_at[row]),
+            updated_at=float(c.updated_at[row]), last_accessed_at=float(c.last_accessed_at[row]),
+            access_count=int(c.access_count[row]), tier=tier)
+
+    def hits(self, rows: Sequence[int], scores: Sequence[float], sims: Sequence[float],
+             now: float, half_life: float, tier: MemoryTier) -> list[MemoryHit]:
+        c = self.columns
+        out = []
+        for row, score, sim in zip(rows, scores, sims):
+            rec = self.record(row)
+            t = float(c.last_accessed_at[row])
+            out.append(MemoryHit(
+                key=rec.key, text=rec.text, score=score, similarity=sim,
+                recency=0.5 ** (max(now - t, 0.0) / half_life), importance=rec.importance,
+                tier=tier, metadata=json.loads(rec.metadata), namespace=self.namespace,
+                created_at=float(c.created_at[row]), last_accessed_at=t))
+        return out
+
+    def mask(self, flt: Mapping[str, Any] | None) -> np.ndarray:
+        n = self.rows
+        if not flt:
+            return self.columns.alive[:n]
+        tag = repr(flt)
+        got = self._masks.get(tag)
+        if got is not None:
+            return got[1][:n]
+        rows = self.live_rows()
+        match = _validate.matches_filter
+        metas = self.decode(rows, keys=False, texts=False)["metadata"]
+        alive = np.zeros(self.columns.capacity, np.bool_)
+        alive[rows[[match(json.loads(m), flt) for m in metas]]] = True
+        if len(self._masks) >= 8:
+            self._masks.clear()
+        self._masks[tag] = (flt, alive)
+        return alive[:n]
+
+    def _masks_add(self, rows: Sequence[int], metadata: Sequence[Any]) -> None:
+        """Keep the cached filter masks current for new live rows (their metadata given)."""
+        match = _validate.matches_filter
+        cap = self.columns.capacity
+        for tag, (flt, m) in list(self._masks.items()):
+            if m.shape[0] < cap:
+                m = np.concatenate([m, np.zeros(cap - m.shape[0], np.bool_)])
+                self._masks[tag] = (flt, m)
+            for r, meta in zip(rows, metadata):
+                m[r] = match(meta if isinstance(meta, dict) else json.loads(meta), flt)
+
+    def recall_index(self, weights: HybridWeights, dim: int,
+                     preparer: Callable | None) -> HybridIndex:
+        """The hybrid index for ``weights``' structure: restored at open from the last
+        checkpoint (then kept current by every write), else built from the live rows on first
+        use (and written at the next checkpoint)."""
+        if self.recall is None:
+            self.recall = NamespaceRecall(dim, preparer, vectors=lambda: self.columns.vectors)
+        key = weights.structure()
+        idx = self.recall.indexes.get(key)
+        if idx is None:                       # built in chunks: bounded memory at any size
+            idx = HybridIndex(dim, weights, preparer, vectors=self.recall.vectors)
+            rows = self.live_rows()
+            vecs = self.columns.vectors
+            for s in range(0, rows.shape[0], BUILD_CHUNK):
+                part = rows[s:s + BUILD_CHUNK]
+                d = self.decode(part, keys=False)
+                lo, hi = int(part[0]), int(part[-1]) + 1
+                idx.put_many(part.tolist(), d["texts"],
+                             vecs[lo:hi] if hi - lo == part.shape[0] else vecs[part],
+                             [episode_speaker(json.loads(m)) for m in d["metadata"]])
+            self.recall.indexes[key] = idx
+            self.index_dirty = True
+        return idx
+
+    def restore_recall(self, indexes: dict, dim: int, preparer: Callable | None,
+                       events: Sequence[tuple], offsets: np.ndarray) -> None:
+        """Adopt hybrid indexes restored from a checkpoint (``{structure: HybridIndex}``)
+        and bring them up to date with the log tail (``events``: ``(row, killed)`` per PUT,
+        ``(-1, row)`` per DEL, in log order; ``offsets`` of the tail's PUT records)."""
+        self.recall = NamespaceRecall(dim, preparer, vectors=lambda: self.columns.vectors)
+        self.recall.indexes.update(indexes)
+        if not len(events):
+            return
+        d = self.files.decode(np.asarray(offsets, np.int64), keys=False)
+        vecs, rec = self.columns.vectors, self.recall
+        run: list = []                      # consecutive new rows: one put_many
+
+        def flush() -> None:
+            if run:
+                rows = [r for r, _ in run]
+                rec.put_many(rows, [d["texts"][i] for _, i in run], vecs[rows],
+                             [json.loads(d["metadata"][i]) for _, i in run])
+                run.clear()
+
+        pi = 0
+        for row, other in events:
+            if row >= 0 and other < 0:
+                run.append((row, pi))
+                pi += 1
+                continue
+            flush()
+            if other >= 0:
+                rec.delete(other)
+            if row >= 0:
+                rec.put(row, d["texts"][pi], vecs[row], json.loads(d["metadata"][pi]))
+                pi += 1
+        flush()
+        self.index_dirty = True
+
+    def hybrid_state(self) -> dict | None:
+        """``{structure: (arrays, small_state)}`` of the built hybrid indexes, or None."""
+        if self.recall is None or not self.recall.indexes:
+            return None
+        return {key: (idx.arrays, idx.small_state()) for key, idx in self.recall.indexes.items()}
+
+    # ------------------------------------------------------------------ writes
+    def take(self, m: int) -> list[int]:
+        n0 = self.rows
+        self.columns.ensure(n0 + m)
+        self.rows = n0 + m
+        return list(range(n0, n0 + m))
+
+    def write(self, rows: Sequence[int], batch: Rows, pick: Sequence[int] | None = None, *,
+              columns: bool = True) -> None:
+        """As :meth:`Table.write`; the batch's rows must be new (appended) rows."""
+        sel = list(range(len(batch))) if pick is None else list(pick)
+        if not sel:
+            return
+        c = self.columns
+        idx = np.asarray(rows, np.int64)
+        if columns:
+            c.vectors[idx] = batch.vectors[sel]
+            c.importance[idx] = [batch.importance[j] for j in sel]
+            for name in ("created_at", "updated_at", "last_accessed_at", "access_count"):
+                getattr(c, name)[idx] = getattr(batch, name)[sel]
+        c.alive[idx] = True
+        keys = [batch.keys[j] for j in sel]
+        before = self.index.lookup_many(keys, c.alive)
+        tail, dead, new = self.index.tail, [], 0
+        for k, r, old in zip(keys, idx.tolist(), before):
+            prev = tail.get(k)
+            if prev is not None:
+                old = prev
+            if old is None:
+                new += 1
+            elif old != r:
+                dead.append(old)
+            tail[k] = r
+        self.n_live += new
+        self.kill(dead)
+        if self._masks:
+            keep = [(r, j) for r, j in zip(idx.tolist(), sel) if tail.get(batch.keys[j]) == r]
+            self._masks_add([r for r, _ in keep], [batch.metadata[j] for _, j in keep])
+        rec = self.recall
+        if rec is not None and rec.indexes:
+            self.index_dirty = True
+            keep = [(r, j) for r, j in zip(idx.tolist(), sel) if tail.get(batch.keys[j]) == r]
+            rec.put_many([r for r, _ in keep], [batch.texts[j] for _, j in keep],
+                         np.ascontiguousarray(c.vectors[[r for r, _ in keep]]),
+                         [batch.metadata[j] for _, j in keep])
+
+    def remove(self, keys: Sequence[str]) -> list[int]:
+        rows = []
+        for k in keys:
+            row = self.lookup(k)
+            if row is not None:
+                self.index.tail.pop(k, None)
+                rows.append(row)
+        self.n_live -= len(rows)
+        self.kill(rows)
+        return rows
+
+    def kill(self, rows: Sequence[int]) -> None:
+        if not rows:
+            return
+        idx = np.asarray(rows, np.int64)
+        self.columns.alive[idx] = False
+        for _, m in self._masks.values():
+            m[idx[idx < m.shape[0]]] = False
+        if self.recall is not None:
+            self.index_dirty = self.index_dirty or bool(self.recall.indexes)
+            for r in rows:
+                self.recall.delete(r)
+
+    def checkpoint(self) -> None:
+        """Write a checkpoint (:meth:`NamespaceFiles.checkpoint`), the hybrid indexes
+        included."""
+        c = self.columns
+        self.files.checkpoint(c, self.rows, c.record_offset, keys=self.index,
+                              hybrid=self.hybrid_state(), hybrid_dirty=self.index_dirty)
+        self.index_dirty = False

@@ -8,10 +8,10 @@ Files
 ::
 
     <root>/
-      memcore.json              store header (JSON): {"format": "memcore-ltm", "version": 1,
+      memcore.json              store header (JSON): {"format": "memcore-ltm", "version": 2,
                                 "embedder": name, "dim": dim, "epoch": e}
       LOCK                      the single-writer lock (filelock / fcntl.flock); never read
-      ns.<e>/                   the namespaces of epoch e (``reindex`` writes epoch e+1)
+      ns.<e>/                   the namespaces of epoch e (``reindex``/``migrate`` write e+1)
         n-<slug>-<hash>/        one namespace; hash = first 32 hex digits of sha256 of the
                                 namespace as a JSON list, slug = up to 40 chars of [a-z0-9_-]
           header.json           namespace header (JSON), see below
@@ -22,23 +22,50 @@ Files
           last_accessed_at.<g>.f64  (capacity,) float64 Unix seconds
           access_count.<g>.i64  (capacity,) int64
           importance.<g>.f32    (capacity,) float32 in [0, 1]
-          alive.<g>.u8          (capacity,) uint8 (bool)
+          record_offset.<g>.i64 (capacity,) int64: log offset of each row's PUT record
+          alive.<g>.c<c>.u8     (rows,) uint8 (bool): live flags at checkpoint c
+          keyhash.<g>.c<c>.u64  (live,) uint64, ascending: key index at checkpoint c
+          keyrow.<g>.c<c>.i64   (live,) int64: the row of each key hash
+          hx<s>.<name>.<g>.i<c>.<dtype>  one array of the hybrid index of structure s
+                                (1: stemmed BM25, 0: not) as of checkpoint c
+          hx<s>.state.<g>.i<c>.npz       that index's small state (counters, sums, speakers)
 
 The directory name is injective (the hash covers the exact namespace; the header stores the
 namespace and open checks the two agree), lower-case (safe on case-insensitive file systems),
 ASCII, at most 80 characters, and starts with ``n-`` (so "CON", "..", "" and friends are never a
-name). All arrays are little-endian and grow by doubling their capacity (``ftruncate``, then
-a new memory map); rows are append-only: a replaced or deleted key's row is only marked dead
-and stays garbage until :func:`compact_namespace` writes a new generation.
+name). All arrays are little-endian; column files grow by doubling their capacity
+(``ftruncate``, then a new memory map); rows are append-only: a replaced or deleted key's row
+is only marked dead and stays garbage until ``compact()`` writes a new generation.
+Checkpoint files (``*.c<c>.*``) are written once under a new name and never modified; the
+previous checkpoint's files are deleted after the header names the new one.
 
-Namespace header: ``{"format": "memcore-ltm-namespace", "version": 1, "namespace": [...],
-"dim": dim, "generation": g, "records": r, "log_bytes": b, "rows": n}`` -- a *verified
-checkpoint*: the first ``b`` bytes of the log (``r`` records) and the first ``n`` rows of every
-column file were fsynced before the header was written, and each of the first ``n`` vectors was
-checked against its PUT record's ``vector_crc`` (the rows written since the previous checkpoint
-at every checkpoint; every live row when compaction writes a generation). Headers are
-replaced atomically: write ``header.json.tmp``, fsync, rename over ``header.json``, fsync the
-directory.
+Namespace header: ``{"format": "memcore-ltm-namespace", "version": 2, "namespace": [...],
+"dim": dim, "generation": g, "records": r, "log_bytes": b, "rows": n, "checkpoint": c,
+"live": l}`` -- a *verified checkpoint*: the first ``b`` bytes of the log (``r`` records), the
+first ``n`` rows of every column file and the files of checkpoint ``c`` (live flags of rows
+``< n``, the ``l`` live keys' hashes and rows) were fsynced before the header was written, and
+each of the first ``n`` vectors was checked against its PUT record's ``vector_crc`` (the rows
+written since the previous checkpoint at every checkpoint; every live row when compaction
+writes a generation). Headers are replaced atomically: write ``header.json.tmp``, fsync,
+rename over ``header.json``, fsync the directory.
+
+Hybrid index: each hybrid index the namespace has built (:class:`memcore.recall.hybrid.HybridIndex`:
+postings, document lengths, episode windows, speakers, int8 codes, moment sums) is written at
+every checkpoint that changes it, its arrays (whole capacity; the zero rows past the last
+non-zero one are a hole) and ``small_state()``; the header's ``"index"`` entry
+``{"checkpoint": c, "structures": {s: {name: [dtype, shape]}}}`` names them, and exists only
+for the header's own checkpoint ``c``. Open restores each index with ``HybridIndex.restore``
+over private copy-on-write maps of its files (:class:`~memcore.storage.mapped.MappedArrays`:
+the files never change after they are written) and applies the log tail's PUT and DEL
+records to it in log order, so it is current before the first search. ``compact()`` and
+``reindex()`` build the indexes a namespace had for the new rows and checkpoint them; a
+namespace without an entry builds its index from the log on its first hybrid search.
+
+Key index: the key hash is the first 8 bytes (little-endian) of BLAKE2b of the key's UTF-8
+bytes. A key's row is found in a dict of the keys written since the checkpoint, else by
+binary search of ``keyhash`` -- a match counts only while its row is alive, and only once the
+key of the row's PUT record (read at ``record_offset``) equals the key, so a hash collision
+never returns another key's row.
 
 Record layout (little-endian)
 -----------------------------
@@ -58,9 +85,16 @@ followed by ``length`` payload bytes; the CRC-32 (zlib) covers the payload.
   live row.
 
 The log is the source of truth for which rows exist, their keys, texts, metadata,
-``created_at``, ``updated_at``, ``importance`` and ``alive``; open re-derives those columns
-from it. ``last_accessed_at`` and ``access_count`` are refreshed in the memory maps only (no log
-record per search); open takes the larger of the mapped value and the PUT record's value.
+``created_at``, ``updated_at``, ``importance`` and ``alive``; the columns and checkpoint files
+hold what it implies as of the checkpoint, and open re-derives the rows after it from the log
+tail. Keys, texts and metadata are never held in RAM for a whole namespace: they are read from
+a row's PUT record (one ``pread``, CRC checked; a damaged record raises
+:class:`StoreCorruptedError` naming the log and offset) for the rows a call returns.
+``last_accessed_at`` and ``access_count`` are refreshed in the memory maps only (no log
+record per search); for the log tail's rows open takes the larger of the mapped value and the
+PUT record's value. ``alive`` lives in RAM and reaches disk only in checkpoint files, written
+after the log they summarise was fsynced, so no live flag on disk ever runs ahead of its log
+record.
 
 Commit protocol
 ---------------
@@ -74,7 +108,8 @@ records to the log with one ``write`` -- the commit point. ``put_many`` commits 
 - ``"fsync"``: additionally ``fdatasync`` the vectors file before, and the log after, the
   append: an acknowledged write survives power loss (two syncs per call).
 - ``"none"``: records are buffered in the process and written at 1 MiB, ``flush()``,
-  ``close()`` or a checkpoint; a crash loses the buffered writes (tests, bulk loads).
+  ``close()``, a checkpoint or a read of a buffered record; a crash loses the buffered writes
+  (tests, bulk loads).
 
 Compaction first checks every live vector against its PUT record's ``vector_crc`` (a mismatch
 -> :class:`StoreCorruptedError` naming the vectors file, byte offset and row; nothing is
@@ -82,42 +117,78 @@ written, the old generation stays the store and ``repair()`` drops that key), th
 live row's PUT record byte for byte, patching only its row, ``last_accessed_at`` and
 ``access_count`` (and so the frame CRC): the result is what re-encoding would write. The
 ``vector_crc`` is never recomputed from the vectors file, so a damaged vector cannot be
-laundered into a consistent row.
+laundered into a consistent row. The new generation is written with its checkpoint 0 (every
+row live) and fsynced before the header naming it replaces the old one.
 
-A checkpoint (``close()``, ``flush()``) checks the vectors of the rows written since the last
-checkpoint against their records' ``vector_crc`` (a mismatch -> :class:`StoreCorruptedError`
-as above; the header is not advanced, so the next open finds the row again), fsyncs every file
-and then replaces the header with the current record count, log length and row count.
+A checkpoint (``close()``, ``flush()``, compaction, and automatically after a write once
+:data:`CHECKPOINT_ROWS` rows or :data:`CHECKPOINT_BYTES` log bytes accumulated since the last
+one) checks the vectors of the rows written since the last checkpoint against their records'
+``vector_crc`` (a mismatch -> :class:`StoreCorruptedError` as above; the header is not
+advanced, so the next open finds the row again), fsyncs the log and every column file, writes
+and fsyncs the files of checkpoint ``c + 1`` (live flags; the key index: the previous one's
+entries whose rows are still alive merged with the keys written since, sorted by hash), then
+replaces the header and deletes checkpoint ``c``'s files. A crash at any point leaves either
+the old header with its intact files, or the new one with its.
 
 Recovery (on open)
 ------------------
 1. Header: an unknown format or a missing field -> :class:`StoreCorruptedError`; a version
    newer than :data:`FORMAT_VERSION` -> :class:`FormatVersionError` (never a misread).
-2. The log is scanned record by record (frame, length, CRC, row rule) -- frames and CRCs by
-   the numba kernel :func:`memcore.kernels.logscan.scan_records`, fixed fields and texts
-   decoded column-wise; any record that breaks a replay rule, or damage that is not a torn
-   tail, is re-examined by the exact Python scan, which names it. At the first bad
-   record at offset ``x``: if ``x`` lies inside the checkpoint, or any valid record follows
-   it, the damage is in the middle of the file -> :class:`StoreCorruptedError` naming the file
-   and ``x``. Otherwise it is a torn tail (a write cut short by a crash) and the log is
-   truncated to ``x``, the end of the last committed record (read-only opens just ignore it).
-3. Every row written since the last verified checkpoint (rows ``n`` and up) is checked
-   against its record's ``vector_crc``; a mismatch -> :class:`StoreCorruptedError` naming the
-   vectors file, byte offset and row. (Rows below ``n`` were verified and fsynced, and rows
-   are append-only: nothing writes a committed row's vector again; ``repair()`` checks all.)
-4. Derived columns are rewritten from the log; files of other generations or epochs and
-   half-created or half-deleted namespace directories (``tmp-*``, ``trash-*``) are removed.
+2. The checkpoint's live flags are read (``rows`` bytes) and its key index memory-mapped;
+   nothing else proportional to the number of rows is read.
+3. Only the log after ``log_bytes`` is scanned record by record (frames and CRCs by the numba
+   kernel :func:`memcore.kernels.logscan.scan_records`, fixed fields and keys decoded
+   column-wise). At the first bad record at offset ``x``: if any valid record follows it, the
+   damage is in the middle of the file -> :class:`StoreCorruptedError` naming the file and
+   ``x``; a log shorter than ``log_bytes`` -> the same (truncated). Otherwise it is a torn tail
+   (a write cut short by a crash) and the log is truncated to ``x``, the end of the last
+   committed record (read-only opens just ignore it). A CRC-valid record that breaks the row
+   rules is corruption.
+4. Every row of the tail (rows ``n`` and up) is checked against its record's ``vector_crc``;
+   a mismatch -> :class:`StoreCorruptedError` naming the vectors file, byte offset and row.
+   (Rows below ``n`` were verified and fsynced, and rows are append-only: nothing writes a
+   committed row's vector again; ``repair()`` checks all.) The tail rows' columns are
+   rewritten from their records, then its PUT and DEL records are applied in order to the
+   live flags and the key index.
+5. Files of other generations, checkpoints or epochs and half-created or half-deleted
+   namespace directories (``tmp-*``, ``trash-*``) are removed.
+
+A read-only open (no lock; a writer may be working) that finds the checkpoint files its
+header named already replaced reads the header again; it maps the files and holds the log
+open, so it keeps seeing the store as of opening even after the writer compacts it.
+
+Damage inside the checkpointed part of the log is found when a record is read (named with
+its file and offset) or by ``repair()``, which re-scans every log and re-checks every vector.
 
 :func:`repair_namespace` rewrites a namespace as a new generation from every intact record:
 records with a bad frame or CRC are skipped (the scan resynchronises on the next magic), a
 PUT whose vector fails its CRC is dropped, and the rest is replayed as usual. Compaction and
 repair are crash-safe: the new generation's files are complete and fsynced before the header
 that names them replaces the old one; until then the old generation is the store.
+
+Format 1 (older stores)
+-----------------------
+Format 1 had no checkpoint files or ``record_offset`` column (``alive.<g>.u8`` was a column
+map), and open replayed the whole log into RAM (keys, texts and metadata as Python objects).
+Such a store opens read-only, served as it is (a warning names ``memcore migrate PATH``); a
+writer gets :class:`FormatVersionError` with the same hint. ``memcore migrate PATH``
+(:meth:`LongTermMemory.migrate`) writes every namespace's live rows as format 2 into a new
+epoch and then replaces the store header (the commit point): until then the format-1 store is
+the store.
 """
 
+from memcore.storage.checkpoint import (  # noqa: F401
+    CHECKPOINT_BYTES,
+    CHECKPOINT_ROWS,
+    KeyIndex,
+    PutRecord,
+    key_hashes,
+)
 from memcore.storage.disk import (  # noqa: F401
     INITIAL_CAPACITY,
     Columns,
+    OpenState,
+    new_key_index,
     adopt_replay,
     NamespaceFiles,
     close_namespace,
@@ -127,6 +198,12 @@ from memcore.storage.disk import (  # noqa: F401
     retire_generation,
     write_generation,
     write_namespace,
+)
+from memcore.storage.mapped import (  # noqa: F401
+    MappedArrays,
+    read_index,
+    structures as index_structures,
+    write_index,
 )
 from memcore.storage.jsonl import EXPORT_FORMAT, export_jsonl, import_jsonl  # noqa: F401
 from memcore.storage.layout import (  # noqa: F401

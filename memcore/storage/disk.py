@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 import shutil
 import zlib
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -16,6 +18,7 @@ from memcore.storage.layout import (
     TRASH_PREFIX,
     fsync_dir,
     COLUMNS,
+    COLUMNS_V2,
     FORMAT_VERSION,
     NAMESPACE_FORMAT,
     NAMESPACE_HEADER,
@@ -26,8 +29,25 @@ from memcore.storage.layout import (
     namespace_dirname,
     read_json,
 )
+from memcore.storage.checkpoint import (
+    _REPAIR as _REPAIR_HINT,
+    CHECKPOINT_BYTES,
+    CHECKPOINT_ROWS,
+    KeyIndex,
+    PutRecord,
+    Tail,
+    checkpoint_names,
+    decode_puts,
+    key_hashes,
+    load_checkpoint_files,
+    read_put,
+    scan_tail,
+    write_checkpoint_files,
+)
 from memcore.storage.log import Replay, first_bad_vector, scan_log
+from memcore.storage.mapped import index_file_names, index_prefix, write_index
 from memcore.storage.records import (
+    OP_PUT,
     copy_puts,
     encode_delete,
     encode_put,
@@ -78,26 +98,40 @@ class Columns:
     """
 
     NAMES = ("vectors",) + tuple(c[0] for c in COLUMNS)
+    NAMES_V2 = ("vectors",) + tuple(c[0] for c in COLUMNS_V2)
 
     def __init__(self, dim: int, capacity: int, directory: str | None = None,
-                 generation: int = 0, read_only: bool = False):
+                 generation: int = 0, read_only: bool = False, version: int = FORMAT_VERSION):
         self.dim = int(dim)
         self.directory = directory
         self.generation = int(generation)
         self.read_only = read_only
+        self.version = version if directory is not None else 1
         self.capacity = int(capacity) if read_only else _capacity_for(capacity)
         self._mm: dict = {}
         self._map(self.capacity)
+
+    @property
+    def names(self) -> tuple:
+        """The file-backed arrays (format 2 keeps ``alive`` in RAM and maps
+        ``record_offset``)."""
+        return self.NAMES_V2 if self.version >= 2 else self.NAMES
 
     def path(self, name: str) -> str:
         return column_path(self.directory, name, self.generation)
 
     def _spec(self):
         yield "vectors", np.dtype(np.float32), (self.dim,)
-        for name, dtype, _ in COLUMNS:
+        for name, dtype, _ in (COLUMNS_V2 if self.version >= 2 else COLUMNS):
             yield name, np.dtype(dtype), ()
 
     def _map(self, capacity: int) -> None:
+        if self.version >= 2:                     # RAM, restored from checkpoint snapshots
+            alive = np.zeros(capacity, np.bool_)
+            old = getattr(self, "alive", None)
+            if old is not None:
+                alive[: old.shape[0]] = old
+            self.alive = alive
         for name, dtype, tail in self._spec():
             shape = (capacity,) + tail
             if self.directory is None:
@@ -115,7 +149,10 @@ class Columns:
                         raise StoreCorruptedError(
                             f"{path} holds {rows} rows at offset {have}, fewer than the "
                             f"{capacity} the namespace needs")
-                    mm = np.memmap(path, dtype=dtype, mode="r", shape=shape)
+                    # vectors stay read-only; the other columns are private copy-on-write maps
+                    # (a read-only search refreshes access statistics in RAM only)
+                    mm = np.memmap(path, dtype=dtype, mode="r" if name == "vectors" else "c",
+                                   shape=shape)
                 else:
                     with open(path, "ab") as f:
                         if f.tell() < need:
@@ -139,7 +176,7 @@ class Columns:
         """fsync every backing file (no-op in RAM)."""
         if self.directory is None or self.read_only:
             return
-        for name in self.NAMES:
+        for name in self.names:
             self._mm[name].flush()
 
     def sync_vectors(self) -> None:
@@ -148,7 +185,7 @@ class Columns:
 
     def release(self) -> None:
         """Drop the memory maps (the arrays are unusable afterwards)."""
-        for name in self.NAMES:
+        for name in self.names:
             arr = self._mm.pop(name, None)
             mm = getattr(arr, "_mmap", None)
             setattr(self, name, None)
@@ -159,7 +196,7 @@ class Columns:
                     pass   # a view is still alive somewhere; the GC unmaps it later
 
     def remove_files(self) -> None:
-        for name in self.NAMES:
+        for name in self.names:
             try:
                 os.unlink(self.path(name))
             except FileNotFoundError:
@@ -192,6 +229,11 @@ class NamespaceFiles:
         self._pending_bytes = 0
         self._fd = None if read_only else os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
         self._vec_fd = None
+        self.version = FORMAT_VERSION
+        self.checkpoint_id = 0          # format 2: the checkpoint the header names
+        self.checkpoint_log_bytes = 0
+        self._rfd: int | None = None    # format 2: reads single records
+        self.index_entry: dict | None = None   # format 2: the header's hybrid-index entry
 
     # ---------------------------------------------------------------- create / open
 
@@ -208,6 +250,8 @@ class NamespaceFiles:
         open(log_path(tmp, 0), "wb").close()
         if durable:
             cols.sync()
+        write_checkpoint_files(tmp, 0, 0, np.zeros(0, np.bool_), np.zeros(0, np.uint64),
+                               np.zeros(0, np.int64), durable=durable)
         _write_ns_header(tmp, ns, dim, 0, 0, 0, 0, durable=durable)
         cols.release()
         os.rename(tmp, final)
@@ -218,7 +262,8 @@ class NamespaceFiles:
 
     @classmethod
     def open(cls, directory: str, dim: int, durability: str, read_only: bool, *,
-             salvage: bool = False) -> tuple["NamespaceFiles", Columns, Replay]:
+             salvage: bool = False, full: bool = False, _retry: int = 0
+             ) -> tuple["NamespaceFiles", Columns, "Replay | OpenState"]:
         """Open and recover a namespace directory (see the module docstring, Recovery).
 
         Raises
@@ -246,6 +291,15 @@ class NamespaceFiles:
                 f"{os.path.basename(directory)!r}")
         if h["dim"] != dim:
             raise StoreCorruptedError(f"{hpath} has dim {h['dim']}, the store header says {dim}")
+        if h["version"] >= 2 and not (salvage or full):
+            try:
+                return cls._open_v2(directory, h, ns, dim, durability, read_only)
+            except StoreCorruptedError:
+                # a reader racing the writer's checkpoint: the header it read named files
+                # the writer has since replaced; a newer header means: read again
+                if not read_only or _retry >= 3 or read_json(hpath, "namespace header") == h:
+                    raise
+                return cls.open(directory, dim, durability, read_only, _retry=_retry + 1)
         gen = h["generation"]
         lpath = log_path(directory, gen)
         try:
@@ -255,13 +309,7 @@ class NamespaceFiles:
             raise StoreCorruptedError(f"{lpath} is missing (offset 0)") from None
         rep = scan_log(data, lpath, 0 if salvage else h["log_bytes"], salvage=salvage)
         if not read_only and not salvage and rep.end < len(data):
-            os.truncate(lpath, rep.end)           # torn tail
-            if durability == "fsync":
-                fd = os.open(lpath, os.O_WRONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+            _cut_torn_tail(lpath, rep.end, durability)
         vec_path = column_path(directory, "vectors", gen)
         try:
             have_rows = os.path.getsize(vec_path) // (4 * dim)
@@ -277,10 +325,12 @@ class NamespaceFiles:
                 raise StoreCorruptedError(
                     f"a column file in {directory} holds only {cap} rows, but the log commits "
                     f"{rep.rows}")
-            cols = Columns(dim, cap, directory, gen, read_only=True)
+            cols = Columns(dim, cap, directory, gen, read_only=True, version=h["version"])
         else:
-            cols = Columns(dim, _capacity_for(max(rep.rows, 1), have_rows), directory, gen)
+            cols = Columns(dim, _capacity_for(max(rep.rows, 1), have_rows), directory, gen,
+                           version=h["version"])
         files = cls(directory, ns, dim, gen, durability, read_only)
+        files.version = h["version"]
         files.records = rep.records
         files.log_bytes = rep.end
         files.checkpoint_rows = min(h["rows"], rep.rows)
@@ -295,9 +345,122 @@ class NamespaceFiles:
                 files.close()
                 cols.release()
                 raise
-        if not read_only:
+        if not read_only and h["version"] < 2:
             remove_stale(directory, gen)
         return files, cols, rep
+
+    @classmethod
+    def _open_v2(cls, directory: str, h: dict, ns: tuple, dim: int, durability: str,
+                 read_only: bool) -> tuple["NamespaceFiles", Columns, "OpenState"]:
+        """Open a format-2 namespace: map the files, load the checkpoint (live flags, key
+        index) and replay only the log records after it (see the module docstring)."""
+        gen, ck_rows, ck_bytes = h["generation"], h["rows"], h["log_bytes"]
+        ck = h.get("checkpoint")
+        hpath = os.path.join(directory, NAMESPACE_HEADER)
+        if not isinstance(ck, int) or isinstance(ck, bool) or ck < 0:
+            raise StoreCorruptedError(f"{hpath} lacks a valid 'checkpoint' (got {ck!r})")
+        lpath = log_path(directory, gen)
+        try:
+            size = os.path.getsize(lpath)
+            with open(lpath, "rb") as f:
+                f.seek(ck_bytes)
+                data = f.read()
+        except FileNotFoundError:
+            raise StoreCorruptedError(f"{lpath} is missing (offset 0)") from None
+        if size < ck_bytes:
+            raise StoreCorruptedError(
+                f"{lpath} is corrupted at offset {size}: it ends there, before its last "
+                f"checkpoint at {ck_bytes} (the file was truncated); {_REPAIR_HINT}")
+        tail = scan_tail(data, ck_bytes, lpath, ck_rows)
+        if not read_only and tail.end < size:
+            _cut_torn_tail(lpath, tail.end, durability)
+        m = len(tail.put_keys)
+        rows = ck_rows + m
+        vec_path = column_path(directory, "vectors", gen)
+        try:
+            have_rows = os.path.getsize(vec_path) // (4 * dim)
+        except FileNotFoundError:
+            raise StoreCorruptedError(f"{vec_path} is missing (offset 0)") from None
+        if have_rows < rows:
+            raise StoreCorruptedError(
+                f"{vec_path} ends at offset {have_rows * dim * 4}, before row {rows} that "
+                f"the log commits")
+        alive0, hashes, krows = load_checkpoint_files(directory, gen, ck, ck_rows)
+        if read_only:
+            cap = _file_rows_min(directory, gen, have_rows, COLUMNS_V2)
+            if cap < rows:
+                raise StoreCorruptedError(
+                    f"a column file in {directory} holds only {cap} rows, but the log commits "
+                    f"{rows}")
+            cols = Columns(dim, cap, directory, gen, read_only=True, version=2)
+        else:
+            cols = Columns(dim, _capacity_for(max(rows, 1), have_rows), directory, gen,
+                           version=2)
+        files = cls(directory, ns, dim, gen, durability, read_only)
+        files.version = 2
+        files.records = h["records"] + tail.records
+        files.log_bytes = tail.end
+        files.checkpoint_rows = ck_rows
+        files.checkpoint_id = ck
+        files.checkpoint_log_bytes = ck_bytes
+        files.index_entry = _index_entry(h, hpath, ck)
+        files._read_fd()         # now: a compaction by another process may delete this log
+        try:
+            cols.alive[:ck_rows] = alive0
+            if m:
+                _adopt_tail(cols, tail, ck_rows, read_only)
+                verify_vectors(cols.vectors[ck_rows:rows],
+                               np.asarray(tail.put_fixed["vector_crc"], np.uint32),
+                               range(ck_rows, rows), vec_path, tail.put_offsets,
+                               "the store was not opened")
+            keys = new_key_index(files, cols, hashes, krows)
+            events = _replay_keys(keys, cols.alive, tail, ck_rows, lpath)
+        except BaseException:
+            files.close()
+            cols.release()
+            raise
+        if not read_only:
+            remove_stale(directory, gen, ck, files.index_entry)
+        return files, cols, OpenState(keys, rows, tail, events)
+
+    # ---------------------------------------------------------------- format 2 reads
+
+    def _read_fd(self) -> int:
+        if self._pending:
+            self.flush_pending()
+        if self._rfd is None:
+            self._rfd = os.open(self.log_path, os.O_RDONLY)
+        return self._rfd
+
+    def read_put(self, offset: int) -> PutRecord:
+        """The PUT record at log ``offset`` (CRC checked; buffered records written first).
+
+        Raises
+        ------
+        StoreCorruptedError
+        """
+        return read_put(self._read_fd(), int(offset), self.log_path)
+
+    def key_at(self, offset: int) -> str:
+        return self.read_put(offset).key
+
+    def log_array(self) -> np.ndarray:
+        """The log as a read-only memory map, ndarray (log_bytes,), uint8."""
+        self._read_fd()
+        if self.log_bytes == 0:
+            return np.zeros(0, np.uint8)
+        mm = mmap.mmap(self._read_fd(), self.log_bytes, access=mmap.ACCESS_READ)
+        return np.frombuffer(mm, np.uint8)          # through the open fd: never by path
+
+    def decode(self, offsets: np.ndarray, **which: bool) -> dict:
+        """:func:`~memcore.storage.checkpoint.decode_puts` of this log's records."""
+        return decode_puts(self.log_array(), offsets, self.log_path, **which)
+
+    def checkpoint_due(self, rows: int) -> bool:
+        """Whether the log or rows grew past the automatic checkpoint interval."""
+        return (self.version >= 2 and not self.read_only
+                and (rows - self.checkpoint_rows >= CHECKPOINT_ROWS
+                     or self.log_bytes - self.checkpoint_log_bytes >= CHECKPOINT_BYTES))
 
     # ---------------------------------------------------------------- commits
 
@@ -343,11 +506,13 @@ class NamespaceFiles:
                                        vector_crcs(vectors))
             offsets = (starts + base).tolist()
         self.append(blob, cols)
+        self.records += len(keys)
         return offsets
 
     def delete(self, cols: Columns, row: int, key: str) -> None:
         """Commit a DEL record of ``key`` at ``row``."""
         self.append(encode_delete(row, key.encode("utf-8")), cols)
+        self.records += 1
 
     def verified_log(self, vectors: np.ndarray, rows: Sequence[int], offsets: np.ndarray,
                      cols: Columns, what: str) -> bytes:
@@ -372,7 +537,9 @@ class NamespaceFiles:
             self._pending.clear()
             self._pending_bytes = 0
 
-    def checkpoint(self, cols: Columns, rows: int, offsets: Sequence[int]) -> None:
+    def checkpoint(self, cols: Columns, rows: int, offsets: Sequence[int],
+                   keys: KeyIndex | None = None, hybrid: dict | None = None,
+                   hybrid_dirty: bool = False) -> None:
         """Verify the rows written since the last checkpoint, fsync everything, then atomically
         record the checkpoint in the header.
 
@@ -383,6 +550,15 @@ class NamespaceFiles:
             Rows in use.
         offsets : sequence of int, length rows
             Log offset of each row's PUT record.
+        keys : KeyIndex, optional
+            Format 2: the key index, persisted with the live flags as checkpoint files
+            (written once under new names) before the header naming them replaces the old one.
+        hybrid : dict, optional
+            Format 2: the namespace's hybrid indexes, ``{structure: (arrays, small_state)}``,
+            written as index checkpoint files with the others (the header drops its index
+            entry when None).
+        hybrid_dirty : bool, default False
+            Whether an index changed since it was last written.
 
         Raises
         ------
@@ -406,21 +582,159 @@ class NamespaceFiles:
                            "the checkpoint was not written")
         cols.sync()
         os.fsync(self._fd)
+        if self.version < 2:
+            _write_ns_header(self.directory, self.ns, self.dim, self.generation, self.records,
+                             self.log_bytes, rows, durable=True, version=1)
+            self.checkpoint_rows = rows
+            return
+        if rows == self.checkpoint_rows and self.log_bytes == self.checkpoint_log_bytes \
+                and not hybrid_dirty:
+            return
+        c = self.checkpoint_id + 1
+        hashes, krows = keys.merged(cols.alive[:rows])
+        write_checkpoint_files(self.directory, self.generation, c, cols.alive[:rows], hashes,
+                               krows, durable=False)
+        entry = None
+        if hybrid:
+            entry = {"checkpoint": c, "structures": {
+                index_prefix(key)[2:]: write_index(self.directory, self.generation, c, key,
+                                                   arrays, state, durable=True)
+                for key, (arrays, state) in hybrid.items()}}
+        for name in checkpoint_names(self.generation, c):
+            _fsync_file(os.path.join(self.directory, name))
+        fsync_dir(self.directory)
         _write_ns_header(self.directory, self.ns, self.dim, self.generation, self.records,
-                         self.log_bytes, rows, durable=True)
-        self.checkpoint_rows = rows
+                         self.log_bytes, rows, durable=True, checkpoint=c, live=len(hashes),
+                         index=entry)
+        remove_checkpoint(self.directory, self.generation, self.checkpoint_id)
+        for name in index_file_names(self.generation, self.index_entry) - \
+                index_file_names(self.generation, entry):
+            _unlink(os.path.join(self.directory, name))
+        self.index_entry = entry
+        self.checkpoint_rows, self.checkpoint_id = rows, c
+        self.checkpoint_log_bytes = self.log_bytes
+        _, keys.hashes, keys.rows = load_checkpoint_files(self.directory, self.generation, c, rows)
+        keys.tail.clear()
 
     def close(self) -> None:
         self.flush_pending()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        if self._rfd is not None:
+            os.close(self._rfd)
+            self._rfd = None
 
 
-def _file_rows_min(directory: str, generation: int, have_rows: int) -> int:
+def new_key_index(files: NamespaceFiles, cols: Columns, hashes: np.ndarray | None = None,
+                  rows: np.ndarray | None = None) -> KeyIndex:
+    """The key index of a format-2 namespace (empty unless a checkpoint's arrays are given);
+    hash matches are confirmed by the key of the row's record."""
+    return KeyIndex(np.zeros(0, np.uint64) if hashes is None else hashes,
+                    np.zeros(0, np.int64) if rows is None else rows,
+                    lambda row: files.read_put(cols.record_offset[row]).key)
+
+
+@dataclass
+class OpenState:
+    """What opening a format-2 namespace recovers beside its files and columns."""
+
+    keys: KeyIndex
+    rows: int
+    tail: Tail
+    #: the tail's effect in log order: ``(row, killed row or -1)`` per PUT, ``(-1, row)`` per DEL
+    events: list
+
+
+def _adopt_tail(cols: Columns, tail: Tail, first: int, read_only: bool) -> None:
+    """Write the columns of the rows the log tail commits (RAM copies when read-only)."""
+    f = tail.put_fixed
+    m = f.shape[0]
+    sl = slice(first, first + m)
+    values = {"created_at": f["created_at"], "updated_at": f["updated_at"],
+              "importance": f["importance"].astype(np.float32),
+              "record_offset": tail.put_offsets,
+              "last_accessed_at": np.fmax(cols.last_accessed_at[sl], f["last_accessed_at"]),
+              "access_count": np.maximum(cols.access_count[sl], f["access_count"])}
+    for name, val in values.items():
+        arr = getattr(cols, name)
+        if not arr.flags.writeable:
+            arr = np.array(arr)
+            setattr(cols, name, arr)
+        arr[sl] = val
+    cols.alive[sl] = True
+
+
+def _index_entry(h: dict, hpath: str, checkpoint: int) -> dict | None:
+    entry = h.get("index")
+    if entry is None:
+        return None
+    if (not isinstance(entry, dict) or entry.get("checkpoint") != checkpoint
+            or not isinstance(entry.get("structures"), dict)):
+        raise StoreCorruptedError(f"{hpath} has an invalid 'index' entry (got {entry!r})")
+    return entry
+
+
+def _replay_keys(keys: KeyIndex, alive: np.ndarray, tail: Tail, first: int, path: str) -> list:
+    """Apply the tail's PUT and DEL records to the key index and the live flags; returns
+    :attr:`OpenState.events`."""
+    pre = keys.lookup_many(tail.put_keys, alive)      # the checkpoint's rows of the keys
+    live = keys.tail
+    events = []
+    pi = di = 0
+    for op in tail.ops.tolist():
+        if op == OP_PUT:
+            k = tail.put_keys[pi]
+            old = live.get(k)
+            if old is None:
+                p = pre[pi]
+                old = p if p is not None and alive[p] else None
+            if old is not None:
+                alive[old] = False
+            live[k] = first + pi
+            events.append((first + pi, -1 if old is None else old))
+            pi += 1
+        else:
+            k, row = tail.del_keys[di], tail.del_rows[di]
+            old = keys.lookup(k, alive)
+            if old != row:
+                raise StoreCorruptedError(
+                    f"{path} holds a DEL record for {k!r} naming row {row}, which is not its "
+                    f"live row; {_REPAIR_HINT}")
+            alive[row] = False
+            live.pop(k, None)
+            events.append((-1, row))
+            di += 1
+    return events
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _cut_torn_tail(path: str, end: int, durability: str) -> None:
+    """Truncate a log to ``end``, the end of its last committed record (a torn tail)."""
+    os.truncate(path, end)
+    if durability == "fsync":
+        _fsync_file(path)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _file_rows_min(directory: str, generation: int, have_rows: int,
+                   columns: tuple = COLUMNS) -> int:
     """Rows every column file can hold (read-only opens map what exists)."""
     rows = have_rows
-    for name, dtype, _ in COLUMNS:
+    for name, dtype, _ in columns:
         path = column_path(directory, name, generation)
         try:
             rows = min(rows, os.path.getsize(path) // np.dtype(dtype).itemsize)
@@ -444,11 +758,25 @@ def _write_all(fd: int, blob: bytes, committed: int) -> None:
 
 
 def _write_ns_header(directory: str, ns: tuple, dim: int, generation: int, records: int,
-                     log_bytes: int, rows: int, *, durable: bool) -> None:
-    atomic_write_json(os.path.join(directory, NAMESPACE_HEADER), {
-        "format": NAMESPACE_FORMAT, "version": FORMAT_VERSION, "namespace": list(ns),
-        "dim": int(dim), "generation": int(generation), "records": int(records),
-        "log_bytes": int(log_bytes), "rows": int(rows)}, durable=durable)
+                     log_bytes: int, rows: int, *, durable: bool, version: int = FORMAT_VERSION,
+                     checkpoint: int = 0, live: int = 0, index: dict | None = None) -> None:
+    head = {"format": NAMESPACE_FORMAT, "version": version, "namespace": list(ns),
+            "dim": int(dim), "generation": int(generation), "records": int(records),
+            "log_bytes": int(log_bytes), "rows": int(rows)}
+    if version >= 2:
+        head.update(checkpoint=int(checkpoint), live=int(live))
+        if index:
+            head["index"] = index
+    atomic_write_json(os.path.join(directory, NAMESPACE_HEADER), head, durable=durable)
+
+
+def remove_checkpoint(directory: str, generation: int, checkpoint: int) -> None:
+    """Delete the files of a checkpoint a newer header no longer names."""
+    for name in checkpoint_names(generation, checkpoint):
+        try:
+            os.unlink(os.path.join(directory, name))
+        except FileNotFoundError:
+            pass
 
 
 def write_generation(directory: str, ns: tuple, dim: int, generation: int,
@@ -465,19 +793,22 @@ def write_generation(directory: str, ns: tuple, dim: int, generation: int,
     """
     rows = list(rows)
     fields = list(zip(*rows)) if rows else [[]] * 8
-    blob, _ = encode_puts(0, [k.encode("utf-8") for k in fields[0]],
+    blob, starts = encode_puts(0, [k.encode("utf-8") for k in fields[0]],
                           [t.encode("utf-8") for t in fields[1]], list(fields[2]), fields[3],
                           fields[4], fields[5], fields[6], fields[7], vector_crcs(vectors))
     return write_generation_blob(directory, ns, dim, generation, blob, vectors, {
         "created_at": fields[3], "updated_at": fields[4], "last_accessed_at": fields[5],
-        "access_count": fields[6], "importance": fields[7]})
+        "access_count": fields[6], "importance": fields[7]}, list(fields[0]), starts)
 
 
 def write_generation_blob(directory: str, ns: tuple, dim: int, generation: int, blob,
-                          vectors: np.ndarray, columns: dict) -> tuple[Columns, int, int]:
+                          vectors: np.ndarray, columns: dict, keys: Sequence[str],
+                          offsets: np.ndarray) -> tuple[Columns, int, int]:
     """:func:`write_generation` from ready records: ``blob`` holds one PUT per row (rows 0..n-1,
-    e.g. from :func:`copy_puts`), ``columns`` maps created_at, updated_at, last_accessed_at,
-    access_count and importance to (n,) arrays; vectors are (n, dim) float32.
+    e.g. from :func:`copy_puts`), starting at ``offsets``; ``keys`` are their keys (all
+    distinct); ``columns`` maps created_at, updated_at, last_accessed_at, access_count and
+    importance to (n,) arrays; vectors are (n, dim) float32. Writes format 2: the columns,
+    the log and checkpoint 0 (every row live), fsynced, then the header.
 
     Returns
     -------
@@ -493,13 +824,19 @@ def write_generation_blob(directory: str, ns: tuple, dim: int, generation: int, 
     if n:
         for name, values in columns.items():
             getattr(cols, name)[:n] = values
+        cols.record_offset[:n] = offsets
         cols.alive[:n] = True
     with open(lpath, "wb") as f:
         f.write(blob)
         f.flush()
         os.fsync(f.fileno())
     cols.sync()
-    _write_ns_header(directory, ns, dim, generation, n, len(blob), n, durable=True)
+    hashes = key_hashes(list(keys))
+    order = np.argsort(hashes, kind="stable")
+    write_checkpoint_files(directory, generation, 0, cols.alive[:n], hashes[order],
+                           order.astype(np.int64), durable=True)
+    _write_ns_header(directory, ns, dim, generation, n, len(blob), n, durable=True,
+                     checkpoint=0, live=n)
     return cols, n, len(blob)
 
 
@@ -582,14 +919,20 @@ def repair_namespace(directory: str, dim: int) -> dict:
     new_vecs = vecs[[rep.file_rows[i] for i in keep]] if keep else np.zeros((0, dim), np.float32)
     cols, _, _ = write_generation(directory, ns, dim, gen + 1, rows, new_vecs)
     cols.release()
-    remove_stale(directory, gen + 1)
+    remove_stale(directory, gen + 1, 0)
     return {"namespace": ns, "kept": len(keep), "dropped": dropped, "skipped": rep.skipped}
 
 
-def remove_stale(directory: str, generation: int) -> None:
-    """Delete every file of a namespace directory but the header and ``generation``'s files."""
+def remove_stale(directory: str, generation: int, checkpoint: int | None = None,
+                 index: dict | None = None) -> None:
+    """Delete every file of a namespace directory but the header, ``generation``'s files and
+    (format 2) those of ``checkpoint`` and of the hybrid-index entry ``index``."""
     keep = {NAMESPACE_HEADER, os.path.basename(log_path(directory, generation))}
-    keep.update(os.path.basename(column_path(directory, n, generation)) for n in Columns.NAMES)
+    keep.update(os.path.basename(column_path(directory, n, generation))
+                for n in Columns.NAMES + Columns.NAMES_V2)
+    if checkpoint is not None:
+        keep |= checkpoint_names(generation, checkpoint)
+    keep |= index_file_names(generation, index)
     for entry in os.listdir(directory):
         if entry not in keep:
             try:
@@ -662,9 +1005,9 @@ def write_namespace(parent: str, ns: tuple, durability: str, keys: Sequence[str]
                                        created_at, updated_at, last_accessed_at, access_count,
                                        list(importance), vector_crcs(vectors))
         cols, records, log_bytes = write_generation_blob(directory, ns, dim, generation, blob,
-                                                         vectors, columns)
+                                                         vectors, columns, keys, starts)
     except BaseException:
-        for name in Columns.NAMES:
+        for name in Columns.NAMES_V2:
             for path in (column_path(directory, name, generation),
                          log_path(directory, generation)):
                 try:
@@ -675,13 +1018,14 @@ def write_namespace(parent: str, ns: tuple, durability: str, keys: Sequence[str]
     files = NamespaceFiles(directory, ns, dim, generation, durability, False)
     files.records, files.log_bytes = records, log_bytes
     files.checkpoint_rows = len(keys)                    # write_generation_blob's header
+    files.checkpoint_log_bytes = log_bytes
     return files, cols, starts.tolist()
 
 
 def namespace_intact(directory: str, dim: int, durability: str) -> bool:
     """True when a namespace opens cleanly and every row's vector matches its record."""
     try:
-        files, cols, rep = NamespaceFiles.open(directory, dim, durability, False)
+        files, cols, rep = NamespaceFiles.open(directory, dim, durability, False, full=True)
     except StoreCorruptedError:
         return False
     try:

@@ -23,7 +23,9 @@ from memcore.errors import (
     StorePermissionError,
 )
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: The oldest on-disk format this memcore reads (read-only; ``memcore migrate`` converts it).
+OLDEST_VERSION = 1
 STORE_FORMAT = "memcore-ltm"
 NAMESPACE_FORMAT = "memcore-ltm-namespace"
 STORE_HEADER = "memcore.json"
@@ -43,6 +45,17 @@ COLUMNS = (
     ("access_count", np.int64, "i64"),
     ("importance", np.float32, "f32"),
     ("alive", np.bool_, "u8"),
+)
+
+#: Format 2: ``alive`` is no column file (RAM, snapshotted at checkpoints); each row's PUT
+#: record offset is one.
+COLUMNS_V2 = tuple(c for c in COLUMNS if c[0] != "alive") + (("record_offset", np.int64, "i64"),)
+
+#: name, dtype, suffix of the files a format-2 checkpoint writes (``<name>.<g>.c<c>.<suffix>``).
+CHECKPOINT_FILES = (
+    ("alive", np.bool_, "u8"),          # (rows,) the live flags of the checkpointed rows
+    ("keyhash", np.uint64, "u64"),      # (live,) key hashes, ascending
+    ("keyrow", np.int64, "i64"),        # (live,) the row of each hash's key
 )
 
 
@@ -165,8 +178,15 @@ def write_store_header(root: str, embedder: str, dim: int, epoch: int, *, durabl
 
 def column_path(directory: str, name: str, generation: int) -> str:
     """``<directory>/<name>.<generation>.<suffix>``: a column file (``vectors``: f32)."""
-    suffix = "f32" if name == "vectors" else dict((c[0], c[2]) for c in COLUMNS)[name]
+    suffix = "f32" if name == "vectors" else dict((c[0], c[2]) for c in COLUMNS + COLUMNS_V2)[name]
     return os.path.join(directory, f"{name}.{generation}.{suffix}")
+
+
+def checkpoint_path(directory: str, name: str, generation: int, checkpoint: int) -> str:
+    """``<directory>/<name>.<generation>.c<checkpoint>.<suffix>``: a file of one format-2
+    checkpoint (written once, never modified; see :data:`CHECKPOINT_FILES`)."""
+    suffix = dict((c[0], c[2]) for c in CHECKPOINT_FILES)[name]
+    return os.path.join(directory, f"{name}.{generation}.c{checkpoint}.{suffix}")
 
 
 def log_path(directory: str, generation: int) -> str:

@@ -1,23 +1,30 @@
 """LongTermMemory: the unbounded long-term tier, in memory or persisted on disk.
 
-Each namespace is a :class:`~memcore.core.table.Table` whose columns live in RAM
-(``path=None``) or are memory-mapped from the namespace's files (:mod:`memcore.storage`: format,
-commit protocol, recovery). Rows are append-only: a replaced or deleted key's row is marked
-dead and reclaimed by :meth:`LongTermMemory.compact`.
+Each namespace is a :class:`~memcore.core.table.Table` in RAM (``path=None``), or on disk a
+:class:`~memcore.core.table.DiskTable` whose columns, key index and hybrid index are
+memory-mapped from the namespace's files and whose keys, texts and metadata stay in its log
+(:mod:`memcore.storage`: format 2, commit protocol, checkpoints, recovery). Opening reads the
+last checkpoint and replays only the log written after it; nothing proportional to the
+number of memories is built in Python at open or at the first search. Rows are append-only: a
+replaced or deleted key's row is marked dead and reclaimed by :meth:`LongTermMemory.compact`.
+A store of the older format 1 opens read-only as it is; :meth:`LongTermMemory.migrate`
+(``memcore migrate PATH``) converts it.
 
 Search path (decided by measurement, bench/test_bench_long.py): the fused top-k kernel scans
 every row of the namespace once (similarity + decay + importance + alive/filter mask),
 straight from the memory maps; on 384-d unit vectors it ran at 0.9-1.0x the time of a
 single-thread FAISS ``IndexFlatIP`` similarity-only search at 1e3-1e5 rows, so no FAISS index
-is kept -- nothing is rebuilt or saved on open, and the vectors are stored once.
+is kept, and the vectors are stored once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
 import json
+import logging
 import math
 import os
 from typing import Any, Sequence
@@ -27,16 +34,17 @@ import numpy as np
 from memcore import _validate, storage
 from memcore.core.rows import Rows, encoded
 from memcore.core.store import MemoryStore, check_embedder
-from memcore.core.table import Table
+from memcore.core.table import DiskTable, Table
 from memcore.errors import (
     EmbedderMismatchError,
+    FormatVersionError,
     InvalidArgumentError,
     InvalidArgumentTypeError,
     ReadOnlyStoreError,
     StoreClosedError,
     StoreCorruptedError,
 )
-from memcore.recall.hybrid import HybridWeights
+from memcore.recall.hybrid import HybridIndex, HybridWeights
 from memcore.recall.prep import QueryPreparer
 from memcore.types import (
     Clock,
@@ -49,6 +57,8 @@ from memcore.types import (
 )
 
 __all__ = ["LongTermMemory"]
+
+logger = logging.getLogger("memcore")
 
 DEFAULT_DURABILITY = "flush"
 _JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
@@ -84,8 +94,62 @@ def _gc_paused(n: int):
         gc.enable()
 
 
+def _checkpoint(t: Table) -> None:
+    """Checkpoint one namespace (see :meth:`LongTermMemory.flush`)."""
+    if isinstance(t, DiskTable):
+        t.checkpoint()
+    else:
+        t.files.checkpoint(t.columns, t.rows, t.offsets)
+
+
+def _live(t: Table, texts: bool = True) -> tuple:
+    """``(rows, keys, texts, metadata, importance)`` of a table's live rows, in row order
+    (a :class:`DiskTable` decodes them from its log; ``texts`` is None unless asked)."""
+    if isinstance(t, DiskTable):
+        rows = t.live_rows()
+        d = t.decode(rows, texts=texts)
+        return (rows.tolist(), d["keys"], d.get("texts"), d["metadata"],
+                d["importance"].tolist())
+    rows = list(t.keys.values())
+    return (rows, [t.key_of[r] for r in rows], [t.texts[r] for r in rows] if texts else None,
+            [t.metadata[r] for r in rows], [t.importance[r] for r in rows])
+
+
+def _index_structures(t: Table) -> list:
+    """The structures of the hybrid indexes ``t`` has built."""
+    return [] if t.recall is None else list(t.recall.indexes)
+
+
+def _record_offsets(t: Table, rows: Sequence[int]) -> np.ndarray:
+    idx = np.asarray(rows, np.int64)
+    if isinstance(t, DiskTable):
+        return np.asarray(t.columns.record_offset[idx], np.int64)
+    return np.asarray(t.offsets, np.int64)[idx]
+
+
+def _write_live(t: Table, vecs: np.ndarray, parent: str, generation: int, durability: str,
+                log: bytes | None = None) -> str:
+    """Write the live rows of ``t`` (with ``vecs``) as a complete format-2 generation of its
+    namespace in ``parent`` (:func:`memcore.storage.write_namespace`); returns the namespace
+    directory. With ``log`` (vectors unchanged) the live records are copied, not re-encoded.
+    """
+    rows, keys, texts, metas, imps = _live(t, texts=log is None)
+    idx = np.asarray(rows, np.int64)
+    c = t.columns
+    files, cols, _ = storage.write_namespace(
+        parent, t.namespace, durability, keys, texts, _meta_bytes(metas), imps,
+        *(np.ascontiguousarray(getattr(c, name)[idx]) for name in
+          ("created_at", "updated_at", "last_accessed_at", "access_count")),
+        vecs, generation, log=log, offsets=None if log is None else _record_offsets(t, rows))
+    storage.close_namespace(files, cols)
+    return files.directory
+
+
 def _table(ns: Namespace, cols: Any, files: Any, rep: Any, read_only: bool) -> Table:
-    """A namespace's table from its log replay (:class:`memcore.storage.Replay`)."""
+    """A namespace's table: format 2 (:class:`DiskTable` from the opened checkpoint and log
+    tail) or format 1 read-only (in RAM, from the whole log's :class:`memcore.storage.Replay`)."""
+    if isinstance(rep, storage.OpenState):
+        return DiskTable(ns, cols, files, rep.keys, rep.rows)
     t = Table(ns, storage.adopt_replay(cols, rep, read_only))
     t.files, t.rows = files, rep.rows
     keys, vals = rep.keys, list(rep.keys.values())
@@ -139,7 +203,8 @@ class LongTermMemory(MemoryStore):
         :meth:`repair`) instead of raising :class:`StoreCorruptedError`.
     hybrid : HybridWeights, optional
         Default recall of :meth:`search` (similarity preset when None). A namespace's hybrid
-        index lives in RAM, built from the stored rows on its first hybrid search.
+        index is built from the stored rows on its first hybrid search, kept current by every
+        write and, on disk, saved at each checkpoint and restored when the store opens.
     query_preparer : callable, optional
         ``(text, entities) -> PreparedQuery`` for hybrid recall.
     threads : int, default 1
@@ -159,14 +224,17 @@ class LongTermMemory(MemoryStore):
         On an unknown durability, a negative or non-finite lock_timeout, ``threads`` not an
         int >= 1, ``read_only`` or
         ``repair`` without a path, or no embedder for a new store.
+    FormatVersionError
+        If the store is of an older on-disk format and ``read_only`` is False (the message
+        names ``memcore migrate PATH``), or of a newer one.
     InvalidArgumentTypeError
         If weights, hybrid, clock, query_preparer or embedder have the wrong type.
     EmbedderMismatchError
         If the store was written with another embedder (name or dim); the message names both.
     StoreLockedError
         If another writer holds the store for longer than ``lock_timeout``.
-    StoreCorruptedError, FormatVersionError
-        If the files are damaged beyond a torn tail, or of a newer format version.
+    StoreCorruptedError
+        If the files are damaged beyond a torn tail.
     StoreNotFoundError
         If ``read_only`` and there is no store at ``path``.
     StorePathError, StorePermissionError, StoreIOError
@@ -206,6 +274,7 @@ class LongTermMemory(MemoryStore):
         self.durability = durability
         self.lock_timeout = lock_timeout
         self.read_only = bool(read_only)
+        self.format_version = storage.FORMAT_VERSION
         self._root: storage.StoreRoot | None = None
         self._closed = False
         self.repair_report: list[dict] = []
@@ -251,6 +320,94 @@ class LongTermMemory(MemoryStore):
         storage.StoreRoot.require(root)
         return cls(root, embedder, read_only=read_only, **kwargs)
 
+    @classmethod
+    def migrate(cls, path: str | os.PathLike, *, progress: bool = True,
+                lock_timeout: float = 1.0) -> int:
+        """Convert a store written by an older on-disk format to the current one, in place.
+
+        Every namespace is read as the old format reads it (its whole log replayed, every
+        live vector checked against its record's CRC), and its live rows are written as a
+        namespace of the current format in a new epoch directory; the store header naming
+        that epoch and the new version then replaces the old one atomically (the commit
+        point). Until then the old store is untouched and stays the store: a crash leaves it
+        as it was, and running ``migrate`` again starts over. The records are copied byte for
+        byte (rows renumbered); dead rows are dropped.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+        progress : bool, default True
+            Show a tqdm progress bar (on stderr), one step per namespace row.
+        lock_timeout : float, default 1.0
+            Seconds to wait for the writer lock.
+
+        Returns
+        -------
+        int
+            Memories migrated; 0 when the store already is of the current format.
+
+        Raises
+        ------
+        StoreNotFoundError
+            If there is no store at ``path``.
+        StoreLockedError
+            If another writer holds the store.
+        StoreCorruptedError
+            If a namespace is damaged (naming the file and offset; nothing is changed).
+
+        Examples
+        --------
+        >>> import tempfile; from memcore import HashingEmbedder
+        >>> root = tempfile.mkdtemp() + "/mem"
+        >>> with LongTermMemory(root, HashingEmbedder(dim=8)) as ltm:
+        ...     _ = ltm.put("robot", "dock", "the dock is in the hallway")
+        >>> LongTermMemory.migrate(root, progress=False)     # already the current format
+        0
+        """
+        root_path = os.path.abspath(os.fspath(path))
+        with storage.os_errors(root_path):
+            return cls._migrate(root_path, progress, lock_timeout)
+
+    @classmethod
+    def _migrate(cls, root_path: str, progress: bool, lock_timeout: float) -> int:
+        from tqdm.auto import tqdm
+
+        storage.StoreRoot.require(root_path)
+        root = storage.StoreRoot.open(root_path, read_only=False, lock_timeout=lock_timeout)
+        try:
+            head = root.header
+            if head["version"] >= storage.FORMAT_VERSION:
+                return 0
+            dim, total = head["dim"], 0
+            dirs = root.namespace_dirs()          # (removes a half-written earlier attempt)
+            epoch = root.begin_epoch()
+            try:
+                with tqdm(desc="migrate", unit="row", disable=not progress) as bar:
+                    for directory in dirs:
+                        files, cols, rep = storage.NamespaceFiles.open(directory, dim, "flush",
+                                                                       True, full=True)
+                        try:
+                            t = _table(files.ns, cols, files, rep, True)
+                            bar.total = (bar.total or 0) + t.rows
+                            if t.keys:
+                                rows = list(t.keys.values())
+                                vecs = np.ascontiguousarray(cols.vectors[rows])
+                                log = files.verified_log(vecs, rows, _record_offsets(t, rows),
+                                                         cols, "migrate() wrote nothing")
+                                _write_live(t, vecs, epoch, 0, "flush", log)
+                                total += len(rows)
+                            bar.update(t.rows)
+                        finally:
+                            storage.close_namespace(files, cols)
+                root.commit_epoch(head["embedder"], dim)
+            except BaseException:
+                root.abort_epoch()
+                raise
+            root.finish_epoch()
+            return total
+        finally:
+            root.release()
+
     # ------------------------------------------------------------------ opening / closing
     @_disk
     def _open_disk(self, repair: bool) -> None:
@@ -265,6 +422,16 @@ class LongTermMemory(MemoryStore):
             root.create(self.embedder_name, self.dim, durable=self.durability != "none")
             return
         self.embedder_name, self.dim = root.header["embedder"], root.header["dim"]
+        self.format_version = root.header["version"]
+        if self.format_version < storage.FORMAT_VERSION:
+            hint = (f"{self.path} is in on-disk format version {self.format_version}; this "
+                    f"memcore writes version {storage.FORMAT_VERSION}. Run `memcore migrate "
+                    f"{self.path}` (or LongTermMemory.migrate(path)) to convert it")
+            if not self.read_only:
+                raise FormatVersionError(hint + "; until then it opens only with "
+                                         "read_only=True (served as it is)")
+            logger.warning("%s; it is served read-only as it is, every namespace read into "
+                           "RAM", hint)
         if emb is not None and (str(emb.name) != self.embedder_name or int(emb.dim) != self.dim):
             raise EmbedderMismatchError(
                 f"{self.path} was written with embedder {self.embedder_name!r} (dim {self.dim}), "
@@ -280,7 +447,29 @@ class LongTermMemory(MemoryStore):
                 self.repair_report.append(storage.repair_namespace(directory, self.dim))
                 files, cols, rep = storage.NamespaceFiles.open(
                     directory, self.dim, self.durability, self.read_only)
-            self._tables[files.ns] = _table(files.ns, cols, files, rep, self.read_only)
+            if not self.read_only and not isinstance(rep, storage.OpenState):
+                storage.close_namespace(files, cols)
+                raise FormatVersionError(
+                    f"{directory} is a format-1 namespace in a format-2 store; run `memcore "
+                    f"migrate {self.path}` or open the store with read_only=True")
+            t = self._tables[files.ns] = _table(files.ns, cols, files, rep, self.read_only)
+            self._restore_recall(t, rep)
+
+    def _restore_recall(self, t: Table, st: Any) -> None:
+        """Restore a format-2 namespace's persisted hybrid indexes (its header's index
+        entry) and replay the log tail into them."""
+        entry = getattr(t.files, "index_entry", None)
+        if not isinstance(t, DiskTable) or not entry:
+            return
+        indexes = {}
+        for structure, manifest in storage.index_structures(entry):
+            arrays, state = storage.read_index(t.files.directory, t.files.generation,
+                                               entry["checkpoint"], structure, manifest)
+            indexes[structure] = HybridIndex.restore(
+                self.dim, arrays, state, dataclasses.replace(HybridWeights(), stem=structure[0]),
+                self.query_preparer, vectors=lambda t=t: t.columns.vectors)
+        t.restore_recall(indexes, self.dim, self.query_preparer, st.events,
+                         st.tail.put_offsets)
 
     def _release(self) -> None:
         for t in self._tables.values():
@@ -309,7 +498,7 @@ class LongTermMemory(MemoryStore):
             errors = []
             for t in self._tables.values():     # a damaged namespace stops no other one
                 try:
-                    t.files.checkpoint(t.columns, t.rows, t.offsets)
+                    _checkpoint(t)
                 except StoreCorruptedError as err:
                     errors.append(err)
             if errors:
@@ -374,8 +563,7 @@ class LongTermMemory(MemoryStore):
             else:
                 files, cols = storage.NamespaceFiles.create(self._root.epoch_dir, ns, self.dim,
                                                             self.durability)
-                t = Table(ns, cols)
-                t.files = files
+                t = DiskTable(ns, cols, files, storage.new_key_index(files, cols), 0)
             self._tables[ns] = t
         m, n0, c = len(rows), t.rows, t.columns
         c.ensure(n0 + m)
@@ -385,10 +573,25 @@ class LongTermMemory(MemoryStore):
         for name in ("created_at", "updated_at", "last_accessed_at", "access_count"):
             getattr(c, name)[sl] = getattr(rows, name)
         if t.files is not None:
-            t.offsets += t.files.commit(c, n0, rows.keys, rows.texts, _meta_bytes(rows.metadata),
-                                        rows.importance, rows.created_at, rows.updated_at,
-                                        rows.last_accessed_at, rows.access_count, rows.vectors)
+            c.record_offset[sl] = t.files.commit(
+                c, n0, rows.keys, rows.texts, _meta_bytes(rows.metadata), rows.importance,
+                rows.created_at, rows.updated_at, rows.last_accessed_at, rows.access_count,
+                rows.vectors)
         t.write(t.take(m), rows, columns=False)
+        if t.files is not None and t.files.checkpoint_due(t.rows):
+            t.checkpoint()
+
+    @_disk
+    def delete(self, namespace: NamespaceLike, key: str) -> bool:
+        """As :meth:`MemoryStore.delete`; a delete that brings the log past the checkpoint
+        interval writes a checkpoint (as a put does)."""
+        found = super().delete(namespace, key)
+        if found and self.path is not None:
+            with self._lock:
+                t = self._tables.get(_validate.namespace(namespace))
+                if isinstance(t, DiskTable) and t.files.checkpoint_due(t.rows):
+                    t.checkpoint()
+        return found
 
     @_disk
     def _deleting(self, table: Table, key: str, row: int) -> None:
@@ -416,32 +619,44 @@ class LongTermMemory(MemoryStore):
             return {ns: {"live": t.live, "rows": t.rows} for ns, t in sorted(self._tables.items())}
 
     # ------------------------------------------------------------------ maintenance
-    def _rebuild(self, t: Table, vecs: np.ndarray, parent: str | None, generation: int,
-                 log: bytes | None = None) -> Table:
-        """A new table holding the live rows of ``t`` (with ``vecs``) as a fresh generation.
-
-        With ``log`` (the namespace's current log, vectors unchanged: compaction) the live
-        rows' records are copied and patched instead of re-encoded; the bytes are the same.
-        """
-        rows = list(t.keys.values())
+    def _rebuild(self, t: Table, vecs: np.ndarray) -> Table:
+        """An in-memory table holding the live rows of ``t`` with ``vecs`` (path=None)."""
+        rows, keys, texts, metas, imps = _live(t)
         idx = np.asarray(rows, np.int64)
         c = t.columns
-        batch = Rows(t.namespace, [t.key_of[r] for r in rows], [t.texts[r] for r in rows],
-                     [t.importance[r] for r in rows], [t.metadata[r] for r in rows], vecs,
+        batch = Rows(t.namespace, keys, texts, imps, metas, vecs,
                      *(np.ascontiguousarray(getattr(c, name)[idx]) for name in
                        ("created_at", "updated_at", "last_accessed_at", "access_count")))
-        if parent is None:
-            new = Table(t.namespace, storage.Columns(vecs.shape[1], max(len(rows), 1)))
-        else:
-            files, cols, offsets = storage.write_namespace(
-                parent, t.namespace, self.durability, batch.keys, batch.texts,
-                _meta_bytes(batch.metadata), batch.importance, batch.created_at,
-                batch.updated_at, batch.last_accessed_at, batch.access_count, vecs, generation,
-                log=log, offsets=None if log is None else np.asarray(t.offsets, np.int64)[idx])
-            new = Table(t.namespace, cols)
-            new.files, new.offsets = files, offsets
-        new.write(new.take(len(rows)), batch, columns=parent is None)
+        new = Table(t.namespace, storage.Columns(vecs.shape[1], max(len(rows), 1)))
+        new.write(new.take(len(rows)), batch)
         return new
+
+    def _reindexed(self, t: Table, structures: list) -> Table:
+        """``t`` with the hybrid indexes of ``structures`` built and checkpointed (a new
+        generation's row ids differ: its indexes are built once here, not on a search)."""
+        for structure in structures:
+            t.recall_index(dataclasses.replace(HybridWeights(), stem=structure[0]), self.dim,
+                           self.query_preparer)
+        if structures and isinstance(t, DiskTable):
+            t.checkpoint()
+        return t
+
+    def lifecycle(self, namespace: Namespace, keys: Sequence[str]) -> dict[str, tuple[float, int]]:
+        """As :meth:`MemoryStore.lifecycle`, with one vectorised key-index lookup."""
+        with self._lock:
+            t = self._tables.get(namespace)
+            if not isinstance(t, DiskTable):
+                return super().lifecycle(namespace, keys)
+            keys = list(keys)
+            c = t.columns
+            return {k: (float(c.created_at[r]), int(c.access_count[r]))
+                    for k, r in zip(keys, t.index.lookup_many(keys, c.alive)) if r is not None}
+
+    def _reopen(self, directory: str) -> Table:
+        files, cols, st = storage.NamespaceFiles.open(directory, self.dim, self.durability, False)
+        t = _table(files.ns, cols, files, st, False)
+        self._restore_recall(t, st)
+        return t
 
     @_disk
     def compact(self, namespace: NamespaceLike | None = None) -> int:
@@ -488,13 +703,16 @@ class LongTermMemory(MemoryStore):
                 rows = list(t.keys.values())
                 vecs = np.ascontiguousarray(t.columns.vectors[rows])
                 if t.files is None:
-                    self._tables[ns] = self._rebuild(t, vecs, None, 0)
+                    self._tables[ns] = self._rebuild(t, vecs)
                     continue
-                log = t.files.verified_log(vecs, rows, np.asarray(t.offsets, np.int64)[rows],
-                                           t.columns, "compact() wrote nothing")
-                new = self._rebuild(t, vecs, self._root.epoch_dir, t.files.generation + 1, log)
+                log = t.files.verified_log(vecs, rows, _record_offsets(t, rows), t.columns,
+                                           "compact() wrote nothing")
+                directory = _write_live(t, vecs, self._root.epoch_dir,
+                                        t.files.generation + 1, self.durability, log)
+                structures = _index_structures(t)
                 storage.retire_generation(t.files, t.columns)
-                self._tables[ns] = new
+                del self._tables[ns]
+                self._tables[ns] = self._reindexed(self._reopen(directory), structures)
         return dropped
 
     @_disk
@@ -550,32 +768,36 @@ class LongTermMemory(MemoryStore):
             new_vecs = []
             with tqdm(total=total, desc="reindex", unit="memory", disable=not progress) as bar:
                 for t in plan:
-                    texts = [t.texts[r] for r in t.keys.values()]
+                    texts = _live(t)[2]
                     parts = []
                     for s in range(0, len(texts), batch_size):
                         chunk = texts[s:s + batch_size]
                         parts.append(encoded(embedder.encode(chunk), len(chunk), dim, name))
                         bar.update(len(chunk))
                     new_vecs.append(np.ascontiguousarray(np.concatenate(parts)))
-            epoch = None if self.path is None else self._root.begin_epoch()
-            tables = {}
+            if self.path is None:
+                self._tables = {t.namespace: self._rebuild(t, vecs)
+                                for t, vecs in zip(plan, new_vecs)}
+                self.embedder, self.embedder_name, self.dim = embedder, name, dim
+                return total
+            epoch = self._root.begin_epoch()
+            dirs = []
             try:
                 for t, vecs in zip(plan, new_vecs):
-                    tables[t.namespace] = self._rebuild(t, vecs, epoch, 0)
-                if epoch is not None:
-                    self._root.commit_epoch(name, dim)
+                    dirs.append(_write_live(t, vecs, epoch, 0, self.durability))
+                self._root.commit_epoch(name, dim)
             except BaseException:
-                for new in tables.values():
-                    storage.close_namespace(new.files, new.columns)
-                if epoch is not None:
-                    self._root.abort_epoch()
+                self._root.abort_epoch()
                 raise
+            structures = [_index_structures(t) for t in plan]
             for t in self._tables.values():
                 storage.close_namespace(t.files, t.columns)
-            self._tables = tables
+            self._tables = {}
             self.embedder, self.embedder_name, self.dim = embedder, name, dim
-            if epoch is not None:
-                self._root.finish_epoch()
+            self._root.finish_epoch()
+            for built, directory in zip(structures, dirs):
+                t = self._reindexed(self._reopen(directory), built)
+                self._tables[t.namespace] = t
             return total
 
     @_disk
@@ -615,7 +837,7 @@ class LongTermMemory(MemoryStore):
             self._check_write()
             for t in self._tables.values():
                 try:
-                    t.files.checkpoint(t.columns, t.rows, t.offsets)
+                    _checkpoint(t)
                 except StoreCorruptedError:
                     pass        # its header keeps the last good checkpoint: re-verified below
             for ns in list(self._tables):
@@ -626,9 +848,7 @@ class LongTermMemory(MemoryStore):
                 storage.close_namespace(t.files, t.columns)
                 del self._tables[ns]
                 report.append(storage.repair_namespace(directory, self.dim))
-                files, cols, rep = storage.NamespaceFiles.open(directory, self.dim,
-                                                               self.durability, False)
-                self._tables[ns] = _table(files.ns, cols, files, rep, False)
+                self._tables[ns] = self._reopen(directory)
         return report
 
     # ------------------------------------------------------------------ export / import
