@@ -94,8 +94,8 @@ class HybridWeights:
     the coordinate search of issue 9 (bench.hybrid_tuning, retired), with stemmed BM25 over ``"speaker:
     text"``): dense weighs most, the BM25 of the +-2 context window three times the memory's
     own BM25, a strong speaker boost (added in z units), stemmed BM25 with ``k1 = 0.6`` and
-    ``b = 0.5``, and a combined dense matrix with ``alpha = 0.4`` of the memory's own
-    embedding and 0.6 of the mean over its +-2 neighbours. ``HybridWeights.no_model()`` is
+    ``b = 0.5``, and a context similarity with ``alpha = 0.4`` of the memory's own
+    similarity and 0.6 of the mean over its +-2 neighbours'. ``HybridWeights.no_model()`` is
     the same search for the hashing embedder (BM25 weighs more). ``HybridWeights.similarity()``
     is pure cosine (the OM1 contract): ranking identical to :class:`~memcore.DecayWeights`
     alone.
@@ -105,9 +105,11 @@ class HybridWeights:
     dense, lexical, lexical_context, speaker : float
         Non-negative finite weights.
     alpha : float
-        Share of the memory's own embedding in the combined dense matrix, in [0, 1].
+        Share of the memory's own similarity in its context similarity, in [0, 1] (the
+        context vector ``alpha * v + (1 - alpha) * window mean``, never stored).
     dense_window, lexical_window : int
-        Episode neighbours on each side in the dense mean and the lexical window, >= 0.
+        Episode neighbours on each side in the dense window mean and the lexical window
+        document, in [0, :data:`MAX_WINDOW`]. Like alpha, k1 and b, a query-time choice.
     k1, b : float
         BM25 parameters (k1 in [0, 100], b in [0, 1]).
     normalize : bool
@@ -120,7 +122,8 @@ class HybridWeights:
     Raises
     ------
     ValueError
-        Naming the field, for a negative/non-finite weight or an out-of-range parameter.
+        Naming the field, for a negative/non-finite weight or an out-of-range parameter (a
+        window above :data:`MAX_WINDOW` included).
 
     Examples
     --------
