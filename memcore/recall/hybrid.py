@@ -94,8 +94,8 @@ class HybridWeights:
     the coordinate search of issue 9 (bench.hybrid_tuning, retired), with stemmed BM25 over ``"speaker:
     text"``): dense weighs most, the BM25 of the +-2 context window three times the memory's
     own BM25, a strong speaker boost (added in z units), stemmed BM25 with ``k1 = 0.6`` and
-    ``b = 0.5``, and a combined dense matrix with ``alpha = 0.4`` of the memory's own
-    embedding and 0.6 of the mean over its +-2 neighbours. ``HybridWeights.no_model()`` is
+    ``b = 0.5``, and a context similarity with ``alpha = 0.4`` of the memory's own
+    similarity and 0.6 of the mean over its +-2 neighbours'. ``HybridWeights.no_model()`` is
     the same search for the hashing embedder (BM25 weighs more). ``HybridWeights.similarity()``
     is pure cosine (the OM1 contract): ranking identical to :class:`~memcore.DecayWeights`
     alone.
@@ -105,9 +105,11 @@ class HybridWeights:
     dense, lexical, lexical_context, speaker : float
         Non-negative finite weights.
     alpha : float
-        Share of the memory's own embedding in the combined dense matrix, in [0, 1].
+        Share of the memory's own similarity in its context similarity, in [0, 1] (the
+        context vector ``alpha * v + (1 - alpha) * window mean``, never stored).
     dense_window, lexical_window : int
-        Episode neighbours on each side in the dense mean and the lexical window, >= 0.
+        Episode neighbours on each side in the dense window mean and the lexical window
+        document, in [0, :data:`MAX_WINDOW`]. Like alpha, k1 and b, a query-time choice.
     k1, b : float
         BM25 parameters (k1 in [0, 100], b in [0, 1]).
     normalize : bool
@@ -120,7 +122,8 @@ class HybridWeights:
     Raises
     ------
     ValueError
-        Naming the field, for a negative/non-finite weight or an out-of-range parameter.
+        Naming the field, for a negative/non-finite weight or an out-of-range parameter (a
+        window above :data:`MAX_WINDOW` included).
 
     Examples
     --------
@@ -224,6 +227,20 @@ def _episode_hash(episode: Hashable) -> int:
         episode = int(episode)                 # 3 and 3.0 are one episode, as dict keys are
     data = f"{type(episode).__name__}:{episode!r}".encode("utf-8", "surrogatepass")
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+def _check_rows(rows: Any) -> list:
+    """Rows as a list of ints >= 0 (an int ndarray is checked at once).
+
+    Raises
+    ------
+    InvalidArgumentError
+    """
+    if isinstance(rows, np.ndarray) and rows.dtype.kind in "iu" and rows.ndim == 1:
+        if rows.shape[0] and rows.min() < 0:
+            raise InvalidArgumentError(f"rows must be ints >= 0, got {int(rows.min())}")
+        return rows.tolist()
+    return [LexicalIndex._check_row(r) for r in rows]
 
 
 @contextlib.contextmanager
@@ -357,6 +374,10 @@ class HybridIndex:
         self._spk_count: list[int] = []            # code - 1 -> live rows
         self._ctx_len = np.zeros(MAX_WINDOW + 1, np.int64)   # sum of window-doc lengths, per r
         self._sums: dict = {}                      # (alpha, radius) -> sums (_moment_sums)
+        if w.normalize:                            # the default weights' sums: kept from the
+            r = self._dense_radius(w)              # start, so no search has to build them
+            self._sums[(1.0, 0) if r == 0 else (float(w.alpha), r)] = (
+                np.zeros(self.dim), np.zeros((self.dim, self.dim)))
         self._wcache: dict[int, list] = {}         # radius -> [win_start, win_len, rows valid]
         #: The last :meth:`search`'s scan statistics: rows reranked exactly, exact
         #: similarities computed, rows flagged, candidates (``memcore.kernels.scan``).
@@ -415,6 +436,7 @@ class HybridIndex:
         idx.lexical = LexicalIndex.restore(
             arrays, {k[4:]: v for k, v in state.items() if k.startswith("lex.")}, w.k1, w.b,
             prefix="lex.")
+        idx._sums = {}
         j = 0
         while f"sums.{j}.key" in state:
             alpha, r = (float(x) for x in state[f"sums.{j}.key"])
@@ -495,7 +517,7 @@ class HybridIndex:
         DimensionMismatchError, InvalidVectorError
             On bad vectors.
         """
-        rows = [LexicalIndex._check_row(r) for r in rows]
+        rows = _check_rows(rows)
         m = len(rows)
         V = np.ascontiguousarray(vectors, np.float32).reshape(m, -1) if m else \
             np.zeros((0, self.dim), np.float32)
@@ -527,9 +549,7 @@ class HybridIndex:
         self._a("scale")[ra] = sc
         self._a("cnorm")[ra] = cn
         self._a("rnorm")[ra] = rn
-        self.lexical.add_tokens_batch(rows, hashes, offsets[:m], counts)
-        if self._sums and m > 4096:
-            self._sums = {}                        # cheaper to rebuild on the next search
+        self.lexical.add_tokens_batch(ra, hashes, offsets[:m], counts)
         self._link(ra, episode_speakers)
 
     def _tail(self, last: int, k: int) -> list:
@@ -553,12 +573,15 @@ class HybridIndex:
         n_old: dict[int, int] = {}
         lone: list = []
         spk_of = []
+        hashes: dict = {}
         for row, (ep, sp) in zip(rows.tolist(), episode_speakers):
             spk_of.append(sp)
             if ep is None:
                 lone.append(row)
                 continue
-            h = _episode_hash(ep)
+            h = hashes.get(ep)
+            if h is None:
+                h = hashes[ep] = _episode_hash(ep)
             eid = self._ep_ids.get(h, -1)
             if eid < 0:
                 eid = self._ep_ids[h] = self._n_eps
@@ -680,9 +703,11 @@ class HybridIndex:
         own = np.zeros(0, np.int64) if own is None else np.asarray(own, np.int64)
         own = own[self._a("alive")[own]]
         for (alpha, r), (c1, c2) in self._sums.items():
-            C = self._context_vectors(V, own if r == 0 else rows, alpha, r)
-            c1 += sign * C.sum(axis=0)
-            c2 += sign * (C.T @ C)
+            these = own if r == 0 else rows
+            for a in range(0, these.shape[0], 16384):
+                C = self._context_vectors(V, these[a:a + 16384], alpha, r)
+                c1 += sign * C.sum(axis=0)
+                c2 += sign * (C.T @ C)
 
     def _context_vectors(self, V: np.ndarray, rows: np.ndarray, alpha: float, r: int
                          ) -> np.ndarray:
@@ -700,12 +725,13 @@ class HybridIndex:
         lo = pos - np.minimum(pos, r)
         hi = np.minimum(cnt, pos + r + 1)
         out = np.zeros((rows.shape[0], self.dim), np.float64)
-        win = self._a("win")
+        W = self._a("win")[rows]
+        at = np.arange(rows.shape[0])
         for off in range(2 * r + 1):
             j = lo + off
             ok = j < hi
-            if ok.any():
-                out[ok] += V[win[rows[ok], j[ok]]]
+            idx = np.where(ok, W[at, np.minimum(j, _STRIDE - 1)], rows)
+            out += V[idx] * ok.astype(np.float32)[:, None]      # x * 1 or 0: exact
         return out / (hi - lo)[:, None]
 
     def _set_speaker(self, row: int, speaker: str | None) -> None:
@@ -1245,7 +1271,8 @@ class NamespaceRecall:
                               arrays=None if self.arrays is None else self.arrays(key),
                               vectors=self.vectors)
             rows, texts, vectors, metadata = source()
-            idx.put_many(rows, texts, vectors, [episode_speaker(m) for m in metadata])
+            idx.put_many(np.asarray(rows, np.int64), texts, vectors,
+                         [episode_speaker(m) for m in metadata])
             self.indexes[key] = idx
         return idx
 
@@ -1264,8 +1291,9 @@ class NamespaceRecall:
         if not self.indexes or not len(rows):
             return
         es = [episode_speaker(m) for m in metadata]
+        rows = np.asarray(rows, np.int64)
         for idx in self.indexes.values():
-            for r in rows:
+            for r in rows.tolist():
                 idx.delete(r)
             idx.put_many(rows, texts, vectors, es)
 

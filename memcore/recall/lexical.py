@@ -268,7 +268,12 @@ class LexicalIndex:
         >>> LexicalIndex().add_tokens_batch([0, 1], np.array([7, 9, 7], np.uint64),
         ...                                 np.array([0, 2]), np.array([2, 1]))
         """
-        rows_a = np.asarray([self._check_row(r) for r in rows], np.int64)
+        if isinstance(rows, np.ndarray) and rows.dtype.kind in "iu" and rows.ndim == 1:
+            if rows.shape[0] and rows.min() < 0:
+                raise InvalidArgumentError(f"row must be an int >= 0, got {int(rows.min())}")
+            rows_a = rows.astype(np.int64)
+        else:
+            rows_a = np.asarray([self._check_row(r) for r in rows], np.int64)
         n = rows_a.shape[0]
         if n == 0:
             return
@@ -278,7 +283,8 @@ class LexicalIndex:
             for i in range(n):
                 self.add_tokens_batch(rows_a[i:i + 1], hashes, starts[i:i + 1], counts[i:i + 1])
             return
-        for r in rows_a.tolist():
+        held = rows_a[rows_a < self.n_rows]
+        for r in held[self._a("row_doc")[held] > 0].tolist():
             self.remove(r)
         hashes = np.asarray(hashes, np.uint64)
         total = int(counts.sum())
