@@ -37,6 +37,7 @@ from memcore.storage.checkpoint import (
     PutRecord,
     Tail,
     checkpoint_names,
+    crc32_of,
     decode_puts,
     key_hashes,
     load_checkpoint_files,
@@ -250,9 +251,10 @@ class NamespaceFiles:
         open(log_path(tmp, 0), "wb").close()
         if durable:
             cols.sync()
-        write_checkpoint_files(tmp, 0, 0, np.zeros(0, np.bool_), np.zeros(0, np.uint64),
-                               np.zeros(0, np.int64), durable=durable)
-        _write_ns_header(tmp, ns, dim, 0, 0, 0, 0, durable=durable)
+        crcs = write_checkpoint_files(tmp, 0, 0, np.zeros(0, np.bool_), np.zeros(0, np.uint64),
+                                      np.zeros(0, np.int64), durable=durable)
+        crcs["record_offset"] = crc32_of(b"")
+        _write_ns_header(tmp, ns, dim, 0, 0, 0, 0, durable=durable, crc=crcs)
         cols.release()
         os.rename(tmp, final)
         if durable:
@@ -385,7 +387,11 @@ class NamespaceFiles:
             raise StoreCorruptedError(
                 f"{vec_path} ends at offset {have_rows * dim * 4}, before row {rows} that "
                 f"the log commits")
-        alive0, hashes, krows = load_checkpoint_files(directory, gen, ck, ck_rows)
+        crcs = h.get("crc")
+        if crcs is not None and not (isinstance(crcs, dict) and all(
+                isinstance(v, int) and not isinstance(v, bool) for v in crcs.values())):
+            raise StoreCorruptedError(f"{hpath} has an invalid 'crc' entry (got {crcs!r})")
+        alive0, hashes, krows = load_checkpoint_files(directory, gen, ck, ck_rows, crcs)
         if read_only:
             cap = _file_rows_min(directory, gen, have_rows, COLUMNS_V2)
             if cap < rows:
@@ -396,6 +402,12 @@ class NamespaceFiles:
         else:
             cols = Columns(dim, _capacity_for(max(rows, 1), have_rows), directory, gen,
                            version=2)
+        if crcs and "record_offset" in crcs and \
+                crc32_of(cols.record_offset[:ck_rows]) != crcs["record_offset"]:
+            cols.release()
+            raise StoreCorruptedError(
+                f"{cols.path('record_offset')} fails its CRC-32 over its first {ck_rows} rows "
+                f"(offset 0): the column file was damaged; {_REPAIR_HINT}")
         files = cls(directory, ns, dim, gen, durability, read_only)
         files.version = 2
         files.records = h["records"] + tail.records
@@ -592,20 +604,23 @@ class NamespaceFiles:
             return
         c = self.checkpoint_id + 1
         hashes, krows = keys.merged(cols.alive[:rows])
-        write_checkpoint_files(self.directory, self.generation, c, cols.alive[:rows], hashes,
-                               krows, durable=False)
+        crcs = write_checkpoint_files(self.directory, self.generation, c, cols.alive[:rows],
+                                      hashes, krows, durable=False)
+        crcs["record_offset"] = crc32_of(cols.record_offset[:rows])
         entry = None
         if hybrid:
+            index_crcs: dict = {}
             entry = {"checkpoint": c, "structures": {
                 index_prefix(key)[2:]: write_index(self.directory, self.generation, c, key,
-                                                   arrays, state, durable=True)
-                for key, (arrays, state) in hybrid.items()}}
+                                                   arrays, state, durable=True,
+                                                   crcs=index_crcs)
+                for key, (arrays, state) in hybrid.items()}, "crc": index_crcs}
         for name in checkpoint_names(self.generation, c):
             _fsync_file(os.path.join(self.directory, name))
         fsync_dir(self.directory)
         _write_ns_header(self.directory, self.ns, self.dim, self.generation, self.records,
                          self.log_bytes, rows, durable=True, checkpoint=c, live=len(hashes),
-                         index=entry)
+                         index=entry, crc=crcs)
         remove_checkpoint(self.directory, self.generation, self.checkpoint_id)
         for name in index_file_names(self.generation, self.index_entry) - \
                 index_file_names(self.generation, entry):
@@ -759,12 +774,15 @@ def _write_all(fd: int, blob: bytes, committed: int) -> None:
 
 def _write_ns_header(directory: str, ns: tuple, dim: int, generation: int, records: int,
                      log_bytes: int, rows: int, *, durable: bool, version: int = FORMAT_VERSION,
-                     checkpoint: int = 0, live: int = 0, index: dict | None = None) -> None:
+                     checkpoint: int = 0, live: int = 0, index: dict | None = None,
+                     crc: dict | None = None) -> None:
     head = {"format": NAMESPACE_FORMAT, "version": version, "namespace": list(ns),
             "dim": int(dim), "generation": int(generation), "records": int(records),
             "log_bytes": int(log_bytes), "rows": int(rows)}
     if version >= 2:
         head.update(checkpoint=int(checkpoint), live=int(live))
+        if crc:
+            head["crc"] = {k: int(v) for k, v in crc.items()}
         if index:
             head["index"] = index
     atomic_write_json(os.path.join(directory, NAMESPACE_HEADER), head, durable=durable)
@@ -833,10 +851,11 @@ def write_generation_blob(directory: str, ns: tuple, dim: int, generation: int, 
     cols.sync()
     hashes = key_hashes(list(keys))
     order = np.argsort(hashes, kind="stable")
-    write_checkpoint_files(directory, generation, 0, cols.alive[:n], hashes[order],
-                           order.astype(np.int64), durable=True)
+    crcs = write_checkpoint_files(directory, generation, 0, cols.alive[:n], hashes[order],
+                                  order.astype(np.int64), durable=True)
+    crcs["record_offset"] = crc32_of(cols.record_offset[:n])
     _write_ns_header(directory, ns, dim, generation, n, len(blob), n, durable=True,
-                     checkpoint=0, live=n)
+                     checkpoint=0, live=n, crc=crcs)
     return cols, n, len(blob)
 
 
@@ -1023,8 +1042,11 @@ def write_namespace(parent: str, ns: tuple, durability: str, keys: Sequence[str]
 
 
 def namespace_intact(directory: str, dim: int, durability: str) -> bool:
-    """True when a namespace opens cleanly and every row's vector matches its record."""
+    """True when a namespace opens cleanly (its checkpoint files pass their CRCs) and every
+    row's vector matches its record."""
     try:
+        files, cols, _ = NamespaceFiles.open(directory, dim, durability, True)
+        close_namespace(files, cols)
         files, cols, rep = NamespaceFiles.open(directory, dim, durability, False, full=True)
     except StoreCorruptedError:
         return False
