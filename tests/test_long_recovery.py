@@ -527,6 +527,41 @@ def test_damaged_hybrid_index_file_is_rebuilt_never_a_wrong_ranking(tmp_path, ca
         assert (path.name in caplog.text and "rebuilt" in caplog.text) == warned
 
 
+def test_disk_full_while_growing_a_mapped_file_raises_store_io_error(tmp_path):
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs (needs root): {mounted.stderr.strip()}")
+    child = textwrap.dedent("""
+        import sys
+        from memcore import HashingEmbedder, LongTermMemory, StoreIOError
+        from memcore.types import MemoryItem
+        s = LongTermMemory(sys.argv[1], HashingEmbedder(dim=256), clock=lambda: 1.7e9)
+        acked = 0
+        try:
+            for b in range(100):
+                s.put_many("ns", [MemoryItem(key=f"k{b}-{i}", text="robot dock")
+                                  for i in range(100)])
+                acked += 100
+        except StoreIOError as err:
+            print("StoreIOError", acked, err)
+        s.close()
+        """)
+    try:
+        r = subprocess.run([sys.executable, "-c", child, str(mnt / "s")], capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]       # -7 would be SIGBUS
+        assert r.stdout.startswith("StoreIOError"), r.stdout + r.stderr[-2000:]
+        acked = int(r.stdout.split()[1])
+        assert acked > 0
+        with LongTermMemory(mnt / "s", HashingEmbedder(dim=256), read_only=True) as s:
+            assert s.count("ns") >= acked                 # every acknowledged write is there
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
 def test_read_only_open_racing_a_compacting_writer_rebuilds_the_replaced_index(tmp_path,
                                                                                monkeypatch):
     root = tmp_path / "m"

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import shutil
@@ -155,9 +156,7 @@ class Columns:
                     mm = np.memmap(path, dtype=dtype, mode="r" if name == "vectors" else "c",
                                    shape=shape)
                 else:
-                    with open(path, "ab") as f:
-                        if f.tell() < need:
-                            f.truncate(need)
+                    _reserve(path, need)
                     mm = np.memmap(path, dtype=dtype, mode="r+", shape=shape)
                 self._mm[name] = mm
                 arr = mm.view(np.ndarray)        # plain ndarray: what numba dispatches on
@@ -203,6 +202,27 @@ class Columns:
             except FileNotFoundError:
                 pass
 
+
+
+def _reserve(path: str, need: int) -> None:
+    """Grow a file to ``need`` bytes with its disk blocks allocated (``posix_fallocate``), so
+    that a full disk raises ENOSPC here (an ``OSError``, mapped to StoreIOError) instead of
+    SIGBUS when a store into the memory map later finds no block to page in."""
+    with open(path, "ab") as f:
+        have = f.tell()
+        if have >= need:
+            return
+        fallocate = getattr(os, "posix_fallocate", None)
+        if fallocate is None:
+            f.truncate(need)
+            return
+        try:
+            fallocate(f.fileno(), have, need - have)
+        except OSError as err:
+            if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                os.ftruncate(f.fileno(), have)     # leave the file as it was
+                raise
+            f.truncate(need)                       # a file system without fallocate
 
 
 # ---------------------------------------------------------------------------------- namespace
