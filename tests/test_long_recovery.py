@@ -587,3 +587,21 @@ def test_read_only_open_racing_a_compacting_writer_rebuilds_the_replaced_index(t
         assert {k: s.get("ns", k).text for k in s.keys("ns")} == ref
         assert [(h.key, round(h.score, 5)) for h in s.search("ns", "robot cup 7", top_k=8,
                                                              touch=False)] == ranked
+
+
+def test_a_short_column_file_is_named_in_the_error(tmp_path):
+    root = tmp_path / "m"
+    filled(root, n=100)
+    path = ns_dir(root) / "importance.0.f32"
+    os.truncate(path, 10 * 4)
+    with pytest.raises(StoreCorruptedError, match=r"importance\.0\.f32 holds only 10 rows"):
+        store(root, read_only=True)
+
+
+def test_truncated_key_index_names_its_files(tmp_path):
+    root = tmp_path / "m"
+    filled(root, n=30)
+    path = sorted(ns_dir(root).glob("keyrow.*"))[0]
+    os.truncate(path, path.stat().st_size - 8)
+    with pytest.raises(StoreCorruptedError, match=r"keyrow\.0\.c\d+\.i64"):
+        store(root)

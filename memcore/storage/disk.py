@@ -342,11 +342,11 @@ class NamespaceFiles:
                 f"{vec_path} ends at offset {have_rows * dim * 4}, before row {rep.rows} that "
                 f"the log commits")
         if read_only:
-            cap = _file_rows_min(directory, gen, have_rows)
+            cap, short = _file_rows_min(directory, gen, have_rows)
             if cap < rep.rows:
                 raise StoreCorruptedError(
-                    f"a column file in {directory} holds only {cap} rows, but the log commits "
-                    f"{rep.rows}")
+                    f"{short} holds only {cap} rows (it ends at offset "
+                    f"{os.path.getsize(short)}), but the log commits {rep.rows}")
             cols = Columns(dim, cap, directory, gen, read_only=True, version=h["version"])
         else:
             cols = Columns(dim, _capacity_for(max(rep.rows, 1), have_rows), directory, gen,
@@ -413,11 +413,11 @@ class NamespaceFiles:
             raise StoreCorruptedError(f"{hpath} has an invalid 'crc' entry (got {crcs!r})")
         alive0, hashes, krows = load_checkpoint_files(directory, gen, ck, ck_rows, crcs)
         if read_only:
-            cap = _file_rows_min(directory, gen, have_rows, COLUMNS_V2)
+            cap, short = _file_rows_min(directory, gen, have_rows, COLUMNS_V2)
             if cap < rows:
                 raise StoreCorruptedError(
-                    f"a column file in {directory} holds only {cap} rows, but the log commits "
-                    f"{rows}")
+                    f"{short} holds only {cap} rows (it ends at offset "
+                    f"{os.path.getsize(short)}), but the log commits {rows}")
             cols = Columns(dim, cap, directory, gen, read_only=True, version=2)
         else:
             cols = Columns(dim, _capacity_for(max(rows, 1), have_rows), directory, gen,
@@ -767,15 +767,18 @@ def _unlink(path: str) -> None:
 
 def _file_rows_min(directory: str, generation: int, have_rows: int,
                    columns: tuple = COLUMNS) -> int:
-    """Rows every column file can hold (read-only opens map what exists)."""
-    rows = have_rows
+    """Rows every column file can hold (read-only opens map what exists) and the path of
+    the file that holds the fewest."""
+    rows, short = have_rows, column_path(directory, "vectors", generation)
     for name, dtype, _ in columns:
         path = column_path(directory, name, generation)
         try:
-            rows = min(rows, os.path.getsize(path) // np.dtype(dtype).itemsize)
+            have = os.path.getsize(path) // np.dtype(dtype).itemsize
         except FileNotFoundError:
             raise StoreCorruptedError(f"{path} is missing (offset 0)") from None
-    return max(rows, 1)
+        if have < rows:
+            rows, short = have, path
+    return max(rows, 1), short
 
 
 
