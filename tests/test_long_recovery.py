@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -559,7 +560,8 @@ def test_disk_full_while_growing_a_mapped_file_raises_store_io_error(tmp_path):
         with LongTermMemory(mnt / "s", HashingEmbedder(dim=256), read_only=True) as s:
             assert s.count("ns") >= acked                 # every acknowledged write is there
     finally:
-        subprocess.run(["umount", str(mnt)], capture_output=True)
+        gc.collect()                                     # drop the read-only store's maps
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
 def test_read_only_open_racing_a_compacting_writer_rebuilds_the_replaced_index(tmp_path,
