@@ -35,7 +35,8 @@ namespace and open checks the two agree), lower-case (safe on case-insensitive f
 ASCII, at most 80 characters, and starts with ``n-`` (so "CON", "..", "" and friends are never a
 name). All arrays are little-endian; column files grow by doubling their capacity
 (``posix_fallocate``, so a full disk raises ENOSPC, never SIGBUS, then a new memory map);
-rows are append-only: a replaced or deleted key's row is only marked dead and stays garbage until ``compact()`` writes a new generation.
+rows are append-only: a replaced or deleted key's row is only marked dead and stays garbage
+until ``compact()`` writes a new generation.
 Checkpoint files (``*.c<c>.*``) are written once under a new name and never modified; the
 previous checkpoint's files are deleted after the header names the new one.
 
