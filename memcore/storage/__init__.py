@@ -49,25 +49,26 @@ first ``n`` rows of every column file and the files of checkpoint ``c`` (live fl
 each of the first ``n`` vectors was checked against its PUT record's ``vector_crc`` (the rows
 written since the previous checkpoint at every checkpoint; every live row when compaction
 writes a generation). ``"crc"`` holds the CRC-32 (zlib) of each checkpoint file's bytes and of
-the first ``n`` rows of ``record_offset``; open verifies them (a mismatch -> :class:`StoreCorruptedError`
-naming the file; ``repair`` rebuilds the namespace from its log). Headers written before
-checksums lack the entry and are not verified. Headers are replaced atomically: write
-``header.json.tmp``, fsync, rename over ``header.json``, fsync the directory.
+the first ``n`` rows of ``record_offset``; open verifies them (a mismatch ->
+:class:`StoreCorruptedError` naming the file; ``repair`` rebuilds the namespace from its log).
+Headers written before checksums lack the entry and are not verified. Headers are replaced
+atomically: write ``header.json.tmp``, fsync, rename over ``header.json``, fsync the directory.
 
 Hybrid index: each hybrid index the namespace has built (:class:`memcore.recall.hybrid.HybridIndex`:
 postings, document lengths, episode windows, speakers, int8 codes, moment sums) is written at
 every checkpoint that changes it, its arrays (whole capacity; the zero rows past the last
 non-zero one are a hole) and ``small_state()``; the header's ``"index"`` entry
 ``{"checkpoint": c, "structures": {s: {name: [dtype, shape]}}, "crc": {file name: CRC-32}}``
-names them, and exists only for the header's own checkpoint ``c``. The index is derived
-state: a file that fails its CRC, is missing (a read-only open racing a writer that replaced
-the checkpoint) or cannot be read logs one warning (INFO for the race) and the index is
-rebuilt from the log on its first hybrid search -- never a wrong ranking. Open restores each
-index with ``HybridIndex.restore`` over private copy-on-write maps of its files (:class:`~memcore.storage.mapped.MappedArrays`:
-the files never change after they are written) and applies the log tail's PUT and DEL
-records to it in log order, so it is current before the first search. ``compact()`` and
-``reindex()`` build the indexes a namespace had for the new rows and checkpoint them; a
-namespace without an entry builds its index from the log on its first hybrid search.
+names them, and exists only for the header's own checkpoint ``c``. The index is derived state:
+a file that fails its CRC, is missing (a read-only open racing a writer that replaced the
+checkpoint) or cannot be read logs one warning (INFO for the race) and the index is rebuilt
+from the log on its first hybrid search -- never a wrong ranking. Open restores each index with
+``HybridIndex.restore`` over private copy-on-write maps of its files
+(:class:`~memcore.storage.mapped.MappedArrays`: the files never change after they are written)
+and applies the log tail's PUT and DEL records to it in log order, so it is current before the
+first search. ``compact()`` and ``reindex()`` build the indexes a namespace had for the new
+rows and checkpoint them; a namespace without an entry builds its index from the log on its
+first hybrid search.
 
 Key index: the key hash is the first 8 bytes (little-endian) of BLAKE2b of the key's UTF-8
 bytes. A key's row is found in a dict of the keys written since the checkpoint, else by
