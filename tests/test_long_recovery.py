@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -29,7 +30,7 @@ def store(path, **kw):
 
 
 def ns_dir(root) -> Path:
-    return next((Path(root) / "ns.0").iterdir())
+    return sorted((Path(root) / "ns.0").iterdir())[0]      # closes the scandir iterator
 
 
 def filled(root, n=10):
@@ -443,3 +444,166 @@ def test_sigkill_fault_injection_never_loses_an_acknowledged_write(tmp_path):
     assert result["rounds"] == 30
     assert result["acked"] >= 30 * 5                  # the children really did work
     assert result["restored"] >= 10                   # reopened with a persisted hybrid index
+
+
+# ---------------------------------------------------------------------- checkpoint CRCs
+
+def _hybrid_store(root, **kw):
+    from memcore.recall.hybrid import HybridWeights
+    return store(root, hybrid=HybridWeights.no_model(), **kw)
+
+
+def _filled_hybrid(root, n=120):
+    from memcore.types import MemoryItem
+    with _hybrid_store(root) as s:
+        s.put_many("ns", [MemoryItem(key=f"k{i}", text=f"robot dock {i % 7} cup {i}")
+                          for i in range(n)])
+        s.search("ns", "robot cup", top_k=5)              # builds the index: persisted at close
+        s.delete("ns", "k3")
+        ref = ({k: s.get("ns", k).text for k in s.keys("ns")},
+               [(h.key, round(h.score, 5)) for h in s.search("ns", "robot cup 7", top_k=8,
+                                                           touch=False)])
+    return ref
+
+
+def _zero(path, at, n=64):
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(b"\0" * n)
+
+
+@pytest.mark.parametrize("pattern", ["keyhash.*", "keyrow.*", "alive.*", "record_offset.*"])
+def test_damaged_checkpoint_file_is_named_then_rebuilt_from_the_log(tmp_path, pattern):
+    root = tmp_path / "m"
+    ref, _ = _filled_hybrid(root)
+    path = sorted(ns_dir(root).glob(pattern))[0]
+    _zero(path, 8 if pattern.startswith("alive") else 80)
+    with pytest.raises(StoreCorruptedError, match=path.name.replace(".", r"\.")):
+        store(root)
+    with pytest.raises(StoreCorruptedError, match="CRC"):
+        store(root, read_only=True)
+    with store(root, repair=True) as s:
+        assert s.repair_report and s.repair_report[0]["kept"] == len(ref)
+        assert {k: s.get("ns", k).text for k in s.keys("ns")} == ref
+        s.put("ns", "k10", "replaced")                   # never duplicated
+        assert s.keys("ns").count("k10") == 1 and s.count("ns") == len(ref)
+
+
+def test_repair_finds_a_damaged_checkpoint_file_of_an_open_store(tmp_path):
+    root = tmp_path / "m"
+    ref, _ = _filled_hybrid(root)
+    with store(root) as s:
+        _zero(sorted(ns_dir(root).glob("keyhash.*"))[0], 80)
+        report = s.repair()
+        assert len(report) == 1 and report[0]["kept"] == len(ref)
+        assert {k: s.get("ns", k).text for k in s.keys("ns")} == ref
+
+
+@pytest.mark.parametrize("pattern,how", [("hx1.lex.bsize.*", "flip"), ("hx1.lex.doc_row.*", "flip"),
+                                         ("hx1.lex.df.*", "zero"), ("hx1.state.*", "cut"),
+                                         ("hx1.state.*", "flip"), ("hx1.lex.bstart.*", "gone")])
+def test_damaged_hybrid_index_file_is_rebuilt_never_a_wrong_ranking(tmp_path, caplog, pattern,
+                                                                     how):
+    root = tmp_path / "m"
+    ref, ranked = _filled_hybrid(root)
+    path = sorted(ns_dir(root).glob(pattern))[0]
+    if how == "flip":                                   # a single bit: a crash before CRCs
+        data = bytearray(path.read_bytes())
+        data[min(len(data) - 1, 86)] ^= 0x01
+        path.write_bytes(bytes(data))
+    elif how == "zero":
+        _zero(path, 0, 32)
+    elif how == "cut":
+        os.truncate(path, path.stat().st_size // 2)
+    else:
+        path.unlink()
+    # the read-only open leaves the files alone; the writer's close checkpoints the rebuilt index
+    for kw, warned in (({"read_only": True}, True), ({}, True), ({"repair": True}, False)):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="memcore"), _hybrid_store(root, **kw) as s:
+            assert [(h.key, round(h.score, 5)) for h in s.search("ns", "robot cup 7", top_k=8,
+                                                                 touch=False)] == ranked
+            assert {k: s.get("ns", k).text for k in s.keys("ns")} == ref
+            assert s.repair_report == []
+        assert (path.name in caplog.text and "rebuilt" in caplog.text) == warned
+
+
+def test_disk_full_while_growing_a_mapped_file_raises_store_io_error(tmp_path):
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs (needs root): {mounted.stderr.strip()}")
+    child = textwrap.dedent("""
+        import sys
+        from memcore import HashingEmbedder, LongTermMemory, StoreIOError
+        from memcore.types import MemoryItem
+        s = LongTermMemory(sys.argv[1], HashingEmbedder(dim=256), clock=lambda: 1.7e9)
+        acked = 0
+        try:
+            for b in range(100):
+                s.put_many("ns", [MemoryItem(key=f"k{b}-{i}", text="robot dock")
+                                  for i in range(100)])
+                acked += 100
+        except StoreIOError as err:
+            print("StoreIOError", acked, err)
+        s.close()
+        """)
+    try:
+        r = subprocess.run([sys.executable, "-c", child, str(mnt / "s")], capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]       # -7 would be SIGBUS
+        assert r.stdout.startswith("StoreIOError"), r.stdout + r.stderr[-2000:]
+        acked = int(r.stdout.split()[1])
+        assert acked > 0
+        with LongTermMemory(mnt / "s", HashingEmbedder(dim=256), read_only=True) as s:
+            assert s.count("ns") >= acked                 # every acknowledged write is there
+    finally:
+        gc.collect()                                     # drop the read-only store's maps
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_read_only_open_racing_a_compacting_writer_rebuilds_the_replaced_index(tmp_path,
+                                                                               monkeypatch):
+    root = tmp_path / "m"
+    ref, ranked = _filled_hybrid(root)
+    writer = textwrap.dedent(f"""
+        import sys
+        from memcore import HashingEmbedder, LongTermMemory
+        from memcore.recall.hybrid import HybridWeights
+        s = LongTermMemory(sys.argv[1], HashingEmbedder(dim={DIM}), clock=lambda: {T0},
+                           hybrid=HybridWeights.no_model())
+        s.compact()
+        s.close()
+        """)
+    orig = LongTermMemory._restore_recall
+
+    def compacted_meanwhile(self, t, st):      # the writer replaces the checkpoint right here
+        subprocess.run([sys.executable, "-c", writer, str(root)], check=True, timeout=120)
+        return orig(self, t, st)
+
+    monkeypatch.setattr(LongTermMemory, "_restore_recall", compacted_meanwhile)
+    with _hybrid_store(root, read_only=True) as s:
+        monkeypatch.setattr(LongTermMemory, "_restore_recall", orig)
+        assert {k: s.get("ns", k).text for k in s.keys("ns")} == ref
+        assert [(h.key, round(h.score, 5)) for h in s.search("ns", "robot cup 7", top_k=8,
+                                                             touch=False)] == ranked
+
+
+def test_a_short_column_file_is_named_in_the_error(tmp_path):
+    root = tmp_path / "m"
+    filled(root, n=100)
+    path = ns_dir(root) / "importance.0.f32"
+    os.truncate(path, 10 * 4)
+    with pytest.raises(StoreCorruptedError, match=r"importance\.0\.f32 holds only 10 rows"):
+        store(root, read_only=True)
+
+
+def test_truncated_key_index_names_its_files(tmp_path):
+    root = tmp_path / "m"
+    filled(root, n=30)
+    path = sorted(ns_dir(root).glob("keyrow.*"))[0]
+    os.truncate(path, path.stat().st_size - 8)
+    with pytest.raises(StoreCorruptedError, match=r"keyrow\.0\.c\d+\.i64"):
+        store(root)

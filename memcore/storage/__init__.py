@@ -34,32 +34,41 @@ The directory name is injective (the hash covers the exact namespace; the header
 namespace and open checks the two agree), lower-case (safe on case-insensitive file systems),
 ASCII, at most 80 characters, and starts with ``n-`` (so "CON", "..", "" and friends are never a
 name). All arrays are little-endian; column files grow by doubling their capacity
-(``ftruncate``, then a new memory map); rows are append-only: a replaced or deleted key's row
-is only marked dead and stays garbage until ``compact()`` writes a new generation.
+(``posix_fallocate``, so a full disk raises ENOSPC, never SIGBUS, then a new memory map);
+rows are append-only: a replaced or deleted key's row is only marked dead and stays garbage
+until ``compact()`` writes a new generation.
 Checkpoint files (``*.c<c>.*``) are written once under a new name and never modified; the
 previous checkpoint's files are deleted after the header names the new one.
 
 Namespace header: ``{"format": "memcore-ltm-namespace", "version": 2, "namespace": [...],
 "dim": dim, "generation": g, "records": r, "log_bytes": b, "rows": n, "checkpoint": c,
-"live": l}`` -- a *verified checkpoint*: the first ``b`` bytes of the log (``r`` records), the
+"live": l, "crc": {"alive": .., "keyhash": .., "keyrow": .., "record_offset": ..}}`` -- a
+*verified checkpoint*: the first ``b`` bytes of the log (``r`` records), the
 first ``n`` rows of every column file and the files of checkpoint ``c`` (live flags of rows
 ``< n``, the ``l`` live keys' hashes and rows) were fsynced before the header was written, and
 each of the first ``n`` vectors was checked against its PUT record's ``vector_crc`` (the rows
 written since the previous checkpoint at every checkpoint; every live row when compaction
-writes a generation). Headers are replaced atomically: write ``header.json.tmp``, fsync,
-rename over ``header.json``, fsync the directory.
+writes a generation). ``"crc"`` holds the CRC-32 (zlib) of each checkpoint file's bytes and of
+the first ``n`` rows of ``record_offset``; open verifies them (a mismatch ->
+:class:`StoreCorruptedError` naming the file; ``repair`` rebuilds the namespace from its log).
+Headers written before checksums lack the entry and are not verified. Headers are replaced
+atomically: write ``header.json.tmp``, fsync, rename over ``header.json``, fsync the directory.
 
 Hybrid index: each hybrid index the namespace has built (:class:`memcore.recall.hybrid.HybridIndex`:
 postings, document lengths, episode windows, speakers, int8 codes, moment sums) is written at
 every checkpoint that changes it, its arrays (whole capacity; the zero rows past the last
 non-zero one are a hole) and ``small_state()``; the header's ``"index"`` entry
-``{"checkpoint": c, "structures": {s: {name: [dtype, shape]}}}`` names them, and exists only
-for the header's own checkpoint ``c``. Open restores each index with ``HybridIndex.restore``
-over private copy-on-write maps of its files (:class:`~memcore.storage.mapped.MappedArrays`:
-the files never change after they are written) and applies the log tail's PUT and DEL
-records to it in log order, so it is current before the first search. ``compact()`` and
-``reindex()`` build the indexes a namespace had for the new rows and checkpoint them; a
-namespace without an entry builds its index from the log on its first hybrid search.
+``{"checkpoint": c, "structures": {s: {name: [dtype, shape]}}, "crc": {file name: CRC-32}}``
+names them, and exists only for the header's own checkpoint ``c``. The index is derived state:
+a file that fails its CRC, is missing (a read-only open racing a writer that replaced the
+checkpoint) or cannot be read logs one warning (INFO for the race) and the index is rebuilt
+from the log on its first hybrid search -- never a wrong ranking. Open restores each index with
+``HybridIndex.restore`` over private copy-on-write maps of its files
+(:class:`~memcore.storage.mapped.MappedArrays`: the files never change after they are written)
+and applies the log tail's PUT and DEL records to it in log order, so it is current before the
+first search. ``compact()`` and ``reindex()`` build the indexes a namespace had for the new
+rows and checkpoint them; a namespace without an entry builds its index from the log on its
+first hybrid search.
 
 Key index: the key hash is the first 8 bytes (little-endian) of BLAKE2b of the key's UTF-8
 bytes. A key's row is found in a dict of the keys written since the checkpoint, else by

@@ -320,28 +320,61 @@ def scan_tail(data: bytes, base: int, path: str, first_row: int) -> Tail:
 
 # ---------------------------------------------------------------------------------- files
 
+def crc32_of(data) -> int:
+    """CRC-32 (zlib) of a bytes-like object or array, in 16 MiB chunks."""
+    mv = memoryview(np.ascontiguousarray(data) if isinstance(data, np.ndarray) else data)
+    mv = mv.cast("B") if mv.ndim != 1 or mv.itemsize != 1 else mv
+    crc, step = 0, 16 << 20
+    for i in range(0, len(mv), step):
+        crc = zlib.crc32(mv[i:i + step], crc)
+    return crc
+
+
+def file_crc32(path: str) -> int:
+    """CRC-32 (zlib) of a whole file, read in 16 MiB chunks."""
+    crc = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(16 << 20):
+            crc = zlib.crc32(chunk, crc)
+    return crc
+
+
 def write_checkpoint_files(directory: str, generation: int, checkpoint: int, alive: np.ndarray,
-                           hashes: np.ndarray, rows: np.ndarray, *, durable: bool) -> None:
-    """Write the files of checkpoint ``checkpoint`` (new names; fsynced when ``durable``)."""
+                           hashes: np.ndarray, rows: np.ndarray, *, durable: bool) -> dict:
+    """Write the files of checkpoint ``checkpoint`` (new names; fsynced when ``durable``).
+
+    Returns
+    -------
+    dict
+        ``{name: CRC-32 of the file's bytes}`` for ``alive``, ``keyhash`` and ``keyrow``
+        (what the namespace header records and open verifies).
+    """
+    crcs = {}
     for (name, dtype, _), arr in zip(CHECKPOINT_FILES, (alive, hashes, rows)):
         path = checkpoint_path(directory, name, generation, checkpoint)
+        blob = np.ascontiguousarray(arr, dtype=np.dtype(dtype).newbyteorder("<")).tobytes()
+        crcs[name] = zlib.crc32(blob)
         with open(path, "wb") as f:
-            f.write(np.ascontiguousarray(arr, dtype=np.dtype(dtype).newbyteorder("<")).tobytes())
+            f.write(blob)
             f.flush()
             if durable:
                 os.fsync(f.fileno())
     if durable:
         fsync_dir(directory)
+    return crcs
 
 
-def load_checkpoint_files(directory: str, generation: int, checkpoint: int, rows: int
-                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def load_checkpoint_files(directory: str, generation: int, checkpoint: int, rows: int,
+                          crcs: dict | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(alive (rows,) bool -- a RAM copy, hashes, key rows -- memory-mapped) of a checkpoint.
+
+    ``crcs`` (the header's ``{name: CRC-32}``, absent in stores written before checksums)
+    are checked against the files' bytes.
 
     Raises
     ------
     StoreCorruptedError
-        If a file is missing or of the wrong size.
+        If a file is missing, of the wrong size or fails its CRC-32 (naming the file).
     """
     out = []
     for name, dtype, _ in CHECKPOINT_FILES:
@@ -360,12 +393,18 @@ def load_checkpoint_files(directory: str, generation: int, checkpoint: int, rows
             out.append(np.zeros(0, dtype))
         else:
             out.append(np.memmap(path, dtype=np.dtype(dtype), mode="r").view(np.ndarray))
+        if crcs and name in crcs and crc32_of(out[-1]) != crcs[name]:
+            raise StoreCorruptedError(f"{path} fails its CRC-32 (offset 0): the checkpoint file "
+                                      f"was damaged; {_REPAIR}")
     if out[1].shape[0] != out[2].shape[0]:
-        raise StoreCorruptedError(f"the key index of checkpoint {checkpoint} in {directory} has "
-                                  f"{out[1].shape[0]} hashes but {out[2].shape[0]} rows")
+        hk = checkpoint_path(directory, "keyhash", generation, checkpoint)
+        kr = checkpoint_path(directory, "keyrow", generation, checkpoint)
+        raise StoreCorruptedError(f"the key index files {hk} and {kr} disagree: "
+                                  f"{out[1].shape[0]} hashes but {out[2].shape[0]} rows "
+                                  f"(offset 0); {_REPAIR}")
     if out[2].shape[0] and (int(out[2].max()) >= rows or int(out[2].min()) < 0):
-        raise StoreCorruptedError(f"the key index of checkpoint {checkpoint} in {directory} "
-                                  f"names a row outside [0, {rows})")
+        kr = checkpoint_path(directory, "keyrow", generation, checkpoint)
+        raise StoreCorruptedError(f"{kr} names a row outside [0, {rows}) (offset 0); {_REPAIR}")
     return out[0], out[1], out[2]
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import shutil
@@ -38,6 +39,7 @@ from memcore.storage.checkpoint import (
     PutRecord,
     Tail,
     checkpoint_names,
+    crc32_of,
     decode_puts,
     key_hashes,
     load_checkpoint_files,
@@ -155,9 +157,7 @@ class Columns:
                     mm = np.memmap(path, dtype=dtype, mode="r" if name == "vectors" else "c",
                                    shape=shape)
                 else:
-                    with open(path, "ab") as f:
-                        if f.tell() < need:
-                            f.truncate(need)
+                    _reserve(path, need)
                     mm = np.memmap(path, dtype=dtype, mode="r+", shape=shape)
                 self._mm[name] = mm
                 arr = mm.view(np.ndarray)        # plain ndarray: what numba dispatches on
@@ -203,6 +203,27 @@ class Columns:
             except FileNotFoundError:
                 pass
 
+
+
+def _reserve(path: str, need: int) -> None:
+    """Grow a file to ``need`` bytes with its disk blocks allocated (``posix_fallocate``), so
+    that a full disk raises ENOSPC here (an ``OSError``, mapped to StoreIOError) instead of
+    SIGBUS when a store into the memory map later finds no block to page in."""
+    with open(path, "ab") as f:
+        have = f.tell()
+        if have >= need:
+            return
+        fallocate = getattr(os, "posix_fallocate", None)
+        if fallocate is None:
+            f.truncate(need)
+            return
+        try:
+            fallocate(f.fileno(), have, need - have)
+        except OSError as err:
+            if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                os.ftruncate(f.fileno(), have)     # leave the file as it was
+                raise
+            f.truncate(need)                       # a file system without fallocate
 
 
 # ---------------------------------------------------------------------------------- namespace
@@ -251,9 +272,10 @@ class NamespaceFiles:
         open(log_path(tmp, 0), "wb").close()
         if durable:
             cols.sync()
-        write_checkpoint_files(tmp, 0, 0, np.zeros(0, np.bool_), np.zeros(0, np.uint64),
-                               np.zeros(0, np.int64), durable=durable)
-        _write_ns_header(tmp, ns, dim, 0, 0, 0, 0, durable=durable)
+        crcs = write_checkpoint_files(tmp, 0, 0, np.zeros(0, np.bool_), np.zeros(0, np.uint64),
+                                      np.zeros(0, np.int64), durable=durable)
+        crcs["record_offset"] = crc32_of(b"")
+        _write_ns_header(tmp, ns, dim, 0, 0, 0, 0, durable=durable, crc=crcs)
         cols.release()
         os.rename(tmp, final)
         if durable:
@@ -314,11 +336,11 @@ class NamespaceFiles:
                 f"{vec_path} ends at offset {have_rows * dim * 4}, before row {rep.rows} that "
                 f"the log commits")
         if read_only:
-            cap = _file_rows_min(directory, gen, have_rows)
+            cap, short = _file_rows_min(directory, gen, have_rows)
             if cap < rep.rows:
                 raise StoreCorruptedError(
-                    f"a column file in {directory} holds only {cap} rows, but the log commits "
-                    f"{rep.rows}")
+                    f"{short} holds only {cap} rows (it ends at offset "
+                    f"{os.path.getsize(short)}), but the log commits {rep.rows}")
             cols = Columns(dim, cap, directory, gen, read_only=True, version=h["version"])
         else:
             cols = Columns(dim, _capacity_for(max(rep.rows, 1), have_rows), directory, gen,
@@ -370,17 +392,27 @@ class NamespaceFiles:
             raise StoreCorruptedError(
                 f"{vec_path} ends at offset {have_rows * dim * 4}, before row {rows} that "
                 f"the log commits")
-        alive0, hashes, krows = load_checkpoint_files(directory, gen, ck, ck_rows)
+        crcs = h.get("crc")
+        if crcs is not None and not (isinstance(crcs, dict) and all(
+                isinstance(v, int) and not isinstance(v, bool) for v in crcs.values())):
+            raise StoreCorruptedError(f"{hpath} has an invalid 'crc' entry (got {crcs!r})")
+        alive0, hashes, krows = load_checkpoint_files(directory, gen, ck, ck_rows, crcs)
         if read_only:
-            cap = _file_rows_min(directory, gen, have_rows, COLUMNS_V2)
+            cap, short = _file_rows_min(directory, gen, have_rows, COLUMNS_V2)
             if cap < rows:
                 raise StoreCorruptedError(
-                    f"a column file in {directory} holds only {cap} rows, but the log commits "
-                    f"{rows}")
+                    f"{short} holds only {cap} rows (it ends at offset "
+                    f"{os.path.getsize(short)}), but the log commits {rows}")
             cols = Columns(dim, cap, directory, gen, read_only=True, version=2)
         else:
             cols = Columns(dim, _capacity_for(max(rows, 1), have_rows), directory, gen,
                            version=2)
+        if crcs and "record_offset" in crcs and \
+                crc32_of(cols.record_offset[:ck_rows]) != crcs["record_offset"]:
+            cols.release()
+            raise StoreCorruptedError(
+                f"{cols.path('record_offset')} fails its CRC-32 over its first {ck_rows} rows "
+                f"(offset 0): the column file was damaged; {_REPAIR_HINT}")
         files = cls(directory, ns, dim, gen, durability, read_only)
         files.version = 2
         files.records = h["records"] + tail.records
@@ -577,20 +609,23 @@ class NamespaceFiles:
             return
         c = self.checkpoint_id + 1
         hashes, krows = keys.merged(cols.alive[:rows])
-        write_checkpoint_files(self.directory, self.generation, c, cols.alive[:rows], hashes,
-                               krows, durable=False)
+        crcs = write_checkpoint_files(self.directory, self.generation, c, cols.alive[:rows],
+                                      hashes, krows, durable=False)
+        crcs["record_offset"] = crc32_of(cols.record_offset[:rows])
         entry = None
         if hybrid:
+            index_crcs: dict = {}
             entry = {"checkpoint": c, "structures": {
                 index_prefix(key)[2:]: write_index(self.directory, self.generation, c, key,
-                                                   arrays, state, durable=True)
-                for key, (arrays, state) in hybrid.items()}}
+                                                   arrays, state, durable=True,
+                                                   crcs=index_crcs)
+                for key, (arrays, state) in hybrid.items()}, "crc": index_crcs}
         for name in checkpoint_names(self.generation, c):
             fsync_path(os.path.join(self.directory, name))
         fsync_dir(self.directory)
         _write_ns_header(self.directory, self.ns, self.dim, self.generation, self.records,
                          self.log_bytes, rows, durable=True, checkpoint=c, live=len(hashes),
-                         index=entry)
+                         index=entry, crc=crcs)
         remove_checkpoint(self.directory, self.generation, self.checkpoint_id)
         for name in index_file_names(self.generation, self.index_entry) - \
                 index_file_names(self.generation, entry):
@@ -740,15 +775,18 @@ def _unlink(path: str) -> None:
 
 def _file_rows_min(directory: str, generation: int, have_rows: int,
                    columns: tuple = COLUMNS) -> int:
-    """Rows every column file can hold (read-only opens map what exists)."""
-    rows = have_rows
+    """Rows every column file can hold (read-only opens map what exists) and the path of
+    the file that holds the fewest."""
+    rows, short = have_rows, column_path(directory, "vectors", generation)
     for name, dtype, _ in columns:
         path = column_path(directory, name, generation)
         try:
-            rows = min(rows, os.path.getsize(path) // np.dtype(dtype).itemsize)
+            have = os.path.getsize(path) // np.dtype(dtype).itemsize
         except FileNotFoundError:
             raise StoreCorruptedError(f"{path} is missing (offset 0)") from None
-    return max(rows, 1)
+        if have < rows:
+            rows, short = have, path
+    return max(rows, 1), short
 
 
 
@@ -767,12 +805,15 @@ def _write_all(fd: int, blob: bytes, committed: int) -> None:
 
 def _write_ns_header(directory: str, ns: tuple, dim: int, generation: int, records: int,
                      log_bytes: int, rows: int, *, durable: bool, version: int = FORMAT_VERSION,
-                     checkpoint: int = 0, live: int = 0, index: dict | None = None) -> None:
+                     checkpoint: int = 0, live: int = 0, index: dict | None = None,
+                     crc: dict | None = None) -> None:
     head = {"format": NAMESPACE_FORMAT, "version": version, "namespace": list(ns),
             "dim": int(dim), "generation": int(generation), "records": int(records),
             "log_bytes": int(log_bytes), "rows": int(rows)}
     if version >= 2:
         head.update(checkpoint=int(checkpoint), live=int(live))
+        if crc:
+            head["crc"] = {k: int(v) for k, v in crc.items()}
         if index:
             head["index"] = index
     atomic_write_json(os.path.join(directory, NAMESPACE_HEADER), head, durable=durable)
@@ -841,10 +882,11 @@ def write_generation_blob(directory: str, ns: tuple, dim: int, generation: int, 
     cols.sync()
     hashes = key_hashes(list(keys))
     order = np.argsort(hashes, kind="stable")
-    write_checkpoint_files(directory, generation, 0, cols.alive[:n], hashes[order],
-                           order.astype(np.int64), durable=True)
+    crcs = write_checkpoint_files(directory, generation, 0, cols.alive[:n], hashes[order],
+                                  order.astype(np.int64), durable=True)
+    crcs["record_offset"] = crc32_of(cols.record_offset[:n])
     _write_ns_header(directory, ns, dim, generation, n, len(blob), n, durable=True,
-                     checkpoint=0, live=n)
+                     checkpoint=0, live=n, crc=crcs)
     return cols, n, len(blob)
 
 
@@ -1031,8 +1073,11 @@ def write_namespace(parent: str, ns: tuple, durability: str, keys: Sequence[str]
 
 
 def namespace_intact(directory: str, dim: int, durability: str) -> bool:
-    """True when a namespace opens cleanly and every row's vector matches its record."""
+    """True when a namespace opens cleanly (its checkpoint files pass their CRCs) and every
+    row's vector matches its record."""
     try:
+        files, cols, _ = NamespaceFiles.open(directory, dim, durability, True)
+        close_namespace(files, cols)
         files, cols, rep = NamespaceFiles.open(directory, dim, durability, False, full=True)
     except StoreCorruptedError:
         return False

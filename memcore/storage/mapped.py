@@ -16,6 +16,7 @@ index files intact; an index changed since is re-derived from the log tail at op
 
 from __future__ import annotations
 
+import io
 import os
 from typing import Any, Iterable
 
@@ -23,6 +24,7 @@ import numpy as np
 
 from memcore.core.arrays import RamArrays
 from memcore.errors import StoreCorruptedError
+from memcore.storage.checkpoint import crc32_of, file_crc32
 
 __all__ = ["MappedArrays", "index_prefix", "write_index", "read_index", "index_file_names"]
 
@@ -66,13 +68,14 @@ class MappedArrays(RamArrays):
 
     @classmethod
     def open(cls, directory: str, prefix: str, generation: int, ic: int,
-             manifest: dict) -> "MappedArrays":
-        """Map the arrays of index checkpoint ``ic`` (``manifest``: name -> [dtype, shape]).
+             manifest: dict, crcs: dict | None = None) -> "MappedArrays":
+        """Map the arrays of index checkpoint ``ic`` (``manifest``: name -> [dtype, shape]),
+        checking each file against ``crcs`` (file name -> CRC-32) when given.
 
         Raises
         ------
         StoreCorruptedError
-            If a file is missing or its size disagrees with the manifest.
+            If a file is missing, its size disagrees with the manifest or it fails its CRC.
         """
         out = cls()
         for name, (dtype, shape) in manifest.items():
@@ -91,7 +94,15 @@ class MappedArrays(RamArrays):
                                  .view(np.ndarray))
             if need:
                 _prefetch(path)
+            _check_crc(path, crcs)
         return out
+
+
+def _check_crc(path: str, crcs: dict | None) -> None:
+    want = (crcs or {}).get(os.path.basename(path))
+    if want is not None and file_crc32(path) != want:
+        raise StoreCorruptedError(f"{path} fails its CRC-32 (offset 0): the index file was "
+                                  f"damaged")
 
 
 def _used_rows(arr: np.ndarray) -> int:
@@ -120,9 +131,10 @@ def _prefetch(path: str) -> None:
 
 
 def write_index(directory: str, generation: int, ic: int, structure: tuple, arrays: Any,
-                state: dict, *, durable: bool) -> dict:
+                state: dict, *, durable: bool, crcs: dict | None = None) -> dict:
     """Write one index's arrays and small state as index checkpoint ``ic``; returns the
-    manifest (name -> [dtype, shape]) the header records."""
+    manifest (name -> [dtype, shape]) the header records. ``crcs``, when given, receives
+    each written file's name -> CRC-32 of its bytes."""
     prefix = index_prefix(structure)
     manifest = {}
     for name in arrays.names():
@@ -137,25 +149,38 @@ def write_index(directory: str, generation: int, ic: int, structure: tuple, arra
             if durable:
                 os.fsync(f.fileno())
         manifest[name] = [dtype.str, list(arr.shape)]
-    with open(_state_path(directory, prefix, generation, ic), "wb") as f:
-        np.savez(f, **{k: np.asarray(v) for k, v in state.items()})
+        if crcs is not None:
+            crcs[os.path.basename(path)] = crc32_of(arr)
+    spath = _state_path(directory, prefix, generation, ic)
+    buf = io.BytesIO()
+    np.savez(buf, **{k: np.asarray(v) for k, v in state.items()})
+    blob = buf.getvalue()
+    with open(spath, "wb") as f:
+        f.write(blob)
         f.flush()
         if durable:
             os.fsync(f.fileno())
+    if crcs is not None:
+        crcs[os.path.basename(spath)] = crc32_of(blob)
     return manifest
 
 
 def read_index(directory: str, generation: int, ic: int, structure: tuple,
-               manifest: dict) -> tuple[MappedArrays, dict]:
-    """The arrays (mapped) and small state of one index at index checkpoint ``ic``.
+               manifest: dict, crcs: dict | None = None) -> tuple[MappedArrays, dict]:
+    """The arrays (mapped) and small state of one index at index checkpoint ``ic``, each
+    file checked against ``crcs`` (file name -> CRC-32) when given.
 
     Raises
     ------
     StoreCorruptedError
     """
     prefix = index_prefix(structure)
-    arrays = MappedArrays.open(directory, prefix, generation, ic, manifest)
+    arrays = MappedArrays.open(directory, prefix, generation, ic, manifest, crcs)
     path = _state_path(directory, prefix, generation, ic)
+    try:
+        _check_crc(path, crcs)
+    except FileNotFoundError:
+        raise StoreCorruptedError(f"{path} is missing (offset 0)") from None
     try:
         with np.load(path, allow_pickle=False) as z:
             state = {k: z[k] for k in z.files}

@@ -145,6 +145,18 @@ def _write_live(t: Table, vecs: np.ndarray, parent: str, generation: int, durabi
     return files.directory
 
 
+def _replaced(files: Any) -> bool:
+    """Whether a writer has replaced the checkpoint a read-only open read (its header now
+    names another generation or checkpoint): the index files it named may be gone."""
+    try:
+        with open(os.path.join(files.directory, storage.NAMESPACE_HEADER)) as f:
+            h = json.load(f)
+        return (h.get("generation"), h.get("checkpoint")) != (files.generation,
+                                                              files.checkpoint_id)
+    except (OSError, ValueError):
+        return True
+
+
 def _table(ns: Namespace, cols: Any, files: Any, rep: Any, read_only: bool) -> Table:
     """A namespace's table: format 2 (:class:`DiskTable` from the opened checkpoint and log
     tail) or format 1 read-only (in RAM, from the whole log's :class:`memcore.storage.Replay`)."""
@@ -463,11 +475,19 @@ class LongTermMemory(MemoryStore):
             return
         indexes = {}
         for structure, manifest in storage.index_structures(entry):
-            arrays, state = storage.read_index(t.files.directory, t.files.generation,
-                                               entry["checkpoint"], structure, manifest)
-            indexes[structure] = HybridIndex.restore(
-                self.dim, arrays, state, dataclasses.replace(HybridWeights(), stem=structure[0]),
-                self.query_preparer, vectors=lambda t=t: t.columns.vectors)
+            try:
+                arrays, state = storage.read_index(t.files.directory, t.files.generation,
+                                                   entry["checkpoint"], structure, manifest,
+                                                   entry.get("crc"))
+                indexes[structure] = HybridIndex.restore(
+                    self.dim, arrays, state,
+                    dataclasses.replace(HybridWeights(), stem=structure[0]),
+                    self.query_preparer, vectors=lambda t=t: t.columns.vectors)
+            except Exception as err:   # derived state: any damage -> rebuilt from the log
+                log = logger.info if self.read_only and _replaced(t.files) else logger.warning
+                log("the hybrid index of namespace %r could not be restored (%s); "
+                               "it is rebuilt from the log on its first hybrid search",
+                               t.files.ns, err)
         t.restore_recall(indexes, self.dim, self.query_preparer, st.events,
                          st.tail.put_offsets)
 
