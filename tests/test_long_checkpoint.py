@@ -23,7 +23,7 @@ def store(path, **kw):
 
 def ns_dir(root) -> Path:
     epoch = json.loads((Path(root) / "memcore.json").read_text())["epoch"]
-    return next((Path(root) / f"ns.{epoch}").iterdir())
+    return sorted((Path(root) / f"ns.{epoch}").iterdir())[0]
 
 
 def header(root) -> dict:

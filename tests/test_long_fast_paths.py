@@ -259,7 +259,7 @@ def test_put_many_fast_path_matches_item_by_item(tmp_path):
     for s in (a, b):
         s.close()
     for name in ("a", "b"):
-        with open(next((tmp_path / name / "ns.0").iterdir()) / "log.0", "rb") as f:
+        with open(sorted((tmp_path / name / "ns.0").iterdir())[0] / "log.0", "rb") as f:
             if name == "a":
                 log_a = f.read()
             else:

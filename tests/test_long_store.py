@@ -228,7 +228,7 @@ def test_newer_format_version_is_refused(tmp_path, which):
         s.put("ns", "a", "alpha")
     path = tmp_path / "m" / storage.STORE_HEADER
     if which == "namespace":
-        path = next((tmp_path / "m" / "ns.0").iterdir()) / storage.NAMESPACE_HEADER
+        path = sorted((tmp_path / "m" / "ns.0").iterdir())[0] / storage.NAMESPACE_HEADER
     h = json.loads(path.read_text())
     h["version"] = storage.FORMAT_VERSION + 1
     path.write_text(json.dumps(h))
@@ -292,7 +292,7 @@ def test_compact_drops_garbage_and_survives_reopen(tmp_path):
         before = snapshot(s)
     with open_store(tmp_path / "m") as r:
         assert snapshot(r) == before
-    ns_dir = next((tmp_path / "m" / "ns.0").iterdir())
+    ns_dir = sorted((tmp_path / "m" / "ns.0").iterdir())[0]
     assert sorted(p.name for p in ns_dir.iterdir() if p.name.startswith("log")) == ["log.1"]
 
 
@@ -333,7 +333,7 @@ def test_compact_crash_after_commit_uses_new_generation(tmp_path, monkeypatch):
     with open_store(tmp_path / "m") as r:
         assert snapshot(r) == before
         assert r.stats()[("ns",)]["rows"] == 5
-    ns_dir = next((tmp_path / "m" / "ns.0").iterdir())
+    ns_dir = sorted((tmp_path / "m" / "ns.0").iterdir())[0]
     assert not any(p.name.endswith(".0.f32") or p.name == "log.0" for p in ns_dir.iterdir())
 
 
