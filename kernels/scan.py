@@ -514,6 +514,27 @@ def _setup(query, n, dim, k):
 
 
 @numba.njit(cache=True)
+def _after_codes(query, vectors, hi, s_ids, s_keys, s_sizes, win_start, win_len, win_rows, alpha,
+                 dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
+                 importance, alive, now, half_life, w_rec, w_imp, threshold, out_ids,
+                 out_scores, out_sims, stats):
+    """Everything after the code pass, shared by the serial and parallel kernels: seeds and
+    constants, hot rows, bounds and the exact rerank."""
+    n = hi.shape[0]
+    thr = np.float64(threshold)
+    sims = np.empty(n, np.float64)
+    known = np.zeros(n, np.bool_)
+    seeds, size, c1, c2, slack, hstar = _seeds_and_constants(
+        query, vectors, s_ids, s_keys, s_sizes, win_start, win_len, win_rows, alpha, dense,
+        sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, now,
+        half_life, w_rec, w_imp, thr, out_ids, out_scores, out_sims, sims, known, stats)
+    return _finish(query, vectors, hi, _hot_rows(hi, hstar), seeds, win_start, win_len, win_rows, alpha, dense,
+                   sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance,
+                   alive, now, half_life, w_rec, w_imp, thr, c1, c2, slack, out_ids,
+                   out_scores, out_sims, size, sims, known, stats)
+
+
+@numba.njit(cache=True)
 def hybrid_scan_topk_serial(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len,
                             win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
                             last_accessed_at, importance, alive, now, half_life, w_rec, w_imp,
@@ -533,17 +554,10 @@ def hybrid_scan_topk_serial(query, codes, scale, cnorm, rnorm, vectors, win_star
         s_sizes[b] = _pass_codes(qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive,
                                  b * n // nb, (b + 1) * n // nb, hi, s_ids[b], s_keys[b],
                                  s_tmp[b])
-    thr = np.float64(threshold)
-    sims = np.empty(n, np.float64)
-    known = np.zeros(n, np.bool_)
-    seeds, size, c1, c2, slack, hstar = _seeds_and_constants(
-        query, vectors, s_ids, s_keys, s_sizes, win_start, win_len, win_rows, alpha, dense,
-        sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, now,
-        half_life, w_rec, w_imp, thr, out_ids, out_scores, out_sims, sims, known, stats)
-    return _finish(query, vectors, hi, _hot_rows(hi, hstar), seeds, win_start, win_len, win_rows, alpha, dense,
-                   sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance,
-                   alive, now, half_life, w_rec, w_imp, thr, c1, c2, slack, out_ids,
-                   out_scores, out_sims, size, sims, known, stats)
+    return _after_codes(query, vectors, hi, s_ids, s_keys, s_sizes, win_start, win_len, win_rows,
+                        alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
+                        last_accessed_at, importance, alive, now, half_life, w_rec, w_imp,
+                        threshold, out_ids, out_scores, out_sims, stats)
 
 
 @numba.njit(cache=True, parallel=True)
@@ -567,17 +581,10 @@ def hybrid_scan_topk_parallel(query, codes, scale, cnorm, rnorm, vectors, win_st
         s_sizes[b] = _pass_codes(qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive,
                                  b * n // nb, (b + 1) * n // nb, hi, s_ids[b], s_keys[b],
                                  s_tmp[b])
-    thr = np.float64(threshold)
-    sims = np.empty(n, np.float64)
-    known = np.zeros(n, np.bool_)
-    seeds, size, c1, c2, slack, hstar = _seeds_and_constants(
-        query, vectors, s_ids, s_keys, s_sizes, win_start, win_len, win_rows, alpha, dense,
-        sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, now,
-        half_life, w_rec, w_imp, thr, out_ids, out_scores, out_sims, sims, known, stats)
-    return _finish(query, vectors, hi, _hot_rows(hi, hstar), seeds, win_start, win_len, win_rows, alpha, dense,
-                   sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance,
-                   alive, now, half_life, w_rec, w_imp, thr, c1, c2, slack, out_ids,
-                   out_scores, out_sims, size, sims, known, stats)
+    return _after_codes(query, vectors, hi, s_ids, s_keys, s_sizes, win_start, win_len, win_rows,
+                        alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
+                        last_accessed_at, importance, alive, now, half_life, w_rec, w_imp,
+                        threshold, out_ids, out_scores, out_sims, stats)
 
 
 def hybrid_scan_topk(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len, win_rows,
