@@ -38,6 +38,7 @@ png}``. ``--plan`` prints the estimated RAM, disk and time per n and refuses wha
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -94,6 +95,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=1,
                    help="threads for numba, BLAS and FAISS in every process (default 1)")
     p.add_argument("--skip-hnsw", action="store_true", help="no IndexHNSWFlat rows")
+    p.add_argument("--approximate", action="store_true",
+                   help="also measure memcore's opt-in approximate path (ApproximateSearch "
+                        "defaults): index build, p50/p99, recall@10 against the exact decay ranking")
     p.add_argument("--rebuild-hnsw", action="store_true",
                    help="build the HNSW index even if a cached one exists")
     p.add_argument("--vectors", choices=("hashing", "minilm"), default="hashing",
@@ -384,6 +388,10 @@ def _run_n(n: int, args, common: list, notes: list) -> dict:
         warm["open_s"] = float(np.median([o["open_s"] for o in opens]))
         warm["open_s_each"] = [o["open_s"] for o in opens]
         warm["peak_rss_mb"] = max(o["peak_rss_mb"] for o in opens)
+        approx = None
+        if getattr(args, "approximate", False):
+            print(f"n={n:,}: memcore approximate path (index build + searches)", file=sys.stderr)
+            approx = _run_worker("approximate", base, args.threads)
     finally:
         if not args.keep_store:
             shutil.rmtree(store, ignore_errors=True)
@@ -400,6 +408,7 @@ def _run_n(n: int, args, common: list, notes: list) -> dict:
     importance = np.load(cdir / "importance.npy", mmap_mode="r")
     bonus, _ = bonus_terms(n, args.chunk, importance)
     qv = np.asarray(flat.pop("query_vectors"), np.float32)
+    flat_decay_ids = [list(r) for r in flat["decay_ids"]]
     agree = agreement(np.asarray(mem.pop("similarity_ids")), np.asarray(flat.pop("decay_ids")),
                       np.asarray(flat.pop("decay_scores")), vecs, qv, bonus)
     gt, gt_sims = np.asarray(flat.pop("exact_ids")), np.asarray(flat.pop("exact_sims"))
@@ -413,13 +422,21 @@ def _run_n(n: int, args, common: list, notes: list) -> dict:
               "similarity_p50_over_flat": mem["similarity"]["p50"] / flat_p50,
               "similarity_p99_over_flat": mem["similarity"]["p99"] / flat["search"]["p99"],
               "rss_over_flat": mem["peak_rss_mb"] / flat["peak_rss_mb"]}
+    if approx is not None:
+        found = np.asarray(approx.pop("ids"))
+        exact_decay = flat_decay_ids
+        hit = [len(set(f[f >= 0].tolist()) & set(e)) / max(len(e), 1)
+               for f, e in zip(found, exact_decay)]
+        approx["recall_at_10_vs_exact"] = float(np.mean(hit))
+        approx["p50_over_flat"] = approx["search"]["p50"] / flat["search"]["p50"]
     if agree < 1.0:
         notes.append(f"n={n}: memcore's similarity preset matched exact FAISS flat + decay on "
                      f"{agree:.3f} of the queries (expected 1.000)")
     return {"n": n, "corpus": {"dir": cdir.name, "generate_s": corpus_s,
                                **json.loads((cdir / "meta.json").read_text())},
             "ingest": ingest, "memcore": mem, "open_warm": warm, "faiss_flat": flat,
-            "hnsw": hnsw, "similarity_vs_flat_agreement": agree, "ratios": ratios}
+            "hnsw": hnsw, "approximate": approx, "similarity_vs_flat_agreement": agree,
+            "ratios": ratios}
 
 
 def recall_at(found: np.ndarray, exact: np.ndarray, exact_sims: np.ndarray,
@@ -473,6 +490,13 @@ def markdown(payload: dict) -> str:
                     f"{h['peak_rss_mb']:,.0f}" if h else "—",
                     (fmt(h["build_s"], 0) + (" (cached)" if h["build_cached"] else "")) if h else "—"])
     preset = payload["hybrid_preset"]
+    approx = [[f"{r['n']:,}", a["factory"], fmt(a["build_and_first_search_s"], 1),
+               fmt(a["reopen_and_first_search_s"], 2), pp(a["search"]),
+               pp(r["faiss_flat"]["search"]), fmt(a["p50_over_flat"]),
+               f"{a['recall_at_10_vs_exact']:.3f}",
+               f"{a['stats']['closed']}/{a['stats']['searches']}", f"{a['peak_rss_mb']:,.0f}"]
+              for r in sorted(payload["results"], key=lambda r: r["n"])
+              if (a := r.get("approximate"))]
     parts = [f"# Scale benchmark: one namespace, {payload['vectors']} vectors, top_k={payload['top_k']}, "
              f"{payload['queries']} LoCoMo questions per row (latencies p50 / p99 in ms)", "",
              markdown_table(["n", "open cold s", "open warm s", "first hybrid s",
@@ -494,6 +518,16 @@ def markdown(payload: dict) -> str:
              "score until provably exact; `similarity = flat`: share of queries where memcore's "
              "similarity preset returns the same top-10 (ties tolerated).",
              f"- HNSW: IndexHNSWFlat M={HNSW_M}, recall@10 against exact similarity.", ""]
+    if approx:
+        parts += ["## memcore's opt-in approximate path (similarity preset + decay)", "",
+                  markdown_table(["n", "index", "build + first search s",
+                                  "reopen + first search s", "p50 / p99 ms", "FAISS flat + decay",
+                                  "p50 / flat", "recall@10 vs exact", "bound closed",
+                                  "peak RSS MB"], approx), "",
+                  "- recall@10 vs exact: share of the exact fused decay top-10 (FAISS flat + "
+                  "decay, widened until provably exact) that the approximate path returns; "
+                  "bound closed: searches whose k-th score reached the candidates' bound "
+                  "(memcore.recall.approx).", ""]
     for note in payload["notes"]:
         parts.append(f"- note: {note}")
     parts += ["", env_markdown(payload["env"])]
@@ -711,6 +745,38 @@ def worker(a: argparse.Namespace) -> dict:
     questions = scale_questions(a.queries, a.seed, a.data)
     calls = max(math.ceil(n / a.chunk), 1)
     now = T0 + calls * STEP + 60.0
+    if phase == "approximate":
+        from memcore.recall.approx import ApproximateSearch
+        from memcore.stores.long import LongTermMemory
+
+        emb = _embedder(a.vectors)
+        pinned = pin_threads(a.threads)
+        cfg = ApproximateSearch(min_rows=1)
+        store = LongTermMemory(a.store, emb, clock=_Clock(now), approximate=cfg)
+        qs = np.ascontiguousarray(emb.encode(questions), np.float32)
+        t = time.perf_counter()
+        store.search(NAMESPACE, questions[0], top_k=TOP_K, touch=False, query_vector=qs[0])
+        build_s = time.perf_counter() - t
+        hits, ns = _search_ns(lambda i: store.search(NAMESPACE, questions[i], top_k=TOP_K,
+                                                     touch=False, query_vector=qs[i]),
+                              range(len(questions)))
+        ids = np.full((len(questions), TOP_K), -1, np.int64)
+        for q, hs in enumerate(hits):
+            ids[q, :len(hs)] = [int(h.key[1:]) for h in hs]
+        stats = store.approximate_stats(NAMESPACE)
+        t = time.perf_counter()
+        store.close()          # saves the index
+        save_s = time.perf_counter() - t
+        t = time.perf_counter()
+        store = LongTermMemory(a.store, emb, clock=_Clock(now), approximate=cfg)
+        store.search(NAMESPACE, questions[0], top_k=TOP_K, touch=False, query_vector=qs[0])
+        reopen_first_s = time.perf_counter() - t
+        store.close()
+        return {"factory": stats["factory"], "settings": dataclasses.asdict(cfg),
+                "build_and_first_search_s": build_s, "save_s": save_s,
+                "reopen_and_first_search_s": reopen_first_s, "search": percentiles(ns),
+                "stats": stats, "ids": ids.tolist(), "peak_rss_mb": _peak_rss_mb(),
+                "threads": pinned}
     if phase in ("ingest", "memcore", "open-warm"):
         from memcore.recall.hybrid import HybridWeights
         from memcore.stores.long import LongTermMemory
@@ -869,7 +935,8 @@ def worker(a: argparse.Namespace) -> dict:
 def _worker_main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.scale", description="scale benchmark worker")
     p.add_argument("--worker", required=True,
-                   choices=("corpus", "ingest", "memcore", "open-warm", "faiss-flat", "hnsw"))
+                   choices=("corpus", "ingest", "memcore", "open-warm", "approximate",
+                            "faiss-flat", "hnsw"))
     p.add_argument("--n", type=int, required=True)
     p.add_argument("--corpus", type=Path, required=True)
     p.add_argument("--store", type=Path)

@@ -12,6 +12,7 @@ from memcore.types import (  # noqa: F401
     StoredMemory,
 )
 from memcore.recall.hybrid import HybridWeights  # noqa: F401
+from memcore.recall.approx import ApproximateSearch  # noqa: F401
 from memcore.embedders import HashingEmbedder, LexicalScorer, MiniLMEmbedder  # noqa: F401
 from memcore.stores.short import ShortTermMemory  # noqa: F401
 from memcore.stores.long import LongTermMemory  # noqa: F401
@@ -25,7 +26,7 @@ __version__ = "0.1.0"
 __all__ = [
     "SemanticMemory", "LongTermMemory", "ShortTermMemory", "TwoTierMemory",
     "MiniLMEmbedder", "HashingEmbedder", "LexicalScorer",
-    "DecayWeights", "HybridWeights", "PromotionPolicy",
+    "DecayWeights", "HybridWeights", "ApproximateSearch", "PromotionPolicy",
     "MemoryItem", "StoredMemory", "MemoryQuery", "MemoryHit", "MemoryTier", "Clock",
     *_errors.__all__,
 ]

@@ -29,6 +29,7 @@ __all__ = [
     "StoreNotFoundError",
     "BackgroundWriteError",
     "MemoryClosedError",
+    "MissingDependencyError",
 ]
 
 
@@ -126,3 +127,7 @@ class BackgroundWriteError(MemcoreError, RuntimeError):
 
 class MemoryClosedError(StoreClosedError):
     """A :class:`~memcore.SemanticMemory` was used after ``close()``."""
+
+
+class MissingDependencyError(MemcoreError, ImportError):
+    """An optional dependency a feature needs is not installed (the message names the extra)."""

@@ -70,7 +70,7 @@ def signals(table: Table, rq: ResolvedQuery, dim: int, preparer: Any, *,
 
 def rank(table: Table, rq: ResolvedQuery, *, dim: int | None = None, preparer: Any = None,
          scorer: Callable[[str, list], np.ndarray] | None = None,
-         sig: Signals | None = None, threads: int = 1
+         sig: Signals | None = None, threads: int = 1, approximate: Any = None
          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The best ``rq.top_k`` live rows of ``table``.
 
@@ -86,6 +86,10 @@ def rank(table: Table, rq: ResolvedQuery, *, dim: int | None = None, preparer: A
         Precomputed :func:`signals` (hybrid recall).
     threads : int, default 1
         numba threads for the hybrid scan (the store's ``threads``, validated there).
+    approximate : tuple of (AnnIndex, ApproximateSearch), optional
+        The namespace's opt-in candidate index (:mod:`memcore.recall.approx`): the similarity
+        preset is then ranked from its candidates, re-ranked exactly; hybrid queries still
+        take the exact scan (counted in the index's ``stats``).
 
     Returns
     -------
@@ -95,6 +99,18 @@ def rank(table: Table, rq: ResolvedQuery, *, dim: int | None = None, preparer: A
     """
     k = min(rq.top_k, table.live)
     c = table.columns
+    if approximate is not None and rq.vector is not None:
+        ann, config = approximate
+        if rq.prepared is None:
+            n = table.rows
+            w = rq.weights
+            rows, scores, sims, _ = ann.topk(
+                config, rq.vector, c.vectors[:n], top_k=k, alive=table.mask(rq.filter)[:n],
+                last_accessed_at=c.last_accessed_at[:n], importance=c.importance[:n],
+                now=rq.now, half_life=w.half_life, w_sim=w.w_similarity, w_rec=w.w_recency,
+                w_imp=w.w_importance, threshold=rq.threshold)
+            return rows, scores, sims
+        ann.stats["exact_hybrid"] += 1
     if rq.prepared is not None:
         if sig is None or sig.n_rows != sig.index.n_rows:
             sig = signals(table, rq, dim, preparer, moments=False)

@@ -207,6 +207,11 @@ class MemoryStore:
     def _discard(self, table: Table) -> None:
         """Called when ``clear`` drops a namespace's table. Lock held."""
 
+    def _approximate(self, table: Table) -> Any:
+        """The namespace's opt-in candidate index and its settings
+        (:mod:`memcore.recall.approx`), or None to rank exactly."""
+        return None
+
     def _scorer(self, text: str, texts: list) -> np.ndarray:
         raise NotImplementedError   # only a store without vectors ranks lexically
 
@@ -653,8 +658,8 @@ class MemoryStore:
             if table is None or not table.keys:
                 return []
             rows, scores, sims = rank(table, rq, dim=self.dim, preparer=self.query_preparer,
-                                      threads=rq.threads,
-                                      scorer=self._scorer, sig=sig)
+                                      threads=rq.threads, scorer=self._scorer, sig=sig,
+                                      approximate=self._approximate(table))
             return table.hits(rows.tolist(), scores.tolist(), sims.tolist(), rq.now,
                               rq.weights.half_life, self.tier)
 

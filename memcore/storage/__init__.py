@@ -222,6 +222,7 @@ from memcore.storage.layout import (  # noqa: F401
     NAMESPACE_HEADER,
     STORE_HEADER,
     StoreRoot,
+    ann_path,
     atomic_write_json,
     os_errors,
     fsync_dir,

@@ -24,6 +24,7 @@ from memcore.storage.layout import (
     FORMAT_VERSION,
     NAMESPACE_FORMAT,
     NAMESPACE_HEADER,
+    ann_path,
     atomic_write_json,
     check_version,
     column_path,
@@ -975,9 +976,11 @@ def repair_namespace(directory: str, dim: int) -> dict:
 
 def remove_stale(directory: str, generation: int, checkpoint: int | None = None,
                  index: dict | None = None) -> None:
-    """Delete every file of a namespace directory but the header, ``generation``'s files and
-    (format 2) those of ``checkpoint`` and of the hybrid-index entry ``index``."""
-    keep = {NAMESPACE_HEADER, os.path.basename(log_path(directory, generation))}
+    """Delete every file of a namespace directory but the header, ``generation``'s files
+    (the approximate index's included) and (format 2) those of ``checkpoint`` and of the
+    hybrid-index entry ``index``."""
+    ann = os.path.basename(ann_path(directory, generation))
+    keep = {NAMESPACE_HEADER, os.path.basename(log_path(directory, generation)), ann, ann + ".json"}
     keep.update(os.path.basename(column_path(directory, n, generation))
                 for n in Columns.NAMES + Columns.NAMES_V2)
     if checkpoint is not None:

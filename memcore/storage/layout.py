@@ -192,6 +192,12 @@ def checkpoint_path(directory: str, name: str, generation: int, checkpoint: int)
     return os.path.join(directory, f"{name}.{generation}.c{checkpoint}.{suffix}")
 
 
+def ann_path(directory: str, generation: int) -> str:
+    """``<directory>/ann.<generation>.faiss``: the opt-in approximate index (derived state,
+    :mod:`memcore.recall.approx`; its sidecar adds ``.json``)."""
+    return os.path.join(directory, f"ann.{generation}.faiss")
+
+
 def log_path(directory: str, generation: int) -> str:
     """``<directory>/log.<generation>``: a namespace's record log."""
     return os.path.join(directory, f"log.{generation}")

@@ -44,6 +44,7 @@ from memcore.errors import (
     StoreClosedError,
     StoreCorruptedError,
 )
+from memcore.recall.approx import AnnIndex, ApproximateSearch, load_faiss
 from memcore.recall.hybrid import HybridIndex, HybridWeights
 from memcore.recall.prep import QueryPreparer
 from memcore.types import (
@@ -222,6 +223,12 @@ class LongTermMemory(MemoryStore):
     threads : int, default 1
         CPU threads a search's scan may use (numba's, set only while the scan runs); >= 2
         runs the parallel kernel (robots have 4-12 cores).
+    approximate : ApproximateSearch, optional
+        Opt in to approximate similarity-preset search for namespaces of at least
+        ``approximate.min_rows`` rows (:mod:`memcore.recall.approx`: FAISS candidates, exact
+        re-rank, the bound reported in :meth:`approximate_stats`). Needs ``memcore[ann]``.
+        The index is built on a namespace's first such search, extended by later ones and
+        saved at ``flush``/``close``. None (default): every search is exact.
 
     Attributes
     ----------
@@ -267,7 +274,8 @@ class LongTermMemory(MemoryStore):
                  durability: str = DEFAULT_DURABILITY, lock_timeout: float = 1.0,
                  read_only: bool = False, repair: bool = False,
                  hybrid: HybridWeights | None = None,
-                 query_preparer: QueryPreparer | None = None, threads: int = 1):
+                 query_preparer: QueryPreparer | None = None, threads: int = 1,
+                 approximate: ApproximateSearch | None = None):
         if not isinstance(weights, DecayWeights):
             raise InvalidArgumentTypeError(f"weights must be a DecayWeights, got {type(weights).__name__}")
         self._setup(dim=None, embedder=embedder, clock=clock, weights=weights, hybrid=hybrid,
@@ -283,6 +291,13 @@ class LongTermMemory(MemoryStore):
             raise InvalidArgumentError(f"lock_timeout must be finite seconds >= 0, got {lock_timeout!r}")
         if embedder is not None:
             check_embedder(embedder, named=True)
+        if approximate is not None:
+            if not isinstance(approximate, ApproximateSearch):
+                raise InvalidArgumentTypeError(f"approximate must be an ApproximateSearch, got "
+                                               f"{type(approximate).__name__}")
+            load_faiss()
+        self.approximate = approximate
+        self._ann: dict[Namespace, tuple[AnnIndex, int]] = {}    # index, rows saved
         self.durability = durability
         self.lock_timeout = lock_timeout
         self.read_only = bool(read_only)
@@ -521,6 +536,7 @@ class LongTermMemory(MemoryStore):
                     _checkpoint(t)
                 except StoreCorruptedError as err:
                     errors.append(err)
+                self._save_ann(t)
             if errors:
                 raise errors[0]
 
@@ -536,6 +552,49 @@ class LongTermMemory(MemoryStore):
             finally:
                 self._closed = True
                 self._release()
+
+    # ------------------------------------------------------------------ approximate path
+    def _ann_file(self, t: Table) -> str | None:
+        f = t.files
+        if self.path is None or f is None or getattr(f, "directory", None) is None:
+            return None
+        return storage.ann_path(f.directory, f.generation)
+
+    def _approximate(self, t: Table) -> tuple[AnnIndex, ApproximateSearch] | None:
+        cfg = self.approximate
+        if cfg is None or t.rows < cfg.min_rows:
+            return None
+        vectors = t.columns.vectors
+        ann, saved = self._ann.get(t.namespace, (None, -1))
+        if ann is None or not ann.covers(vectors, t.rows):
+            path = self._ann_file(t)
+            ann = AnnIndex.load(path) if path is not None else None
+            saved = ann.rows if ann is not None else -1
+            stale = ann is None or not ann.covers(vectors, t.rows) or (
+                cfg.factory != "auto" and ann.factory != cfg.factory)
+            if stale:
+                ann, saved = AnnIndex.build(vectors, t.rows, cfg), -1
+        ann.extend(vectors, t.rows)
+        self._ann[t.namespace] = (ann, saved)
+        return ann, cfg
+
+    def _save_ann(self, t: Table) -> None:
+        ann, saved = self._ann.get(t.namespace, (None, -1))
+        path = self._ann_file(t)
+        if ann is None or path is None or ann.rows == saved:
+            return
+        ann.save(path)          # older generations' indexes go with their files (remove_stale)
+        self._ann[t.namespace] = (ann, ann.rows)
+
+    def approximate_stats(self, namespace: NamespaceLike) -> dict[str, Any] | None:
+        """The approximate path's state for ``namespace`` since opening: the counters of
+        :attr:`memcore.recall.approx.AnnIndex.stats` (``searches``, ``closed``, ``open``,
+        ``widened``, ``exact_hybrid``) plus ``factory`` (str) and ``rows`` (int, covered);
+        None when it has not served a search."""
+        entry = self._ann.get(_validate.namespace(namespace))
+        if not entry:
+            return None
+        return dict(entry[0].stats, factory=entry[0].factory, rows=entry[0].rows)
 
     def __enter__(self) -> "LongTermMemory":
         return self
