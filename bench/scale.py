@@ -409,6 +409,7 @@ def _run_n(n: int, args, common: list, notes: list) -> dict:
     bonus, _ = bonus_terms(n, args.chunk, importance)
     qv = np.asarray(flat.pop("query_vectors"), np.float32)
     flat_decay_ids = [list(r) for r in flat["decay_ids"]]
+    mem_hybrid_ids = mem.pop("hybrid_ids")
     agree = agreement(np.asarray(mem.pop("similarity_ids")), np.asarray(flat.pop("decay_ids")),
                       np.asarray(flat.pop("decay_scores")), vecs, qv, bonus)
     gt, gt_sims = np.asarray(flat.pop("exact_ids")), np.asarray(flat.pop("exact_sims"))
@@ -423,12 +424,15 @@ def _run_n(n: int, args, common: list, notes: list) -> dict:
               "similarity_p99_over_flat": mem["similarity"]["p99"] / flat["search"]["p99"],
               "rss_over_flat": mem["peak_rss_mb"] / flat["peak_rss_mb"]}
     if approx is not None:
-        found = np.asarray(approx.pop("ids"))
-        exact_decay = flat_decay_ids
-        hit = [len(set(f[f >= 0].tolist()) & set(e)) / max(len(e), 1)
-               for f, e in zip(found, exact_decay)]
-        approx["recall_at_10_vs_exact"] = float(np.mean(hit))
+        def overlap(found, exact):
+            return float(np.mean([len(set(f) & set(e) - {-1}) / max(len(set(e) - {-1}), 1)
+                                  for f, e in zip(found, exact)]))
+
+        approx["recall_at_10_vs_exact"] = overlap(approx.pop("ids"), flat_decay_ids)
+        approx["hybrid_recall_at_10_vs_exact"] = overlap(approx.pop("hybrid_ids"),
+                                                         mem_hybrid_ids)
         approx["p50_over_flat"] = approx["search"]["p50"] / flat["search"]["p50"]
+        approx["hybrid_p50_over_exact"] = approx["hybrid"]["p50"] / mem["hybrid"]["p50"]
     if agree < 1.0:
         notes.append(f"n={n}: memcore's similarity preset matched exact FAISS flat + decay on "
                      f"{agree:.3f} of the queries (expected 1.000)")
@@ -494,7 +498,9 @@ def markdown(payload: dict) -> str:
                fmt(a["reopen_and_first_search_s"], 2), pp(a["search"]),
                pp(r["faiss_flat"]["search"]), fmt(a["p50_over_flat"]),
                f"{a['recall_at_10_vs_exact']:.3f}",
-               f"{a['stats']['closed']}/{a['stats']['searches']}", f"{a['peak_rss_mb']:,.0f}"]
+               f"{a['stats']['closed']}/{a['stats']['searches']}", pp(a["hybrid"]),
+               pp(r["memcore"]["hybrid"]), f"{a['hybrid_recall_at_10_vs_exact']:.3f}",
+               f"{a['peak_rss_mb']:,.0f}"]
               for r in sorted(payload["results"], key=lambda r: r["n"])
               if (a := r.get("approximate"))]
     parts = [f"# Scale benchmark: one namespace, {payload['vectors']} vectors, top_k={payload['top_k']}, "
@@ -519,15 +525,18 @@ def markdown(payload: dict) -> str:
              "similarity preset returns the same top-10 (ties tolerated).",
              f"- HNSW: IndexHNSWFlat M={HNSW_M}, recall@10 against exact similarity.", ""]
     if approx:
-        parts += ["## memcore's opt-in approximate path (similarity preset + decay)", "",
+        parts += ["## memcore's opt-in approximate path", "",
                   markdown_table(["n", "index", "build + first search s",
-                                  "reopen + first search s", "p50 / p99 ms", "FAISS flat + decay",
-                                  "p50 / flat", "recall@10 vs exact", "bound closed",
+                                  "reopen + first search s", "similarity p50 / p99 ms",
+                                  "FAISS flat + decay", "p50 / flat", "recall@10 vs exact",
+                                  "bound closed", f"hybrid ({preset}) p50 / p99",
+                                  "exact hybrid", "hybrid recall@10 vs exact",
                                   "peak RSS MB"], approx), "",
                   "- recall@10 vs exact: share of the exact fused decay top-10 (FAISS flat + "
                   "decay, widened until provably exact) that the approximate path returns; "
                   "bound closed: searches whose k-th score reached the candidates' bound "
-                  "(memcore.recall.approx).", ""]
+                  "(memcore.recall.approx); hybrid recall@10: share of the exact hybrid top-10 "
+                  "(memcore's exact scan, same run) returned (no bound is claimed for hybrid).", ""]
     for note in payload["notes"]:
         parts.append(f"- note: {note}")
     parts += ["", env_markdown(payload["env"])]
@@ -719,6 +728,14 @@ class _Clock:
         return self.now
 
 
+def _hit_ids(hits: list) -> list:
+    """Row ids (keys are ``m<row>``) of each query's hits, padded with -1 to TOP_K."""
+    ids = np.full((len(hits), TOP_K), -1, np.int64)
+    for q, hs in enumerate(hits):
+        ids[q, :len(hs)] = [int(h.key[1:]) for h in hs]
+    return ids.tolist()
+
+
 def _search_ns(fn, items) -> tuple:
     out, ns = [], []
     for it in items:
@@ -747,36 +764,44 @@ def worker(a: argparse.Namespace) -> dict:
     now = T0 + calls * STEP + 60.0
     if phase == "approximate":
         from memcore.recall.approx import ApproximateSearch
+        from memcore.recall.hybrid import HybridWeights
         from memcore.stores.long import LongTermMemory
 
         emb = _embedder(a.vectors)
+        hw = _hybrid(a.vectors)
         pinned = pin_threads(a.threads)
         cfg = ApproximateSearch(min_rows=1)
-        store = LongTermMemory(a.store, emb, clock=_Clock(now), approximate=cfg)
+        sim = HybridWeights.similarity()
+        store = LongTermMemory(a.store, emb, clock=_Clock(now), approximate=cfg, hybrid=hw)
         qs = np.ascontiguousarray(emb.encode(questions), np.float32)
+        dense = [store.prepare(NAMESPACE, q, hybrid=hw).dense for q in questions]
+        qh = np.ascontiguousarray(emb.encode(dense), np.float32)
         t = time.perf_counter()
-        store.search(NAMESPACE, questions[0], top_k=TOP_K, touch=False, query_vector=qs[0])
+        store.search(NAMESPACE, questions[0], top_k=TOP_K, touch=False, query_vector=qs[0],
+                     hybrid=sim)
         build_s = time.perf_counter() - t
         hits, ns = _search_ns(lambda i: store.search(NAMESPACE, questions[i], top_k=TOP_K,
-                                                     touch=False, query_vector=qs[i]),
+                                                     touch=False, query_vector=qs[i], hybrid=sim),
                               range(len(questions)))
-        ids = np.full((len(questions), TOP_K), -1, np.int64)
-        for q, hs in enumerate(hits):
-            ids[q, :len(hs)] = [int(h.key[1:]) for h in hs]
+        hyb, hyb_ns = _search_ns(lambda i: store.search(NAMESPACE, questions[i], top_k=TOP_K,
+                                                        touch=False, query_vector=qh[i],
+                                                        hybrid=hw),
+                                 range(len(questions)))
         stats = store.approximate_stats(NAMESPACE)
         t = time.perf_counter()
         store.close()          # saves the index
         save_s = time.perf_counter() - t
         t = time.perf_counter()
-        store = LongTermMemory(a.store, emb, clock=_Clock(now), approximate=cfg)
-        store.search(NAMESPACE, questions[0], top_k=TOP_K, touch=False, query_vector=qs[0])
+        store = LongTermMemory(a.store, emb, clock=_Clock(now), approximate=cfg, hybrid=hw)
+        store.search(NAMESPACE, questions[0], top_k=TOP_K, touch=False, query_vector=qs[0],
+                     hybrid=sim)
         reopen_first_s = time.perf_counter() - t
         store.close()
         return {"factory": stats["factory"], "settings": dataclasses.asdict(cfg),
                 "build_and_first_search_s": build_s, "save_s": save_s,
                 "reopen_and_first_search_s": reopen_first_s, "search": percentiles(ns),
-                "stats": stats, "ids": ids.tolist(), "peak_rss_mb": _peak_rss_mb(),
-                "threads": pinned}
+                "hybrid": percentiles(hyb_ns), "stats": stats, "ids": _hit_ids(hits),
+                "hybrid_ids": _hit_ids(hyb), "peak_rss_mb": _peak_rss_mb(), "threads": pinned}
     if phase in ("ingest", "memcore", "open-warm"):
         from memcore.recall.hybrid import HybridWeights
         from memcore.stores.long import LongTermMemory
@@ -831,16 +856,13 @@ def worker(a: argparse.Namespace) -> dict:
         qh = np.ascontiguousarray(emb.encode(dense), np.float32)
         qs = np.ascontiguousarray(emb.encode(questions), np.float32)
         sim = HybridWeights.similarity()
-        _, hyb_ns = _search_ns(lambda i: store.search(NAMESPACE, questions[i], top_k=TOP_K,
+        hyb_hits, hyb_ns = _search_ns(lambda i: store.search(NAMESPACE, questions[i], top_k=TOP_K,
                                                       touch=False, query_vector=qh[i], hybrid=hw),
                                range(len(questions)))
         hits, sim_ns = _search_ns(lambda i: store.search(NAMESPACE, questions[i], top_k=TOP_K,
                                                          touch=False, query_vector=qs[i],
                                                          hybrid=sim),
                                   range(len(questions)))
-        ids = np.full((len(questions), TOP_K), -1, np.int64)
-        for q, hs in enumerate(hits):
-            ids[q, :len(hs)] = [int(h.key[1:]) for h in hs]
         count = store.count(NAMESPACE)
         store.close()
         return {"count": count, "open_s": open_s, "first_hybrid_s": first_s,
@@ -849,7 +871,8 @@ def worker(a: argparse.Namespace) -> dict:
                 "searches": 1 + 2 * len(questions), "rss_before_open_mb": rss0,
                 "rss_after_open_mb": rss_open, "rss_after_first_search_mb": rss_first,
                 "rss_end_mb": _rss_mb(), "peak_rss_mb": _peak_rss_mb(),
-                "similarity_ids": ids.tolist(), "threads": pinned,
+                "similarity_ids": _hit_ids(hits), "hybrid_ids": _hit_ids(hyb_hits),
+                "threads": pinned,
                 "query_vectors": "precomputed (hybrid: the store's prepared dense form)"}
     import faiss
 

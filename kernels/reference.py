@@ -473,6 +473,18 @@ def hybrid_exact_topk(query, vectors, win_start, win_len, win_rows, alpha, dense
                    s[keep].astype(np.float32), out_ids, out_scores, out_sims)
 
 
+def hybrid_rows_topk(rows, query, vectors, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows,
+                     sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive, now,
+                     half_life, w_rec, w_imp, threshold, out_ids, out_scores, out_sims):
+    """:func:`hybrid_exact_topk` over the candidates ``alive & isin(arange(n), rows)``."""
+    cand = np.zeros(vectors.shape[0], bool)
+    cand[np.asarray(rows, np.int64)] = True
+    return hybrid_exact_topk(query, vectors, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows,
+                             sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance,
+                             alive & cand, now, half_life, w_rec, w_imp, threshold, out_ids,
+                             out_scores, out_sims)
+
+
 def hybrid_scan_topk(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len, win_rows, alpha,
                      dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
                      importance, alive, now, half_life, w_rec, w_imp, threshold,

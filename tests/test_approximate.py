@@ -147,20 +147,48 @@ def test_compaction_renumbers_rows_and_the_index_follows(tmp_path):
     assert _same(_search(approx, q), _search(exact, q))
 
 
-def test_hybrid_queries_stay_exact_and_are_counted(tmp_path):
+def test_hybrid_with_every_row_a_candidate_equals_the_exact_path(tmp_path):
     from memcore import HashingEmbedder, HybridWeights
-    cfg = ApproximateSearch(min_rows=1, factory="Flat")
+    cfg = ApproximateSearch(min_rows=1, factory="Flat", candidates=4096, max_candidates=4096)
     emb = HashingEmbedder(dim=64)
-    with LongTermMemory(tmp_path / "h", emb, approximate=cfg) as s, \
-            LongTermMemory(None, emb) as e:
+    rooms = ["kitchen", "hall", "lab"]
+    items = [MemoryItem(f"k{i}", f"the kettle is in the {rooms[i % 3]} number {i}", 0.5,
+                        {"speaker": "Ann" if i % 2 else "Bob", "episode": f"e{i // 7}"})
+             for i in range(300)]
+    h = HybridWeights.no_model()
+    with LongTermMemory(tmp_path / "h", emb, approximate=cfg, hybrid=h) as s, \
+            LongTermMemory(tmp_path / "e", emb, hybrid=h) as e:
         for store in (s, e):
-            store.put_many("robot", [MemoryItem(f"k{i}", f"the kettle is in room {i}")
-                                     for i in range(50)])
-        h = HybridWeights.no_model()
-        got = [(x.key, x.score, x.similarity) for x in s.search("robot", "where is the kettle", hybrid=h)]
-        want = [(x.key, x.score, x.similarity) for x in e.search("robot", "where is the kettle", hybrid=h)]
-        assert _same(got, want)
-        assert s.approximate_stats("robot")["exact_hybrid"] == 1
+            store.put_many("robot", items)
+        for q in ("where is the kettle", "Ann in the lab", "hall 17"):
+            got = [(x.key, x.score, x.similarity) for x in s.search("robot", q, top_k=10)]
+            want = [(x.key, x.score, x.similarity) for x in e.search("robot", q, top_k=10)]
+            assert _same(got, want)
+        assert s.approximate_stats("robot")["hybrid"] == 3
+
+
+def test_hybrid_candidates_recall(tmp_path):
+    from memcore import HashingEmbedder, HybridWeights
+    cfg = ApproximateSearch(min_rows=1, candidates=64, nprobe=8)
+    emb = HashingEmbedder(dim=64)
+    words = "kettle door lamp robot charger window table chair cup book".split()
+    rng = np.random.default_rng(4)
+    items = [MemoryItem(f"k{i}", " ".join(rng.choice(words, 4)) + f" {i}", 0.5,
+                        {"episode": f"e{i // 5}"}) for i in range(3000)]
+    h = HybridWeights.no_model()
+    with LongTermMemory(tmp_path / "h", emb, approximate=cfg, hybrid=h) as s, \
+            LongTermMemory(tmp_path / "e", emb, hybrid=h) as e:
+        for store in (s, e):
+            store.put_many("robot", items)
+        found = total = 0
+        for q in ("kettle near the door", "lamp and charger", "book on the table"):
+            want = {x.key: (x.score, x.similarity) for x in e.search("robot", q, top_k=10)}
+            for x in s.search("robot", q, top_k=10):
+                if x.key in want:     # a returned memory carries the exact path's score
+                    assert (x.score, x.similarity) == pytest.approx(want[x.key], abs=1e-6)
+                    found += 1
+            total += len(want)
+        assert found / total >= 0.5
 
 
 @pytest.mark.parametrize("bad", [dict(candidates=0), dict(min_rows=-1), dict(nprobe=True),

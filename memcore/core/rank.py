@@ -87,9 +87,8 @@ def rank(table: Table, rq: ResolvedQuery, *, dim: int | None = None, preparer: A
     threads : int, default 1
         numba threads for the hybrid scan (the store's ``threads``, validated there).
     approximate : tuple of (AnnIndex, ApproximateSearch), optional
-        The namespace's opt-in candidate index (:mod:`memcore.recall.approx`): the similarity
-        preset is then ranked from its candidates, re-ranked exactly; hybrid queries still
-        take the exact scan (counted in the index's ``stats``).
+        The namespace's opt-in candidate index (:mod:`memcore.recall.approx`): its candidates
+        are scored exactly instead of scanning every row.
 
     Returns
     -------
@@ -99,28 +98,30 @@ def rank(table: Table, rq: ResolvedQuery, *, dim: int | None = None, preparer: A
     """
     k = min(rq.top_k, table.live)
     c = table.columns
-    if approximate is not None and rq.vector is not None:
-        ann, config = approximate
-        if rq.prepared is None:
-            n = table.rows
-            w = rq.weights
-            rows, scores, sims, _ = ann.topk(
-                config, rq.vector, c.vectors[:n], top_k=k, alive=table.mask(rq.filter)[:n],
-                last_accessed_at=c.last_accessed_at[:n], importance=c.importance[:n],
-                now=rq.now, half_life=w.half_life, w_sim=w.w_similarity, w_rec=w.w_recency,
-                w_imp=w.w_importance, threshold=rq.threshold)
-            return rows, scores, sims
-        ann.stats["exact_hybrid"] += 1
+    ann, config = approximate if rq.vector is not None and approximate else (None, None)
+    if ann is not None and rq.prepared is None:
+        n = table.rows
+        w = rq.weights
+        rows, scores, sims, _ = ann.topk(
+            config, rq.vector, c.vectors[:n], top_k=k, alive=table.mask(rq.filter)[:n],
+            last_accessed_at=c.last_accessed_at[:n], importance=c.importance[:n],
+            now=rq.now, half_life=w.half_life, w_sim=w.w_similarity, w_rec=w.w_recency,
+            w_imp=w.w_importance, threshold=rq.threshold)
+        return rows, scores, sims
     if rq.prepared is not None:
         if sig is None or sig.n_rows != sig.index.n_rows:
             sig = signals(table, rq, dim, preparer, moments=False)
         n = sig.index.n_rows
+        rows = None
+        if ann is not None:
+            rows = ann.hybrid_rows(config, rq.vector, sig.lexical)
+            rows = rows[rows < n]
         w = rq.weights
         res = sig.index.search(rq.prepared, rq.vector, top_k=k, weights=rq.hybrid, decay=w,
                                now=rq.now, last_accessed_at=c.last_accessed_at[:n],
                                importance=c.importance[:n], alive=sig.alive,
                                threshold=rq.threshold, lexical=sig.lexical,
-                               stats=sig.moments, threads=threads)
+                               stats=sig.moments, threads=threads, rows=rows)
         m = res.count
         return res.ids[:m], res.scores[:m], res.sims[:m]
     n = table.rows

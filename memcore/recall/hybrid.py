@@ -66,6 +66,7 @@ from memcore import _text
 from memcore.errors import DimensionMismatchError, InvalidArgumentError, InvalidVectorError
 from memcore.kernels import codes as _kc
 from memcore.kernels import moments as _km
+from memcore.kernels import candidates as _kcand
 from memcore.kernels import scan as _ks
 from memcore.recall.lexical import LexicalIndex
 from memcore.recall.prep import DefaultQueryPreparer, PreparedQuery, QueryPreparer
@@ -830,7 +831,8 @@ class HybridIndex:
                now: float = 0.0, last_accessed_at: np.ndarray | None = None,
                importance: np.ndarray | None = None, alive: np.ndarray | None = None,
                threshold: float = -math.inf, lexical: LexicalSignals | None = None,
-               stats: np.ndarray | None = None, threads: int = 1) -> HybridResult:
+               stats: np.ndarray | None = None, threads: int = 1,
+               rows: np.ndarray | None = None) -> HybridResult:
         """Exact hybrid top-k over the live rows (:func:`memcore.kernels.scan.hybrid_scan_topk`).
 
         The score of row ``i`` (module notes): ``w_dense`` times the z-normalised context
@@ -867,6 +869,9 @@ class HybridIndex:
             :meth:`moments` of this query, when the caller has them already.
         threads : int, default 1
             numba threads for the scan (>= 2: the parallel kernel).
+        rows : ndarray of int64, optional
+            Score only these distinct rows, exactly (the approximate path's candidates,
+            :func:`memcore.kernels.candidates.hybrid_rows_topk`): no scan.
 
         Returns
         -------
@@ -934,6 +939,14 @@ class HybridIndex:
         np.cumsum([x.shape[0] for x in sp_rows], out=sp_ptr[1:])
         sp_r = np.concatenate(sp_rows) if sp_rows else _EMPTY_I
         sp_v = np.concatenate(sp_vals).astype(np.float64) if sp_vals else _EMPTY_F
+        if rows is not None:         # the approximate path's candidates, scored exactly
+            count = _kcand.hybrid_rows_topk(
+                np.asarray(rows, np.int64), q, self._vectors()[:n], ws, wl, wr, float(w.alpha),
+                dense, sp_ptr, sp_r, sp_v, np.array(sp_w, np.float64),
+                np.array(sp_mu, np.float64), np.array(sp_inv, np.float64), t, imp, live,
+                float(now), float(d.half_life), float(d.w_recency), float(d.w_importance),
+                float(threshold), ids, scores, sims)
+            return HybridResult(ids, scores, sims, int(count))
         st = np.zeros(4, np.int64)
         with _threads(threads):
             count = _ks.hybrid_scan_topk(
