@@ -208,6 +208,10 @@ class SemanticMemory:
     threads : int, default 1
         CPU threads a recall's scan may use (both tiers; numba's, set only while the scan
         runs). Robots have 4-12 cores; >= 2 runs the parallel kernel.
+    approximate : ApproximateSearch, optional
+        The long tier's opt-in approximate search for namespaces past
+        ``approximate.min_rows`` memories (see :class:`~memcore.LongTermMemory`); exact when
+        None.
 
     Raises
     ------
@@ -235,7 +239,7 @@ class SemanticMemory:
                  max_response_chars: int = 1000, extractors: Sequence[MemoryExtractor] = (),
                  clock: Clock | None = None, durability: str | None = None,
                  lock_timeout: float | None = None, batch_size: int = 64, warmup: bool = True,
-                 threads: int = 1) -> None:
+                 threads: int = 1, approximate: Any = None) -> None:
         from memcore.stores.long import LongTermMemory
         from memcore.stores.short import ShortTermMemory
         from memcore.recall.hybrid import HybridWeights, check_threads, default_for
@@ -281,6 +285,8 @@ class SemanticMemory:
             long_kwargs["durability"] = durability
         if lock_timeout is not None:
             long_kwargs["lock_timeout"] = lock_timeout
+        if approximate is not None:
+            long_kwargs["approximate"] = approximate
         self.long = LongTermMemory(path, embedder, **long_kwargs)
         try:
             self.short = ShortTermMemory(capacity=short_capacity, embedder=embedder, clock=self.clock,
