@@ -881,10 +881,16 @@ class LongTermMemory(MemoryStore):
         its CRC is dropped (never served with another row's vector). Opening with
         ``repair=True`` does the same for namespaces that fail to open.
 
+        Repair never resurrects: a key whose last intact record nothing vouches for (a
+        damaged record may have deleted or replaced it) is dropped and listed, and when it
+        may still be current it is set aside in ``<path>/quarantine.<n>.jsonl`` (see
+        :func:`memcore.storage.repair_namespace`).
+
         Returns
         -------
         list of dict
-            One ``{"namespace", "kept", "dropped", "skipped"}`` per rewritten namespace.
+            One ``{"namespace", "kept", "dropped", "skipped", "uncertain", "lost_rows"}`` per
+            rewritten namespace; ``uncertain`` lists every key repair could not vouch for.
 
         Raises
         ------
