@@ -27,6 +27,7 @@ from memcore.storage.layout import (
     ann_path,
     atomic_write_json,
     check_version,
+    checkpoint_path,
     column_path,
     log_path,
     namespace_dirname,
@@ -891,19 +892,50 @@ def write_generation_blob(directory: str, ns: tuple, dim: int, generation: int, 
     return cols, n, len(blob)
 
 
+def _verified_checkpoint(directory: str, h: dict) -> tuple[np.ndarray | None, int]:
+    """The live flags of a header's checkpoint when its CRC verifies them (else None), and
+    the log bytes the checkpoint covers."""
+    ck, rows, crcs = h.get("checkpoint"), h.get("rows"), h.get("crc")
+    gen, nbytes = h.get("generation"), h.get("log_bytes")
+    if (h.get("version", 0) < 2 or not all(isinstance(v, int) and not isinstance(v, bool)
+                                          for v in (ck, rows, gen, nbytes))
+            or not isinstance(crcs, dict) or "alive" not in crcs):
+        return None, 0
+    try:
+        alive = np.fromfile(checkpoint_path(directory, "alive", gen, ck), np.bool_)
+    except (OSError, ValueError):
+        return None, 0
+    if alive.shape[0] != rows or crc32_of(alive) != crcs["alive"]:
+        return None, 0
+    return alive, nbytes
+
+
 def repair_namespace(directory: str, dim: int) -> dict:
     """Rewrite a namespace as a new generation from every intact record (crash-safe).
 
     Records with a bad frame, CRC or row rule are skipped; a live key whose vector fails its
     record's CRC (or lies past the end of the vectors file) is dropped, never served with
     another row's vector. Lifecycle fields come from the records, access statistics from the
-    column files when readable.
+    column files when they are valid (finite, in range).
+
+    Repair never resurrects: a damaged record may have been a DEL or a replacing PUT, so a key
+    is kept only when something vouches for its last intact record. Rows the last checkpoint
+    covers are vouched for by its live flags (when their CRC verifies): a row the checkpoint
+    holds dead stays dead, whatever record was lost. Past the checkpoint a key is vouched for
+    when its last intact record follows every damaged stretch. Every other key is dropped
+    from the store and listed in ``"uncertain"``; when it may still be current (past the
+    checkpoint) its last intact version (with its vector) is written to ``quarantine.<n>.jsonl`` in the store's root directory (an
+    :meth:`~memcore.LongTermMemory.export_jsonl` file: inspect it, ``import_jsonl`` what is
+    still wanted).
 
     Returns
     -------
     dict
         ``{"namespace": tuple, "kept": live keys kept, "dropped": live keys dropped,
-        "skipped": damaged log stretches skipped}``.
+        "skipped": damaged log stretches skipped, "uncertain": sorted keys dropped because
+        nothing vouches for them (a damaged record may have deleted or replaced them, or
+        their vector is damaged), "lost_rows": rows the checkpoint holds live whose record
+        was lost (their keys are unknown)}``.
 
     Raises
     ------
@@ -921,7 +953,7 @@ def repair_namespace(directory: str, dim: int) -> dict:
     ...     _ = ltm.put("ns", "k", "some text")
     >>> ns_dir = StoreRoot.open(root, read_only=True, lock_timeout=0).namespace_dirs()[0]
     >>> repair_namespace(ns_dir, 8)
-    {'namespace': ('ns',), 'kept': 1, 'dropped': 0, 'skipped': 0}
+    {'namespace': ('ns',), 'kept': 1, 'dropped': 0, 'skipped': 0, 'uncertain': [], 'lost_rows': 0}
     """
     hpath = os.path.join(directory, NAMESPACE_HEADER)
     h = read_json(hpath, "namespace header")
@@ -931,13 +963,18 @@ def repair_namespace(directory: str, dim: int) -> dict:
     if not ns or not isinstance(gen, int) or namespace_dirname(ns) != os.path.basename(directory):
         raise StoreCorruptedError(f"{hpath} does not name this namespace at offset 0; "
                                   "it cannot be repaired")
+    return _repair(directory, ns, dim, gen, h)
+
+
+def _repair(directory: str, ns: tuple, dim: int, gen: int, h: dict) -> dict:
     lpath = log_path(directory, gen)
     try:
         with open(lpath, "rb") as f:
             data = f.read()
     except FileNotFoundError:
         data = b""
-    rep = scan_log(data, lpath, 0, salvage=True)
+    ck_alive, ck_bytes = _verified_checkpoint(directory, h)
+    rep = scan_log(data, lpath, min(ck_bytes, len(data)), salvage=True)
     try:
         have = os.path.getsize(column_path(directory, "vectors", gen)) // (4 * dim)
     except FileNotFoundError:
@@ -950,28 +987,92 @@ def repair_namespace(directory: str, dim: int) -> dict:
             stats[name] = np.fromfile(column_path(directory, name, gen), dtype=dtype)
         except (FileNotFoundError, ValueError):
             stats[name] = np.zeros(0, dtype)
-    keep, dropped = [], 0
-    for idx in sorted(rep.keys.values()):
+    # the last damaged stretch nothing else vouches across: past the checkpoint, or anywhere
+    # when the checkpoint's live flags cannot be verified
+    blind = [x for x in rep.damaged if ck_alive is None or x >= ck_bytes]
+    last_damage = max(blind) if blind else -1
+    ck_rows = 0 if ck_alive is None else ck_alive.shape[0]
+    keep, uncertain, quarantine = [], [], []
+    for key, idx in sorted(rep.keys.items(), key=lambda kv: kv[1]):
         fr = rep.file_rows[idx]
-        if fr >= have or zlib.crc32(vecs[fr].tobytes()) != rep.vector_crc[idx]:
-            dropped += 1
-            continue
-        keep.append(idx)
-    rows = []
-    for idx in keep:
+        vec_ok = fr < have and zlib.crc32(vecs[fr].tobytes()) == rep.vector_crc[idx]
+        if fr < ck_rows and not ck_alive[fr]:
+            uncertain.append(key)           # certainly not current: deleted or replaced
+        elif rep.record_offset[idx] < last_damage:
+            uncertain.append(key)           # maybe current: kept aside, not served
+            if vec_ok:
+                quarantine.append(idx)
+        elif not vec_ok:
+            uncertain.append(key)
+        else:
+            keep.append(idx)
+    seen = {rep.file_rows[i] for i in range(rep.rows)}
+    lost_rows = 0 if ck_alive is None else sum(
+        1 for r in np.flatnonzero(ck_alive).tolist() if r not in seen)
+
+    def row_of(idx):
         fr = rep.file_rows[idx]
-        la, ac = rep.last_accessed_at[idx], rep.access_count[idx]
-        if fr < stats["last_accessed_at"].shape[0] and np.isfinite(stats["last_accessed_at"][fr]):
-            la = max(la, float(stats["last_accessed_at"][fr]))
+        la, ac = float(rep.last_accessed_at[idx]), int(rep.access_count[idx])
+        if fr < stats["last_accessed_at"].shape[0]:
+            got = float(stats["last_accessed_at"][fr])
+            if valid_time(got):
+                la = max(la, got)
         if fr < stats["access_count"].shape[0]:
-            ac = max(ac, int(stats["access_count"][fr]))
-        rows.append((rep.key_of[idx], rep.texts[idx], rep.metadata[idx], rep.created_at[idx],
-                     rep.updated_at[idx], la, ac, rep.importance[idx]))
+            got = int(stats["access_count"][fr])
+            if 0 <= got <= MAX_ACCESS_COUNT:
+                ac = max(ac, got)
+        return (rep.key_of[idx], rep.texts[idx], rep.metadata[idx], rep.created_at[idx],
+                rep.updated_at[idx], la, ac, rep.importance[idx])
+
+    if quarantine:
+        _write_quarantine(directory, ns, dim, gen, [row_of(i) for i in quarantine],
+                          vecs[[rep.file_rows[i] for i in quarantine]])
+    rows = [row_of(i) for i in keep]
     new_vecs = vecs[[rep.file_rows[i] for i in keep]] if keep else np.zeros((0, dim), np.float32)
     cols, _, _ = write_generation(directory, ns, dim, gen + 1, rows, new_vecs)
     cols.release()
     remove_stale(directory, gen + 1, 0)
-    return {"namespace": ns, "kept": len(keep), "dropped": dropped, "skipped": rep.skipped}
+    return {"namespace": ns, "kept": len(keep), "dropped": len(uncertain),
+            "skipped": rep.skipped, "uncertain": uncertain, "lost_rows": lost_rows}
+
+
+#: Access counts above this are damage, not use (a memory read every 20 ms tick for 2.7
+#: years); validated on open and by repair.
+MAX_ACCESS_COUNT = 2 ** 32
+#: Timestamps (Unix seconds) must be finite and within +-1e11 s (about 3,000 years).
+MAX_ABS_TIME = 1e11
+
+
+def valid_time(t) -> bool:
+    """Whether a timestamp is finite and within :data:`MAX_ABS_TIME`."""
+    return bool(np.isfinite(t)) and abs(t) <= MAX_ABS_TIME
+
+
+def _write_quarantine(directory: str, ns: tuple, dim: int, gen: int, rows: list,
+                      vectors: np.ndarray) -> str:
+    """Write the memories repair could not vouch for to ``<root>/quarantine.<n>.jsonl`` (an
+    export file; ``n`` the first number not taken) and return its path."""
+    import json
+
+    from memcore.storage.jsonl import export_jsonl
+    from memcore.storage.layout import STORE_HEADER
+    from memcore.types import MemoryTier, StoredMemory
+
+    root = os.path.dirname(os.path.dirname(directory))
+    try:
+        embedder = read_json(os.path.join(root, STORE_HEADER), "store header").get("embedder")
+    except (OSError, StoreCorruptedError):
+        embedder = None
+    n = 0
+    while os.path.exists(path := os.path.join(root, f"quarantine.{n}.jsonl")):
+        n += 1
+    mems = [(StoredMemory(namespace=ns, key=k, text=t, importance=float(imp),
+                          metadata=json.loads(meta or b"{}"), created_at=float(ca),
+                          updated_at=float(ua), last_accessed_at=float(la),
+                          access_count=int(ac), tier=MemoryTier.LONG), vectors[i])
+            for i, (k, t, meta, ca, ua, la, ac, imp) in enumerate(rows)]
+    export_jsonl(path, str(embedder or "unknown"), dim, mems)
+    return path
 
 
 def remove_stale(directory: str, generation: int, checkpoint: int | None = None,

@@ -43,6 +43,7 @@ class Replay:
     file_rows: list = field(default_factory=list)       # row in the column files (salvage)
     records: int = 0
     skipped: int = 0                                     # damaged stretches skipped (salvage)
+    damaged: list = field(default_factory=list)          # their offsets (salvage; no torn tail)
     end: int = 0                                         # end of the last good record
 
     @property
@@ -341,6 +342,9 @@ def scan_log_exact(data: bytes, path: str, committed_bytes: int, salvage: bool) 
             later = _valid_record_after(data, off, size)
             if salvage:
                 rep.skipped += 1
+                if later is None and off >= committed_bytes:
+                    break                            # a torn tail: never committed
+                rep.damaged.append(off)
                 if later is None:
                     break
                 off = later

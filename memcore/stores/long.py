@@ -304,6 +304,8 @@ class LongTermMemory(MemoryStore):
         self.format_version = storage.FORMAT_VERSION
         self._root: storage.StoreRoot | None = None
         self._closed = False
+        self._stale: set = set()     # namespaces a write, checkpoint or compaction left
+        self._healing = False        # half done (an exception mid-step): reloaded from disk
         self.repair_report: list[dict] = []
         if path is None:
             if read_only or repair:
@@ -531,9 +533,9 @@ class LongTermMemory(MemoryStore):
             if self.path is None or self.read_only:
                 return
             errors = []
-            for t in self._tables.values():     # a damaged namespace stops no other one
+            for t in list(self._tables.values()):   # a damaged namespace stops no other
                 try:
-                    _checkpoint(t)
+                    self._checkpoint_step(t)
                 except StoreCorruptedError as err:
                     errors.append(err)
                 self._save_ann(t)
@@ -611,6 +613,34 @@ class LongTermMemory(MemoryStore):
     def _check_read(self) -> None:
         if self._closed:
             raise StoreClosedError("this LongTermMemory is closed")
+        if self._stale and not self._healing:
+            self._heal()
+
+    @contextlib.contextmanager
+    def _step(self, ns: Namespace):
+        """Mark ``ns`` stale while a commit step runs: if any exception (KeyboardInterrupt,
+        MemoryError, a failing write, ...) leaves the step half done, the namespace stays
+        marked and the next call reloads it from its files (:meth:`_heal`), which hold
+        either the whole commit or none of it. Deliberately not a ``finally``."""
+        self._stale.add(ns)
+        yield
+        self._stale.discard(ns)
+
+    def _heal(self) -> None:
+        """Reload every stale namespace from disk (see :meth:`_step`)."""
+        with self._lock:
+            self._healing = True
+            try:
+                for ns in sorted(self._stale):
+                    t = self._tables.pop(ns, None)
+                    if t is not None:
+                        storage.close_namespace(t.files, t.columns)
+                    directory = os.path.join(self._root.epoch_dir, storage.namespace_dirname(ns))
+                    if os.path.isfile(os.path.join(directory, storage.NAMESPACE_HEADER)):
+                        self._tables[ns] = self._reopen(directory)
+                    self._stale.discard(ns)
+            finally:
+                self._healing = False
 
     def _check_write(self) -> None:
         self._check_read()
@@ -635,6 +665,21 @@ class LongTermMemory(MemoryStore):
     def _apply(self, rows: Rows) -> None:
         """Append rows: columns, then the log (the commit), then the table. Lock held."""
         ns = rows.namespace
+        if self.path is None:
+            self._apply_rows(rows)
+            return
+        with self._step(ns):
+            self._apply_rows(rows)
+        t = self._tables[ns]
+        if t.files.checkpoint_due(t.rows):
+            self._checkpoint_step(t)
+
+    def _checkpoint_step(self, t: Table) -> None:
+        with self._step(t.namespace):
+            _checkpoint(t)
+
+    def _apply_rows(self, rows: Rows) -> None:
+        ns = rows.namespace
         t = self._tables.get(ns)
         if t is None:
             if self.path is None:
@@ -657,30 +702,33 @@ class LongTermMemory(MemoryStore):
                 rows.created_at, rows.updated_at, rows.last_accessed_at, rows.access_count,
                 rows.vectors)
         t.write(t.take(m), rows, columns=False)
-        if t.files is not None and t.files.checkpoint_due(t.rows):
-            t.checkpoint()
 
     @_disk
     def delete(self, namespace: NamespaceLike, key: str) -> bool:
         """As :meth:`MemoryStore.delete`; a delete that brings the log past the checkpoint
         interval writes a checkpoint (as a put does)."""
-        found = super().delete(namespace, key)
-        if found and self.path is not None:
-            with self._lock:
-                t = self._tables.get(_validate.namespace(namespace))
-                if isinstance(t, DiskTable) and t.files.checkpoint_due(t.rows):
-                    t.checkpoint()
+        if self.path is None:
+            return super().delete(namespace, key)
+        ns = _validate.namespace(namespace)
+        with self._lock:
+            found = super().delete(namespace, key)
+            self._stale.discard(ns)         # marked by _deleting: the DEL and its removal done
+            t = self._tables.get(ns)
+            if found and isinstance(t, DiskTable) and t.files.checkpoint_due(t.rows):
+                self._checkpoint_step(t)
         return found
 
     @_disk
     def _deleting(self, table: Table, key: str, row: int) -> None:
         if table.files is not None:
+            self._stale.add(table.namespace)   # until delete() has removed the key in RAM
             table.files.delete(table.columns, row, key)
 
     @_disk
     def _discard(self, table: Table) -> None:
         if table.files is not None:
-            storage.drop_namespace(table.files, table.columns)
+            with self._step(table.namespace):
+                storage.drop_namespace(table.files, table.columns)
 
     drop_empty = False     # a namespace's files stay until clear() or compact()
 
@@ -717,7 +765,7 @@ class LongTermMemory(MemoryStore):
             t.recall_index(dataclasses.replace(HybridWeights(), stem=structure[0]), self.dim,
                            self.query_preparer)
         if structures and isinstance(t, DiskTable):
-            t.checkpoint()
+            self._checkpoint_step(t)
         return t
 
     def lifecycle(self, namespace: Namespace, keys: Sequence[str]) -> dict[str, tuple[float, int]]:
@@ -776,8 +824,9 @@ class LongTermMemory(MemoryStore):
                     continue
                 dropped += t.rows - t.live
                 if not t.keys:
-                    self._discard(t)
-                    del self._tables[ns]
+                    with self._step(ns):
+                        self._discard(t)
+                        del self._tables[ns]
                     continue
                 rows = list(t.keys.values())
                 vecs = np.ascontiguousarray(t.columns.vectors[rows])
@@ -786,12 +835,14 @@ class LongTermMemory(MemoryStore):
                     continue
                 log = t.files.verified_log(vecs, rows, _record_offsets(t, rows), t.columns,
                                            "compact() wrote nothing")
-                directory = _write_live(t, vecs, self._root.epoch_dir,
-                                        t.files.generation + 1, self.durability, log)
-                structures = _index_structures(t)
-                storage.retire_generation(t.files, t.columns)
-                del self._tables[ns]
-                self._tables[ns] = self._reindexed(self._reopen(directory), structures)
+                with self._step(ns):
+                    directory = _write_live(t, vecs, self._root.epoch_dir,
+                                            t.files.generation + 1, self.durability, log)
+                    structures = _index_structures(t)
+                    storage.retire_generation(t.files, t.columns)
+                    del self._tables[ns]
+                    self._tables[ns] = self._reopen(directory)
+                self._tables[ns] = self._reindexed(self._tables[ns], structures)
         return dropped
 
     @_disk
@@ -889,10 +940,16 @@ class LongTermMemory(MemoryStore):
         its CRC is dropped (never served with another row's vector). Opening with
         ``repair=True`` does the same for namespaces that fail to open.
 
+        Repair never resurrects: a key whose last intact record nothing vouches for (a
+        damaged record may have deleted or replaced it) is dropped and listed, and when it
+        may still be current it is set aside in ``<path>/quarantine.<n>.jsonl`` (see
+        :func:`memcore.storage.repair_namespace`).
+
         Returns
         -------
         list of dict
-            One ``{"namespace", "kept", "dropped", "skipped"}`` per rewritten namespace.
+            One ``{"namespace", "kept", "dropped", "skipped", "uncertain", "lost_rows"}`` per
+            rewritten namespace; ``uncertain`` lists every key repair could not vouch for.
 
         Raises
         ------
@@ -914,9 +971,9 @@ class LongTermMemory(MemoryStore):
         report = []
         with self._lock:
             self._check_write()
-            for t in self._tables.values():
+            for t in list(self._tables.values()):
                 try:
-                    _checkpoint(t)
+                    self._checkpoint_step(t)
                 except StoreCorruptedError:
                     pass        # its header keeps the last good checkpoint: re-verified below
             for ns in list(self._tables):
@@ -924,10 +981,11 @@ class LongTermMemory(MemoryStore):
                 directory = t.files.directory
                 if storage.namespace_intact(directory, self.dim, self.durability):
                     continue
-                storage.close_namespace(t.files, t.columns)
-                del self._tables[ns]
-                report.append(storage.repair_namespace(directory, self.dim))
-                self._tables[ns] = self._reopen(directory)
+                with self._step(ns):
+                    storage.close_namespace(t.files, t.columns)
+                    del self._tables[ns]
+                    report.append(storage.repair_namespace(directory, self.dim))
+                    self._tables[ns] = self._reopen(directory)
         return report
 
     # ------------------------------------------------------------------ export / import

@@ -1,0 +1,411 @@
+"""Durability, round 2 (issue 15): one reproduction per reported failure, real files, real
+byte damage, real exceptions and real SIGKILLs (no mock of the store)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memcore import (
+    HashingEmbedder,
+    LongTermMemory,
+    MemcoreError,
+    MemoryItem,
+    StoreCorruptedError,
+)
+from memcore import _validate, storage
+
+DIM = 16
+T0 = 1_700_000_000.0
+REPO = Path(__file__).resolve().parents[1]
+
+
+def clock():
+    return T0
+
+
+def store(path, **kw):
+    return LongTermMemory(path, HashingEmbedder(dim=DIM), clock=clock, **kw)
+
+
+def ns_dir(root, i=0) -> Path:
+    return sorted((Path(root) / "ns.0").iterdir())[i]
+
+
+def vec(seed):
+    return _validate.vector(np.random.default_rng(seed).standard_normal(DIM), DIM)
+
+
+def killed(s):
+    """Drop a store's files and lock without a checkpoint: what a SIGKILL leaves."""
+    s._release()
+    s._closed = True
+
+
+# ---------------------------------------------------------------------- 1: verified reads
+
+def _three(root):
+    with store(root) as s:
+        for i, (k, t) in enumerate((("dock", "the charging dock is in the hallway"),
+                                    ("kettle", "the kettle is in the kitchen"),
+                                    ("keys", "the keys are on the shelf"))):
+            s.put("ns", k, t, vector=vec(i))
+
+
+@pytest.mark.xfail(strict=True, reason="issue 15 item 1: reproduced, not fixed yet")
+def test_1_a_damaged_checkpointed_vector_is_never_served(tmp_path):
+    root = tmp_path / "m"
+    _three(root)
+    vpath = ns_dir(root) / "vectors.0.f32"
+    raw = bytearray(vpath.read_bytes())
+    raw[0:DIM * 4] = raw[DIM * 4:2 * DIM * 4]          # row 1's vector over row 0
+    vpath.write_bytes(bytes(raw))
+    s = store(root, read_only=True)
+    try:
+        with pytest.raises(StoreCorruptedError, match=r"vectors\.0\.f32.*row 0"):
+            s.search("ns", "where is the kettle", query_vector=vec(1), top_k=1)
+        with pytest.raises(StoreCorruptedError, match="row 0"):
+            s.get("ns", "dock")
+        assert s.get("ns", "kettle").text == "the kettle is in the kitchen"
+        report = s.verify()
+        assert report[("ns",)]["bad_rows"] == [0]
+    finally:
+        s.close()
+
+
+# ---------------------------------------------------------------------- 2: repair never resurrects
+
+def _damage_record_at(log: Path, offset: int) -> None:
+    raw = bytearray(log.read_bytes())
+    raw[offset + storage.FRAME.size + 1] ^= 0xFF       # a payload byte: the CRC fails
+    log.write_bytes(bytes(raw))
+
+
+def _offsets(log: Path) -> list[int]:
+    rep = storage.scan_log(log.read_bytes(), str(log), 0)
+    out, off = [], 0
+    data = log.read_bytes()
+    while off < len(data):
+        out.append(off)
+        off += storage.FRAME.size + storage.FRAME.unpack_from(data, off)[1]
+    assert len(out) == rep.records
+    return out
+
+
+@pytest.mark.parametrize("checkpointed", [True, False], ids=["checkpointed", "tail"])
+@pytest.mark.parametrize("case", ["delete", "replace"])
+def test_2_repair_never_resurrects_deleted_or_replaced_data(tmp_path, case, checkpointed):
+    root = tmp_path / "m"
+    s = store(root)
+    s.put("ns", "a", "first neighbour")
+    s.put("ns", "secret", "the old secret")
+    if case == "delete":
+        s.delete("ns", "secret")
+    else:
+        s.put("ns", "secret", "the new secret")
+    s.put("ns", "z", "last neighbour")
+    s.close() if checkpointed else killed(s)
+    log = ns_dir(root) / "log.0"
+    _damage_record_at(log, _offsets(log)[2])            # the DEL or the replacing PUT
+    if not checkpointed:
+        with pytest.raises(StoreCorruptedError):
+            store(root).close()
+        with store(root, repair=True) as s:
+            report = s.repair_report
+            got = s.get("ns", "secret")
+            assert s.get("ns", "z").text == "last neighbour"
+    else:
+        with store(root) as s:
+            report = s.repair()
+            got = s.get("ns", "secret")
+            assert s.get("ns", "z").text == "last neighbour"
+            assert s.get("ns", "a").text == "first neighbour"     # the checkpoint vouches
+    assert got is None                                  # never the old value as current
+    (rep,) = report
+    if checkpointed:        # the checkpoint's live flags say the old row was dead
+        assert rep["uncertain"] == ["secret"]
+        assert rep["lost_rows"] == (case == "replace")  # the new version's row is lost
+    else:                   # nothing vouches for what was written before the damage
+        assert rep["uncertain"] == ["a", "secret"]
+    quarantined = [json.loads(line) for q in sorted(root.glob("quarantine.*.jsonl"))
+                   for line in q.read_text().splitlines()[1:]]
+    # what may still be current is kept aside; what the checkpoint knows dead is not
+    assert (("secret", "the old secret") in {(m["key"], m["text"]) for m in quarantined}) \
+        == (not checkpointed)
+    with store(root) as s:                              # and it stays repaired
+        assert s.get("ns", "secret") is None
+
+
+# ---------------------------------------------------------------------- 3: exception safety
+
+class _Injected(BaseException):
+    pass
+
+
+def _inject_at(step: int):
+    """A tracer raising _Injected at the ``step``-th line executed inside memcore."""
+    pkg = str(REPO / "memcore")
+    count = [0]
+
+    def tracer(frame, event, arg):
+        if not frame.f_code.co_filename.startswith(pkg):
+            return None
+        if event == "line":
+            count[0] += 1
+            if count[0] == step:
+                raise _Injected(step)
+        return tracer
+
+    return tracer, count
+
+
+def _run_injected(fn, step):
+    tracer, count = _inject_at(step)
+    sys.settrace(tracer)
+    try:
+        fn()
+        return True, count[0]
+    except _Injected:
+        return False, count[0]
+    finally:
+        sys.settrace(None)
+
+
+def _exception_rounds(root, op, stride=1, limit=None):
+    """Inject one exception at every ``stride``-th line of ``op``; after each, the same store
+    takes a probe write, and the store reopens (no repair) with every acknowledged write and
+    the interrupted one either wholly there or wholly absent. Returns rounds run."""
+    s = store(root, durability="flush")
+    s.put("ns", "base", "the base memory", vector=vec(0))
+    acked = {"base": "the base memory"}
+    step, rounds = 1, 0
+    while limit is None or rounds < limit:
+        ver = f"v{step}"
+        done, seen = _run_injected(lambda: op(s, ver), step)
+        rounds += 1
+        keys = {"put": ["k"], "put_many": ["m0", "m1", "m2"], "delete": ["base"]}[op.__name__]
+        if not done:
+            probe = f"probe {step}"
+            s.put("ns", "probe", probe, vector=vec(step + 1))
+            acked["probe"] = probe
+        for k in keys:                  # the interrupted write is all or nothing
+            m = s.get("ns", k)
+            acked[k] = None if m is None else m.text
+        if done:
+            break
+        if op.__name__ == "put_many":
+            states = {acked[k] is not None and acked[k].endswith(ver) for k in keys}
+            assert len(states) == 1, (step, acked)
+        if op.__name__ == "delete" and acked["base"] is None:
+            s.put("ns", "base", "the base memory", vector=vec(0))
+            acked["base"] = "the base memory"
+        step += stride
+    s.close()
+    with store(root, read_only=True) as r:
+        for k, text in acked.items():
+            got = r.get("ns", k)
+            assert (None if got is None else got.text) == text, (k, step)
+    return rounds
+
+
+def put(s, ver):
+    s.put("ns", "k", f"value {ver}", vector=vec(7))
+
+
+def put_many(s, ver):
+    s.put_many("ns", [MemoryItem(f"m{i}", f"item {i} {ver}") for i in range(3)],
+               vectors=np.stack([vec(10 + i) for i in range(3)]))
+
+
+def delete(s, ver):
+    s.delete("ns", "base")
+
+
+# a traceback of the injected exception can keep a file object of an interrupted frame alive
+# until the collector runs; its ResourceWarning is not the store's
+_UNRAISABLE = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+
+@_UNRAISABLE
+@pytest.mark.parametrize("op", [put, put_many, delete])
+def test_3_an_exception_at_any_step_of_a_write_leaves_one_consistent_store(tmp_path, op):
+    assert _exception_rounds(tmp_path / "m", op, stride=3) > 5
+
+
+@_UNRAISABLE
+def test_3_an_exception_while_creating_a_namespace_leaves_it_usable(tmp_path):
+    _namespace_rounds(tmp_path / "m", 41)
+
+
+def _namespace_rounds(root, stride):
+    s = store(root, durability="none")
+    step = 1
+    while True:
+        done, _ = _run_injected(lambda: s.put(("new", str(step)), "k", "text",
+                                              vector=vec(1)), step)
+        s.put(("new", str(step)), "k", "text again", vector=vec(1))
+        assert s.get(("new", str(step)), "k").text == "text again"
+        if done:
+            break
+        step += stride
+    s.close()
+    with store(root, read_only=True) as r:
+        assert all(r.get(ns, "k").text == "text again" for ns in r.namespaces())
+    return step // stride
+
+
+# ---------------------------------------------------------------------- 6: headers
+
+@pytest.mark.xfail(strict=True, reason="issue 15 item 6: reproduced, not fixed yet")
+def test_6_a_lost_store_header_is_detected_never_an_empty_store(tmp_path):
+    root = tmp_path / "m"
+    _three(root)
+    (root / "memcore.json").unlink()
+    with pytest.raises(StoreCorruptedError, match="memcore.json"):
+        store(root)
+    with store(root, repair=True) as s:
+        assert s.count("ns") == 3
+
+
+@pytest.mark.xfail(strict=True, reason="issue 15 item 6: reproduced, not fixed yet")
+def test_6_a_damaged_namespace_header_is_isolated_and_repaired(tmp_path):
+    root = tmp_path / "m"
+    with store(root) as s:
+        s.put("a", "k", "alpha text")
+        s.put("b", "k", "beta text")
+    bad = ns_dir(root, 0)
+    (bad / "header.json").write_bytes(b"{\x00garbage")
+    with store(root, read_only=True) as r:          # the other namespace serves
+        assert r.get("b", "k").text == "beta text"
+        with pytest.raises(StoreCorruptedError, match="header.json"):
+            r.get("a", "k")
+    with store(root, repair=True) as s:
+        assert s.get("a", "k").text == "alpha text"
+
+
+# ---------------------------------------------------------------------- 8: access statistics
+
+@pytest.mark.xfail(strict=True, reason="issue 15 item 8: reproduced, not fixed yet")
+def test_8_damaged_access_statistics_are_validated_on_open(tmp_path):
+    root = tmp_path / "m"
+    _three(root)
+    d = ns_dir(root)
+    la = np.memmap(d / "last_accessed_at.0.f64", np.float64, "r+")
+    ac = np.memmap(d / "access_count.0.i64", np.int64, "r+")
+    la[0], ac[0] = 2.6e57, 8_600_000_000
+    la.flush(); ac.flush()
+    del la, ac
+    with store(root) as s:
+        m = s.get("ns", "dock")
+        assert m.last_accessed_at == T0 and m.access_count == 0
+
+
+# ---------------------------------------------------------------------- 10: bad input
+
+@pytest.mark.xfail(strict=True, reason="issue 15 item 10: reproduced, not fixed yet")
+def test_10_lone_surrogate_key_and_metadata(tmp_path):
+    s = LongTermMemory(tmp_path / "m", HashingEmbedder(dim=DIM))
+    with pytest.raises(MemcoreError) as e:
+        s.put("ns", "k\udc80", "text")
+    assert isinstance(e.value, ValueError)
+    with pytest.raises(MemcoreError) as e:
+        s.put("ns", "k", "text", metadata={"a": "\udc80"})
+    assert isinstance(e.value, ValueError)
+    s.close()
+
+
+@pytest.mark.xfail(strict=True, reason="issue 15 item 10: reproduced, not fixed yet")
+def test_10_deep_metadata(tmp_path):
+    s = LongTermMemory(tmp_path / "m", HashingEmbedder(dim=DIM))
+    deep: dict = {}
+    cur = deep
+    for _ in range(100_000):
+        cur["a"] = {}
+        cur = cur["a"]
+    with pytest.raises(MemcoreError) as e:
+        s.put("ns", "k", "text", metadata=deep)
+    assert isinstance(e.value, ValueError)
+    s.close()
+
+
+@pytest.mark.xfail(strict=True, reason="issue 15 item 10: reproduced, not fixed yet")
+def test_10_put_many_none_and_bad_path(tmp_path):
+    s = LongTermMemory(tmp_path / "m", HashingEmbedder(dim=DIM))
+    with pytest.raises(MemcoreError) as e:
+        s.put_many("ns", None)
+    assert isinstance(e.value, TypeError)
+    s.close()
+    with pytest.raises(MemcoreError) as e:
+        LongTermMemory(123, HashingEmbedder(dim=DIM))
+    assert isinstance(e.value, TypeError)
+    with pytest.raises(MemcoreError) as e:
+        LongTermMemory("", HashingEmbedder(dim=DIM))
+    assert isinstance(e.value, ValueError)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 15 item 10: reproduced, not fixed yet")
+def test_10_access_count_overflow(tmp_path):
+    from memcore import StoredMemory
+    s = LongTermMemory(tmp_path / "m", HashingEmbedder(dim=DIM))
+    m = s.put("ns", "k", "text")
+    bad = StoredMemory(**{**m.__dict__, "access_count": 2 ** 70}) if hasattr(m, "__dict__") \
+        else m._replace(access_count=2 ** 70)
+    with pytest.raises(MemcoreError) as e:
+        s.put_stored([bad], np.stack([vec(1)]))
+    assert isinstance(e.value, ValueError)
+    s.close()
+
+
+@pytest.mark.xfail(strict=True, reason="issue 15 item 10: reproduced, not fixed yet")
+def test_10_huge_vector_and_unnormalised_embedder(tmp_path):
+    s = LongTermMemory(tmp_path / "m", HashingEmbedder(dim=DIM))
+    with pytest.raises(MemcoreError) as e:
+        s.put("ns", "k", "text", vector=np.full(DIM, 1e200))
+    assert isinstance(e.value, ValueError)
+    s.close()
+
+    class Loud:
+        name, dim = "loud", DIM
+
+        def encode(self, texts, *, batch_size=32):
+            return np.full((len(texts), DIM), 98.0 / 4, np.float32)
+
+    s = LongTermMemory(tmp_path / "n", Loud())
+    s.put("ns", "k", "text")
+    hit = s.search("ns", "text", top_k=1)[0]
+    assert hit.similarity <= 1.0 + 1e-5
+    s.close()
+
+
+@pytest.mark.xfail(strict=True, reason="issue 15 item 10: reproduced, not fixed yet")
+def test_10_export_to_a_directory_and_import_binary(tmp_path):
+    s = LongTermMemory(tmp_path / "m", HashingEmbedder(dim=DIM))
+    s.put("ns", "k", "text")
+    with pytest.raises(MemcoreError) as e:
+        s.export_jsonl(tmp_path)
+    assert isinstance(e.value, OSError)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".") or "tmp" in p.name]
+    binary = tmp_path / "b.jsonl"
+    binary.write_bytes(b"\xff\xfe\x00garbage\x80")
+    with pytest.raises(MemcoreError) as e:
+        s.import_jsonl(binary)
+    assert isinstance(e.value, ValueError)
+    s.close()
+
+
+@pytest.mark.xfail(strict=True, reason="issue 15 item 10: reproduced, not fixed yet")
+def test_10_metadata_keys_must_be_strings(tmp_path):
+    s = LongTermMemory(tmp_path / "m", HashingEmbedder(dim=DIM))
+    for k in (1, None, True):
+        with pytest.raises(MemcoreError) as e:
+            s.put("ns", "k", "text", metadata={k: 1})
+        assert isinstance(e.value, TypeError)
+    s.close()
