@@ -37,10 +37,13 @@ __all__ = [
     "vector",
     "vectors",
     "metadata_filter",
+    "split_filter",
     "matches_filter",
+    "json_equal",
+    "column_mask",
 ]
 
-FILTER_OPERATORS = ("$in", "$ne", "$eq")
+FILTER_OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin")
 
 
 def namespace(ns: Any) -> Namespace:
@@ -267,13 +270,119 @@ def vector(value: Any, dim: int, *, name: str = "vector") -> np.ndarray:
     return vectors(arr[None, :], dim, name=name)[0]
 
 
+#: Filter keys naming a column of every memory instead of a metadata key: the lifecycle times
+#: (Unix seconds) and the importance (compared at float32, as stored).
+COLUMN_FILTER_KEYS = ("$created_at", "$updated_at", "$last_accessed_at", "$importance")
+_RANGE = ("$gt", "$gte", "$lt", "$lte")
+_SETS = ("$in", "$nin")
+_FILTER_HELP = ("conditions are {key: value} (equality) or {key: {op: operand}} with op in "
+                + ", ".join(FILTER_OPERATORS))
+
+
+def _operators(cond: Any) -> bool:
+    """Whether a condition is an operator dict (its keys start with "$")."""
+    return isinstance(cond, Mapping) and any(isinstance(k, str) and k.startswith("$")
+                                             for k in cond)
+
+
+def _json_operand(value: Any, where: str) -> Any:
+    """A JSON value (copied through JSON: finite numbers, str keys), else InvalidArgumentError."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False, ensure_ascii=False))
+    except (TypeError, ValueError) as err:
+        raise InvalidArgumentError(f"filter {where}: the operand must be JSON (str, finite "
+                                   f"number, bool, None, list or dict), got {value!r}") from err
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) \
+        and math.isfinite(x)
+
+
+def _condition(cond: Any, where: str, column: bool) -> Any:
+    """One validated condition (see :func:`metadata_filter`)."""
+    if isinstance(cond, (list, tuple, set, frozenset)):
+        raise InvalidArgumentError(
+            f"filter {where}: a list value is ambiguous; use {{'$in': [...]}} to match any of "
+            f"its values or {{'$eq': [...]}} to match the list itself, got {cond!r}")
+    if _operators(cond):
+        out = {}
+        for op, operand in cond.items():
+            if not (isinstance(op, str) and op.startswith("$")):
+                raise InvalidArgumentError(
+                    f"filter {where}: {cond!r} mixes operators with plain keys; "
+                    f"{_FILTER_HELP}")
+            if op not in FILTER_OPERATORS:
+                raise InvalidArgumentError(f"unknown filter operator {op!r} on {where}; "
+                                           f"supported: {', '.join(FILTER_OPERATORS)}")
+            if op in _SETS:
+                if not isinstance(operand, (list, tuple, set, frozenset)):
+                    raise InvalidArgumentError(f"filter {where}: {op} needs a list, got "
+                                               f"{type(operand).__name__}")
+                operand = [_condition_scalar(x, f"{where} {op}", column) for x in operand]
+            elif op in _RANGE:
+                if not (_is_number(operand) or (isinstance(operand, str) and not column)):
+                    raise InvalidArgumentError(
+                        f"filter {where}: {op} needs a finite number"
+                        f"{'' if column else ' or a str'}, got {operand!r}")
+                operand = operand if isinstance(operand, str) else float(operand)
+            else:
+                operand = _condition_scalar(operand, f"{where} {op}", column)
+            out[op] = operand
+        return out
+    if isinstance(cond, Mapping):
+        if column:
+            raise InvalidArgumentError(f"filter {where}: a column takes a number or "
+                                       f"{{op: number}}, got {cond!r}")
+        for k in cond:
+            if not isinstance(k, str):
+                raise InvalidArgumentError(f"filter {where}: keys must be str, got {k!r}")
+        return {k: _condition(c, f"{where}.{k}", False) for k, c in cond.items()}
+    return _condition_scalar(cond, where, column)
+
+
+def _condition_scalar(value: Any, where: str, column: bool) -> Any:
+    if column:
+        if not _is_number(value):
+            raise InvalidArgumentError(f"filter {where}: a column compares with finite numbers "
+                                       f"(Unix seconds, importance), got {value!r}")
+        return float(value)
+    return _json_operand(value, where)
+
+
 def metadata_filter(value: Any) -> dict | None:
-    """Validate a metadata filter: ``{key: value | {"$in": list} | {"$ne": v} | {"$eq": v}}``.
+    """Validate a search filter; returns an independent, canonical copy (None for None).
+
+    A filter is a dict of conditions that must all hold:
+
+    - ``{"room": "kitchen"}``: equality with a JSON value (JSON equality: ``True`` is not
+      ``1``, ``1`` is ``1.0``). A nested dict ``{"pos": {"floor": 2}}`` matches when the
+      metadata value is a dict satisfying each nested condition.
+    - ``{"n": {"$gt": 3, "$lte": 9}}``: operators ``$eq $ne $gt $gte $lt $lte $in $nin``.
+      ``$gt``/``$gte``/``$lt``/``$lte`` compare numbers with numbers and str with str
+      (e.g. ISO dates); another type never matches. ``$in``/``$nin`` take a list.
+      ``$ne`` and ``$nin`` match memories without the key; the others require it.
+    - ``{"$created_at": {"$gte": t0, "$lt": t1}}``: the same operators on a column of every
+      memory: ``$created_at``, ``$updated_at``, ``$last_accessed_at`` (Unix seconds) and
+      ``$importance`` (compared at float32, as stored); operands are finite numbers.
+
+    A bare list (``{"room": ["a", "b"]}``) is ambiguous and raises: write
+    ``{"room": {"$in": ["a", "b"]}}`` (any of) or ``{"room": {"$eq": ["a", "b"]}}``.
 
     Raises
     ------
-    ValueError
-        On an unknown operator (anything starting with "$" not in $in/$ne/$eq) or a bad operand.
+    InvalidArgumentError
+        On anything else: a non-dict, a non-str key, an unknown operator (also a "$" key at
+        the top level that is not a column), operators mixed with plain keys, a bad operand.
+
+    Examples
+    --------
+    >>> metadata_filter({"room": "kitchen", "$created_at": {"$gte": 1_700_000_000}})
+    {'room': 'kitchen', '$created_at': {'$gte': 1700000000.0}}
+    >>> metadata_filter({"room": ["a", "b"]})
+    Traceback (most recent call last):
+    ...
+    memcore.errors.InvalidArgumentError: filter 'room': a list value is ambiguous; ...
     """
     if value is None:
         return None
@@ -283,39 +392,122 @@ def metadata_filter(value: Any) -> dict | None:
     for k, cond in value.items():
         if not isinstance(k, str):
             raise InvalidArgumentError(f"filter keys must be str, got {k!r}")
-        if k.startswith("$"):
+        column = k.startswith("$")
+        if column and k not in COLUMN_FILTER_KEYS:
             raise InvalidArgumentError(
-                f"unknown filter operator {k!r} at the top level; conditions are "
-                f"{{key: value}} or {{key: {{op: operand}}}} with op in {', '.join(FILTER_OPERATORS)}")
-        if isinstance(cond, Mapping) and any(isinstance(op, str) and op.startswith("$") for op in cond):
-            for op, operand in cond.items():
-                if op not in FILTER_OPERATORS:
-                    raise InvalidArgumentError(
-                        f"unknown filter operator {op!r} on {k!r}; supported: {', '.join(FILTER_OPERATORS)}")
-                if op == "$in" and not isinstance(operand, (list, tuple, set, frozenset)):
-                    raise InvalidArgumentError(f"filter {k!r}: $in needs a list, got {type(operand).__name__}")
-        out[k] = cond
+                f"unknown filter key {k!r} at the top level: a key starting with '$' names a "
+                f"column ({', '.join(COLUMN_FILTER_KEYS)}); {_FILTER_HELP}")
+        out[k] = _condition(cond, repr(k), column)
     return out
 
 
+def split_filter(flt: Mapping[str, Any] | None) -> tuple[dict | None, dict | None]:
+    """A validated filter as ``(metadata conditions, column conditions)``, each None if empty.
+
+    Examples
+    --------
+    >>> split_filter({"room": "a", "$importance": {"$gt": 0.5}})
+    ({'room': 'a'}, {'$importance': {'$gt': 0.5}})
+    """
+    if not flt:
+        return None, None
+    meta = {k: c for k, c in flt.items() if k not in COLUMN_FILTER_KEYS}
+    cols = {k: c for k, c in flt.items() if k in COLUMN_FILTER_KEYS}
+    return meta or None, cols or None
+
+
+def json_equal(a: Any, b: Any) -> bool:
+    """Equality of JSON values: a bool equals only a bool, numbers compare by value.
+
+    Examples
+    --------
+    >>> json_equal(1, 1.0), json_equal(True, 1), json_equal([1, {"a": 2}], [1.0, {"a": 2}])
+    (True, False, True)
+    """
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return (isinstance(a, (list, tuple)) and isinstance(b, (list, tuple))
+                and len(a) == len(b) and all(map(json_equal, a, b)))
+    if isinstance(a, Mapping) or isinstance(b, Mapping):
+        return (isinstance(a, Mapping) and isinstance(b, Mapping) and a.keys() == b.keys()
+                and all(json_equal(a[k], b[k]) for k in a))
+    return a == b
+
+
+def _ordered(have: Any, op: str, x: Any) -> bool:
+    if isinstance(x, str):
+        if not isinstance(have, str):
+            return False
+    elif not _is_number(have):
+        return False
+    if op == "$gt":
+        return have > x
+    if op == "$gte":
+        return have >= x
+    if op == "$lt":
+        return have < x
+    return have <= x
+
+
 def _match(have: Any, present: bool, cond: Any) -> bool:
-    if isinstance(cond, Mapping) and any(isinstance(op, str) and op.startswith("$") for op in cond):
-        for op, operand in cond.items():
-            if op == "$eq" and not (present and have == operand):
-                return False
-            if op == "$ne" and present and have == operand:
-                return False
-            if op == "$in" and not (present and have in list(operand)):
+    if _operators(cond):
+        for op, x in cond.items():
+            if op == "$eq":
+                ok = present and json_equal(have, x)
+            elif op == "$ne":
+                ok = not present or not json_equal(have, x)
+            elif op == "$in":
+                ok = present and any(json_equal(have, y) for y in x)
+            elif op == "$nin":
+                ok = not present or not any(json_equal(have, y) for y in x)
+            else:
+                ok = present and _ordered(have, op, x)
+            if not ok:
                 return False
         return True
-    return present and have == cond
+    if isinstance(cond, Mapping):
+        return present and isinstance(have, Mapping) and all(
+            _match(have.get(k), k in have, c) for k, c in cond.items())
+    return present and json_equal(have, cond)
 
 
 def matches_filter(meta: Mapping[str, Any], flt: Mapping[str, Any] | None) -> bool:
-    """True when metadata ``meta`` satisfies a validated filter (all conditions must hold).
+    """True when metadata ``meta`` satisfies the metadata conditions of a validated filter
+    (all must hold; column conditions are the table's: :meth:`memcore.core.table.Table.visible`).
 
-    ``$ne`` matches items that lack the key; equality and ``$in`` require it.
+    Examples
+    --------
+    >>> matches_filter({"n": 4}, {"n": {"$gt": 3}}), matches_filter({}, {"n": {"$ne": 4}})
+    (True, True)
     """
     if not flt:
         return True
-    return all(_match(meta.get(k), k in meta, cond) for k, cond in flt.items())
+    return all(_match(meta.get(k), k in meta, cond) for k, cond in flt.items()
+               if k not in COLUMN_FILTER_KEYS)
+
+
+def column_mask(values: np.ndarray, cond: Any) -> np.ndarray:
+    """ndarray (n,), bool: which ``values`` (a column, (n,)) satisfy a validated column
+    condition. float32 columns compare with the operands rounded to float32.
+
+    Examples
+    --------
+    >>> column_mask(np.array([1.0, 2.0, 3.0]), {"$gte": 2, "$lt": 3}).tolist()
+    [False, True, False]
+    """
+    cast = values.dtype.type
+    if not isinstance(cond, Mapping):
+        return values == cast(cond)
+    out = np.ones(values.shape[0], np.bool_)
+    for op, x in cond.items():
+        if op in _SETS:
+            hit = np.isin(values, np.asarray(x, values.dtype))
+            out &= hit if op == "$in" else ~hit
+            continue
+        out &= _COMPARE[op](values, cast(x))
+    return out
+
+
+_COMPARE = {"$eq": np.equal, "$ne": np.not_equal, "$gt": np.greater, "$gte": np.greater_equal,
+            "$lt": np.less, "$lte": np.less_equal}

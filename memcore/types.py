@@ -176,8 +176,10 @@ class MemoryQuery:
     weights : DecayWeights, optional
         Ranking weights; the store's own when None.
     filter : dict, optional
-        Metadata filter on top-level keys: ``{"k": v}`` equality, ``{"k": {"$in": [...]}}``,
-        ``{"k": {"$ne": v}}``; applied before top-k.
+        Conditions on top-level metadata keys and on ``$created_at``/``$updated_at``/
+        ``$last_accessed_at``/``$importance``: ``{"k": v}`` equality, ``{"k": {"$gte": 3}}``
+        with ``$eq $ne $gt $gte $lt $lte $in $nin``; all must hold; applied inside the ranking
+        pass, before top-k (:func:`memcore._validate.metadata_filter`).
     touch : bool, default True
         Refresh ``last_accessed_at``/``access_count`` of returned memories; False peeks.
     """

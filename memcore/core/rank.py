@@ -60,7 +60,8 @@ def signals(table: Table, rq: ResolvedQuery, dim: int, preparer: Any, *,
     with ``moments`` also their z statistics (when the weights z-normalise: for pooling)."""
     idx = table.recall_index(rq.hybrid, dim, preparer)
     n = idx.n_rows
-    alive = table.mask(rq.filter)[:n] if rq.filter else None
+    alive = table.visible(rq.filter, rq.now)
+    alive = None if alive is None else alive[:n]
     lex = idx.lexical_signals(rq.prepared, rq.hybrid)
     mom = None
     if moments and rq.hybrid.normalize:
@@ -126,7 +127,8 @@ def rank(table: Table, rq: ResolvedQuery, *, dim: int | None = None, preparer: A
         return res.ids[:m], res.scores[:m], res.sims[:m]
     n = table.rows
     w = rq.weights
-    alive = table.mask(rq.filter)
+    alive = table.visible(rq.filter, rq.now)
+    alive = table.columns.alive[:n] if alive is None else alive
     if rq.vector is not None and n >= SCAN_MIN_ROWS:
         # the similarity preset from the codes (a quarter of the bytes), exact rerank
         idx = table.recall_index(HybridWeights.hybrid(), dim, preparer)

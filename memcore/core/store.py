@@ -13,7 +13,8 @@ another. Semantics every store keeps (and the state-machine tests check):
 - A deleted key is never returned; ``search`` still returns up to ``top_k`` live items.
 - ``top_k`` larger than the namespace returns every live item above the threshold.
 - Empty or whitespace-only query text returns ``[]``: it carries no semantic signal.
-- The metadata filter is applied before top-k.
+- The filter (metadata and lifecycle columns) is a mask inside the ranking pass, before
+  top-k; a malformed filter raises.
 - ``search`` refreshes what it returns (``last_accessed_at = now``, ``access_count += 1``)
   unless ``touch=False``; ``get`` never does; nothing is deleted on the read path.
 - Instances are thread-safe (one ``RLock``).
@@ -27,6 +28,7 @@ validated when the query or rows were built.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
@@ -571,7 +573,13 @@ class MemoryStore:
         weights : DecayWeights, optional
             The store's ``weights`` when None.
         filter : dict, optional
-            Equality, ``$in``, ``$ne``, ``$eq`` on top-level metadata keys.
+            Conditions that must all hold, applied as a mask inside the ranking pass (never a
+            post-filter: up to ``top_k`` matching memories come back). On top-level metadata
+            keys: ``{"room": "kitchen"}`` equality, ``{"n": {"$gte": 3, "$lt": 9}}`` with
+            ``$eq $ne $gt $gte $lt $lte $in $nin``. Time ranges on the lifecycle columns:
+            ``{"$created_at": {"$gte": t0, "$lt": t1}}`` (Unix seconds; also
+            ``$updated_at``, ``$last_accessed_at``, ``$importance``). Full rules:
+            :func:`memcore._validate.metadata_filter`; a malformed filter raises.
         touch : bool, default True
             Refresh ``last_accessed_at = now`` and ``access_count += 1`` of returned memories.
         query_vector : array_like of shape (dim,), optional
@@ -826,3 +834,78 @@ tier=<MemoryTier.SHORT: 'short'>), [('r',)]]
                 raise InvalidArgumentTypeError(f"unknown batch operation {type(op).__name__}")
             i += 1
         return out
+
+    # ------------------------------------------------------------------ async
+    # Each coroutine runs its method on a worker thread (asyncio.to_thread): embedding, ranking
+    # and disk commits never block the event loop; the store's lock still orders them.
+
+    async def aput(self, namespace: NamespaceLike, key: str, text: str, **kwargs: Any
+                   ) -> StoredMemory:
+        """:meth:`put` on a worker thread (same arguments, result and errors).
+
+        Examples
+        --------
+        >>> import asyncio; from memcore import ShortTermMemory
+        >>> asyncio.run(ShortTermMemory(capacity=5).aput("robot", "door", "red door")).key
+        'door'
+        """
+        return await asyncio.to_thread(self.put, namespace, key, text, **kwargs)
+
+    async def aput_many(self, namespace: NamespaceLike, items: Sequence[MemoryItem],
+                        **kwargs: Any) -> list[StoredMemory]:
+        """:meth:`put_many` on a worker thread (same arguments, result and errors).
+
+        Examples
+        --------
+        >>> import asyncio; from memcore import ShortTermMemory
+        >>> len(asyncio.run(ShortTermMemory(capacity=5).aput_many("r", [MemoryItem("a", "x")])))
+        1
+        """
+        return await asyncio.to_thread(self.put_many, namespace, items, **kwargs)
+
+    async def aget(self, namespace: NamespaceLike, key: str, **kwargs: Any
+                   ) -> StoredMemory | None:
+        """:meth:`get` on a worker thread (same arguments, result and errors).
+
+        Examples
+        --------
+        >>> import asyncio; from memcore import ShortTermMemory
+        >>> asyncio.run(ShortTermMemory(capacity=5).aget("robot", "missing")) is None
+        True
+        """
+        return await asyncio.to_thread(self.get, namespace, key, **kwargs)
+
+    async def adelete(self, namespace: NamespaceLike, key: str) -> bool:
+        """:meth:`delete` on a worker thread (same arguments, result and errors).
+
+        Examples
+        --------
+        >>> import asyncio; from memcore import ShortTermMemory
+        >>> asyncio.run(ShortTermMemory(capacity=5).adelete("robot", "missing"))
+        False
+        """
+        return await asyncio.to_thread(self.delete, namespace, key)
+
+    async def asearch(self, query: Any, text: str | None = None, **kwargs: Any
+                      ) -> list[MemoryHit]:
+        """:meth:`search` on a worker thread (same arguments, result and errors).
+
+        Examples
+        --------
+        >>> import asyncio; from memcore import ShortTermMemory
+        >>> stm = ShortTermMemory(capacity=5); _ = stm.put("robot", "door", "red door")
+        >>> [h.key for h in asyncio.run(stm.asearch("robot", "red door"))]
+        ['door']
+        """
+        return await asyncio.to_thread(self.search, query, text, **kwargs)
+
+    async def abatch(self, ops: Sequence[GetOp | PutOp | SearchOp | ListNamespacesOp]) -> list:
+        """:meth:`batch` on a worker thread (same arguments, result and errors).
+
+        Examples
+        --------
+        >>> import asyncio; from memcore import ShortTermMemory
+        >>> asyncio.run(ShortTermMemory(capacity=5).abatch([ListNamespacesOp()]))
+        [[]]
+        """
+        return await asyncio.to_thread(self.batch, list(ops))

@@ -118,6 +118,23 @@ class Table:
                 alive[row] = True
         return alive
 
+    def visible(self, flt: Mapping[str, Any] | None, now: float) -> np.ndarray | None:
+        """ndarray (rows,), bool: the live rows a search may return -- matching a validated
+        filter's metadata conditions (:meth:`mask`) and column conditions
+        (:func:`memcore._validate.column_mask`); None when that is every live row (no
+        filter)."""
+        meta, cols = _validate.split_filter(flt)
+        if meta is None and cols is None:
+            return None
+        n = self.rows
+        alive = self.mask(meta) if meta is not None else self.columns.alive[:n]
+        if cols is not None:
+            alive = alive.copy()          # never write into a cached mask or the alive column
+            c = self.columns
+            for key, cond in cols.items():
+                alive &= _validate.column_mask(getattr(c, key[1:])[:n], cond)
+        return alive
+
     def recall_index(self, weights: HybridWeights, dim: int,
                      preparer: Callable | None) -> HybridIndex:
         """The hybrid index for ``weights``' structure, built from the live rows on first use."""
