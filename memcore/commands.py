@@ -2,7 +2,7 @@
 
 :func:`add_global_options` adds ``--store`` and ``--embedder`` to the top-level parser and
 :func:`add_commands` registers ``put``, ``search``, ``get``, ``delete``, ``namespaces``,
-``stats``, ``import``, ``export``, ``migrate`` and ``demo`` on its subparsers (:mod:`memcore.cli` calls both).
+``stats``, ``import``, ``export``, ``migrate``, ``mcp`` and ``demo`` on its subparsers (:mod:`memcore.cli` calls both).
 Each subcommand sets ``args.func(args) -> int``.
 
 Conventions
@@ -333,6 +333,18 @@ def _finite_float(text: str) -> float:
 
 # ------------------------------------------------------------------ commands
 
+def text_key(text: str, prefix: str) -> str:
+    """The default key of a memory: ``prefix:`` + 16 hex digits of the SHA-1 of its text, so
+    storing the same text twice keeps one memory.
+
+    Examples
+    --------
+    >>> text_key("hello", "cli")
+    'cli:aaf4c61ddcc5e8a2'
+    """
+    return f"{prefix}:" + hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
 def _put_text(args: argparse.Namespace) -> str:
     """The text of ``put``: the argument, stdin for ``-``, or the file of ``--file`` (UTF-8).
 
@@ -356,7 +368,7 @@ def _put_text(args: argparse.Namespace) -> str:
 def cmd_put(args: argparse.Namespace) -> int:
     ns = parse_namespace(args.namespace)
     text = _put_text(args)
-    key = args.key or "cli:" + hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    key = args.key or text_key(text, "cli")
     with _open(args, write=True, embeds=True) as opened:
         vec = opened.vector(text)
         if vec is None:
@@ -378,11 +390,14 @@ def cmd_search(args: argparse.Namespace) -> int:
         vec = opened.vector(args.query) if args.query.strip() else None
         hits = [] if vec is None else opened.store.search(
             ns, args.query, top_k=args.top_k, touch=False, query_vector=vec,
-            threshold=-1.0 if args.threshold is None else args.threshold)
+            threshold=-1.0 if args.threshold is None else args.threshold, filter=args.filter)
         why = ("(empty query: nothing to search for)" if not args.query.strip()
                else f"(the query has no content for embedder {opened.embedder.name!r})" if vec is None
-               else f"(no memories in namespace {format_namespace(ns)})" if args.threshold is None
-               else f"(no memories above the threshold {args.threshold:g})")
+               else f"(no memories in namespace {format_namespace(ns)})"
+               if args.threshold is None and args.filter is None
+               else f"(no memories above the threshold {args.threshold:g})" if args.filter is None
+               else "(no memories matching the filter" + (
+                   "" if args.threshold is None else f" above the threshold {args.threshold:g}") + ")")
     if args.json:
         _print_json([_hit_dict(h) for h in hits])
         return 0
@@ -591,6 +606,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+@_guard
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from memcore.integrations.mcp_server import serve
+
+    return serve(store_path(args), embedder=getattr(args, "embedder", None),
+                 warmup=not args.no_warmup)
+
+
 def _json_safe(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {str(k): _json_safe(v) for k, v in obj.items()}
@@ -630,6 +653,9 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("--top-k", type=_positive_int, default=5, help="hits (default 5)")
     p.add_argument("--threshold", type=_finite_float, default=None,
                    help="minimum cosine similarity in [-1, 1] (default: none)")
+    p.add_argument("--filter", type=_json_arg, default=None, metavar="JSON",
+                   help='metadata filter, a JSON object: \'{"room": "kitchen"}\', '
+                        '\'{"room": {"$in": ["kitchen", "hall"]}}\', \'{"room": {"$ne": "hall"}}\'')
     json_flag(p)
 
     p = sub("get", "one memory by key", cmd_get)
@@ -664,6 +690,13 @@ def add_commands(subparsers: Any) -> None:
                    help="the store (default: --store, $MEMCORE_HOME, else ./memcore-data)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     json_flag(p)
+
+    p = sub("mcp", "serve the store to MCP clients over stdio (pip install memcore[mcp])",
+            cmd_mcp)
+    p.add_argument("--no-warmup", action="store_true",
+                   help="start serving at once (the first recall then loads the model)")
+    p.add_argument("--json", action="store_true",
+                   help="a start-up error (locked store, missing SDK) as one JSON object on stderr")
 
     p = sub("demo", "replay a conversation tick by tick through SemanticMemory", cmd_demo)
     p.add_argument("--locomo", metavar="FILE", help="a LoCoMo JSON file (e.g. locomo_dev.json)")

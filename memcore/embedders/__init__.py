@@ -3,6 +3,8 @@
 * :class:`MiniLMEmbedder`: all-MiniLM-L6-v2 int8 on onnxruntime, 384-d, the default.
 * :class:`HashingEmbedder`: the hashing trick in numba; no model, always available.
 * :class:`LexicalScorer`: term-frequency cosine of two texts, always available.
+* :class:`CallableEmbedder`, :class:`SentenceTransformerEmbedder`: your own model, its output
+  checked and normalised (:mod:`memcore.embedders.wrappers`).
 * :func:`default`: MiniLM when its model loads, else hashing (with a logged warning).
 """
 
@@ -15,6 +17,7 @@ from memcore.embedders.base import Embedder
 from memcore.embedders.hashing import HashingEmbedder
 from memcore.embedders.lexical import LexicalScorer, SemanticScorer
 from memcore.embedders.onnx import MiniLMEmbedder
+from memcore.embedders.wrappers import CallableEmbedder, SentenceTransformerEmbedder
 from memcore.errors import MemcoreError
 
 __all__ = [
@@ -23,6 +26,8 @@ __all__ = [
     "HashingEmbedder",
     "MiniLMEmbedder",
     "LexicalScorer",
+    "CallableEmbedder",
+    "SentenceTransformerEmbedder",
     "default",
 ]
 

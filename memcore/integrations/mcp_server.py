@@ -1,0 +1,264 @@
+"""memcore as an MCP server: ``memcore mcp --store PATH`` (``pip install memcore[mcp]``).
+
+Serves five tools over stdio with the official MCP Python SDK (``mcp`` 2.x, ``MCPServer``):
+
+- ``remember(text, namespace, key, importance, metadata)``: store (or replace) one memory;
+- ``recall(query, namespace, top_k, threshold, filter)``: the most relevant memories, best
+  first (hybrid recall with the default MiniLM embedder, as :class:`~memcore.LongTermMemory`);
+- ``get(key, namespace)``, ``forget(key, namespace)``, ``list_namespaces(prefix)``.
+
+A namespace is a str (one segment, ``"a/b"`` included) or a list of str segments, as in the
+library. ``filter`` is the store's metadata filter, passed through unchanged (``{"room":
+"kitchen"}``, ``{"room": {"$in": [...]}}``, ...); a malformed one is a tool error.
+
+Design
+------
+- stdout is the protocol: logging goes to stderr only, and nothing in memcore prints.
+- Writes never block a recall. The SDK runs each tool call in a worker thread and serves
+  requests concurrently; every write goes to one writer thread (so writes keep their order)
+  that embeds the text before taking the store's lock, and a recall embeds its query in its
+  own thread. A recall waits at most for one write's commit, never for an embedding.
+  ``remember`` answers once its memory is written, so a following ``recall`` finds it.
+- The store is opened for writing (one writer process per store: a second server on the same
+  path fails with the locked-store message) with the embedder it was written with, or the
+  default embedder for a new store, as the ``memcore`` command line does.
+- Start-up loads the model and compiles the kernels (and each namespace's hybrid index), so
+  the first recall is as fast as the others.
+
+Client configuration (Claude Desktop's ``claude_desktop_config.json``)::
+
+    {"mcpServers": {"memcore": {"command": "memcore",
+                                "args": ["mcp", "--store", "/home/me/.memcore"]}}}
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from memcore.errors import InvalidArgumentTypeError
+
+__all__ = ["MemoryTools", "build_server", "serve"]
+
+logger = logging.getLogger(__name__)
+
+Namespace = str | list[str]
+
+
+def _namespace(value: Any) -> tuple[str, ...]:
+    from memcore import _validate
+
+    if isinstance(value, list):
+        value = tuple(value)
+    if not isinstance(value, (str, tuple)):
+        raise InvalidArgumentTypeError(
+            f"namespace must be a str or a list of str, got {type(value).__name__}")
+    return _validate.namespace(value)
+
+
+class MemoryTools:
+    """The tools of the MCP server over one store, independent of the transport.
+
+    Every method takes and returns JSON-ready values (the tool's arguments and result).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The store directory; created (with the default embedder) when absent.
+    embedder : {"minilm", "hashing"}, optional
+        As ``memcore --embedder``; the store's own embedder when None.
+
+    Raises
+    ------
+    StoreLockedError
+        If another process writes to the store.
+    EmbedderMismatchError
+        If the store was written with an embedder the command line cannot build.
+
+    Examples
+    --------
+    >>> tools = MemoryTools("memcore-data", embedder="hashing")          # doctest: +SKIP
+    >>> tools.remember("The spare key is under the blue pot.")["key"]     # doctest: +SKIP
+    'mcp:4b0c...'
+    """
+
+    def __init__(self, path: Any, *, embedder: str | None = None) -> None:
+        from memcore import commands
+
+        self._commands = commands
+        args = argparse.Namespace(store=str(path), embedder=embedder)
+        self._opened = commands._open(args, write=True, embeds=True, encoder=True)
+        self.store = self._opened.store
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memcore-mcp-writer")
+        self._closed = threading.Event()
+
+    def __enter__(self) -> "MemoryTools":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Finish queued writes and close the store. Idempotent."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._writer.shutdown(wait=True)
+        self.store.close()
+
+    def warmup(self) -> None:
+        """Load the model, compile the ranking kernels and build every namespace's hybrid
+        index, without changing the store (searches peek with ``touch=False``)."""
+        from memcore import LongTermMemory
+
+        with LongTermMemory(None, self.store.embedder) as scratch:
+            scratch.put("warmup", "a", "the robot warms up its memory")
+            scratch.put("warmup", "b", "warm up")
+            scratch.search("warmup", "warm up", top_k=1, touch=False)
+        for ns in self.store.namespaces():
+            self.store.search(ns, "warm up", top_k=1, touch=False)
+
+    # ------------------------------------------------------------------ the tools
+    def remember(self, text: str, namespace: Namespace = "default", key: str | None = None,
+                 importance: float = 0.5, metadata: dict[str, Any] | None = None) -> dict:
+        """Store (or replace) one memory; returns it as stored.
+
+        The key defaults to one derived from the text (``mcp:`` + 16 hex digits of its SHA-1),
+        so remembering the same text twice keeps one memory.
+        """
+        ns = _namespace(namespace)
+        key = key if key is not None else self._commands.text_key(text, "mcp")
+        future = self._writer.submit(self.store.put, ns, key, text, importance=importance,
+                                     metadata=metadata)
+        return self._commands._memory_dict(future.result())
+
+    def recall(self, query: str, namespace: Namespace = "default", top_k: int = 5,
+               threshold: float | None = None, filter: dict[str, Any] | None = None) -> list:
+        """The memories of ``namespace`` most relevant to ``query``, best first.
+
+        ``threshold`` is the minimum cosine similarity (none by default); ``filter`` the
+        metadata filter. Recalled memories count as accessed (recency, promotion).
+        """
+        hits = self.store.search(_namespace(namespace), query, top_k=top_k,
+                                 threshold=-1.0 if threshold is None else threshold,
+                                 filter=filter)
+        return [self._commands._hit_dict(h) for h in hits]
+
+    def get(self, key: str, namespace: Namespace = "default") -> dict:
+        """One memory by key; an error when there is none."""
+        ns = _namespace(namespace)
+        found = self.store.get(ns, key)
+        if found is None:
+            raise self._commands.MemoryNotFoundError(
+                f"no memory {key!r} in namespace {list(ns)}")
+        return self._commands._memory_dict(found)
+
+    def forget(self, key: str, namespace: Namespace = "default") -> dict:
+        """Delete one memory; ``deleted`` says whether it existed."""
+        ns = _namespace(namespace)
+        deleted = self._writer.submit(self.store.delete, ns, key).result()
+        return {"deleted": bool(deleted), "namespace": list(ns), "key": key}
+
+    def list_namespaces(self, prefix: Namespace | None = None) -> list:
+        """Every namespace (under ``prefix``, whole segments) with its memory count."""
+        pre = None if prefix is None else _namespace(prefix)
+        return [{"namespace": list(ns), "count": self.store.count(ns)}
+                for ns in self.store.namespaces(pre)]
+
+
+def build_server(tools: MemoryTools) -> Any:
+    """An ``mcp.server.mcpserver.MCPServer`` exposing ``tools``' five methods.
+
+    Raises
+    ------
+    ImportError
+        If the MCP SDK is not installed (``pip install memcore[mcp]``).
+    """
+    _check_sdk()
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from memcore import __version__
+    from memcore.errors import MemcoreError
+
+    def run(method: Any, *args: Any) -> Any:
+        """``method(*args)``; bad input becomes a ToolError carrying memcore's message (the
+        model reads it and can correct the call); anything else stays a crash."""
+        try:
+            return method(*args)
+        except (MemcoreError, ValueError, TypeError, LookupError) as err:
+            raise ToolError(f"{type(err).__name__}: {err}") from err
+
+    server = MCPServer(
+        name="memcore", version=__version__,
+        instructions="Long-term memory. `remember` facts worth keeping; `recall` them by "
+                     "meaning before answering. Namespaces separate users or topics.")
+
+    @server.tool()
+    def remember(text: str, namespace: Namespace = "default", key: str | None = None,
+                 importance: float = 0.5, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Store a memory (replacing the one with the same key). importance is in [0, 1];
+        metadata is a JSON object that recall's filter can match."""
+        return run(tools.remember, text, namespace, key, importance, metadata)
+
+    @server.tool()
+    def recall(query: str, namespace: Namespace = "default", top_k: int = 5,
+               threshold: float | None = None,
+               filter: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The memories most relevant to query, best first. threshold: minimum cosine
+        similarity in [-1, 1]; filter: metadata conditions, e.g. {"room": "kitchen"},
+        {"room": {"$in": ["kitchen", "hall"]}}, {"room": {"$ne": "garage"}}."""
+        return {"hits": run(tools.recall, query, namespace, top_k, threshold, filter)}
+
+    @server.tool()
+    def get(key: str, namespace: Namespace = "default") -> dict[str, Any]:
+        """One memory by key."""
+        return run(tools.get, key, namespace)
+
+    @server.tool()
+    def forget(key: str, namespace: Namespace = "default") -> dict[str, Any]:
+        """Delete one memory by key."""
+        return run(tools.forget, key, namespace)
+
+    @server.tool()
+    def list_namespaces(prefix: Namespace | None = None) -> dict[str, Any]:
+        """Namespaces (under prefix) and how many memories each holds."""
+        return {"namespaces": run(tools.list_namespaces, prefix)}
+
+    return server
+
+
+def serve(path: Any, *, embedder: str | None = None, warmup: bool = True) -> int:
+    """Open the store, warm up and serve the tools over stdio until the client disconnects.
+
+    Returns the exit status (0). Logging goes to stderr; stdout carries only the protocol.
+
+    Raises
+    ------
+    ImportError, MemcoreError, OSError
+        From :func:`build_server` or :class:`MemoryTools` (the caller reports them).
+    """
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                        format="memcore mcp: %(levelname)s: %(message)s", force=True)
+    _check_sdk()   # before the store is opened and the model loaded
+    with MemoryTools(Path(path), embedder=embedder) as tools:
+        server = build_server(tools)
+        if warmup:
+            tools.warmup()
+        logger.info("serving %s (embedder %s) over stdio", tools.store.path,
+                    tools.store.embedder_name)
+        server.run("stdio")
+    return 0
+
+
+def _check_sdk() -> None:
+    try:
+        import mcp.server.mcpserver  # noqa: F401
+    except ImportError as err:
+        raise ImportError("memcore mcp needs the MCP Python SDK 2.x: pip install "
+                          "memcore[mcp]") from err

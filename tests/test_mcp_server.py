@@ -1,0 +1,130 @@
+"""`memcore mcp`: a real server subprocess driven by the MCP SDK's own stdio client.
+
+Round trip remember -> recall (top_k, threshold, filter) -> get -> forget -> list_namespaces,
+tool errors for bad input, stdout carrying nothing but the protocol, and the store readable by
+the library afterwards. Needs the ``mcp`` extra (skips without it; fails under ``CI=true``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+
+import anyio
+
+from memcore import LongTermMemory
+from tests.extras import require
+
+
+async def _session_run(store, script, *, errlog):
+    """Start ``memcore --store STORE --embedder hashing mcp`` and run ``script(session)``."""
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "memcore.cli", "--store", str(store), "--embedder", "hashing", "mcp"],
+        env=dict(os.environ))
+    async with stdio_client(params, errlog=errlog) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            return await script(session)
+
+
+def _payload(result):
+    assert not result.is_error, result.content
+    return result.structured_content
+
+
+def test_round_trip_through_a_real_server(tmp_path):
+    require("mcp", "mcp")
+    store = tmp_path / "store"
+
+    async def script(session):
+        tools = {t.name for t in (await session.list_tools()).tools}
+        assert tools == {"remember", "recall", "get", "forget", "list_namespaces"}
+        call = session.call_tool
+        kettle = _payload(await call("remember", {
+            "text": "The kettle is in the left cupboard.", "namespace": ["home", "ada"],
+            "metadata": {"room": "kitchen"}, "importance": 0.9}))
+        assert kettle["key"].startswith("mcp:") and kettle["namespace"] == ["home", "ada"]
+        await call("remember", {"text": "The spare key is under the blue pot.",
+                                "namespace": ["home", "ada"], "key": "spare-key",
+                                "metadata": {"room": "garden"}})
+        await call("remember", {"text": "Bob keeps the kettle descaler in the garage.",
+                                "namespace": ["home", "bob"]})
+        # recall: best first, only Ada's namespace, top_k honoured
+        hits = _payload(await call("recall", {"query": "where is the kettle",
+                                              "namespace": ["home", "ada"], "top_k": 1}))["hits"]
+        assert [h["key"] for h in hits] == [kettle["key"]]
+        assert hits[0]["text"] == "The kettle is in the left cupboard."
+        # the metadata filter passes through: the garden memory only
+        hits = _payload(await call("recall", {"query": "where is the kettle",
+                                              "namespace": ["home", "ada"],
+                                              "filter": {"room": {"$ne": "kitchen"}}}))["hits"]
+        assert [h["key"] for h in hits] == ["spare-key"]
+        hits = _payload(await call("recall", {"query": "where is the kettle",
+                                              "namespace": ["home", "ada"],
+                                              "filter": {"room": {"$in": ["garden", "hall"]}}}))
+        assert [h["key"] for h in hits["hits"]] == ["spare-key"]
+        # threshold: nothing is that similar
+        hits = _payload(await call("recall", {"query": "where is the kettle",
+                                              "namespace": ["home", "ada"], "threshold": 0.99}))
+        assert hits["hits"] == []
+        got = _payload(await call("get", {"key": "spare-key", "namespace": ["home", "ada"]}))
+        assert got["text"] == "The spare key is under the blue pot."
+        assert got["metadata"] == {"room": "garden"}
+        listed = _payload(await call("list_namespaces", {}))["namespaces"]
+        assert listed == [{"namespace": ["home", "ada"], "count": 2},
+                          {"namespace": ["home", "bob"], "count": 1}]
+        assert _payload(await call("forget", {"key": "spare-key",
+                                              "namespace": ["home", "ada"]}))["deleted"] is True
+        assert _payload(await call("forget", {"key": "spare-key",
+                                              "namespace": ["home", "ada"]}))["deleted"] is False
+        # errors are tool errors with the library's message, and the server keeps serving
+        missing = await call("get", {"key": "spare-key", "namespace": ["home", "ada"]})
+        assert missing.is_error and "no memory 'spare-key'" in missing.content[0].text
+        bad = await call("recall", {"query": "kettle", "namespace": ["home", "ada"],
+                                    "filter": {"room": {"$regex": "k.*"}}})
+        assert bad.is_error and "$regex" in bad.content[0].text
+        blank = await call("remember", {"text": "   ", "namespace": "x"})
+        assert blank.is_error
+        empty_ns = await call("recall", {"query": "kettle", "namespace": ["home", ""]})
+        assert empty_ns.is_error
+        listed = _payload(await call("list_namespaces", {"prefix": "home"}))["namespaces"]
+        return listed
+
+    with open(tmp_path / "stderr.txt", "w+") as errlog:
+        listed = anyio.run(functools.partial(_session_run, store, script, errlog=errlog))
+        errlog.seek(0)
+        log = errlog.read()
+    assert listed == [{"namespace": ["home", "ada"], "count": 1},
+                      {"namespace": ["home", "bob"], "count": 1}]
+    assert "memcore mcp: INFO: serving" in log       # logging went to stderr
+    # the server closed the store on exit: the library opens it and sees the same memories
+    with LongTermMemory.open(store) as ltm:
+        assert ltm.count(("home", "ada")) == 1 and ltm.embedder_name.startswith("hashing")
+
+
+def test_a_locked_store_is_a_one_line_error_not_a_traceback(tmp_path, capfd):
+    require("mcp", "mcp")
+    from memcore import HashingEmbedder
+    from memcore.cli import main
+
+    with LongTermMemory(tmp_path / "store", embedder=HashingEmbedder()):   # holds the lock
+        status = main(["--json", "--store", str(tmp_path / "store"), "mcp"])
+    err = capfd.readouterr().err.strip().splitlines()
+    assert status == 1 and len(err) == 1
+    assert json.loads(err[0])["command"] == "mcp" and "another process" in json.loads(err[0])["error"]
+
+
+def test_mcp_without_the_sdk_names_the_extra(tmp_path, monkeypatch, capfd):
+    from memcore.cli import main
+
+    monkeypatch.setitem(sys.modules, "mcp.server.mcpserver", None)   # import raises ImportError
+    status = main(["--store", str(tmp_path / "store"), "mcp"])
+    assert status == 1 and "pip install memcore[mcp]" in capfd.readouterr().err
+    assert not (tmp_path / "store").exists()      # checked before anything is created
+
