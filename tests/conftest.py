@@ -12,3 +12,10 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("nightly", max_examples=2000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "default"))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Stop the PostgreSQL server the tests started (tests/pg_server.py), if any."""
+    import pg_server
+
+    pg_server.stop()

@@ -94,6 +94,20 @@ STORE_CASES = [
 ]
 
 
+def _postgres(clock, emb):
+    import pg_server     # a real server (tests/pg_server.py); skips or, under CI, fails without
+
+    return pg_server.store(clock, emb, weights=DecayWeights())
+
+
+STORE_CASES += [
+    StoreCase("postgres", _postgres),
+    StoreCase("two-tier-postgres", lambda c, e: TwoTierMemory(
+        _short(c, e, capacity=4), _postgres(c, e), PromotionPolicy(min_importance=0.0),
+        weights=DecayWeights(), hybrid=HybridWeights.similarity())),
+]
+
+
 def make_store(case: StoreCase, clock: FakeClock | None = None, emb: Any = None):
     clock = clock if clock is not None else FakeClock()
     emb = emb if emb is not None else embedder()

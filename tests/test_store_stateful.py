@@ -422,3 +422,36 @@ def test_model_filter_agrees_with_validate():
     for flt in [None, {"c": 1}, {"c": {"$ne": 1}}, {"c": {"$in": [0, 1]}}, {"d": {"$eq": "x"}}]:
         for meta in [{}, {"c": 0}, {"c": 1}, {"c": 1, "d": "x"}]:
             assert matches(meta, flt) == _validate.matches_filter(meta, flt)
+
+
+class PostgresLongMachine(StoreMachine):
+    """The PostgreSQL backend (a real server, tests/pg_server.py) against the same model."""
+
+    def build(self, clock, emb):
+        import pg_server
+
+        return pg_server.store(clock, emb)
+
+    def teardown(self):
+        self.store.drop()
+
+
+class HybridPostgresTwoTierMachine(HybridTwoTierMachine):
+    """Hybrid recall over a PostgreSQL long tier (its synchronised replica)."""
+
+    def build(self, clock, emb):
+        import pg_server
+
+        self.long_store = pg_server.store(clock, emb)
+        short = ShortTermMemory(capacity=self.CAPACITY, embedder=emb, clock=clock)
+        return TwoTierMemory(short, self.long_store, POLICY)
+
+    def teardown(self):
+        self.long_store.drop()
+
+
+PG_SETTINGS = settings(max_examples=12, stateful_step_count=40, deadline=None)
+TestPostgresLongStore = PostgresLongMachine.TestCase
+TestPostgresLongStore.settings = PG_SETTINGS
+TestHybridPostgresTwoTierStore = HybridPostgresTwoTierMachine.TestCase
+TestHybridPostgresTwoTierStore.settings = PG_SETTINGS
