@@ -156,8 +156,9 @@ def test_hybrid_with_every_row_a_candidate_equals_the_exact_path(tmp_path):
                         {"speaker": "Ann" if i % 2 else "Bob", "episode": f"e{i // 7}"})
              for i in range(300)]
     h = HybridWeights.no_model()
-    with LongTermMemory(tmp_path / "h", emb, approximate=cfg, hybrid=h) as s, \
-            LongTermMemory(tmp_path / "e", emb, hybrid=h) as e:
+    clock = Clock()          # one time for both stores: recency is part of the score
+    with LongTermMemory(tmp_path / "h", emb, approximate=cfg, hybrid=h, clock=clock) as s, \
+            LongTermMemory(tmp_path / "e", emb, hybrid=h, clock=clock) as e:
         for store in (s, e):
             store.put_many("robot", items)
         for q in ("where is the kettle", "Ann in the lab", "hall 17"):
@@ -176,8 +177,9 @@ def test_hybrid_candidates_recall(tmp_path):
     items = [MemoryItem(f"k{i}", " ".join(rng.choice(words, 4)) + f" {i}", 0.5,
                         {"episode": f"e{i // 5}"}) for i in range(3000)]
     h = HybridWeights.no_model()
-    with LongTermMemory(tmp_path / "h", emb, approximate=cfg, hybrid=h) as s, \
-            LongTermMemory(tmp_path / "e", emb, hybrid=h) as e:
+    clock = Clock()          # one time for both stores: recency is part of the score
+    with LongTermMemory(tmp_path / "h", emb, approximate=cfg, hybrid=h, clock=clock) as s, \
+            LongTermMemory(tmp_path / "e", emb, hybrid=h, clock=clock) as e:
         for store in (s, e):
             store.put_many("robot", items)
         found = total = 0

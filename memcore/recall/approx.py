@@ -6,7 +6,7 @@ trades exactness for a bounded candidate set, and says so:
 
 1. **Candidates** from a FAISS index over the namespace's vectors (any
    ``faiss.index_factory`` string over inner product; default ``"IVF{nlist},SQ8"`` with
-   ``nlist ~ 4 sqrt(n)``: 384 bytes per row in RAM, trained on a sample of the rows).
+   ``nlist ~ sqrt(n)``: 384 bytes per row in RAM, trained on a sample of the rows).
 2. **Exact re-rank** of the candidates: their float64 similarities from the stored float32
    vectors, then the fused decay score (Park et al. 2023, as :func:`memcore.kernels.topk.rerank`),
    filter and threshold -- scores and similarities are those of the exact path.
@@ -83,15 +83,15 @@ class ApproximateSearch:
     factory : str, default "auto"
         A ``faiss.index_factory`` description over inner product (``"HNSW32,SQ8"``,
         ``"IVF4096,PQ48"``, ...); ``"auto"`` is ``"IVF{nlist},SQ8"`` with ``nlist`` the power
-        of two nearest ``min(4 sqrt(n), n / 39)`` at build time.
+        of two nearest ``min(sqrt(n), n / 39)`` at build time.
     candidates : int, default 512
         Candidates taken first; widened x4 while the bound is open.
     max_candidates : int, default 8192
     nprobe : int, default 32
         Inverted lists visited (IVF indexes); ``efSearch`` is set to the candidate count
         (HNSW indexes).
-    train_rows : int, default 131072
-        Rows sampled (evenly) to train the index.
+    train_rows : int, default 65536
+        Rows sampled (evenly) to train the index (at least 39 per inverted list are needed).
 
     Raises
     ------
@@ -109,7 +109,7 @@ class ApproximateSearch:
     candidates: int = 512
     max_candidates: int = 8192
     nprobe: int = 32
-    train_rows: int = 131072
+    train_rows: int = 65536
 
     def __post_init__(self) -> None:
         for name in ("min_rows", "candidates", "max_candidates", "nprobe", "train_rows"):
@@ -126,8 +126,9 @@ class ApproximateSearch:
         """The factory string for a namespace of ``n`` rows."""
         if self.factory != "auto":
             return self.factory
-        # ~4 sqrt(n) lists, with at least 39 training rows per list (FAISS's k-means minimum)
-        target = min(4 * math.sqrt(max(n, 1)), max(n, 1) / 39)
+        # ~sqrt(n) lists, with at least 39 training rows per list (FAISS's k-means minimum):
+        # at 1e6 rows, 1,024 lists; training and assignment cost grow with the list count
+        target = min(math.sqrt(max(n, 1)), max(n, 1) / 39)
         nlist = 1 << max(4, round(math.log2(max(target, 1))))
         return f"IVF{nlist},SQ8"
 
@@ -176,7 +177,9 @@ class AnnIndex:
         except RuntimeError as err:
             raise InvalidArgumentError(f"faiss.index_factory cannot build {factory!r}: {err}") from err
         if not index.is_trained:
-            step = max(1, rows // config.train_rows)
+            ivf = faiss.try_extract_index_ivf(index)
+            want = max(config.train_rows, 39 * ivf.nlist if ivf is not None else 0)
+            step = max(1, rows // want)
             sample = np.ascontiguousarray(vectors[:rows:step], dtype=np.float32)
             log.info("training %s on %d of %d rows", factory, len(sample), rows)
             index.train(sample)
