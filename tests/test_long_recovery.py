@@ -131,8 +131,9 @@ def test_corrupted_vector_is_detected_and_dropped_never_misattributed(tmp_path):
     with pytest.raises(StoreCorruptedError, match=rf"vectors\.0\.f32 is corrupted at offset "
                                                   rf"{3 * DIM * 4}"):
         store(tmp_path / "m")
-    with store(tmp_path / "m", repair=True) as r:
-        assert sorted(r.keys("ns")) == ["k0", "k1", "k2", "k4", "k5"]
+    with store(tmp_path / "m", repair=True) as r:     # re-embedded: an exact repair
+        assert r.repair_report[0]["reembedded"] == 1
+        assert sorted(r.keys("ns")) == ["k0", "k1", "k2", "k3", "k4", "k5"]
         emb = HashingEmbedder(dim=DIM)
         for k in r.keys("ns"):
             assert np.array_equal(r.vector("ns", k), emb.encode([r.get("ns", k).text])[0])
@@ -263,8 +264,9 @@ def test_checkpoint_never_blesses_a_damaged_vector(tmp_path):
         s.close()                                  # closes (and unlocks) all the same
     with pytest.raises(StoreCorruptedError, match=want):
         store(root)                                # rows past the checkpoint are re-checked
-    with store(root, repair=True) as r:
+    with LongTermMemory(root, repair=True) as r:      # no embedder to re-embed: dropped
         assert r.repair_report[0]["dropped"] == 1
+        assert r.repair_report[0]["uncertain"] == ["k6"]
         assert sorted(r.keys("ns")) == [f"k{i}" for i in range(8) if i != 6]
         emb = HashingEmbedder(dim=DIM)
         for k in r.keys("ns"):
@@ -286,10 +288,10 @@ def test_compact_verifies_every_live_vector_before_copying_it(tmp_path):
             s.compact()
         assert sorted(p.name for p in ns_dir(root).iterdir()) == before
         assert s.count("ns") == 6                  # the store is as it was
-        report = s.repair()
-        assert [(r["kept"], r["dropped"]) for r in report] == [(5, 1)]
+        report = s.repair()                        # re-embedded from its text: exact
+        assert [(r["kept"], r["dropped"], r["reembedded"]) for r in report] == [(6, 0, 1)]
         assert s.compact() == 0
-        s.put("ns", "k3", "text number 3")         # the dropped key can be written again
+        s.put("ns", "k3", "text number 3")
     with store(root) as r:
         emb = HashingEmbedder(dim=DIM)
         assert sorted(r.keys("ns")) == [f"k{i}" for i in range(6)]

@@ -126,6 +126,7 @@ class PutRecord:
     text: str
     metadata: bytes
     importance: float
+    vector_crc: int = 0
 
 
 def read_put(fd: int, offset: int, path: str) -> PutRecord:
@@ -158,7 +159,8 @@ def read_put(fd: int, offset: int, path: str) -> PutRecord:
             raise _BadRecord(offset, "PUT record field lengths disagree with its length")
         key = bytes(payload[p:p + kl]).decode("utf-8")
         text = bytes(payload[p + kl:p + kl + tl]).decode("utf-8")
-        return PutRecord(fixed[1], key, text, bytes(payload[p + kl + tl:length]), fixed[6])
+        return PutRecord(fixed[1], key, text, bytes(payload[p + kl + tl:length]), fixed[6],
+                         fixed[7])
     except (_BadRecord, UnicodeDecodeError) as err:
         reason = err.reason if isinstance(err, _BadRecord) else f"invalid UTF-8: {err}"
         raise StoreCorruptedError(f"{path} is corrupted at offset {offset} ({reason}); "

@@ -51,7 +51,9 @@ from memcore.storage.checkpoint import (
 from memcore.storage.log import Replay, first_bad_vector, scan_log
 from memcore.storage.mapped import index_file_names, index_prefix, write_index
 from memcore.storage.records import (
+    FRAME,
     OP_PUT,
+    PUT_FIXED,
     copy_puts,
     encode_delete,
     encode_put,
@@ -431,6 +433,7 @@ class NamespaceFiles:
                                np.asarray(tail.put_fixed["vector_crc"], np.uint32),
                                range(ck_rows, rows), vec_path, tail.put_offsets,
                                "the store was not opened")
+            _restore_invalid_stats(files, cols, rows)
             keys = new_key_index(files, cols, hashes, krows)
             events = _replay_keys(keys, cols.alive, tail, ck_rows, lpath)
         except BaseException:
@@ -458,6 +461,24 @@ class NamespaceFiles:
         StoreCorruptedError
         """
         return read_put(self._read_fd(), int(offset), self.log_path)
+
+    def verified_put(self, cols: Columns, row: int) -> PutRecord:
+        """The PUT record of ``row`` after checking the row's vector against the record's
+        ``vector_crc`` (one CRC-32 of ``dim * 4`` bytes): every row a call returns is
+        verified before it is served, so a damaged vector never yields a wrong memory.
+
+        Raises
+        ------
+        StoreCorruptedError
+            Naming the vectors file, byte offset and row (or the log and offset).
+        """
+        offset = int(cols.record_offset[row])
+        rec = self.read_put(offset)
+        vec = cols.vectors[row]
+        if zlib.crc32(vec) != rec.vector_crc:
+            verify_vectors(vec[None, :], np.asarray([rec.vector_crc], np.uint32), [row],
+                           cols.path("vectors"), [offset], "it was not served")
+        return rec
 
     def key_at(self, offset: int) -> str:
         return self.read_put(offset).key
@@ -686,6 +707,33 @@ def _adopt_tail(cols: Columns, tail: Tail, first: int, read_only: bool) -> None:
     cols.alive[sl] = True
 
 
+def _restore_invalid_stats(files: NamespaceFiles, cols: Columns, rows: int) -> None:
+    """Validate the numeric columns of every row on open (:func:`invalid_stats`: timestamps
+    finite and in range, ``access_count`` and importance in range); a damaged value is
+    replaced by its row's PUT record (CRC checked), with one warning."""
+    bad = invalid_stats(cols, rows)
+    if not bad.shape[0]:
+        return
+    import logging
+
+    logging.getLogger("memcore").warning(
+        "%s: %d row(s) held invalid lifecycle fields or access statistics (the first row %d); "
+        "restored from their log records", files.directory, bad.shape[0], int(bad[0]))
+    fd = files._read_fd()
+    for row in bad.tolist():
+        off = int(cols.record_offset[row])
+        files.read_put(off)                                   # CRC checked
+        f = PUT_FIXED.unpack_from(os.pread(fd, FRAME.size + PUT_FIXED.size, off), FRAME.size)
+        for name, val in (("created_at", f[2]), ("updated_at", f[3]),
+                          ("last_accessed_at", f[4]), ("access_count", f[5]),
+                          ("importance", f[6])):
+            arr = getattr(cols, name)
+            if not arr.flags.writeable:
+                arr = np.array(arr)
+                setattr(cols, name, arr)
+            arr[row] = val
+
+
 def _index_entry(h: dict, hpath: str, checkpoint: int) -> dict | None:
     entry = h.get("index")
     if entry is None:
@@ -909,12 +957,14 @@ def _verified_checkpoint(directory: str, h: dict) -> tuple[np.ndarray | None, in
     return alive, nbytes
 
 
-def repair_namespace(directory: str, dim: int) -> dict:
+def repair_namespace(directory: str, dim: int, embed=None) -> dict:
     """Rewrite a namespace as a new generation from every intact record (crash-safe).
 
     Records with a bad frame, CRC or row rule are skipped; a live key whose vector fails its
-    record's CRC (or lies past the end of the vectors file) is dropped, never served with
-    another row's vector. Lifecycle fields come from the records, access statistics from the
+    record's CRC (or lies past the end of the vectors file) is re-embedded from its logged
+    text when ``embed`` (``texts -> (n, dim) float32``) is given and the result matches the
+    record's CRC bit for bit (an exact repair), else dropped -- never served with another
+    row's vector. Lifecycle fields come from the records, access statistics from the
     column files when they are valid (finite, in range).
 
     Repair never resurrects: a damaged record may have been a DEL or a replacing PUT, so a key
@@ -951,8 +1001,9 @@ def repair_namespace(directory: str, dim: int) -> dict:
     >>> with LongTermMemory(root, HashingEmbedder(dim=8)) as ltm:
     ...     _ = ltm.put("ns", "k", "some text")
     >>> ns_dir = StoreRoot.open(root, read_only=True, lock_timeout=0).namespace_dirs()[0]
-    >>> repair_namespace(ns_dir, 8)
-    {'namespace': ('ns',), 'kept': 1, 'dropped': 0, 'skipped': 0, 'uncertain': [], 'lost_rows': 0}
+    >>> repair_namespace(ns_dir, 8)    # doctest: +NORMALIZE_WHITESPACE
+    {'namespace': ('ns',), 'kept': 1, 'dropped': 0, 'skipped': 0, 'uncertain': [],
+     'lost_rows': 0, 'reembedded': 0}
     """
     hpath = os.path.join(directory, NAMESPACE_HEADER)
     h = read_json(hpath, "namespace header")
@@ -962,10 +1013,10 @@ def repair_namespace(directory: str, dim: int) -> dict:
     if not ns or not isinstance(gen, int) or namespace_dirname(ns) != os.path.basename(directory):
         raise StoreCorruptedError(f"{hpath} does not name this namespace at offset 0; "
                                   "it cannot be repaired")
-    return _repair(directory, ns, dim, gen, h)
+    return _repair(directory, ns, dim, gen, h, embed)
 
 
-def _repair(directory: str, ns: tuple, dim: int, gen: int, h: dict) -> dict:
+def _repair(directory: str, ns: tuple, dim: int, gen: int, h: dict, embed=None) -> dict:
     lpath = log_path(directory, gen)
     try:
         with open(lpath, "rb") as f:
@@ -992,9 +1043,18 @@ def _repair(directory: str, ns: tuple, dim: int, gen: int, h: dict) -> dict:
     last_damage = max(blind) if blind else -1
     ck_rows = 0 if ck_alive is None else ck_alive.shape[0]
     keep, uncertain, quarantine = [], [], []
+    fixed: dict = {}                      # replay index -> re-embedded vector (exact)
     for key, idx in sorted(rep.keys.items(), key=lambda kv: kv[1]):
         fr = rep.file_rows[idx]
         vec_ok = fr < have and zlib.crc32(vecs[fr].tobytes()) == rep.vector_crc[idx]
+        if not vec_ok and embed is not None:
+            try:
+                v = np.ascontiguousarray(embed([rep.texts[idx]])[0], np.float32)
+            except Exception:             # a failing embedder repairs nothing
+                v = None
+            if v is not None and v.shape == (dim,) and zlib.crc32(v) == rep.vector_crc[idx]:
+                fixed[idx] = v
+                vec_ok = True
         if fr < ck_rows and not ck_alive[fr]:
             uncertain.append(key)           # certainly not current: deleted or replaced
         elif rep.record_offset[idx] < last_damage:
@@ -1023,16 +1083,22 @@ def _repair(directory: str, ns: tuple, dim: int, gen: int, h: dict) -> dict:
         return (rep.key_of[idx], rep.texts[idx], rep.metadata[idx], rep.created_at[idx],
                 rep.updated_at[idx], la, ac, rep.importance[idx])
 
+    def vectors_of(idxs):
+        if not idxs:
+            return np.zeros((0, dim), np.float32)
+        return np.stack([fixed[i] if i in fixed else vecs[rep.file_rows[i]] for i in idxs])
+
     if quarantine:
         _write_quarantine(directory, ns, dim, gen, [row_of(i) for i in quarantine],
-                          vecs[[rep.file_rows[i] for i in quarantine]])
+                          vectors_of(quarantine))
     rows = [row_of(i) for i in keep]
-    new_vecs = vecs[[rep.file_rows[i] for i in keep]] if keep else np.zeros((0, dim), np.float32)
+    new_vecs = vectors_of(keep)
     cols, _, _ = write_generation(directory, ns, dim, gen + 1, rows, new_vecs)
     cols.release()
     remove_stale(directory, gen + 1, 0)
     return {"namespace": ns, "kept": len(keep), "dropped": len(uncertain),
-            "skipped": rep.skipped, "uncertain": uncertain, "lost_rows": lost_rows}
+            "skipped": rep.skipped, "uncertain": uncertain, "lost_rows": lost_rows,
+            "reembedded": len(fixed)}
 
 
 #: Access counts above this are damage, not use (a memory read every 20 ms tick for 2.7
@@ -1171,6 +1237,84 @@ def write_namespace(parent: str, ns: tuple, durability: str, keys: Sequence[str]
     files.checkpoint_rows = len(keys)                    # write_generation_blob's header
     files.checkpoint_log_bytes = log_bytes
     return files, cols, starts.tolist()
+
+
+def bad_rows(vectors: np.ndarray, crcs: np.ndarray) -> list[int]:
+    """Every row whose float32 bytes do not have the expected CRC-32 (ascending)."""
+    n = vectors.shape[0]
+    if n == 0:
+        return []
+    raw = np.ascontiguousarray(vectors, np.float32).view(np.uint8).reshape(n, -1)
+    crc = zlib.crc32
+    return [i for i, want in enumerate(np.asarray(crcs, np.uint32).tolist())
+            if crc(raw[i]) != want]
+
+
+def verify_namespace(files: "NamespaceFiles", cols: Columns, rows: int) -> dict:
+    """Check every checksum of an open format-2 namespace without changing anything: the
+    whole log (frames, CRCs, row rules), each row's ``record_offset`` and live flag against
+    the log, every live row's vector against its record's ``vector_crc``, and the access
+    statistics (finite, in range).
+
+    Returns
+    -------
+    dict
+        ``{"rows", "live", "bad_rows": rows whose vector fails its CRC, "errors": messages}``
+        -- intact when both lists are empty.
+    """
+    errors: list[str] = []
+    files.flush_pending()
+    with open(files.log_path, "rb") as f:
+        data = f.read(files.log_bytes)
+    try:
+        rep = scan_log(data, files.log_path, len(data))
+    except StoreCorruptedError as err:
+        return {"rows": rows, "live": int(np.count_nonzero(cols.alive[:rows])), "bad_rows": [],
+                "errors": [str(err)]}
+    if rep.rows != rows:
+        errors.append(f"{files.log_path} commits {rep.rows} rows, the namespace holds {rows}")
+    n = min(rep.rows, rows)
+    offs = np.asarray(rep.record_offset[:n], np.int64)
+    wrong = np.flatnonzero(np.asarray(cols.record_offset[:n], np.int64) != offs)
+    if wrong.shape[0]:
+        errors.append(f"{cols.path('record_offset')} is corrupted at offset "
+                      f"{int(wrong[0]) * 8}: row {int(wrong[0])} does not point at its record")
+    alive = np.ones(rep.rows, np.bool_)
+    if len(rep.dead):
+        alive[np.asarray(rep.dead, np.int64)] = False
+    diff = np.flatnonzero(alive[:n] != cols.alive[:n])
+    if diff.shape[0]:
+        errors.append(f"the live flags of {files.directory} disagree with its log at row "
+                      f"{int(diff[0])}")
+    live = np.flatnonzero(alive[:n])
+    crcs = np.asarray(rep.vector_crc, np.uint32)[live]
+    bad = [int(live[i]) for i in bad_rows(cols.vectors[live], crcs)] if live.shape[0] else []
+    if bad:
+        errors.append(f"{cols.path('vectors')} is corrupted at offset "
+                      f"{bad[0] * cols.dim * 4}: {len(bad)} row(s) fail their records' "
+                      f"vector CRC, the first row {bad[0]}")
+    stats = invalid_stats(cols, n)
+    if stats.shape[0]:
+        errors.append(f"{files.directory}: {stats.shape[0]} row(s) hold invalid access "
+                      f"statistics or lifecycle fields, the first row {int(stats[0])}")
+    return {"rows": rows, "live": int(live.shape[0]), "bad_rows": bad, "errors": errors}
+
+
+def invalid_stats(cols: Columns, rows: int) -> np.ndarray:
+    """Rows (ascending int64) whose timestamps are not finite or beyond
+    :data:`MAX_ABS_TIME`, whose ``access_count`` is outside [0, :data:`MAX_ACCESS_COUNT`]
+    or whose importance is outside [0, 1] (one vectorised pass over the columns)."""
+    bad = np.zeros(rows, np.bool_)
+    for name in ("created_at", "updated_at", "last_accessed_at"):
+        t = getattr(cols, name)[:rows]
+        with np.errstate(invalid="ignore"):
+            bad |= ~(np.abs(t) <= MAX_ABS_TIME)           # NaN compares False
+    ac = cols.access_count[:rows]
+    bad |= (ac < 0) | (ac > MAX_ACCESS_COUNT)
+    imp = cols.importance[:rows]
+    with np.errstate(invalid="ignore"):
+        bad |= ~((imp >= 0) & (imp <= 1))
+    return np.flatnonzero(bad).astype(np.int64)
 
 
 def namespace_intact(directory: str, dim: int, durability: str) -> bool:
