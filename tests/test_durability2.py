@@ -475,3 +475,132 @@ def test_1_repair_restores_a_damaged_vector_exactly_by_re_embedding(tmp_path):
                 assert np.array_equal(s.vector("ns", "k2"), emb.encode(["memory number 2"])[0])
             else:                       # nothing to re-embed with: dropped and listed
                 assert (rep["reembedded"], rep["uncertain"], rep["kept"]) == (0, ["k2"], 3)
+
+
+# ---------------------------------------------------------------------- 5: put_many under SIGKILL
+
+BATCH_DRIVER = textwrap.dedent(r"""
+    import glob, json, os, random, select, signal, sys, time
+    import numpy as np
+    from memcore import LongTermMemory, MemoryItem, storage
+    root, rounds, n, size, seed = sys.argv[1], *map(int, sys.argv[2:6])
+
+    class Emb:
+        name, dim = "batch-test", 16
+        def encode(self, texts, *, batch_size=32):
+            return np.ones((len(texts), 16), np.float32) / 4
+
+    def version(s, i):
+        m = s.get("b", f"k{i}")
+        return int(m.text.split()[0]) if m is not None else 0
+
+    def child(w):
+        s = LongTermMemory(root, Emb(), durability="flush")
+        vecs = np.ones((n, 16), np.float32) / 4
+        ver = version(s, 0)
+        os.write(w, b"R\n")
+        pad = "x" * size
+        while True:
+            ver += 1
+            items = [MemoryItem(f"k{i}", f"{ver} {pad}") for i in range(n)]
+            os.write(w, f"B {ver}\n".encode())
+            t0 = time.perf_counter()
+            s.put_many("b", items, vectors=vecs)
+            os.write(w, f"A {ver} {time.perf_counter() - t0}\n".encode())
+
+    rnd = random.Random(seed)
+    model, lost, mixed, acked_total, took, torn = 0, 0, 0, 0, 0.3, 0
+    for _ in range(rounds):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            try:
+                child(w)
+            finally:
+                os._exit(1)
+        os.close(w)
+        out = b""
+        while b"B " not in out and select.select([r], [], [], 60)[0]:
+            chunk = os.read(r, 1 << 16)
+            if not chunk:
+                break
+            out += chunk
+        time.sleep(rnd.uniform(0.5, 1.05) * took)  # inside the put_many: its write is last
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        while chunk := os.read(r, 1 << 16):
+            out += chunk
+        os.close(r)
+        lines = out.decode().splitlines()
+        acked = [int(x.split()[1]) for x in lines if x.startswith("A ")]
+        took = max([float(x.split()[2]) for x in lines if x.startswith("A ")] or [took])
+        began = [int(x.split()[1]) for x in lines if x.startswith("B ")]
+        acked_total += len(acked)
+        want = acked[-1] if acked else model
+        for log in glob.glob(os.path.join(root, "ns.*", "n-*", "log.*")):
+            with open(log, "rb") as f:
+                data = f.read()
+            torn += storage.scan_log(data, log, 0).end < len(data)   # killed mid-write
+        with LongTermMemory(root, read_only=True) as s:
+            got = {version(s, i) for i in range(n)}
+        mixed += len(got) > 1
+        lost += max(got) < want
+        model = max(got)
+        assert got <= {want} | set(began[-1:]), (got, want, began[-1:])
+    print(json.dumps({"rounds": rounds, "lost": lost, "mixed": mixed, "acked": acked_total,
+                      "torn": torn}))
+""")
+
+
+def _batch_rounds(tmp_path, rounds, n, size, seed):
+    """SIGKILL a process writing put_many batches of ``n`` items (``size`` bytes of text
+    each) at a random moment, ``rounds`` times; every reopen must show every key at one
+    version: the last acknowledged batch or the one in flight, never a mix. Returns the
+    driver's counts (rounds, acknowledged batches, batches lost, mixed batches)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    out = subprocess.run([sys.executable, "-c", BATCH_DRIVER, str(tmp_path / "m"), str(rounds),
+                          str(n), str(size), str(seed)], capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_5_put_many_is_all_or_nothing_under_sigkill(tmp_path):
+    res = _batch_rounds(tmp_path, 4, 2000, 2000, 5)
+    assert (res["lost"], res["mixed"]) == (0, 0)
+
+
+@pytest.mark.slow
+def test_5_put_many_is_all_or_nothing_under_sigkill_long(tmp_path):
+    res = _batch_rounds(tmp_path, 30, 10_000, 4000, 6)
+    print(res)
+    assert (res["lost"], res["mixed"]) == (0, 0)
+
+
+def test_5_an_uncommitted_batch_is_cut_whole_at_every_length(tmp_path):
+    """What a kill inside put_many leaves -- the batch's records with the first one's commit
+    byte unwritten, cut anywhere -- opens as if the batch never began (no repair)."""
+    src = tmp_path / "src"
+    with store(src) as s:
+        s.put("ns", "a", "committed before")
+    s = store(src)
+    log = ns_dir(src) / "log.0"
+    l0 = log.stat().st_size
+    s.put_many("ns", [MemoryItem(f"m{i}", f"batch item {i}") for i in range(4)])
+    killed(s)
+    full = log.read_bytes()
+    assert full[l0] == storage.records.MAGIC & 0xFF              # committed: the byte is set
+    for cut in sorted({l0 + 1, l0 + 13, l0 + 90, len(full) - 1, len(full),
+                       *range(l0 + 1, len(full), 97)}):
+        root = tmp_path / f"c{cut}"
+        shutil.copytree(src, root)
+        (ns_dir(root) / "log.0").write_bytes(full[:l0] + b"\0" + full[l0 + 1:cut])
+        with store(root, read_only=True) as r:
+            assert r.keys("ns") == ["a"], cut
+        with store(root) as w:                                     # the writer cuts it
+            assert w.keys("ns") == ["a"]
+            w.put("ns", "b", "after")
+        assert (ns_dir(root) / "log.0").read_bytes()[:l0] == full[:l0]
+        with store(root, read_only=True) as r:
+            assert sorted(r.keys("ns")) == ["a", "b"]

@@ -109,7 +109,13 @@ Commit protocol
 ---------------
 A write (``put``, ``put_many``, ``put_stored``, ``delete``) first writes vectors and columns of
 *new* rows into the memory maps (never touching a committed row's vector), then appends its
-records to the log with one ``write`` -- the commit point. ``put_many`` commits once.
+records to the log with one ``write`` -- the commit point. ``put_many`` commits once: a
+batch of several records is written with its first record's magic pending (first byte 0,
+:data:`~memcore.storage.records.PENDING_MAGIC`), then committed by writing that one byte
+(``"fsync"``: after syncing the records). A process killed mid-batch leaves an intact
+pending record followed by some of the batch: recovery cuts the log there like a torn tail,
+so the batch is all or nothing (a single record is atomic by its CRC). The bytes of a
+committed batch are the same as before: format 2 is unchanged.
 
 - ``durability="flush"`` (default): the records are written to the OS before the call returns.
   An acknowledged write survives the process being killed (the memory maps and the log share
@@ -149,7 +155,9 @@ Recovery (on open)
    kernel :func:`memcore.kernels.logscan.scan_records`, fixed fields and keys decoded
    column-wise). At the first bad record at offset ``x``: if any valid record follows it, the
    damage is in the middle of the file -> :class:`StoreCorruptedError` naming the file and
-   ``x``; a log shorter than ``log_bytes`` -> the same (truncated). Otherwise it is a torn tail
+   ``x``; a log shorter than ``log_bytes`` -> the same (truncated). An intact record with
+   the pending magic past ``log_bytes`` is an uncommitted batch: cut there (whatever
+   follows it). Otherwise it is a torn tail
    (a write cut short by a crash) and the log is truncated to ``x``, the end of the last
    committed record (read-only opens just ignore it). A CRC-valid record that breaks the row
    rules is corruption.

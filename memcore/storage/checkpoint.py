@@ -23,7 +23,8 @@ from memcore.storage.log import (
     _parse_one,
     _valid_record_after,
 )
-from memcore.storage.records import DEL_FIXED, FRAME, MAGIC, OP_DEL, OP_PUT, PUT_FIXED
+from memcore.storage.records import (DEL_FIXED, FRAME, MAGIC, OP_DEL, OP_PUT, PUT_FIXED,
+                                     pending_batch_at)
 
 #: A checkpoint is written after this many log bytes or rows since the previous one.
 CHECKPOINT_BYTES = 64 << 20
@@ -278,7 +279,7 @@ def scan_tail(data: bytes, base: int, path: str, first_row: int) -> Tail:
     """
     size = len(data)
     buf, offsets, count, stop = _frame_scan(data)
-    if stop < size:
+    if stop < size and not pending_batch_at(data, stop, size):   # else: an uncommitted batch
         try:
             _parse_one(data, stop, size)
         except _BadRecord as bad:

@@ -51,6 +51,7 @@ from memcore.storage.checkpoint import (
 from memcore.storage.log import Replay, first_bad_vector, scan_log
 from memcore.storage.mapped import index_file_names, index_prefix, write_index
 from memcore.storage.records import (
+    COMMIT_BYTE,
     FRAME,
     OP_PUT,
     PUT_FIXED,
@@ -253,6 +254,7 @@ class NamespaceFiles:
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._fd = None if read_only else os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
+        self._mfd: int | None = None    # writes a batch's commit byte (see _write_batch)
         self._vec_fd = None
         self.version = FORMAT_VERSION
         self.checkpoint_id = 0          # format 2: the checkpoint the header names
@@ -521,10 +523,34 @@ class NamespaceFiles:
         self.flush_pending()
         if self.durability == "fsync":
             cols.sync_vectors()
-        _write_all(self._fd, blob, self.log_bytes)
+        self._write_batch(blob, self.log_bytes)
         self.log_bytes += len(blob)
         if self.durability == "fsync":
             os.fdatasync(self._fd)
+
+    def _write_batch(self, blob, base: int) -> None:
+        """Append ``blob`` at log offset ``base`` as one commit. One record is atomic by its
+        CRC; several (``put_many``) are written with the first record's magic pending
+        (:data:`~memcore.storage.records.PENDING_MAGIC`), then committed by writing its
+        first byte: a process killed mid-write leaves an uncommitted batch that recovery
+        cuts whole, never a prefix of it (``"fsync"`` syncs the records before the byte)."""
+        length = FRAME.unpack_from(blob, 0)[1] if len(blob) >= FRAME.size else 0
+        if len(blob) <= FRAME.size + length:
+            _write_all(self._fd, blob, base)
+            return
+        blob = blob if isinstance(blob, bytearray) else bytearray(blob)
+        blob[0] = 0
+        _write_all(self._fd, blob, base)
+        try:
+            if self.durability == "fsync":
+                os.fdatasync(self._fd)
+            if self._mfd is None:           # pwrite ignores the offset on an O_APPEND fd
+                self._mfd = os.open(self.log_path, os.O_WRONLY)
+            if os.pwrite(self._mfd, COMMIT_BYTE, base) != 1:
+                raise OSError(errno.EIO, "the batch's commit byte was not written")
+        except BaseException:
+            os.ftruncate(self._fd, base)
+            raise
 
     def commit(self, cols: Columns, first_row: int, keys: Sequence[str], texts: Sequence[str],
                metadata: Sequence[bytes], importance, created_at, updated_at, last_accessed_at,
@@ -572,9 +598,13 @@ class NamespaceFiles:
 
     def flush_pending(self) -> None:
         if self._pending:
-            _write_all(self._fd, b"".join(self._pending), self.log_bytes - self._pending_bytes)
-            self._pending.clear()
-            self._pending_bytes = 0
+            pending, nbytes = self._pending, self._pending_bytes
+            self._pending, self._pending_bytes = [], 0      # never written twice
+            try:
+                self._write_batch(bytearray(b"".join(pending)), self.log_bytes - nbytes)
+            except BaseException:                           # cut back: still pending
+                self._pending, self._pending_bytes = pending, nbytes
+                raise
 
     def checkpoint(self, cols: Columns, rows: int, offsets: Sequence[int],
                    keys: KeyIndex | None = None, hybrid: dict | None = None,
@@ -666,6 +696,9 @@ class NamespaceFiles:
         if self._rfd is not None:
             os.close(self._rfd)
             self._rfd = None
+        if self._mfd is not None:
+            os.close(self._mfd)
+            self._mfd = None
 
 
 def new_key_index(files: NamespaceFiles, cols: Columns, hashes: np.ndarray | None = None,
