@@ -115,8 +115,8 @@ def test_2_repair_never_resurrects_deleted_or_replaced_data(tmp_path, case, chec
     log = ns_dir(root) / "log.0"
     _damage_record_at(log, _offsets(log)[2])            # the DEL or the replacing PUT
     if not checkpointed:
-        with pytest.raises(StoreCorruptedError):
-            store(root).close()
+        with store(root) as s, pytest.raises(StoreCorruptedError):
+            s.count("ns")                               # isolated until repaired
         with store(root, repair=True) as s:
             report = s.repair_report
             got = s.get("ns", "secret")
@@ -263,31 +263,79 @@ def _namespace_rounds(root, stride):
 
 # ---------------------------------------------------------------------- 6: headers
 
-@pytest.mark.xfail(strict=True, reason="issue 15 item 6: reproduced, not fixed yet")
-def test_6_a_lost_store_header_is_detected_never_an_empty_store(tmp_path):
-    root = tmp_path / "m"
-    _three(root)
-    (root / "memcore.json").unlink()
-    with pytest.raises(StoreCorruptedError, match="memcore.json"):
-        store(root)
-    with store(root, repair=True) as s:
-        assert s.count("ns") == 3
-
-
-@pytest.mark.xfail(strict=True, reason="issue 15 item 6: reproduced, not fixed yet")
-def test_6_a_damaged_namespace_header_is_isolated_and_repaired(tmp_path):
+@pytest.mark.parametrize("copy", [True, False], ids=["epoch-copy", "re-embedded"])
+@pytest.mark.parametrize("damage", ["lost", "garbage"])
+def test_6_a_lost_store_header_is_detected_never_an_empty_store(tmp_path, damage, copy):
     root = tmp_path / "m"
     with store(root) as s:
-        s.put("a", "k", "alpha text")
-        s.put("b", "k", "beta text")
-    bad = ns_dir(root, 0)
-    (bad / "header.json").write_bytes(b"{\x00garbage")
-    with store(root, read_only=True) as r:          # the other namespace serves
-        assert r.get("b", "k").text == "beta text"
-        with pytest.raises(StoreCorruptedError, match="header.json"):
-            r.get("a", "k")
+        s.put("ns", "dock", "the charging dock is in the hallway")
+        s.put("ns", "kettle", "the kettle is in the kitchen", vector=vec(1))
+    if damage == "lost":
+        (root / "memcore.json").unlink()
+    else:
+        (root / "memcore.json").write_bytes(b'{"format": "memc\x00')
+    if not copy:                               # a store written before the copies
+        (root / "memcore.copy.json").unlink()
+    for kw in ({}, {"read_only": True}):
+        with pytest.raises(StoreCorruptedError, match="memcore.json"):
+            store(root, **kw)
+
+    class Other:                  # another embedder of the same dim: never re-created wrongly
+        name, dim = "other", DIM
+
+        def encode(self, texts, *, batch_size=32):
+            return np.stack([vec(len(t)) for t in texts])
+
+    if not copy:
+        for emb in (None, Other()):
+            with pytest.raises(StoreCorruptedError, match="cannot be rebuilt"):
+                LongTermMemory(root, emb, repair=True)
     with store(root, repair=True) as s:
-        assert s.get("a", "k").text == "alpha text"
+        assert s.count("ns") == 2 and s.embedder_name == HashingEmbedder(dim=DIM).name
+        assert s.get("ns", "kettle").text == "the kettle is in the kitchen"
+    with store(root, read_only=True) as s:
+        assert s.count("ns") == 2
+
+
+@pytest.mark.parametrize("damage", ["header-garbage", "header-lost", "log-record",
+                                    "header-and-identity"])
+def test_6_a_damaged_namespace_is_isolated_and_repaired(tmp_path, damage):
+    root = tmp_path / "m"
+    s = store(root)
+    s.put("a", "k", "alpha text")
+    s.put("a", "k2", "alpha two")
+    s.put("b", "k", "beta text")
+    s.close() if damage != "log-record" else killed(s)    # log-record: all in the tail
+    bad = ns_dir(root, 0)
+    if damage.startswith("header"):
+        if damage == "header-lost":
+            (bad / "header.json").unlink()
+        else:
+            (bad / "header.json").write_bytes(b"{\x00garbage")
+        if damage == "header-and-identity":
+            (bad / "namespace.json").unlink()      # the slug "a" still names it exactly
+    else:
+        _damage_record_at(bad / "log.0", 0)        # one bad record, a valid one after it
+    for kw in ({"read_only": True}, {}):
+        with store(root, **kw) as r:               # the other namespace opens and serves
+            assert r.get("b", "k").text == "beta text"
+            assert r.namespaces() == [("b",)]
+            assert list(r.damaged) == [bad.name]
+            with pytest.raises(StoreCorruptedError, match="isolated"):
+                r.get("a", "k")
+            if not kw:
+                with pytest.raises(StoreCorruptedError, match="isolated"):
+                    r.put("a", "k3", "never written over the damage")
+                r.put("b", "k2", "still writable")
+            assert r.verify()[bad.name]["errors"]
+    with store(root) as s:
+        (rep,) = s.repair()
+        assert s.get("a", "k2").text == "alpha two"
+        assert s.damaged == {}
+        if damage.startswith("header"):
+            assert s.get("a", "k").text == "alpha text" and rep["uncertain"] == []
+    with store(root, read_only=True) as r:
+        assert r.namespaces() == [("a",), ("b",)] and not r.damaged
 
 
 # ---------------------------------------------------------------------- 8: access statistics

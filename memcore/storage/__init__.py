@@ -10,11 +10,15 @@ Files
     <root>/
       memcore.json              store header (JSON): {"format": "memcore-ltm", "version": 2,
                                 "embedder": name, "dim": dim, "epoch": e}
+      memcore.copy.json         a copy of memcore.json, written just before it (rebuilds a
+                                lost or damaged store header: ``repair=True``)
       LOCK                      the single-writer lock (filelock / fcntl.flock); never read
       ns.<e>/                   the namespaces of epoch e (``reindex``/``migrate`` write e+1)
         n-<slug>-<hash>/        one namespace; hash = first 32 hex digits of sha256 of the
                                 namespace as a JSON list, slug = up to 40 chars of [a-z0-9_-]
           header.json           namespace header (JSON), see below
+          namespace.json        {"namespace": [...]}, written once with the directory: names
+                                the namespace when header.json is lost or damaged
           log.<g>               append-only record log of generation g
           vectors.<g>.f32       (capacity, dim) float32 memory map, row-major, unit rows
           created_at.<g>.f64    (capacity,) float64 Unix seconds
@@ -170,6 +174,14 @@ Recovery (on open)
 5. Files of other generations, checkpoints or epochs and half-created or half-deleted
    namespace directories (``tmp-*``, ``trash-*``) are removed.
 
+Isolation: a namespace that fails to open (any :class:`StoreCorruptedError`: a damaged
+header, record, checkpoint or vector) is kept out of the store with one warning; the other
+namespaces open and serve, and any call on the damaged one raises the error
+(``LongTermMemory.damaged``; ``repair()`` rewrites it, from ``namespace.json`` and its log
+when its header is gone). A lost or damaged store header is never an empty store: open
+raises, and ``repair=True`` rebuilds it from ``memcore.copy.json`` (or, for stores written
+before the copy, from the given embedder once it re-embeds stored texts bit for bit).
+
 A read-only open (no lock; a writer may be working) that finds the checkpoint files its
 header named already replaced reads the header again; it maps the files and holds the log
 open, so it keeps seeing the store as of opening even after the writer compacts it.
@@ -208,6 +220,7 @@ from memcore.storage.disk import (  # noqa: F401
     new_key_index,
     adopt_replay,
     bad_rows,
+    embedder_reproduces,
     invalid_stats,
     verify_namespace,
     NamespaceFiles,
@@ -238,6 +251,9 @@ from memcore.storage.layout import (  # noqa: F401
     fsync_dir,
     namespace_dirname,
     read_store_header,
+    recover_store_header,
+    missing_header_error,
+    store_epochs,
     write_store_header,
 )
 from memcore.storage.log import Replay, first_bad_vector, scan_log, scan_log_exact  # noqa: F401

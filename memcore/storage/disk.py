@@ -24,13 +24,16 @@ from memcore.storage.layout import (
     FORMAT_VERSION,
     NAMESPACE_FORMAT,
     NAMESPACE_HEADER,
+    NAMESPACE_ID,
     atomic_write_json,
     check_version,
     checkpoint_path,
     column_path,
     log_path,
     namespace_dirname,
+    namespace_identity,
     read_json,
+    write_namespace_identity,
 )
 from memcore.storage.checkpoint import (
     _REPAIR as _REPAIR_HINT,
@@ -280,6 +283,7 @@ class NamespaceFiles:
         crcs = write_checkpoint_files(tmp, 0, 0, np.zeros(0, np.bool_), np.zeros(0, np.uint64),
                                       np.zeros(0, np.int64), durable=durable)
         crcs["record_offset"] = crc32_of(b"")
+        write_namespace_identity(tmp, ns, durable=durable)
         _write_ns_header(tmp, ns, dim, 0, 0, 0, 0, durable=durable, crc=crcs)
         cols.release()
         os.rename(tmp, final)
@@ -946,6 +950,7 @@ def write_generation_blob(directory: str, ns: tuple, dim: int, generation: int, 
     (Columns, records, log_bytes) of the new generation.
     """
     n = vectors.shape[0]
+    write_namespace_identity(directory, ns, durable=True)
     with open(column_path(directory, "vectors", generation), "wb") as f:       # write(): no page fault per 4 KiB
         f.write(np.ascontiguousarray(vectors, np.float32))
         f.flush()
@@ -1039,14 +1044,25 @@ def repair_namespace(directory: str, dim: int, embed=None) -> dict:
      'lost_rows': 0, 'reembedded': 0}
     """
     hpath = os.path.join(directory, NAMESPACE_HEADER)
-    h = read_json(hpath, "namespace header")
-    check_version(h, hpath, NAMESPACE_FORMAT)
-    ns = tuple(h.get("namespace") or ())
+    try:
+        h = read_json(hpath, "namespace header")
+        check_version(h, hpath, NAMESPACE_FORMAT)
+    except (FileNotFoundError, StoreCorruptedError):
+        h = {}
+    ns = h.get("namespace")
+    ns = tuple(ns) if isinstance(ns, list) and all(isinstance(x, str) for x in ns) else ()
     gen = h.get("generation")
-    if not ns or not isinstance(gen, int) or namespace_dirname(ns) != os.path.basename(directory):
-        raise StoreCorruptedError(f"{hpath} does not name this namespace at offset 0; "
-                                  "it cannot be repaired")
-    return _repair(directory, ns, dim, gen, h, embed)
+    if ns and isinstance(gen, int) and not isinstance(gen, bool) and gen >= 0 \
+            and namespace_dirname(ns) == os.path.basename(directory) and h.get("dim") == dim:
+        return _repair(directory, ns, dim, gen, h, embed)
+    # the header is lost or damaged: the namespace from namespace.json (or the directory's
+    # name), the newest generation's log; every record replayed, nothing checkpointed trusted
+    ns = namespace_identity(directory)
+    if ns is None:
+        raise StoreCorruptedError(f"{hpath} is damaged at offset 0 and nothing else names the "
+                                  "namespace of its directory; it cannot be repaired")
+    gens = [int(e[4:]) for e in os.listdir(directory) if e.startswith("log.") and e[4:].isdigit()]
+    return _repair(directory, ns, dim, max(gens, default=0), {}, embed)
 
 
 def _repair(directory: str, ns: tuple, dim: int, gen: int, h: dict, embed=None) -> dict:
@@ -1177,7 +1193,7 @@ def remove_stale(directory: str, generation: int, checkpoint: int | None = None,
                  index: dict | None = None) -> None:
     """Delete every file of a namespace directory but the header, ``generation``'s files and
     (format 2) those of ``checkpoint`` and of the hybrid-index entry ``index``."""
-    keep = {NAMESPACE_HEADER, os.path.basename(log_path(directory, generation))}
+    keep = {NAMESPACE_HEADER, NAMESPACE_ID, os.path.basename(log_path(directory, generation))}
     keep.update(os.path.basename(column_path(directory, n, generation))
                 for n in Columns.NAMES + Columns.NAMES_V2)
     if checkpoint is not None:
@@ -1348,6 +1364,38 @@ def invalid_stats(cols: Columns, rows: int) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         bad |= ~((imp >= 0) & (imp <= 1))
     return np.flatnonzero(bad).astype(np.int64)
+
+
+def embedder_reproduces(epoch_dir: str, embedder) -> bool:
+    """Whether ``embedder`` re-embeds stored texts of an epoch to their records' vectors bit
+    for bit (up to 8 texts of its first namespace with rows; one match suffices, as rows
+    written with precomputed vectors never match): what vouches for a rebuilt store
+    header."""
+    from memcore.core.rows import encoded
+
+    for entry in sorted(os.listdir(epoch_dir)):
+        hpath = os.path.join(epoch_dir, entry, NAMESPACE_HEADER)
+        try:
+            h = read_json(hpath, "namespace header")
+            lpath = log_path(os.path.join(epoch_dir, entry), h["generation"])
+            with open(lpath, "rb") as f:
+                data = f.read(1 << 20)
+        except (OSError, KeyError, TypeError, StoreCorruptedError):
+            continue
+        rep = scan_log(data, lpath, 0, salvage=True)
+        if not rep.rows:
+            continue
+        if h.get("dim") != int(embedder.dim):
+            return False
+        texts = list(rep.texts[:8])
+        try:
+            vecs = encoded(embedder.encode(texts), len(texts), int(embedder.dim),
+                           str(embedder.name))
+        except Exception:
+            return False
+        return any(zlib.crc32(np.ascontiguousarray(v)) == c
+                   for v, c in zip(vecs, list(rep.vector_crc[:8])))
+    return False
 
 
 def namespace_intact(directory: str, dim: int, durability: str) -> bool:

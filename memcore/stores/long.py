@@ -175,6 +175,34 @@ def _table(ns: Namespace, cols: Any, files: Any, rep: Any, read_only: bool) -> T
     return t
 
 
+class _Tables(dict):
+    """namespace -> Table, plus the namespaces found damaged on open (``damaged``: directory
+    name -> message). Looking up a damaged namespace raises :class:`StoreCorruptedError`
+    with that message; iteration sees only the healthy ones, which open and serve."""
+
+    def __init__(self, *args: Any):
+        super().__init__(*args)
+        self.damaged: dict[str, str] = {}
+
+    def _check(self, ns: Any) -> None:
+        if self.damaged and isinstance(ns, tuple):
+            msg = self.damaged.get(storage.namespace_dirname(ns))
+            if msg is not None:
+                raise StoreCorruptedError(msg)
+
+    def get(self, ns: Any, default: Any = None) -> Any:
+        self._check(ns)
+        return super().get(ns, default)
+
+    def __getitem__(self, ns: Any) -> Any:
+        self._check(ns)
+        return super().__getitem__(ns)
+
+    def pop(self, ns: Any, *default: Any) -> Any:
+        self._check(ns)
+        return super().pop(ns, *default)
+
+
 class LongTermMemory(MemoryStore):
     """Unbounded long-term memory: namespaced keys with exact fused semantic recall.
 
@@ -289,6 +317,7 @@ class LongTermMemory(MemoryStore):
         self.format_version = storage.FORMAT_VERSION
         self._root: storage.StoreRoot | None = None
         self._closed = False
+        self._tables = _Tables()
         self._stale: set = set()     # namespaces a write, checkpoint or compaction left
         self._healing = False        # half done (an exception mid-step): reloaded from disk
         self.repair_report: list[dict] = []
@@ -428,6 +457,12 @@ class LongTermMemory(MemoryStore):
         emb = self.embedder
         self._root = root = storage.StoreRoot.open(self.path, read_only=self.read_only,
                                                    lock_timeout=self.lock_timeout)
+        if root.header is None and (root.damage is not None or storage.store_epochs(self.path)):
+            if not repair:                       # lost or damaged, never an empty store
+                raise root.damage or storage.missing_header_error(self.path)
+            root.adopt(storage.recover_store_header(self.path, emb,
+                                                    storage.embedder_reproduces))
+            self.repair_report.append({"store_header": "rebuilt", "epoch": root.epoch})
         if root.header is None:
             if emb is None:
                 raise InvalidArgumentError(f"{self.path} holds no store yet; creating one needs "
@@ -455,9 +490,10 @@ class LongTermMemory(MemoryStore):
             try:
                 files, cols, rep = storage.NamespaceFiles.open(
                     directory, self.dim, self.durability, self.read_only)
-            except StoreCorruptedError:
+            except StoreCorruptedError as err:
                 if not repair or self.read_only:
-                    raise
+                    self._isolate(directory, err)
+                    continue
                 self.repair_report.append(storage.repair_namespace(directory, self.dim,
                                                                    self._repair_embed()))
                 files, cols, rep = storage.NamespaceFiles.open(
@@ -469,6 +505,20 @@ class LongTermMemory(MemoryStore):
                     f"migrate {self.path}` or open the store with read_only=True")
             t = self._tables[files.ns] = _table(files.ns, cols, files, rep, self.read_only)
             self._restore_recall(t, rep)
+
+    def _isolate(self, directory: str, err: StoreCorruptedError) -> None:
+        """Keep a namespace that failed to open out of the store: the others open and
+        serve, a call on it raises ``err``'s message (:attr:`damaged`)."""
+        msg = (f"{err} [namespace directory {os.path.basename(directory)} is isolated: the "
+               "store's other namespaces serve; repair() or `memcore repair PATH` rewrites it]")
+        self._tables.damaged[os.path.basename(directory)] = msg
+        logger.warning("%s", msg)
+
+    @property
+    def damaged(self) -> dict[str, str]:
+        """Namespaces that failed to open: directory name -> the error (each raises it when
+        used; :meth:`repair` rewrites them). Empty for a healthy store."""
+        return dict(self._tables.damaged)
 
     def _repair_embed(self):
         """What repair re-embeds a damaged vector's text with (None without an embedder)."""
@@ -839,6 +889,10 @@ class LongTermMemory(MemoryStore):
         name, dim = str(embedder.name), int(embedder.dim)
         with self._lock:
             self._check_write()
+            if self._tables.damaged:
+                raise StoreCorruptedError(
+                    "reindex() would drop the damaged namespaces of this store; repair() "
+                    f"them first: {'; '.join(self._tables.damaged.values())}")
             plan = [t for _, t in sorted(self._tables.items()) if t.keys]
             total = sum(t.live for t in plan)
             new_vecs = []
@@ -852,8 +906,8 @@ class LongTermMemory(MemoryStore):
                         bar.update(len(chunk))
                     new_vecs.append(np.ascontiguousarray(np.concatenate(parts)))
             if self.path is None:
-                self._tables = {t.namespace: self._rebuild(t, vecs)
-                                for t, vecs in zip(plan, new_vecs)}
+                self._tables = _Tables({t.namespace: self._rebuild(t, vecs)
+                                        for t, vecs in zip(plan, new_vecs)})
                 self.embedder, self.embedder_name, self.dim = embedder, name, dim
                 return total
             epoch = self._root.begin_epoch()
@@ -868,7 +922,7 @@ class LongTermMemory(MemoryStore):
             structures = [_index_structures(t) for t in plan]
             for t in self._tables.values():
                 storage.close_namespace(t.files, t.columns)
-            self._tables = {}
+            self._tables = _Tables()
             self.embedder, self.embedder_name, self.dim = embedder, name, dim
             self._root.finish_epoch()
             for built, directory in zip(structures, dirs):
@@ -922,6 +976,13 @@ class LongTermMemory(MemoryStore):
                     self._checkpoint_step(t)
                 except StoreCorruptedError:
                     pass        # its header keeps the last good checkpoint: re-verified below
+            for name in sorted(self._tables.damaged):
+                directory = os.path.join(self._root.epoch_dir, name)
+                report.append(storage.repair_namespace(directory, self.dim,
+                                                       self._repair_embed()))
+                del self._tables.damaged[name]
+                t = self._reopen(directory)
+                self._tables[t.namespace] = t
             for ns in list(self._tables):
                 t = self._tables[ns]
                 directory = t.files.directory
@@ -949,7 +1010,8 @@ class LongTermMemory(MemoryStore):
         dict
             ``{namespace: {"rows", "live", "bad_rows": rows whose vector fails its CRC,
             "errors": messages naming file and offset}}``; a namespace is intact when both
-            lists are empty. :meth:`repair` rewrites damaged ones.
+            lists are empty; one that failed to open is keyed by its directory name (see
+            :attr:`damaged`). :meth:`repair` rewrites damaged ones.
 
         Raises
         ------
@@ -968,6 +1030,8 @@ class LongTermMemory(MemoryStore):
             for ns, t in sorted(self._tables.items()):
                 if isinstance(t, DiskTable):
                     out[ns] = storage.verify_namespace(t.files, t.columns, t.rows)
+            for name, msg in sorted(self._tables.damaged.items()):
+                out[name] = {"rows": 0, "live": 0, "bad_rows": [], "errors": [msg]}
             return out
 
     def vector(self, namespace: NamespaceLike, key: str) -> np.ndarray | None:
