@@ -652,3 +652,67 @@ def test_5_an_uncommitted_batch_is_cut_whole_at_every_length(tmp_path):
         assert (ns_dir(root) / "log.0").read_bytes()[:l0] == full[:l0]
         with store(root, read_only=True) as r:
             assert sorted(r.keys("ns")) == ["a", "b"]
+
+
+# ---------------------------------------------------------------------- 7: readers during compact
+
+RACE_WRITER = textwrap.dedent(r"""
+    import sys, time
+    from memcore import HashingEmbedder, LongTermMemory, MemoryItem
+    root, seconds = sys.argv[1], float(sys.argv[2])
+    s = LongTermMemory(root, HashingEmbedder(dim=16))
+    print("R", flush=True)
+    end, i = time.time() + seconds, 0
+    while time.time() < end:
+        i += 1
+        for ns in ("a", "b"):
+            s.put_many(ns, [MemoryItem(f"k{j}", f"text {j} round {i}") for j in range(40)])
+        s.compact()
+        if i % 3 == 0:
+            s.reindex(HashingEmbedder(dim=16), progress=False)
+    s.close()
+""")
+
+
+def _reader_rounds(tmp_path, seconds):
+    """Open a store read-only again and again while another process compacts and reindexes
+    it; returns (opens, false corruption errors)."""
+    import time
+
+    root = tmp_path / "m"
+    with store(root) as s:
+        for ns in ("a", "b"):
+            s.put_many(ns, [MemoryItem(f"k{j}", f"text {j} round 0") for j in range(40)])
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-c", RACE_WRITER, str(root), str(seconds)],
+                            stdout=subprocess.PIPE, env=env, text=True)
+    assert proc.stdout.readline().strip() == "R"
+    opens, errors = 0, []
+    try:
+        while proc.poll() is None:
+            try:
+                with LongTermMemory(root, read_only=True) as r:
+                    for ns in ("a", "b"):
+                        assert r.count(ns) == 40
+                        assert r.get(ns, "k7").text.startswith("text 7 round")
+                opens += 1
+            except StoreCorruptedError as err:
+                errors.append(str(err))
+                opens += 1
+            time.sleep(0.001)
+    finally:
+        proc.wait(timeout=120)
+        proc.stdout.close()
+    return opens, errors
+
+
+def test_7_readers_never_see_false_corruption_during_compact_and_reindex(tmp_path):
+    opens, errors = _reader_rounds(tmp_path, 4)
+    assert errors == [] and opens > 10
+
+
+@pytest.mark.slow
+def test_7_readers_never_see_false_corruption_long(tmp_path):
+    opens, errors = _reader_rounds(tmp_path, 30)
+    print(opens)
+    assert opens > 100 and errors == []

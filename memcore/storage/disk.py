@@ -7,6 +7,7 @@ import errno
 import mmap
 import os
 import shutil
+import time
 import zlib
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -294,14 +295,44 @@ class NamespaceFiles:
 
     @classmethod
     def open(cls, directory: str, dim: int, durability: str, read_only: bool, *,
-             salvage: bool = False, full: bool = False, _retry: int = 0
+             salvage: bool = False, full: bool = False
              ) -> tuple["NamespaceFiles", Columns, "Replay | OpenState"]:
         """Open and recover a namespace directory (see the module docstring, Recovery).
+
+        A read-only open races the writer (no lock): a checkpoint or compaction may replace
+        the files its header named while it reads them. Whenever an open fails and the
+        header changed meanwhile (or vanished), it is read again (bounded, with short
+        sleeps): only damage seen under a stable header is an error.
 
         Raises
         ------
         StoreCorruptedError, FormatVersionError
+        FileNotFoundError
+            The namespace directory vanished under a read-only open (the store's writer
+            cleared it or replaced the epoch).
         """
+        if not read_only or salvage or full:
+            return cls._open_once(directory, dim, durability, read_only, salvage=salvage,
+                                  full=full)
+        hpath = os.path.join(directory, NAMESPACE_HEADER)
+        for attempt in range(8):
+            before = _file_bytes(hpath)
+            try:
+                return cls._open_once(directory, dim, durability, True)
+            except (StoreCorruptedError, FileNotFoundError):
+                after = _file_bytes(hpath)
+                if after is None and not os.path.isdir(directory):
+                    raise FileNotFoundError(errno.ENOENT, "the namespace vanished",
+                                            directory) from None
+                if after == before or attempt == 7:
+                    raise
+            time.sleep(0.001 * 2 ** attempt)
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def _open_once(cls, directory: str, dim: int, durability: str, read_only: bool, *,
+                   salvage: bool = False, full: bool = False
+                   ) -> tuple["NamespaceFiles", Columns, "Replay | OpenState"]:
         hpath = os.path.join(directory, NAMESPACE_HEADER)
         try:
             h = read_json(hpath, "namespace header")
@@ -324,14 +355,7 @@ class NamespaceFiles:
         if h["dim"] != dim:
             raise StoreCorruptedError(f"{hpath} has dim {h['dim']}, the store header says {dim}")
         if h["version"] >= 2 and not (salvage or full):
-            try:
-                return cls._open_v2(directory, h, ns, dim, durability, read_only)
-            except StoreCorruptedError:
-                # a reader racing the writer's checkpoint: the header it read named files
-                # the writer has since replaced; a newer header means: read again
-                if not read_only or _retry >= 3 or read_json(hpath, "namespace header") == h:
-                    raise
-                return cls.open(directory, dim, durability, read_only, _retry=_retry + 1)
+            return cls._open_v2(directory, h, ns, dim, durability, read_only)
         gen = h["generation"]
         lpath = log_path(directory, gen)
         data = _read_log(lpath, 0)[1]
@@ -812,6 +836,15 @@ def _replay_keys(keys: KeyIndex, alive: np.ndarray, tail: Tail, first: int, path
             events.append((-1, row))
             di += 1
     return events
+
+
+def _file_bytes(path: str) -> bytes | None:
+    """A small file's bytes, or None when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
 
 
 def _read_log(path: str, start: int) -> tuple[int, bytes]:

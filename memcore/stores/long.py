@@ -27,6 +27,7 @@ import json
 import logging
 import math
 import os
+import time
 from typing import Any, Sequence
 
 import numpy as np
@@ -173,6 +174,10 @@ def _table(ns: Namespace, cols: Any, files: Any, rep: Any, read_only: bool) -> T
     for row in rep.dead:
         t.key_of[row] = t.texts[row] = t.metadata[row] = None
     return t
+
+
+class _EpochReplaced(Exception):
+    """A read-only open found the epoch it was reading replaced by a reindex."""
 
 
 class _Tables(dict):
@@ -454,6 +459,29 @@ class LongTermMemory(MemoryStore):
     # ------------------------------------------------------------------ opening / closing
     @_disk
     def _open_disk(self, repair: bool) -> None:
+        """Open the store; a read-only open that raced the writer's ``reindex`` (the epoch it
+        started reading was replaced) starts over (bounded)."""
+        for attempt in range(8):
+            try:
+                return self._open_disk_once(repair)
+            except _EpochReplaced:
+                self._release()
+                self._tables = _Tables()
+                time.sleep(0.002 * 2 ** attempt)
+        self._open_disk_once(repair, last=True)
+
+    def _raced(self, last: bool) -> bool:
+        """Whether a read-only open should start over: the store header now names another
+        epoch than the one being read."""
+        if not self.read_only or last:
+            return False
+        try:
+            head = storage.read_store_header(self.path)
+        except (OSError, StoreCorruptedError):
+            return True
+        return head is None or head["epoch"] != self._root.epoch
+
+    def _open_disk_once(self, repair: bool, last: bool = False) -> None:
         emb = self.embedder
         self._root = root = storage.StoreRoot.open(self.path, read_only=self.read_only,
                                                    lock_timeout=self.lock_timeout)
@@ -486,11 +514,23 @@ class LongTermMemory(MemoryStore):
                 f"{self.path} was written with embedder {self.embedder_name!r} (dim {self.dim}), "
                 f"but embedder {emb.name!r} (dim {emb.dim}) was given; pass the same embedder, "
                 "or open it with that one and call reindex(new_embedder)")
-        for directory in root.namespace_dirs():
+        try:
+            dirs = root.namespace_dirs()
+        except StoreCorruptedError:
+            if self._raced(last):
+                raise _EpochReplaced() from None
+            raise
+        for directory in dirs:
             try:
                 files, cols, rep = storage.NamespaceFiles.open(
                     directory, self.dim, self.durability, self.read_only)
-            except StoreCorruptedError as err:
+            except (StoreCorruptedError, FileNotFoundError) as err:
+                if self._raced(last):
+                    raise _EpochReplaced() from None
+                if isinstance(err, FileNotFoundError):
+                    if self.read_only and not os.path.isdir(directory):
+                        continue                # cleared by the writer while we opened
+                    raise
                 if not repair or self.read_only:
                     self._isolate(directory, err)
                     continue
