@@ -112,7 +112,8 @@ class Columns:
     NAMES_V2 = ("vectors",) + tuple(c[0] for c in COLUMNS_V2)
 
     def __init__(self, dim: int, capacity: int, directory: str | None = None,
-                 generation: int = 0, read_only: bool = False, version: int = FORMAT_VERSION):
+                 generation: int = 0, read_only: bool = False, version: int = FORMAT_VERSION,
+                 need: int | None = None):
         self.dim = int(dim)
         self.directory = directory
         self.generation = int(generation)
@@ -120,7 +121,12 @@ class Columns:
         self.version = version if directory is not None else 1
         self.capacity = int(capacity) if read_only else _capacity_for(capacity)
         self._mm: dict = {}
-        self._map(self.capacity)
+        try:
+            self._map(self.capacity)
+        except OSError as err:         # a full disk: map only the ``need`` rows in use
+            if read_only or directory is None or need is None or err.errno != errno.ENOSPC:
+                raise
+            self._map(-(-max(need, 1) // INITIAL_CAPACITY) * INITIAL_CAPACITY)
 
     @property
     def names(self) -> tuple:
@@ -140,8 +146,9 @@ class Columns:
         if self.version >= 2:                     # RAM, restored from checkpoint snapshots
             alive = np.zeros(capacity, np.bool_)
             old = getattr(self, "alive", None)
-            if old is not None:
-                alive[: old.shape[0]] = old
+            if old is not None:          # (a failed growth may have left a longer one)
+                k = min(capacity, old.shape[0])
+                alive[:k] = old[:k]
             self.alive = alive
         for name, dtype, tail in self._spec():
             shape = (capacity,) + tail
@@ -173,9 +180,21 @@ class Columns:
         self.capacity = capacity
 
     def ensure(self, rows: int) -> None:
-        """Grow (by doubling) until ``rows`` rows fit."""
+        """Grow (by doubling) until ``rows`` rows fit; on a full disk (ENOSPC) only to
+        ``rows`` rounded up to 64, so a store stays writable with little space left.
+
+        Raises
+        ------
+        OSError
+            ENOSPC when even that does not fit (nothing committed changes).
+        """
         if rows > self.capacity:
-            self._map(_capacity_for(rows, self.capacity))
+            try:
+                self._map(_capacity_for(rows, self.capacity))
+            except OSError as err:
+                if err.errno != errno.ENOSPC or self.directory is None:
+                    raise
+                self._map(-(-rows // INITIAL_CAPACITY) * INITIAL_CAPACITY)
 
     def file_capacity(self) -> int:
         """Rows the vectors file can hold (file-backed only)."""
@@ -439,7 +458,7 @@ class NamespaceFiles:
             cols = Columns(dim, cap, directory, gen, read_only=True, version=2)
         else:
             cols = Columns(dim, _capacity_for(max(rows, 1), have_rows), directory, gen,
-                           version=2)
+                           version=2, need=rows)
         if crcs and "record_offset" in crcs and \
                 crc32_of(cols.record_offset[:ck_rows]) != crcs["record_offset"]:
             cols.release()

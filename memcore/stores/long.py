@@ -664,7 +664,7 @@ class LongTermMemory(MemoryStore):
 
     def _heal(self) -> None:
         """Reload every stale namespace from disk (see :meth:`_step`)."""
-        with self._lock:
+        with self._lock, storage.os_errors(self.path or "<in memory>"):
             self._healing = True
             try:
                 for ns in sorted(self._stale):
