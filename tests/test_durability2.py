@@ -242,7 +242,7 @@ def test_3_an_exception_at_any_step_of_a_write_leaves_one_consistent_store(tmp_p
 
 @_UNRAISABLE
 def test_3_an_exception_while_creating_a_namespace_leaves_it_usable(tmp_path):
-    _namespace_rounds(tmp_path / "m", 41)
+    _namespace_rounds(tmp_path / "m", 83)
 
 
 def _namespace_rounds(root, stride):
@@ -616,7 +616,7 @@ def _batch_rounds(tmp_path, rounds, n, size, seed):
 
 
 def test_5_put_many_is_all_or_nothing_under_sigkill(tmp_path):
-    res = _batch_rounds(tmp_path, 4, 2000, 2000, 5)
+    res = _batch_rounds(tmp_path, 2, 2000, 2000, 5)
     assert (res["lost"], res["mixed"]) == (0, 0)
 
 
@@ -708,8 +708,8 @@ def _reader_rounds(tmp_path, seconds):
 
 
 def test_7_readers_never_see_false_corruption_during_compact_and_reindex(tmp_path):
-    opens, errors = _reader_rounds(tmp_path, 4)
-    assert errors == [] and opens > 10
+    opens, errors = _reader_rounds(tmp_path, 1.5)
+    assert errors == [] and opens > 3
 
 
 @pytest.mark.slow
@@ -758,14 +758,14 @@ FULL_CHILD = textwrap.dedent(r"""
 """)
 
 
-def _disk_full_rounds(tmp_path, rounds):
+def _disk_full_rounds(tmp_path, rounds, size="4m"):
     """Fill a small tmpfs with a store (puts, put_many, deletes) until 25 writes failed;
     every failure must be a MemcoreError that is an OSError (never SIGBUS), the store must
     reopen on the still-full disk without repair holding every acknowledged write, and take
     writes once space returns. Returns (rounds, acknowledged writes lost)."""
     mnt = tmp_path / "small"
     mnt.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)],
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
                              capture_output=True, text=True)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs (needs root): {mounted.stderr.strip()}")
@@ -775,7 +775,7 @@ def _disk_full_rounds(tmp_path, rounds):
         for r in range(rounds):
             root = mnt / f"s{r}"
             filler = mnt / "filler"
-            filler.write_bytes(b"\0" * (256 << 10))      # space to give back afterwards
+            filler.write_bytes(b"\0" * (128 << 10))      # space to give back afterwards
             out = subprocess.run([sys.executable, "-c", FULL_CHILD, str(root), str(r)],
                                  capture_output=True, text=True, env=env, timeout=300)
             assert out.returncode == 0, out.stderr[-3000:]   # -7 would be SIGBUS
@@ -805,7 +805,7 @@ def _disk_full_rounds(tmp_path, rounds):
 
 
 def test_4_disk_full_raises_store_io_error_and_loses_nothing(tmp_path):
-    assert _disk_full_rounds(tmp_path, 1)[1] == 0
+    assert _disk_full_rounds(tmp_path, 1, "1m")[1] == 0
 
 
 @pytest.mark.slow
