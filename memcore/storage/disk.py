@@ -14,6 +14,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from memcore.core.rows import MAX_ABS_TIME, MAX_ACCESS_COUNT
 from memcore.errors import StoreCorruptedError
 from memcore.storage.layout import (
     TMP_PREFIX,
@@ -1202,11 +1203,6 @@ def _repair(directory: str, ns: tuple, dim: int, gen: int, h: dict, embed=None) 
             "reembedded": len(fixed)}
 
 
-#: Access counts above this are damage, not use (a memory read every 20 ms tick for 2.7
-#: years); validated on open and by repair.
-MAX_ACCESS_COUNT = 2 ** 32
-#: Timestamps (Unix seconds) must be finite and within +-1e11 s (about 3,000 years).
-MAX_ABS_TIME = 1e11
 
 
 def valid_time(t) -> bool:

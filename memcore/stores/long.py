@@ -70,6 +70,28 @@ def _meta_bytes(metadata: Sequence[Any]) -> list[bytes]:
             for m in metadata]
 
 
+def _store_path(path: Any) -> str:
+    """An absolute store path from a str or os.PathLike.
+
+    Raises
+    ------
+    InvalidArgumentTypeError
+        If ``path`` is neither (e.g. an int: a file descriptor is no store).
+    InvalidArgumentError
+        If it is empty (never silently the current directory) or holds a NUL.
+    """
+    if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)):
+        raise InvalidArgumentTypeError(f"path must be a str or os.PathLike, got "
+                                       f"{type(path).__name__}")
+    raw = os.fspath(path)
+    if not isinstance(raw, str):
+        raise InvalidArgumentTypeError(f"path must name a str path, got {type(raw).__name__}")
+    if not raw or "\x00" in raw:
+        raise InvalidArgumentError(f"path must be a non-empty directory path without NUL, "
+                                   f"got {raw!r}")
+    return os.path.abspath(raw)
+
+
 def _disk(method):
     """Run a method that touches the store's files with their OS errors raised as memcore
     errors (:class:`memcore.storage.os_errors`)."""
@@ -336,7 +358,7 @@ class LongTermMemory(MemoryStore):
             self.path = None
             self.embedder_name, self.dim = str(embedder.name), int(embedder.dim)
             return
-        self.path = os.path.abspath(os.fspath(path))
+        self.path = _store_path(path)
         try:
             self._open_disk(bool(repair))
         except BaseException:
@@ -364,7 +386,7 @@ class LongTermMemory(MemoryStore):
         EmbedderMismatchError, StoreLockedError, StoreCorruptedError, FormatVersionError
             As for the constructor.
         """
-        root = os.path.abspath(os.fspath(path))
+        root = _store_path(path)
         storage.StoreRoot.require(root)
         return cls(root, embedder, read_only=read_only, **kwargs)
 
