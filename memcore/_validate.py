@@ -173,14 +173,51 @@ def metadata(value: Any) -> dict:
         return {}
     if type(value) is not dict and not isinstance(value, Mapping):
         raise InvalidArgumentTypeError(f"metadata must be a dict, got {type(value).__name__}")
-    if all(type(k) is str and (type(v) in _JSON_SCALARS and (type(v) is not float or math.isfinite(v)))
+    if all(type(k) is str and (k.isascii() or _utf8(k))
+           and (type(v) in _JSON_SCALARS and (type(v) is not float or math.isfinite(v)))
+           and (type(v) is not str or v.isascii() or _utf8(v))
            for k, v in value.items()):
         return dict(value)  # flat dict of JSON scalars (the common case): a copy is enough
+    _json_tree(value, 0)
     try:
         blob = json.dumps(dict(value), allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as err:
         raise InvalidArgumentError(f"metadata must be JSON-serialisable (no NaN/inf): {err}") from err
     return json.loads(blob)
+
+
+#: Deepest metadata nesting accepted (JSON encoders and decoders recurse per level).
+MAX_METADATA_DEPTH = 64
+
+
+def _utf8(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def _json_tree(value: Any, depth: int) -> None:
+    """Check what ``json.dumps`` would silently change or choke on: non-str keys (turned
+    into strings), strings that are not valid Unicode (lone surrogates), nesting deeper
+    than :data:`MAX_METADATA_DEPTH` (RecursionError)."""
+    if depth > MAX_METADATA_DEPTH:
+        raise InvalidArgumentError(f"metadata nests deeper than {MAX_METADATA_DEPTH} levels")
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if type(k) is not str:
+                raise InvalidArgumentTypeError(f"metadata keys must be str, got {k!r}")
+            if not _utf8(k):
+                raise InvalidArgumentError(f"metadata key {k!r} is not valid Unicode "
+                                           "(lone surrogate?)")
+            _json_tree(v, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _json_tree(v, depth + 1)
+    elif isinstance(value, str) and not value.isascii() and not _utf8(value):
+        raise InvalidArgumentError(f"metadata value {value[:40]!r} is not valid Unicode "
+                                   "(lone surrogate?)")
 
 
 def top_k(value: Any) -> int:
@@ -239,7 +276,14 @@ def vectors(value: Any, dim: int, *, name: str = "vectors", allow_zero: bool = F
         if not finite.all():
             bad = start + int(np.flatnonzero(~finite)[0])
             raise InvalidVectorError(f"{name} row {bad} holds NaN or inf")
-        norms = np.linalg.norm(arr, axis=1)
+        with np.errstate(over="ignore", under="ignore"):
+            norms = np.linalg.norm(arr, axis=1)
+        odd = ~np.isfinite(norms) | ((norms == 0) & (arr != 0).any(axis=1))
+        if odd.any():        # the norm over- or underflows (1e200s, 1e-200s): scale first
+            scale = np.abs(arr[odd]).max(axis=1, keepdims=True)
+            arr = arr.copy()
+            arr[odd] = arr[odd] / scale
+            norms[odd] = np.linalg.norm(arr[odd], axis=1)
         if allow_zero:
             norms[norms == 0] = 1.0
         if (norms == 0).any():

@@ -302,6 +302,8 @@ def _json_arg(text: str) -> dict:
         value = json.loads(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(f"not valid JSON: {err}") from err
+    except RecursionError:
+        raise argparse.ArgumentTypeError("nests too deeply to parse") from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"must be a JSON object, got {type(value).__name__}")
     return value
@@ -483,9 +485,13 @@ def _import_with_progress(store: Any, src: Path, progress: bool) -> int:
     """
     from tqdm import tqdm
 
-    with src.open("r", encoding="utf-8") as f:
-        header = f.readline()
-        total = sum(1 for line in f if line.strip())
+    try:
+        with src.open("r", encoding="utf-8") as f:
+            header = f.readline()
+            total = sum(1 for line in f if line.strip())
+    except UnicodeDecodeError:
+        raise InvalidArgumentError(f"{src} is not a memcore JSONL export (not UTF-8 text)") \
+            from None
     if not header.strip():
         raise InvalidArgumentError(f"{src} is empty; expected a memcore JSONL export")
     done = 0
@@ -564,6 +570,66 @@ def cmd_migrate(args: argparse.Namespace) -> int:
              f"migrated {n} memories of {path} to on-disk format "
              f"{_storage_version()}" if n else f"{path} already is of the current on-disk format",
              to_stderr=False)
+    return 0
+
+
+def _store_arg(args: argparse.Namespace) -> Path:
+    return Path(args.path) if args.path is not None else store_path(args)
+
+
+@_guard
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Check every checksum of a store (read-only); exit 1 when anything is damaged."""
+    from memcore.stores.long import LongTermMemory
+
+    path = _store_arg(args)
+    with LongTermMemory.open(path, read_only=True) as store:
+        report = store.verify()
+    bad = {name: r for name, r in report.items() if r["errors"] or r["bad_rows"]}
+    if args.json:
+        _print_json({"store": str(path), "ok": not bad, "namespaces": [
+            {"namespace": list(ns) if isinstance(ns, tuple) else None,
+             "directory": None if isinstance(ns, tuple) else ns, **r}
+            for ns, r in report.items()]})
+    else:
+        for ns, r in report.items():
+            name = "/".join(ns) if isinstance(ns, tuple) else ns
+            state = "ok" if not (r["errors"] or r["bad_rows"]) else "; ".join(r["errors"])
+            print(f"{name}: {r['live']} live of {r['rows']} rows: {state}")
+        print(f"{path}: {len(report) - len(bad)} of {len(report)} namespaces intact"
+              + ("" if not bad else "; `memcore repair` rewrites the damaged ones"))
+    return 1 if bad else 0
+
+
+@_guard
+def cmd_repair(args: argparse.Namespace) -> int:
+    """Rebuild what is damaged (store header, namespaces) keeping every intact record."""
+    from memcore.errors import StoreCorruptedError
+    from memcore.stores.long import LongTermMemory
+
+    path = _store_arg(args)
+    try:                                       # re-embeds damaged vectors exactly when it can
+        with LongTermMemory.open(path, read_only=True) as probe:
+            embedder = _matching_embedder(probe)
+    except (StoreCorruptedError, MemcoreError):     # e.g. a lost store header
+        embedder = _embedder(args) if getattr(args, "embedder", None) else None
+    with LongTermMemory(path, embedder, repair=True, lock_timeout=1.0) as store:
+        report = store.repair_report + store.repair()
+    if args.json:
+        _print_json({"store": str(path), "repaired": [
+            {**r, "namespace": list(r["namespace"])} if "namespace" in r else r
+            for r in report]})
+    elif not report:
+        print(f"{path}: nothing to repair")
+    else:
+        for r in report:
+            if "namespace" not in r:
+                print(f"{path}: store header rebuilt (epoch {r['epoch']})")
+                continue
+            print(f"{'/'.join(r['namespace'])}: kept {r['kept']}, dropped {r['dropped']}, "
+                  f"re-embedded {r['reembedded']}, damaged stretches {r['skipped']}"
+                  + (f"; not vouched for: {', '.join(r['uncertain'])}" if r["uncertain"]
+                     else ""))
     return 0
 
 
@@ -697,6 +763,16 @@ def add_commands(subparsers: Any) -> None:
                    help="start serving at once (the first recall then loads the model)")
     p.add_argument("--json", action="store_true",
                    help="a start-up error (locked store, missing SDK) as one JSON object on stderr")
+
+    for name, what, fn in (
+            ("verify", "check every checksum of a store (read-only); exit 1 on damage",
+             cmd_verify),
+            ("repair", "rewrite damaged namespaces (and a lost store header) from their logs",
+             cmd_repair)):
+        p = sub(name, what, fn)
+        p.add_argument("path", nargs="?", default=None, metavar="PATH",
+                       help="the store (default: --store, $MEMCORE_HOME, else ./memcore-data)")
+        json_flag(p)
 
     p = sub("demo", "replay a conversation tick by tick through SemanticMemory", cmd_demo)
     p.add_argument("--locomo", metavar="FILE", help="a LoCoMo JSON file (e.g. locomo_dev.json)")

@@ -20,6 +20,7 @@ from memcore import (
     MemcoreError,
     MemoryItem,
     StoreCorruptedError,
+    StoreIOError,
 )
 from memcore import _validate, storage
 
@@ -60,7 +61,6 @@ def _three(root):
             s.put("ns", k, t, vector=vec(i))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15 item 1: reproduced, not fixed yet")
 def test_1_a_damaged_checkpointed_vector_is_never_served(tmp_path):
     root = tmp_path / "m"
     _three(root)
@@ -116,8 +116,8 @@ def test_2_repair_never_resurrects_deleted_or_replaced_data(tmp_path, case, chec
     log = ns_dir(root) / "log.0"
     _damage_record_at(log, _offsets(log)[2])            # the DEL or the replacing PUT
     if not checkpointed:
-        with pytest.raises(StoreCorruptedError):
-            store(root).close()
+        with store(root) as s, pytest.raises(StoreCorruptedError):
+            s.count("ns")                               # isolated until repaired
         with store(root, repair=True) as s:
             report = s.repair_report
             got = s.get("ns", "secret")
@@ -242,7 +242,7 @@ def test_3_an_exception_at_any_step_of_a_write_leaves_one_consistent_store(tmp_p
 
 @_UNRAISABLE
 def test_3_an_exception_while_creating_a_namespace_leaves_it_usable(tmp_path):
-    _namespace_rounds(tmp_path / "m", 41)
+    _namespace_rounds(tmp_path / "m", 83)
 
 
 def _namespace_rounds(root, stride):
@@ -264,36 +264,83 @@ def _namespace_rounds(root, stride):
 
 # ---------------------------------------------------------------------- 6: headers
 
-@pytest.mark.xfail(strict=True, reason="issue 15 item 6: reproduced, not fixed yet")
-def test_6_a_lost_store_header_is_detected_never_an_empty_store(tmp_path):
-    root = tmp_path / "m"
-    _three(root)
-    (root / "memcore.json").unlink()
-    with pytest.raises(StoreCorruptedError, match="memcore.json"):
-        store(root)
-    with store(root, repair=True) as s:
-        assert s.count("ns") == 3
-
-
-@pytest.mark.xfail(strict=True, reason="issue 15 item 6: reproduced, not fixed yet")
-def test_6_a_damaged_namespace_header_is_isolated_and_repaired(tmp_path):
+@pytest.mark.parametrize("copy", [True, False], ids=["epoch-copy", "re-embedded"])
+@pytest.mark.parametrize("damage", ["lost", "garbage"])
+def test_6_a_lost_store_header_is_detected_never_an_empty_store(tmp_path, damage, copy):
     root = tmp_path / "m"
     with store(root) as s:
-        s.put("a", "k", "alpha text")
-        s.put("b", "k", "beta text")
-    bad = ns_dir(root, 0)
-    (bad / "header.json").write_bytes(b"{\x00garbage")
-    with store(root, read_only=True) as r:          # the other namespace serves
-        assert r.get("b", "k").text == "beta text"
-        with pytest.raises(StoreCorruptedError, match="header.json"):
-            r.get("a", "k")
+        s.put("ns", "dock", "the charging dock is in the hallway")
+        s.put("ns", "kettle", "the kettle is in the kitchen", vector=vec(1))
+    if damage == "lost":
+        (root / "memcore.json").unlink()
+    else:
+        (root / "memcore.json").write_bytes(b'{"format": "memc\x00')
+    if not copy:                               # a store written before the copies
+        (root / "memcore.copy.json").unlink()
+    for kw in ({}, {"read_only": True}):
+        with pytest.raises(StoreCorruptedError, match="memcore.json"):
+            store(root, **kw)
+
+    class Other:                  # another embedder of the same dim: never re-created wrongly
+        name, dim = "other", DIM
+
+        def encode(self, texts, *, batch_size=32):
+            return np.stack([vec(len(t)) for t in texts])
+
+    if not copy:
+        for emb in (None, Other()):
+            with pytest.raises(StoreCorruptedError, match="cannot be rebuilt"):
+                LongTermMemory(root, emb, repair=True)
     with store(root, repair=True) as s:
-        assert s.get("a", "k").text == "alpha text"
+        assert s.count("ns") == 2 and s.embedder_name == HashingEmbedder(dim=DIM).name
+        assert s.get("ns", "kettle").text == "the kettle is in the kitchen"
+    with store(root, read_only=True) as s:
+        assert s.count("ns") == 2
+
+
+@pytest.mark.parametrize("damage", ["header-garbage", "header-lost", "log-record",
+                                    "header-and-identity"])
+def test_6_a_damaged_namespace_is_isolated_and_repaired(tmp_path, damage):
+    root = tmp_path / "m"
+    s = store(root)
+    s.put("a", "k", "alpha text")
+    s.put("a", "k2", "alpha two")
+    s.put("b", "k", "beta text")
+    s.close() if damage != "log-record" else killed(s)    # log-record: all in the tail
+    bad = ns_dir(root, 0)
+    if damage.startswith("header"):
+        if damage == "header-lost":
+            (bad / "header.json").unlink()
+        else:
+            (bad / "header.json").write_bytes(b"{\x00garbage")
+        if damage == "header-and-identity":
+            (bad / "namespace.json").unlink()      # the slug "a" still names it exactly
+    else:
+        _damage_record_at(bad / "log.0", 0)        # one bad record, a valid one after it
+    for kw in ({"read_only": True}, {}):
+        with store(root, **kw) as r:               # the other namespace opens and serves
+            assert r.get("b", "k").text == "beta text"
+            assert r.namespaces() == [("b",)]
+            assert list(r.damaged) == [bad.name]
+            with pytest.raises(StoreCorruptedError, match="isolated"):
+                r.get("a", "k")
+            if not kw:
+                with pytest.raises(StoreCorruptedError, match="isolated"):
+                    r.put("a", "k3", "never written over the damage")
+                r.put("b", "k2", "still writable")
+            assert r.verify()[bad.name]["errors"]
+    with store(root) as s:
+        (rep,) = s.repair()
+        assert s.get("a", "k2").text == "alpha two"
+        assert s.damaged == {}
+        if damage.startswith("header"):
+            assert s.get("a", "k").text == "alpha text" and rep["uncertain"] == []
+    with store(root, read_only=True) as r:
+        assert r.namespaces() == [("a",), ("b",)] and not r.damaged
 
 
 # ---------------------------------------------------------------------- 8: access statistics
 
-@pytest.mark.xfail(strict=True, reason="issue 15 item 8: reproduced, not fixed yet")
 def test_8_damaged_access_statistics_are_validated_on_open(tmp_path):
     root = tmp_path / "m"
     _three(root)
@@ -310,7 +357,6 @@ def test_8_damaged_access_statistics_are_validated_on_open(tmp_path):
 
 # ---------------------------------------------------------------------- 10: bad input
 
-@pytest.mark.xfail(strict=True, reason="issue 15 item 10: reproduced, not fixed yet")
 def test_10_lone_surrogate_key_and_metadata(tmp_path):
     s = LongTermMemory(tmp_path / "m", HashingEmbedder(dim=DIM))
     with pytest.raises(MemcoreError) as e:
@@ -322,7 +368,6 @@ def test_10_lone_surrogate_key_and_metadata(tmp_path):
     s.close()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15 item 10: reproduced, not fixed yet")
 def test_10_deep_metadata(tmp_path):
     s = LongTermMemory(tmp_path / "m", HashingEmbedder(dim=DIM))
     deep: dict = {}
@@ -336,7 +381,6 @@ def test_10_deep_metadata(tmp_path):
     s.close()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15 item 10: reproduced, not fixed yet")
 def test_10_put_many_none_and_bad_path(tmp_path):
     s = LongTermMemory(tmp_path / "m", HashingEmbedder(dim=DIM))
     with pytest.raises(MemcoreError) as e:
@@ -351,7 +395,6 @@ def test_10_put_many_none_and_bad_path(tmp_path):
     assert isinstance(e.value, ValueError)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15 item 10: reproduced, not fixed yet")
 def test_10_access_count_overflow(tmp_path):
     from memcore import StoredMemory
     s = LongTermMemory(tmp_path / "m", HashingEmbedder(dim=DIM))
@@ -364,12 +407,11 @@ def test_10_access_count_overflow(tmp_path):
     s.close()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15 item 10: reproduced, not fixed yet")
 def test_10_huge_vector_and_unnormalised_embedder(tmp_path):
     s = LongTermMemory(tmp_path / "m", HashingEmbedder(dim=DIM))
-    with pytest.raises(MemcoreError) as e:
-        s.put("ns", "k", "text", vector=np.full(DIM, 1e200))
-    assert isinstance(e.value, ValueError)
+    for big in (1e200, -1e-200):            # the norm over/underflows: scaled, never zeros
+        s.put("ns", "k", "text", vector=np.full(DIM, big))
+        assert np.allclose(s.vector("ns", "k"), np.sign(big) / np.sqrt(DIM))
     s.close()
 
     class Loud:
@@ -385,7 +427,6 @@ def test_10_huge_vector_and_unnormalised_embedder(tmp_path):
     s.close()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15 item 10: reproduced, not fixed yet")
 def test_10_export_to_a_directory_and_import_binary(tmp_path):
     s = LongTermMemory(tmp_path / "m", HashingEmbedder(dim=DIM))
     s.put("ns", "k", "text")
@@ -401,7 +442,6 @@ def test_10_export_to_a_directory_and_import_binary(tmp_path):
     s.close()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15 item 10: reproduced, not fixed yet")
 def test_10_metadata_keys_must_be_strings(tmp_path):
     s = LongTermMemory(tmp_path / "m", HashingEmbedder(dim=DIM))
     for k in (1, None, True):
@@ -409,3 +449,413 @@ def test_10_metadata_keys_must_be_strings(tmp_path):
             s.put("ns", "k", "text", metadata={k: 1})
         assert isinstance(e.value, TypeError)
     s.close()
+
+
+def _damage_rounds(tmp_path, rounds, seed):
+    """Random byte damage to the vectors file of a closed store: every read either raises
+    StoreCorruptedError or returns the right memory with its vector bit for bit; verify()
+    names every damaged live row. Returns (rounds, reads served wrong, damages missed)."""
+    rng = np.random.default_rng(seed)
+    src = tmp_path / "src"
+    with store(src) as s:
+        s.put_many("ns", [MemoryItem(f"k{i}", f"memory number {i}") for i in range(30)],
+                   vectors=np.stack([vec(100 + i) for i in range(30)]))
+    wrong = missed = 0
+    for r in range(rounds):
+        root = tmp_path / f"r{r}"
+        shutil.copytree(src, root)
+        vpath = ns_dir(root) / "vectors.0.f32"
+        raw = bytearray(vpath.read_bytes())
+        if r % 2:                                      # one row's bytes over another's
+            a, b = rng.choice(30, 2, replace=False)
+            raw[a * DIM * 4:(a + 1) * DIM * 4] = raw[b * DIM * 4:(b + 1) * DIM * 4]
+            damaged = {int(a)}
+        else:                                          # one random byte of a live row
+            at = int(rng.integers(0, 30 * DIM * 4))
+            raw[at] ^= int(rng.integers(1, 256))
+            damaged = {at // (DIM * 4)}
+        vpath.write_bytes(bytes(raw))
+        with store(root, read_only=True) as s:
+            missed += set(s.verify()[("ns",)]["bad_rows"]) != damaged
+            for i in range(30):
+                try:
+                    hits = s.search("ns", "x", query_vector=vec(100 + i), top_k=3, touch=False)
+                    for h in hits:
+                        j = int(h.key[1:])
+                        wrong += h.text != f"memory number {j}" or \
+                            not np.array_equal(s.vector("ns", h.key), vec(100 + j))
+                except StoreCorruptedError:
+                    pass
+        shutil.rmtree(root)
+    return rounds, wrong, missed
+
+
+def test_1_random_vector_damage_is_never_served(tmp_path):
+    assert _damage_rounds(tmp_path, 10, 1)[1:] == (0, 0)
+
+
+@pytest.mark.slow
+def test_1_random_vector_damage_is_never_served_long(tmp_path):
+    assert _damage_rounds(tmp_path, 200, 2)[1:] == (0, 0)
+
+
+def test_1_repair_restores_a_damaged_vector_exactly_by_re_embedding(tmp_path):
+    emb = HashingEmbedder(dim=DIM)
+    for with_embedder in (True, False):
+        root = tmp_path / str(with_embedder)
+        with store(root) as s:
+            for i in range(4):
+                s.put("ns", f"k{i}", f"memory number {i}")
+        vpath = ns_dir(root) / "vectors.0.f32"
+        raw = bytearray(vpath.read_bytes())
+        raw[2 * DIM * 4 + 3] ^= 0x10
+        vpath.write_bytes(bytes(raw))
+        with (store(root) if with_embedder else LongTermMemory(root)) as s:
+            (rep,) = s.repair()
+            if with_embedder:           # the logged text re-embedded matches the record's CRC
+                assert (rep["reembedded"], rep["uncertain"], rep["kept"]) == (1, [], 4)
+                assert np.array_equal(s.vector("ns", "k2"), emb.encode(["memory number 2"])[0])
+            else:                       # nothing to re-embed with: dropped and listed
+                assert (rep["reembedded"], rep["uncertain"], rep["kept"]) == (0, ["k2"], 3)
+
+
+# ---------------------------------------------------------------------- 5: put_many under SIGKILL
+
+BATCH_DRIVER = textwrap.dedent(r"""
+    import glob, json, os, random, select, signal, sys, time
+    import numpy as np
+    from memcore import LongTermMemory, MemoryItem, storage
+    root, rounds, n, size, seed = sys.argv[1], *map(int, sys.argv[2:6])
+
+    class Emb:
+        name, dim = "batch-test", 16
+        def encode(self, texts, *, batch_size=32):
+            return np.ones((len(texts), 16), np.float32) / 4
+
+    def version(s, i):
+        m = s.get("b", f"k{i}")
+        return int(m.text.split()[0]) if m is not None else 0
+
+    def child(w):
+        s = LongTermMemory(root, Emb(), durability="flush")
+        vecs = np.ones((n, 16), np.float32) / 4
+        ver = version(s, 0)
+        os.write(w, b"R\n")
+        pad = "x" * size
+        while True:
+            ver += 1
+            items = [MemoryItem(f"k{i}", f"{ver} {pad}") for i in range(n)]
+            os.write(w, f"B {ver}\n".encode())
+            t0 = time.perf_counter()
+            s.put_many("b", items, vectors=vecs)
+            os.write(w, f"A {ver} {time.perf_counter() - t0}\n".encode())
+
+    rnd = random.Random(seed)
+    model, lost, mixed, acked_total, took, torn = 0, 0, 0, 0, 0.3, 0
+    for _ in range(rounds):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            try:
+                child(w)
+            finally:
+                os._exit(1)
+        os.close(w)
+        out = b""
+        while b"B " not in out and select.select([r], [], [], 60)[0]:
+            chunk = os.read(r, 1 << 16)
+            if not chunk:
+                break
+            out += chunk
+        time.sleep(rnd.uniform(0.5, 1.05) * took)  # inside the put_many: its write is last
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        while chunk := os.read(r, 1 << 16):
+            out += chunk
+        os.close(r)
+        lines = out.decode().splitlines()
+        acked = [int(x.split()[1]) for x in lines if x.startswith("A ")]
+        took = max([float(x.split()[2]) for x in lines if x.startswith("A ")] or [took])
+        began = [int(x.split()[1]) for x in lines if x.startswith("B ")]
+        acked_total += len(acked)
+        want = acked[-1] if acked else model
+        for log in glob.glob(os.path.join(root, "ns.*", "n-*", "log.*")):
+            with open(log, "rb") as f:
+                data = f.read()
+            torn += storage.scan_log(data, log, 0).end < len(data)   # killed mid-write
+        with LongTermMemory(root, read_only=True) as s:
+            got = {version(s, i) for i in range(n)}
+        mixed += len(got) > 1
+        lost += max(got) < want
+        model = max(got)
+        assert got <= {want} | set(began[-1:]), (got, want, began[-1:])
+    print(json.dumps({"rounds": rounds, "lost": lost, "mixed": mixed, "acked": acked_total,
+                      "torn": torn}))
+""")
+
+
+def _batch_rounds(tmp_path, rounds, n, size, seed):
+    """SIGKILL a process writing put_many batches of ``n`` items (``size`` bytes of text
+    each) at a random moment, ``rounds`` times; every reopen must show every key at one
+    version: the last acknowledged batch or the one in flight, never a mix. Returns the
+    driver's counts (rounds, acknowledged batches, batches lost, mixed batches)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    out = subprocess.run([sys.executable, "-c", BATCH_DRIVER, str(tmp_path / "m"), str(rounds),
+                          str(n), str(size), str(seed)], capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_5_put_many_is_all_or_nothing_under_sigkill(tmp_path):
+    res = _batch_rounds(tmp_path, 2, 2000, 2000, 5)
+    assert (res["lost"], res["mixed"]) == (0, 0)
+
+
+@pytest.mark.slow
+def test_5_put_many_is_all_or_nothing_under_sigkill_long(tmp_path):
+    res = _batch_rounds(tmp_path, 30, 10_000, 4000, 6)
+    print(res)
+    assert (res["lost"], res["mixed"]) == (0, 0)
+
+
+def test_5_an_uncommitted_batch_is_cut_whole_at_every_length(tmp_path):
+    """What a kill inside put_many leaves -- the batch's records with the first one's commit
+    byte unwritten, cut anywhere -- opens as if the batch never began (no repair)."""
+    src = tmp_path / "src"
+    with store(src) as s:
+        s.put("ns", "a", "committed before")
+    s = store(src)
+    log = ns_dir(src) / "log.0"
+    l0 = log.stat().st_size
+    s.put_many("ns", [MemoryItem(f"m{i}", f"batch item {i}") for i in range(4)])
+    killed(s)
+    full = log.read_bytes()
+    assert full[l0] == storage.records.MAGIC & 0xFF              # committed: the byte is set
+    for cut in sorted({l0 + 1, l0 + 13, l0 + 90, len(full) - 1, len(full),
+                       *range(l0 + 1, len(full), 97)}):
+        root = tmp_path / f"c{cut}"
+        shutil.copytree(src, root)
+        (ns_dir(root) / "log.0").write_bytes(full[:l0] + b"\0" + full[l0 + 1:cut])
+        with store(root, read_only=True) as r:
+            assert r.keys("ns") == ["a"], cut
+        with store(root) as w:                                     # the writer cuts it
+            assert w.keys("ns") == ["a"]
+            w.put("ns", "b", "after")
+        assert (ns_dir(root) / "log.0").read_bytes()[:l0] == full[:l0]
+        with store(root, read_only=True) as r:
+            assert sorted(r.keys("ns")) == ["a", "b"]
+
+
+# ---------------------------------------------------------------------- 7: readers during compact
+
+RACE_WRITER = textwrap.dedent(r"""
+    import sys, time
+    from memcore import HashingEmbedder, LongTermMemory, MemoryItem
+    root, seconds = sys.argv[1], float(sys.argv[2])
+    s = LongTermMemory(root, HashingEmbedder(dim=16))
+    print("R", flush=True)
+    end, i = time.time() + seconds, 0
+    while time.time() < end:
+        i += 1
+        for ns in ("a", "b"):
+            s.put_many(ns, [MemoryItem(f"k{j}", f"text {j} round {i}") for j in range(40)])
+        s.compact()
+        if i % 3 == 0:
+            s.reindex(HashingEmbedder(dim=16), progress=False)
+    s.close()
+""")
+
+
+def _reader_rounds(tmp_path, seconds):
+    """Open a store read-only again and again while another process compacts and reindexes
+    it; returns (opens, false corruption errors)."""
+    import time
+
+    root = tmp_path / "m"
+    with store(root) as s:
+        for ns in ("a", "b"):
+            s.put_many(ns, [MemoryItem(f"k{j}", f"text {j} round 0") for j in range(40)])
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-c", RACE_WRITER, str(root), str(seconds)],
+                            stdout=subprocess.PIPE, env=env, text=True)
+    assert proc.stdout.readline().strip() == "R"
+    opens, errors = 0, []
+    try:
+        while proc.poll() is None:
+            try:
+                with LongTermMemory(root, read_only=True) as r:
+                    for ns in ("a", "b"):
+                        assert r.count(ns) == 40
+                        assert r.get(ns, "k7").text.startswith("text 7 round")
+                opens += 1
+            except StoreCorruptedError as err:
+                errors.append(str(err))
+                opens += 1
+            time.sleep(0.001)
+    finally:
+        proc.wait(timeout=120)
+        proc.stdout.close()
+    return opens, errors
+
+
+def test_7_readers_never_see_false_corruption_during_compact_and_reindex(tmp_path):
+    opens, errors = _reader_rounds(tmp_path, 1.5)
+    assert errors == [] and opens > 3
+
+
+@pytest.mark.slow
+def test_7_readers_never_see_false_corruption_long(tmp_path):
+    opens, errors = _reader_rounds(tmp_path, 30)
+    print(opens)
+    assert opens > 100 and errors == []
+
+
+# ---------------------------------------------------------------------- 4: disk full
+
+FULL_CHILD = textwrap.dedent(r"""
+    import json, sys
+    from memcore import HashingEmbedder, LongTermMemory, MemcoreError, MemoryItem
+    root, seed = sys.argv[1], int(sys.argv[2])
+    import random
+    rnd = random.Random(seed)
+    s = LongTermMemory(root, HashingEmbedder(dim=64), clock=lambda: 1.7e9)
+    acked, errors, i = {}, [], 0
+    while len(errors) < 25:
+        i += 1
+        try:
+            x = rnd.random()
+            if x < 0.5:
+                k, t = f"k{rnd.randrange(400)}", f"text {i} " + "pad " * rnd.randrange(200)
+                s.put("ns", k, t)
+                acked[k] = t
+            elif x < 0.9:
+                batch = {f"k{rnd.randrange(400)}": f"batch {i} {j} " + "pad " * 100
+                         for j in range(rnd.randrange(2, 40))}
+                s.put_many("ns", [MemoryItem(k, t) for k, t in batch.items()])
+                acked.update(batch)
+            else:
+                k = f"k{rnd.randrange(400)}"
+                if s.delete("ns", k):
+                    acked[k] = None
+        except MemcoreError as err:
+            if not isinstance(err, OSError):
+                raise
+            errors.append(type(err).__name__)
+    try:
+        s.close()
+    except MemcoreError as err:
+        errors.append("close " + type(err).__name__)
+    print(json.dumps({"acked": acked, "errors": errors, "ops": i}))
+""")
+
+
+def _disk_full_rounds(tmp_path, rounds, size="4m"):
+    """Fill a small tmpfs with a store (puts, put_many, deletes) until 25 writes failed;
+    every failure must be a MemcoreError that is an OSError (never SIGBUS), the store must
+    reopen on the still-full disk without repair holding every acknowledged write, and take
+    writes once space returns. Returns (rounds, acknowledged writes lost)."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs (needs root): {mounted.stderr.strip()}")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    lost = 0
+    try:
+        for r in range(rounds):
+            root = mnt / f"s{r}"
+            filler = mnt / "filler"
+            filler.write_bytes(b"\0" * (128 << 10))      # space to give back afterwards
+            out = subprocess.run([sys.executable, "-c", FULL_CHILD, str(root), str(r)],
+                                 capture_output=True, text=True, env=env, timeout=300)
+            assert out.returncode == 0, out.stderr[-3000:]   # -7 would be SIGBUS
+            res = json.loads(out.stdout.strip().splitlines()[-1])
+            assert res["errors"] and set(res["errors"]) <= {"StoreIOError", "close StoreIOError"}
+            s = LongTermMemory(root, HashingEmbedder(dim=64))           # still full
+            assert not s.damaged and not s.repair_report
+            for k, t in res["acked"].items():
+                got = s.get("ns", k)
+                lost += (None if got is None else got.text) != t
+            try:
+                s.close()                 # its checkpoint may not fit: nothing is lost
+            except StoreIOError:
+                pass
+            filler.unlink()                              # space returns
+            with LongTermMemory(root, HashingEmbedder(dim=64)) as s:
+                s.put("ns", "after", "written once space returned")
+            with LongTermMemory(root, read_only=True) as s:
+                assert s.get("ns", "after").text == "written once space returned"
+                assert s.verify()[("ns",)]["errors"] == []
+            shutil.rmtree(root)
+    finally:
+        import gc
+        gc.collect()
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+    return rounds, lost
+
+
+def test_4_disk_full_raises_store_io_error_and_loses_nothing(tmp_path):
+    assert _disk_full_rounds(tmp_path, 1, "1m")[1] == 0
+
+
+@pytest.mark.slow
+def test_4_disk_full_long(tmp_path):
+    assert _disk_full_rounds(tmp_path, 8)[1] == 0
+
+
+# ---------------------------------------------------------------------- CLI verify / repair
+
+def _cli(*argv):
+    from memcore.cli import main
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(argv))
+        except SystemExit as e:
+            code = e.code
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_cli_verify_and_repair(tmp_path, caplog):
+    root = tmp_path / "m"
+    with store(root) as s:
+        for i in range(4):
+            s.put("ns", f"k{i}", f"memory number {i}")
+        s.put("other", "k", "another namespace")
+    code, out, _ = _cli("verify", str(root))
+    assert code == 0 and out.splitlines()[-1].endswith("2 of 2 namespaces intact")
+    vpath = ns_dir(root) / "vectors.0.f32"
+    raw = bytearray(vpath.read_bytes())
+    raw[DIM * 4 + 1] ^= 0x08                       # row 1's vector
+    vpath.write_bytes(bytes(raw))
+    code, out, _ = _cli("verify", str(root), "--json")
+    res = json.loads(out)
+    assert code == 1 and not res["ok"]
+    assert [n["bad_rows"] for n in res["namespaces"]] == [[1], []]
+    code, out, _ = _cli("--embedder", "hashing", "repair", str(root))   # re-embeds exactly
+    assert code == 0 and "re-embedded 1" in out, out
+    code, out, _ = _cli("verify", str(root))
+    assert code == 0
+    (root / "memcore.json").unlink()
+    code, out, err = _cli("verify", str(root))
+    assert code == 1 and len(err.strip().splitlines()) == 1 and "memcore.json" in err
+    code, out, _ = _cli("repair", str(root))
+    assert code == 0 and "store header rebuilt" in out
+
+
+def test_cli_bad_input_is_one_line(tmp_path):
+    deep = '{"a":' * 3000 + "1" + "}" * 3000
+    code, out, err = _cli("--store", str(tmp_path / "s"), "--embedder", "hashing", "put", "ns",
+                          "hello there", "--metadata", deep)
+    assert code == 2 and "Traceback" not in err and "too deeply" in err
+    binary = tmp_path / "b.jsonl"
+    binary.write_bytes(b"\xff\xfe\x00\x80garbage")
+    code, out, err = _cli("--store", str(tmp_path / "s"), "--embedder", "hashing", "import",
+                          str(binary))
+    assert code == 1 and len(err.strip().splitlines()) == 1 and "not UTF-8" in err

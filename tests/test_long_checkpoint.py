@@ -154,8 +154,9 @@ def test_a_damaged_checkpoint_file_is_named_and_repaired_from_the_log(tmp_path):
     h = header(tmp_path / "m")
     alive = ns_dir(tmp_path / "m") / f"alive.0.c{h['checkpoint']}.u8"
     alive.write_bytes(alive.read_bytes()[:-1])
-    with pytest.raises(StoreCorruptedError, match=r"alive\.0\.c\d+\.u8 has"):
-        store(tmp_path / "m")
+    with store(tmp_path / "m") as s:       # isolated: the store opens, the namespace raises
+        with pytest.raises(StoreCorruptedError, match=r"alive\.0\.c\d+\.u8 has"):
+            s.count("ns")
     with store(tmp_path / "m", repair=True) as s:
         assert state(s) == want
 

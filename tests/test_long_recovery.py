@@ -40,6 +40,15 @@ def filled(root, n=10):
     return ns_dir(root) / "log.0"
 
 
+def isolated(root, match, ns="ns", **kw):
+    """A damaged namespace is isolated: the store opens, and using the namespace raises
+    StoreCorruptedError (``match``) naming the damage."""
+    with store(root, **kw) as s:
+        with pytest.raises(StoreCorruptedError, match=match):
+            s.count(ns)
+        assert list(s.damaged)
+
+
 def texts(s):
     return {k: s.get("ns", k).text for k in s.keys("ns")}
 
@@ -84,10 +93,8 @@ def test_mid_file_corruption_after_the_checkpoint_names_file_and_offset_then_rep
         s.put("ns", f"k{i}", f"text number {i}")
     s._release()                                   # crash: every record is in the log tail
     second = _damage_second_record(ns_dir(tmp_path / "m") / "log.0")
-    with pytest.raises(StoreCorruptedError, match=rf"log\.0 is corrupted at offset {second} "):
-        store(tmp_path / "m")
-    with pytest.raises(StoreCorruptedError):
-        LongTermMemory.open(tmp_path / "m")
+    isolated(tmp_path / "m", rf"log\.0 is corrupted at offset {second} ")
+    isolated(tmp_path / "m", "corrupted", read_only=True)
     with store(tmp_path / "m", repair=True) as s:
         assert s.repair_report[0]["skipped"] == 1
         # past the checkpoint nothing vouches for k0: the damaged record might have deleted
@@ -128,11 +135,10 @@ def test_corrupted_vector_is_detected_and_dropped_never_misattributed(tmp_path):
     raw = bytearray(vec.read_bytes())
     raw[3 * DIM * 4 + 5] ^= 0x40
     vec.write_bytes(bytes(raw))
-    with pytest.raises(StoreCorruptedError, match=rf"vectors\.0\.f32 is corrupted at offset "
-                                                  rf"{3 * DIM * 4}"):
-        store(tmp_path / "m")
-    with store(tmp_path / "m", repair=True) as r:
-        assert sorted(r.keys("ns")) == ["k0", "k1", "k2", "k4", "k5"]
+    isolated(tmp_path / "m", rf"vectors\.0\.f32 is corrupted at offset {3 * DIM * 4}")
+    with store(tmp_path / "m", repair=True) as r:     # re-embedded: an exact repair
+        assert r.repair_report[0]["reembedded"] == 1
+        assert sorted(r.keys("ns")) == ["k0", "k1", "k2", "k3", "k4", "k5"]
         emb = HashingEmbedder(dim=DIM)
         for k in r.keys("ns"):
             assert np.array_equal(r.vector("ns", k), emb.encode([r.get("ns", k).text])[0])
@@ -159,8 +165,7 @@ def test_truncated_log_inside_checkpoint_is_corruption(tmp_path):
     log = filled(tmp_path / "m")
     with open(log, "r+b") as f:
         f.truncate(log.stat().st_size - 5)
-    with pytest.raises(StoreCorruptedError, match="corrupted at offset"):
-        store(tmp_path / "m")
+    isolated(tmp_path / "m", "corrupted at offset")
 
 
 # ---------------------------------------------------------------------------- locking
@@ -261,10 +266,10 @@ def test_checkpoint_never_blesses_a_damaged_vector(tmp_path):
     assert json.loads((ns_dir(root) / "header.json").read_text())["rows"] == 5
     with pytest.raises(StoreCorruptedError, match=want):
         s.close()                                  # closes (and unlocks) all the same
-    with pytest.raises(StoreCorruptedError, match=want):
-        store(root)                                # rows past the checkpoint are re-checked
-    with store(root, repair=True) as r:
+    isolated(root, want)                           # rows past the checkpoint are re-checked
+    with LongTermMemory(root, repair=True) as r:      # no embedder to re-embed: dropped
         assert r.repair_report[0]["dropped"] == 1
+        assert r.repair_report[0]["uncertain"] == ["k6"]
         assert sorted(r.keys("ns")) == [f"k{i}" for i in range(8) if i != 6]
         emb = HashingEmbedder(dim=DIM)
         for k in r.keys("ns"):
@@ -286,10 +291,10 @@ def test_compact_verifies_every_live_vector_before_copying_it(tmp_path):
             s.compact()
         assert sorted(p.name for p in ns_dir(root).iterdir()) == before
         assert s.count("ns") == 6                  # the store is as it was
-        report = s.repair()
-        assert [(r["kept"], r["dropped"]) for r in report] == [(5, 1)]
+        report = s.repair()                        # re-embedded from its text: exact
+        assert [(r["kept"], r["dropped"], r["reembedded"]) for r in report] == [(6, 0, 1)]
         assert s.compact() == 0
-        s.put("ns", "k3", "text number 3")         # the dropped key can be written again
+        s.put("ns", "k3", "text number 3")
     with store(root) as r:
         emb = HashingEmbedder(dim=DIM)
         assert sorted(r.keys("ns")) == [f"k{i}" for i in range(6)]
@@ -483,10 +488,8 @@ def test_damaged_checkpoint_file_is_named_then_rebuilt_from_the_log(tmp_path, pa
     ref, _ = _filled_hybrid(root)
     path = sorted(ns_dir(root).glob(pattern))[0]
     _zero(path, 8 if pattern.startswith("alive") else 80)
-    with pytest.raises(StoreCorruptedError, match=path.name.replace(".", r"\.")):
-        store(root)
-    with pytest.raises(StoreCorruptedError, match="CRC"):
-        store(root, read_only=True)
+    isolated(root, path.name.replace(".", r"\."))
+    isolated(root, "CRC", read_only=True)
     with store(root, repair=True) as s:
         assert s.repair_report and s.repair_report[0]["kept"] == len(ref)
         assert {k: s.get("ns", k).text for k in s.keys("ns")} == ref
@@ -601,8 +604,7 @@ def test_a_short_column_file_is_named_in_the_error(tmp_path):
     filled(root, n=100)
     path = ns_dir(root) / "importance.0.f32"
     os.truncate(path, 10 * 4)
-    with pytest.raises(StoreCorruptedError, match=r"importance\.0\.f32 holds only 10 rows"):
-        store(root, read_only=True)
+    isolated(root, r"importance\.0\.f32 holds only 10 rows", read_only=True)
 
 
 def test_truncated_key_index_names_its_files(tmp_path):
@@ -610,5 +612,4 @@ def test_truncated_key_index_names_its_files(tmp_path):
     filled(root, n=30)
     path = sorted(ns_dir(root).glob("keyrow.*"))[0]
     os.truncate(path, path.stat().st_size - 8)
-    with pytest.raises(StoreCorruptedError, match=r"keyrow\.0\.c\d+\.i64"):
-        store(root)
+    isolated(root, r"keyrow\.0\.c\d+\.i64")

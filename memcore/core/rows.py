@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -51,16 +51,26 @@ def encoded(vectors: Any, n: int, dim: int, name: str) -> np.ndarray:
     return enc
 
 
+#: Timestamps (Unix seconds) must be finite and within +-1e11 s (about 3,000 years); a
+#: store validates its columns against the same bounds on open (damage, not use).
+MAX_ABS_TIME = 1e11
+#: Access counts above this are damage, not use (a memory read every 20 ms tick for 2.7
+#: years).
+MAX_ACCESS_COUNT = 2 ** 32
+
+
 def timestamp(value: Any, what: str) -> float:
-    """Finite Unix seconds: an int or float (NumPy's included), never a bool.
+    """Finite Unix seconds within :data:`MAX_ABS_TIME`: an int or float (NumPy's included),
+    never a bool.
 
     Raises
     ------
     InvalidArgumentError
     """
     if (isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating))
-            or not math.isfinite(value)):
-        raise InvalidArgumentError(f"{what} must be finite Unix seconds, got {value!r}")
+            or not math.isfinite(value) or abs(value) > MAX_ABS_TIME):
+        raise InvalidArgumentError(f"{what} must be finite Unix seconds within "
+                                   f"+-{MAX_ABS_TIME:g}, got {value!r}")
     return float(value)
 
 
@@ -111,6 +121,9 @@ class Rows:
             On bad vectors, or vectors for a store without embedder (``dim=None``).
         """
         ns = _validate.namespace(namespace)
+        if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+            raise InvalidArgumentTypeError(f"items must be a sequence of MemoryItem, got "
+                                           f"{type(items).__name__}")
         items = list(items)
         rows = _fast(ns, items)
         if rows is None:
@@ -158,7 +171,8 @@ class Rows:
             vecs = np.zeros((0, dim), np.float32)
         else:
             vecs = _validate.vectors(vectors, dim, allow_zero=True)
-            raw = np.asarray(vectors, dtype=np.float32).reshape(vecs.shape)
+            with np.errstate(over="ignore"):          # 1e200s: inf here, never unit
+                raw = np.asarray(vectors, dtype=np.float32).reshape(vecs.shape)
             unit = np.abs(np.linalg.norm(raw.astype(np.float64), axis=1) - 1.0) < 1e-6
             vecs[unit] = raw[unit]         # unit rows bit for bit (tier moves, imports)
         if vecs is not None and vecs.shape[0] != len(memories):
@@ -171,8 +185,10 @@ class Rows:
                 ("created_at", m.created_at), ("updated_at", m.updated_at),
                 ("last_accessed_at", m.last_accessed_at))]
             count = m.access_count
-            if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
-                raise InvalidArgumentError(f"{what} access_count must be an int >= 0, got {count!r}")
+            if isinstance(count, bool) or not isinstance(count, (int, np.integer)) \
+                    or not 0 <= count <= MAX_ACCESS_COUNT:
+                raise InvalidArgumentError(f"{what} access_count must be an int in [0, "
+                                           f"{MAX_ACCESS_COUNT}], got {count!r}")
             groups.setdefault(_validate.namespace(m.namespace), []).append((
                 i, _validate.key(m.key), _validate.text(m.text),
                 _validate.importance(m.importance), _validate.metadata(m.metadata),

@@ -341,7 +341,7 @@ class DiskTable(Table):
         return self.files.decode(self.columns.record_offset[np.asarray(rows, np.int64)], **which)
 
     def record(self, row: int) -> Any:
-        return self.files.read_put(self.columns.record_offset[row])
+        return self.files.verified_put(self.columns, row)     # the vector's CRC checked
 
     def meta(self, row: int) -> dict:
         return json.loads(self.record(row).metadata)

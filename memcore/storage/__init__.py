@@ -10,11 +10,15 @@ Files
     <root>/
       memcore.json              store header (JSON): {"format": "memcore-ltm", "version": 2,
                                 "embedder": name, "dim": dim, "epoch": e}
+      memcore.copy.json         a copy of memcore.json, written just before it (rebuilds a
+                                lost or damaged store header: ``repair=True``)
       LOCK                      the single-writer lock (filelock / fcntl.flock); never read
       ns.<e>/                   the namespaces of epoch e (``reindex``/``migrate`` write e+1)
         n-<slug>-<hash>/        one namespace; hash = first 32 hex digits of sha256 of the
                                 namespace as a JSON list, slug = up to 40 chars of [a-z0-9_-]
           header.json           namespace header (JSON), see below
+          namespace.json        {"namespace": [...]}, written once with the directory: names
+                                the namespace when header.json is lost or damaged
           log.<g>               append-only record log of generation g
           vectors.<g>.f32       (capacity, dim) float32 memory map, row-major, unit rows
           created_at.<g>.f64    (capacity,) float64 Unix seconds
@@ -109,7 +113,13 @@ Commit protocol
 ---------------
 A write (``put``, ``put_many``, ``put_stored``, ``delete``) first writes vectors and columns of
 *new* rows into the memory maps (never touching a committed row's vector), then appends its
-records to the log with one ``write`` -- the commit point. ``put_many`` commits once.
+records to the log with one ``write`` -- the commit point. ``put_many`` commits once: a
+batch of several records is written with its first record's magic pending (first byte 0,
+:data:`~memcore.storage.records.PENDING_MAGIC`), then committed by writing that one byte
+(``"fsync"``: after syncing the records). A process killed mid-batch leaves an intact
+pending record followed by some of the batch: recovery cuts the log there like a torn tail,
+so the batch is all or nothing (a single record is atomic by its CRC). The bytes of a
+committed batch are the same as before: format 2 is unchanged.
 
 - ``durability="flush"`` (default): the records are written to the OS before the call returns.
   An acknowledged write survives the process being killed (the memory maps and the log share
@@ -149,7 +159,9 @@ Recovery (on open)
    kernel :func:`memcore.kernels.logscan.scan_records`, fixed fields and keys decoded
    column-wise). At the first bad record at offset ``x``: if any valid record follows it, the
    damage is in the middle of the file -> :class:`StoreCorruptedError` naming the file and
-   ``x``; a log shorter than ``log_bytes`` -> the same (truncated). Otherwise it is a torn tail
+   ``x``; a log shorter than ``log_bytes`` -> the same (truncated). An intact record with
+   the pending magic past ``log_bytes`` is an uncommitted batch: cut there (whatever
+   follows it). Otherwise it is a torn tail
    (a write cut short by a crash) and the log is truncated to ``x``, the end of the last
    committed record (read-only opens just ignore it). A CRC-valid record that breaks the row
    rules is corruption.
@@ -161,6 +173,14 @@ Recovery (on open)
    live flags and the key index.
 5. Files of other generations, checkpoints or epochs and half-created or half-deleted
    namespace directories (``tmp-*``, ``trash-*``) are removed.
+
+Isolation: a namespace that fails to open (any :class:`StoreCorruptedError`: a damaged
+header, record, checkpoint or vector) is kept out of the store with one warning; the other
+namespaces open and serve, and any call on the damaged one raises the error
+(``LongTermMemory.damaged``; ``repair()`` rewrites it, from ``namespace.json`` and its log
+when its header is gone). A lost or damaged store header is never an empty store: open
+raises, and ``repair=True`` rebuilds it from ``memcore.copy.json`` (or, for stores written
+before the copy, from the given embedder once it re-embeds stored texts bit for bit).
 
 A read-only open (no lock; a writer may be working) that finds the checkpoint files its
 header named already replaced reads the header again; it maps the files and holds the log
@@ -199,6 +219,10 @@ from memcore.storage.disk import (  # noqa: F401
     OpenState,
     new_key_index,
     adopt_replay,
+    bad_rows,
+    embedder_reproduces,
+    invalid_stats,
+    verify_namespace,
     NamespaceFiles,
     close_namespace,
     drop_namespace,
@@ -228,6 +252,9 @@ from memcore.storage.layout import (  # noqa: F401
     fsync_dir,
     namespace_dirname,
     read_store_header,
+    recover_store_header,
+    missing_header_error,
+    store_epochs,
     write_store_header,
 )
 from memcore.storage.log import Replay, first_bad_vector, scan_log, scan_log_exact  # noqa: F401

@@ -23,7 +23,8 @@ from memcore.storage.log import (
     _parse_one,
     _valid_record_after,
 )
-from memcore.storage.records import DEL_FIXED, FRAME, MAGIC, OP_DEL, OP_PUT, PUT_FIXED
+from memcore.storage.records import (DEL_FIXED, FRAME, MAGIC, OP_DEL, OP_PUT, PUT_FIXED,
+                                     pending_batch_at)
 
 #: A checkpoint is written after this many log bytes or rows since the previous one.
 CHECKPOINT_BYTES = 64 << 20
@@ -126,6 +127,7 @@ class PutRecord:
     text: str
     metadata: bytes
     importance: float
+    vector_crc: int = 0
 
 
 def read_put(fd: int, offset: int, path: str) -> PutRecord:
@@ -158,7 +160,8 @@ def read_put(fd: int, offset: int, path: str) -> PutRecord:
             raise _BadRecord(offset, "PUT record field lengths disagree with its length")
         key = bytes(payload[p:p + kl]).decode("utf-8")
         text = bytes(payload[p + kl:p + kl + tl]).decode("utf-8")
-        return PutRecord(fixed[1], key, text, bytes(payload[p + kl + tl:length]), fixed[6])
+        return PutRecord(fixed[1], key, text, bytes(payload[p + kl + tl:length]), fixed[6],
+                         fixed[7])
     except (_BadRecord, UnicodeDecodeError) as err:
         reason = err.reason if isinstance(err, _BadRecord) else f"invalid UTF-8: {err}"
         raise StoreCorruptedError(f"{path} is corrupted at offset {offset} ({reason}); "
@@ -276,7 +279,7 @@ def scan_tail(data: bytes, base: int, path: str, first_row: int) -> Tail:
     """
     size = len(data)
     buf, offsets, count, stop = _frame_scan(data)
-    if stop < size:
+    if stop < size and not pending_batch_at(data, stop, size):   # else: an uncommitted batch
         try:
             _parse_one(data, stop, size)
         except _BadRecord as bad:

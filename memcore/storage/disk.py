@@ -7,12 +7,14 @@ import errno
 import mmap
 import os
 import shutil
+import time
 import zlib
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
 
+from memcore.core.rows import MAX_ABS_TIME, MAX_ACCESS_COUNT
 from memcore.errors import StoreCorruptedError
 from memcore.storage.layout import (
     TMP_PREFIX,
@@ -24,6 +26,7 @@ from memcore.storage.layout import (
     FORMAT_VERSION,
     NAMESPACE_FORMAT,
     NAMESPACE_HEADER,
+    NAMESPACE_ID,
     ann_path,
     atomic_write_json,
     check_version,
@@ -31,7 +34,9 @@ from memcore.storage.layout import (
     column_path,
     log_path,
     namespace_dirname,
+    namespace_identity,
     read_json,
+    write_namespace_identity,
 )
 from memcore.storage.checkpoint import (
     _REPAIR as _REPAIR_HINT,
@@ -52,7 +57,10 @@ from memcore.storage.checkpoint import (
 from memcore.storage.log import Replay, first_bad_vector, scan_log
 from memcore.storage.mapped import index_file_names, index_prefix, write_index
 from memcore.storage.records import (
+    COMMIT_BYTE,
+    FRAME,
     OP_PUT,
+    PUT_FIXED,
     copy_puts,
     encode_delete,
     encode_put,
@@ -106,7 +114,8 @@ class Columns:
     NAMES_V2 = ("vectors",) + tuple(c[0] for c in COLUMNS_V2)
 
     def __init__(self, dim: int, capacity: int, directory: str | None = None,
-                 generation: int = 0, read_only: bool = False, version: int = FORMAT_VERSION):
+                 generation: int = 0, read_only: bool = False, version: int = FORMAT_VERSION,
+                 need: int | None = None):
         self.dim = int(dim)
         self.directory = directory
         self.generation = int(generation)
@@ -114,7 +123,12 @@ class Columns:
         self.version = version if directory is not None else 1
         self.capacity = int(capacity) if read_only else _capacity_for(capacity)
         self._mm: dict = {}
-        self._map(self.capacity)
+        try:
+            self._map(self.capacity)
+        except OSError as err:         # a full disk: map only the ``need`` rows in use
+            if read_only or directory is None or need is None or err.errno != errno.ENOSPC:
+                raise
+            self._map(-(-max(need, 1) // INITIAL_CAPACITY) * INITIAL_CAPACITY)
 
     @property
     def names(self) -> tuple:
@@ -134,8 +148,9 @@ class Columns:
         if self.version >= 2:                     # RAM, restored from checkpoint snapshots
             alive = np.zeros(capacity, np.bool_)
             old = getattr(self, "alive", None)
-            if old is not None:
-                alive[: old.shape[0]] = old
+            if old is not None:          # (a failed growth may have left a longer one)
+                k = min(capacity, old.shape[0])
+                alive[:k] = old[:k]
             self.alive = alive
         for name, dtype, tail in self._spec():
             shape = (capacity,) + tail
@@ -167,9 +182,21 @@ class Columns:
         self.capacity = capacity
 
     def ensure(self, rows: int) -> None:
-        """Grow (by doubling) until ``rows`` rows fit."""
+        """Grow (by doubling) until ``rows`` rows fit; on a full disk (ENOSPC) only to
+        ``rows`` rounded up to 64, so a store stays writable with little space left.
+
+        Raises
+        ------
+        OSError
+            ENOSPC when even that does not fit (nothing committed changes).
+        """
         if rows > self.capacity:
-            self._map(_capacity_for(rows, self.capacity))
+            try:
+                self._map(_capacity_for(rows, self.capacity))
+            except OSError as err:
+                if err.errno != errno.ENOSPC or self.directory is None:
+                    raise
+                self._map(-(-rows // INITIAL_CAPACITY) * INITIAL_CAPACITY)
 
     def file_capacity(self) -> int:
         """Rows the vectors file can hold (file-backed only)."""
@@ -252,6 +279,7 @@ class NamespaceFiles:
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._fd = None if read_only else os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
+        self._mfd: int | None = None    # writes a batch's commit byte (see _write_batch)
         self._vec_fd = None
         self.version = FORMAT_VERSION
         self.checkpoint_id = 0          # format 2: the checkpoint the header names
@@ -277,6 +305,7 @@ class NamespaceFiles:
         crcs = write_checkpoint_files(tmp, 0, 0, np.zeros(0, np.bool_), np.zeros(0, np.uint64),
                                       np.zeros(0, np.int64), durable=durable)
         crcs["record_offset"] = crc32_of(b"")
+        write_namespace_identity(tmp, ns, durable=durable)
         _write_ns_header(tmp, ns, dim, 0, 0, 0, 0, durable=durable, crc=crcs)
         cols.release()
         os.rename(tmp, final)
@@ -287,14 +316,44 @@ class NamespaceFiles:
 
     @classmethod
     def open(cls, directory: str, dim: int, durability: str, read_only: bool, *,
-             salvage: bool = False, full: bool = False, _retry: int = 0
+             salvage: bool = False, full: bool = False
              ) -> tuple["NamespaceFiles", Columns, "Replay | OpenState"]:
         """Open and recover a namespace directory (see the module docstring, Recovery).
+
+        A read-only open races the writer (no lock): a checkpoint or compaction may replace
+        the files its header named while it reads them. Whenever an open fails and the
+        header changed meanwhile (or vanished), it is read again (bounded, with short
+        sleeps): only damage seen under a stable header is an error.
 
         Raises
         ------
         StoreCorruptedError, FormatVersionError
+        FileNotFoundError
+            The namespace directory vanished under a read-only open (the store's writer
+            cleared it or replaced the epoch).
         """
+        if not read_only or salvage or full:
+            return cls._open_once(directory, dim, durability, read_only, salvage=salvage,
+                                  full=full)
+        hpath = os.path.join(directory, NAMESPACE_HEADER)
+        for attempt in range(8):
+            before = _file_bytes(hpath)
+            try:
+                return cls._open_once(directory, dim, durability, True)
+            except (StoreCorruptedError, FileNotFoundError):
+                after = _file_bytes(hpath)
+                if after is None and not os.path.isdir(directory):
+                    raise FileNotFoundError(errno.ENOENT, "the namespace vanished",
+                                            directory) from None
+                if after == before or attempt == 7:
+                    raise
+            time.sleep(0.001 * 2 ** attempt)
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def _open_once(cls, directory: str, dim: int, durability: str, read_only: bool, *,
+                   salvage: bool = False, full: bool = False
+                   ) -> tuple["NamespaceFiles", Columns, "Replay | OpenState"]:
         hpath = os.path.join(directory, NAMESPACE_HEADER)
         try:
             h = read_json(hpath, "namespace header")
@@ -317,14 +376,7 @@ class NamespaceFiles:
         if h["dim"] != dim:
             raise StoreCorruptedError(f"{hpath} has dim {h['dim']}, the store header says {dim}")
         if h["version"] >= 2 and not (salvage or full):
-            try:
-                return cls._open_v2(directory, h, ns, dim, durability, read_only)
-            except StoreCorruptedError:
-                # a reader racing the writer's checkpoint: the header it read named files
-                # the writer has since replaced; a newer header means: read again
-                if not read_only or _retry >= 3 or read_json(hpath, "namespace header") == h:
-                    raise
-                return cls.open(directory, dim, durability, read_only, _retry=_retry + 1)
+            return cls._open_v2(directory, h, ns, dim, durability, read_only)
         gen = h["generation"]
         lpath = log_path(directory, gen)
         data = _read_log(lpath, 0)[1]
@@ -408,7 +460,7 @@ class NamespaceFiles:
             cols = Columns(dim, cap, directory, gen, read_only=True, version=2)
         else:
             cols = Columns(dim, _capacity_for(max(rows, 1), have_rows), directory, gen,
-                           version=2)
+                           version=2, need=rows)
         if crcs and "record_offset" in crcs and \
                 crc32_of(cols.record_offset[:ck_rows]) != crcs["record_offset"]:
             cols.release()
@@ -432,6 +484,7 @@ class NamespaceFiles:
                                np.asarray(tail.put_fixed["vector_crc"], np.uint32),
                                range(ck_rows, rows), vec_path, tail.put_offsets,
                                "the store was not opened")
+            _restore_invalid_stats(files, cols, rows)
             keys = new_key_index(files, cols, hashes, krows)
             events = _replay_keys(keys, cols.alive, tail, ck_rows, lpath)
         except BaseException:
@@ -459,6 +512,24 @@ class NamespaceFiles:
         StoreCorruptedError
         """
         return read_put(self._read_fd(), int(offset), self.log_path)
+
+    def verified_put(self, cols: Columns, row: int) -> PutRecord:
+        """The PUT record of ``row`` after checking the row's vector against the record's
+        ``vector_crc`` (one CRC-32 of ``dim * 4`` bytes): every row a call returns is
+        verified before it is served, so a damaged vector never yields a wrong memory.
+
+        Raises
+        ------
+        StoreCorruptedError
+            Naming the vectors file, byte offset and row (or the log and offset).
+        """
+        offset = int(cols.record_offset[row])
+        rec = self.read_put(offset)
+        vec = cols.vectors[row]
+        if zlib.crc32(vec) != rec.vector_crc:
+            verify_vectors(vec[None, :], np.asarray([rec.vector_crc], np.uint32), [row],
+                           cols.path("vectors"), [offset], "it was not served")
+        return rec
 
     def key_at(self, offset: int) -> str:
         return self.read_put(offset).key
@@ -501,10 +572,34 @@ class NamespaceFiles:
         self.flush_pending()
         if self.durability == "fsync":
             cols.sync_vectors()
-        _write_all(self._fd, blob, self.log_bytes)
+        self._write_batch(blob, self.log_bytes)
         self.log_bytes += len(blob)
         if self.durability == "fsync":
             os.fdatasync(self._fd)
+
+    def _write_batch(self, blob, base: int) -> None:
+        """Append ``blob`` at log offset ``base`` as one commit. One record is atomic by its
+        CRC; several (``put_many``) are written with the first record's magic pending
+        (:data:`~memcore.storage.records.PENDING_MAGIC`), then committed by writing its
+        first byte: a process killed mid-write leaves an uncommitted batch that recovery
+        cuts whole, never a prefix of it (``"fsync"`` syncs the records before the byte)."""
+        length = FRAME.unpack_from(blob, 0)[1] if len(blob) >= FRAME.size else 0
+        if len(blob) <= FRAME.size + length:
+            _write_all(self._fd, blob, base)
+            return
+        blob = blob if isinstance(blob, bytearray) else bytearray(blob)
+        blob[0] = 0
+        _write_all(self._fd, blob, base)
+        try:
+            if self.durability == "fsync":
+                os.fdatasync(self._fd)
+            if self._mfd is None:           # pwrite ignores the offset on an O_APPEND fd
+                self._mfd = os.open(self.log_path, os.O_WRONLY)
+            if os.pwrite(self._mfd, COMMIT_BYTE, base) != 1:
+                raise OSError(errno.EIO, "the batch's commit byte was not written")
+        except BaseException:
+            os.ftruncate(self._fd, base)
+            raise
 
     def commit(self, cols: Columns, first_row: int, keys: Sequence[str], texts: Sequence[str],
                metadata: Sequence[bytes], importance, created_at, updated_at, last_accessed_at,
@@ -552,9 +647,13 @@ class NamespaceFiles:
 
     def flush_pending(self) -> None:
         if self._pending:
-            _write_all(self._fd, b"".join(self._pending), self.log_bytes - self._pending_bytes)
-            self._pending.clear()
-            self._pending_bytes = 0
+            pending, nbytes = self._pending, self._pending_bytes
+            self._pending, self._pending_bytes = [], 0      # never written twice
+            try:
+                self._write_batch(bytearray(b"".join(pending)), self.log_bytes - nbytes)
+            except BaseException:                           # cut back: still pending
+                self._pending, self._pending_bytes = pending, nbytes
+                raise
 
     def checkpoint(self, cols: Columns, rows: int, offsets: Sequence[int],
                    keys: KeyIndex | None = None, hybrid: dict | None = None,
@@ -646,6 +745,9 @@ class NamespaceFiles:
         if self._rfd is not None:
             os.close(self._rfd)
             self._rfd = None
+        if self._mfd is not None:
+            os.close(self._mfd)
+            self._mfd = None
 
 
 def new_key_index(files: NamespaceFiles, cols: Columns, hashes: np.ndarray | None = None,
@@ -685,6 +787,33 @@ def _adopt_tail(cols: Columns, tail: Tail, first: int, read_only: bool) -> None:
             setattr(cols, name, arr)
         arr[sl] = val
     cols.alive[sl] = True
+
+
+def _restore_invalid_stats(files: NamespaceFiles, cols: Columns, rows: int) -> None:
+    """Validate the numeric columns of every row on open (:func:`invalid_stats`: timestamps
+    finite and in range, ``access_count`` and importance in range); a damaged value is
+    replaced by its row's PUT record (CRC checked), with one warning."""
+    bad = invalid_stats(cols, rows)
+    if not bad.shape[0]:
+        return
+    import logging
+
+    logging.getLogger("memcore").warning(
+        "%s: %d row(s) held invalid lifecycle fields or access statistics (the first row %d); "
+        "restored from their log records", files.directory, bad.shape[0], int(bad[0]))
+    fd = files._read_fd()
+    for row in bad.tolist():
+        off = int(cols.record_offset[row])
+        files.read_put(off)                                   # CRC checked
+        f = PUT_FIXED.unpack_from(os.pread(fd, FRAME.size + PUT_FIXED.size, off), FRAME.size)
+        for name, val in (("created_at", f[2]), ("updated_at", f[3]),
+                          ("last_accessed_at", f[4]), ("access_count", f[5]),
+                          ("importance", f[6])):
+            arr = getattr(cols, name)
+            if not arr.flags.writeable:
+                arr = np.array(arr)
+                setattr(cols, name, arr)
+            arr[row] = val
 
 
 def _index_entry(h: dict, hpath: str, checkpoint: int) -> dict | None:
@@ -728,6 +857,15 @@ def _replay_keys(keys: KeyIndex, alive: np.ndarray, tail: Tail, first: int, path
             events.append((-1, row))
             di += 1
     return events
+
+
+def _file_bytes(path: str) -> bytes | None:
+    """A small file's bytes, or None when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
 
 
 def _read_log(path: str, start: int) -> tuple[int, bytes]:
@@ -866,6 +1004,7 @@ def write_generation_blob(directory: str, ns: tuple, dim: int, generation: int, 
     (Columns, records, log_bytes) of the new generation.
     """
     n = vectors.shape[0]
+    write_namespace_identity(directory, ns, durable=True)
     with open(column_path(directory, "vectors", generation), "wb") as f:       # write(): no page fault per 4 KiB
         f.write(np.ascontiguousarray(vectors, np.float32))
         f.flush()
@@ -910,12 +1049,14 @@ def _verified_checkpoint(directory: str, h: dict) -> tuple[np.ndarray | None, in
     return alive, nbytes
 
 
-def repair_namespace(directory: str, dim: int) -> dict:
+def repair_namespace(directory: str, dim: int, embed=None) -> dict:
     """Rewrite a namespace as a new generation from every intact record (crash-safe).
 
     Records with a bad frame, CRC or row rule are skipped; a live key whose vector fails its
-    record's CRC (or lies past the end of the vectors file) is dropped, never served with
-    another row's vector. Lifecycle fields come from the records, access statistics from the
+    record's CRC (or lies past the end of the vectors file) is re-embedded from its logged
+    text when ``embed`` (``texts -> (n, dim) float32``) is given and the result matches the
+    record's CRC bit for bit (an exact repair), else dropped -- never served with another
+    row's vector. Lifecycle fields come from the records, access statistics from the
     column files when they are valid (finite, in range).
 
     Repair never resurrects: a damaged record may have been a DEL or a replacing PUT, so a key
@@ -952,21 +1093,33 @@ def repair_namespace(directory: str, dim: int) -> dict:
     >>> with LongTermMemory(root, HashingEmbedder(dim=8)) as ltm:
     ...     _ = ltm.put("ns", "k", "some text")
     >>> ns_dir = StoreRoot.open(root, read_only=True, lock_timeout=0).namespace_dirs()[0]
-    >>> repair_namespace(ns_dir, 8)
-    {'namespace': ('ns',), 'kept': 1, 'dropped': 0, 'skipped': 0, 'uncertain': [], 'lost_rows': 0}
+    >>> repair_namespace(ns_dir, 8)    # doctest: +NORMALIZE_WHITESPACE
+    {'namespace': ('ns',), 'kept': 1, 'dropped': 0, 'skipped': 0, 'uncertain': [],
+     'lost_rows': 0, 'reembedded': 0}
     """
     hpath = os.path.join(directory, NAMESPACE_HEADER)
-    h = read_json(hpath, "namespace header")
-    check_version(h, hpath, NAMESPACE_FORMAT)
-    ns = tuple(h.get("namespace") or ())
+    try:
+        h = read_json(hpath, "namespace header")
+        check_version(h, hpath, NAMESPACE_FORMAT)
+    except (FileNotFoundError, StoreCorruptedError):
+        h = {}
+    ns = h.get("namespace")
+    ns = tuple(ns) if isinstance(ns, list) and all(isinstance(x, str) for x in ns) else ()
     gen = h.get("generation")
-    if not ns or not isinstance(gen, int) or namespace_dirname(ns) != os.path.basename(directory):
-        raise StoreCorruptedError(f"{hpath} does not name this namespace at offset 0; "
-                                  "it cannot be repaired")
-    return _repair(directory, ns, dim, gen, h)
+    if ns and isinstance(gen, int) and not isinstance(gen, bool) and gen >= 0 \
+            and namespace_dirname(ns) == os.path.basename(directory) and h.get("dim") == dim:
+        return _repair(directory, ns, dim, gen, h, embed)
+    # the header is lost or damaged: the namespace from namespace.json (or the directory's
+    # name), the newest generation's log; every record replayed, nothing checkpointed trusted
+    ns = namespace_identity(directory)
+    if ns is None:
+        raise StoreCorruptedError(f"{hpath} is damaged at offset 0 and nothing else names the "
+                                  "namespace of its directory; it cannot be repaired")
+    gens = [int(e[4:]) for e in os.listdir(directory) if e.startswith("log.") and e[4:].isdigit()]
+    return _repair(directory, ns, dim, max(gens, default=0), {}, embed)
 
 
-def _repair(directory: str, ns: tuple, dim: int, gen: int, h: dict) -> dict:
+def _repair(directory: str, ns: tuple, dim: int, gen: int, h: dict, embed=None) -> dict:
     lpath = log_path(directory, gen)
     try:
         with open(lpath, "rb") as f:
@@ -993,9 +1146,18 @@ def _repair(directory: str, ns: tuple, dim: int, gen: int, h: dict) -> dict:
     last_damage = max(blind) if blind else -1
     ck_rows = 0 if ck_alive is None else ck_alive.shape[0]
     keep, uncertain, quarantine = [], [], []
+    fixed: dict = {}                      # replay index -> re-embedded vector (exact)
     for key, idx in sorted(rep.keys.items(), key=lambda kv: kv[1]):
         fr = rep.file_rows[idx]
         vec_ok = fr < have and zlib.crc32(vecs[fr].tobytes()) == rep.vector_crc[idx]
+        if not vec_ok and embed is not None:
+            try:
+                v = np.ascontiguousarray(embed([rep.texts[idx]])[0], np.float32)
+            except Exception:             # a failing embedder repairs nothing
+                v = None
+            if v is not None and v.shape == (dim,) and zlib.crc32(v) == rep.vector_crc[idx]:
+                fixed[idx] = v
+                vec_ok = True
         if fr < ck_rows and not ck_alive[fr]:
             uncertain.append(key)           # certainly not current: deleted or replaced
         elif rep.record_offset[idx] < last_damage:
@@ -1024,23 +1186,24 @@ def _repair(directory: str, ns: tuple, dim: int, gen: int, h: dict) -> dict:
         return (rep.key_of[idx], rep.texts[idx], rep.metadata[idx], rep.created_at[idx],
                 rep.updated_at[idx], la, ac, rep.importance[idx])
 
+    def vectors_of(idxs):
+        if not idxs:
+            return np.zeros((0, dim), np.float32)
+        return np.stack([fixed[i] if i in fixed else vecs[rep.file_rows[i]] for i in idxs])
+
     if quarantine:
         _write_quarantine(directory, ns, dim, gen, [row_of(i) for i in quarantine],
-                          vecs[[rep.file_rows[i] for i in quarantine]])
+                          vectors_of(quarantine))
     rows = [row_of(i) for i in keep]
-    new_vecs = vecs[[rep.file_rows[i] for i in keep]] if keep else np.zeros((0, dim), np.float32)
+    new_vecs = vectors_of(keep)
     cols, _, _ = write_generation(directory, ns, dim, gen + 1, rows, new_vecs)
     cols.release()
     remove_stale(directory, gen + 1, 0)
     return {"namespace": ns, "kept": len(keep), "dropped": len(uncertain),
-            "skipped": rep.skipped, "uncertain": uncertain, "lost_rows": lost_rows}
+            "skipped": rep.skipped, "uncertain": uncertain, "lost_rows": lost_rows,
+            "reembedded": len(fixed)}
 
 
-#: Access counts above this are damage, not use (a memory read every 20 ms tick for 2.7
-#: years); validated on open and by repair.
-MAX_ACCESS_COUNT = 2 ** 32
-#: Timestamps (Unix seconds) must be finite and within +-1e11 s (about 3,000 years).
-MAX_ABS_TIME = 1e11
 
 
 def valid_time(t) -> bool:
@@ -1081,7 +1244,8 @@ def remove_stale(directory: str, generation: int, checkpoint: int | None = None,
     (the approximate index's included) and (format 2) those of ``checkpoint`` and of the
     hybrid-index entry ``index``."""
     ann = os.path.basename(ann_path(directory, generation))
-    keep = {NAMESPACE_HEADER, os.path.basename(log_path(directory, generation)), ann, ann + ".json"}
+    keep = {NAMESPACE_HEADER, NAMESPACE_ID, os.path.basename(log_path(directory, generation)),
+            ann, ann + ".json"}
     keep.update(os.path.basename(column_path(directory, n, generation))
                 for n in Columns.NAMES + Columns.NAMES_V2)
     if checkpoint is not None:
@@ -1174,6 +1338,116 @@ def write_namespace(parent: str, ns: tuple, durability: str, keys: Sequence[str]
     files.checkpoint_rows = len(keys)                    # write_generation_blob's header
     files.checkpoint_log_bytes = log_bytes
     return files, cols, starts.tolist()
+
+
+def bad_rows(vectors: np.ndarray, crcs: np.ndarray) -> list[int]:
+    """Every row whose float32 bytes do not have the expected CRC-32 (ascending)."""
+    n = vectors.shape[0]
+    if n == 0:
+        return []
+    raw = np.ascontiguousarray(vectors, np.float32).view(np.uint8).reshape(n, -1)
+    crc = zlib.crc32
+    return [i for i, want in enumerate(np.asarray(crcs, np.uint32).tolist())
+            if crc(raw[i]) != want]
+
+
+def verify_namespace(files: "NamespaceFiles", cols: Columns, rows: int) -> dict:
+    """Check every checksum of an open format-2 namespace without changing anything: the
+    whole log (frames, CRCs, row rules), each row's ``record_offset`` and live flag against
+    the log, every live row's vector against its record's ``vector_crc``, and the access
+    statistics (finite, in range).
+
+    Returns
+    -------
+    dict
+        ``{"rows", "live", "bad_rows": rows whose vector fails its CRC, "errors": messages}``
+        -- intact when both lists are empty.
+    """
+    errors: list[str] = []
+    files.flush_pending()
+    with open(files.log_path, "rb") as f:
+        data = f.read(files.log_bytes)
+    try:
+        rep = scan_log(data, files.log_path, len(data))
+    except StoreCorruptedError as err:
+        return {"rows": rows, "live": int(np.count_nonzero(cols.alive[:rows])), "bad_rows": [],
+                "errors": [str(err)]}
+    if rep.rows != rows:
+        errors.append(f"{files.log_path} commits {rep.rows} rows, the namespace holds {rows}")
+    n = min(rep.rows, rows)
+    offs = np.asarray(rep.record_offset[:n], np.int64)
+    wrong = np.flatnonzero(np.asarray(cols.record_offset[:n], np.int64) != offs)
+    if wrong.shape[0]:
+        errors.append(f"{cols.path('record_offset')} is corrupted at offset "
+                      f"{int(wrong[0]) * 8}: row {int(wrong[0])} does not point at its record")
+    alive = np.ones(rep.rows, np.bool_)
+    if len(rep.dead):
+        alive[np.asarray(rep.dead, np.int64)] = False
+    diff = np.flatnonzero(alive[:n] != cols.alive[:n])
+    if diff.shape[0]:
+        errors.append(f"the live flags of {files.directory} disagree with its log at row "
+                      f"{int(diff[0])}")
+    live = np.flatnonzero(alive[:n])
+    crcs = np.asarray(rep.vector_crc, np.uint32)[live]
+    bad = [int(live[i]) for i in bad_rows(cols.vectors[live], crcs)] if live.shape[0] else []
+    if bad:
+        errors.append(f"{cols.path('vectors')} is corrupted at offset "
+                      f"{bad[0] * cols.dim * 4}: {len(bad)} row(s) fail their records' "
+                      f"vector CRC, the first row {bad[0]}")
+    stats = invalid_stats(cols, n)
+    if stats.shape[0]:
+        errors.append(f"{files.directory}: {stats.shape[0]} row(s) hold invalid access "
+                      f"statistics or lifecycle fields, the first row {int(stats[0])}")
+    return {"rows": rows, "live": int(live.shape[0]), "bad_rows": bad, "errors": errors}
+
+
+def invalid_stats(cols: Columns, rows: int) -> np.ndarray:
+    """Rows (ascending int64) whose timestamps are not finite or beyond
+    :data:`MAX_ABS_TIME`, whose ``access_count`` is outside [0, :data:`MAX_ACCESS_COUNT`]
+    or whose importance is outside [0, 1] (one vectorised pass over the columns)."""
+    bad = np.zeros(rows, np.bool_)
+    for name in ("created_at", "updated_at", "last_accessed_at"):
+        t = getattr(cols, name)[:rows]
+        with np.errstate(invalid="ignore"):
+            bad |= ~(np.abs(t) <= MAX_ABS_TIME)           # NaN compares False
+    ac = cols.access_count[:rows]
+    bad |= (ac < 0) | (ac > MAX_ACCESS_COUNT)
+    imp = cols.importance[:rows]
+    with np.errstate(invalid="ignore"):
+        bad |= ~((imp >= 0) & (imp <= 1))
+    return np.flatnonzero(bad).astype(np.int64)
+
+
+def embedder_reproduces(epoch_dir: str, embedder) -> bool:
+    """Whether ``embedder`` re-embeds stored texts of an epoch to their records' vectors bit
+    for bit (up to 8 texts of its first namespace with rows; one match suffices, as rows
+    written with precomputed vectors never match): what vouches for a rebuilt store
+    header."""
+    from memcore.core.rows import encoded
+
+    for entry in sorted(os.listdir(epoch_dir)):
+        hpath = os.path.join(epoch_dir, entry, NAMESPACE_HEADER)
+        try:
+            h = read_json(hpath, "namespace header")
+            lpath = log_path(os.path.join(epoch_dir, entry), h["generation"])
+            with open(lpath, "rb") as f:
+                data = f.read(1 << 20)
+        except (OSError, KeyError, TypeError, StoreCorruptedError):
+            continue
+        rep = scan_log(data, lpath, 0, salvage=True)
+        if not rep.rows:
+            continue
+        if h.get("dim") != int(embedder.dim):
+            return False
+        texts = list(rep.texts[:8])
+        try:
+            vecs = encoded(embedder.encode(texts), len(texts), int(embedder.dim),
+                           str(embedder.name))
+        except Exception:
+            return False
+        return any(zlib.crc32(np.ascontiguousarray(v)) == c
+                   for v, c in zip(vecs, list(rep.vector_crc[:8])))
+    return False
 
 
 def namespace_intact(directory: str, dim: int, durability: str) -> bool:

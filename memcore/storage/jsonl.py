@@ -9,6 +9,7 @@ the little-endian float32 bytes).
 from __future__ import annotations
 
 import base64
+import errno
 import json
 import os
 from typing import Iterable, Iterator
@@ -28,7 +29,24 @@ def export_jsonl(path: str | os.PathLike, embedder: str, dim: int,
     """Write ``(memory, vector)`` pairs to ``path`` (atomically: a temp file, then rename);
     returns how many."""
     n = 0
+    if os.path.isdir(path):
+        raise IsADirectoryError(errno.EISDIR, "cannot export to a directory; name a file",
+                                os.fspath(path))
     tmp = os.fspath(path) + ".tmp"
+    try:
+        n = _write_export(tmp, embedder, dim, rows)
+    except BaseException:
+        try:
+            os.unlink(tmp)                   # never leave a partial export behind
+        except OSError:
+            pass
+        raise
+    os.replace(tmp, os.fspath(path))
+    return n
+
+
+def _write_export(tmp: str, embedder: str, dim: int, rows) -> int:
+    n = 0
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(json.dumps({"format": EXPORT_FORMAT, "version": 1, "embedder": embedder,
                             "dim": dim}) + "\n")
@@ -41,7 +59,6 @@ def export_jsonl(path: str | os.PathLike, embedder: str, dim: int,
                 "last_accessed_at": m.last_accessed_at, "access_count": m.access_count,
                 "vector": base64.b64encode(raw).decode("ascii")}, ensure_ascii=False) + "\n")
             n += 1
-    os.replace(tmp, os.fspath(path))
     return n
 
 
@@ -67,6 +84,14 @@ def import_jsonl(path: str | os.PathLike, embedder: str, dim: int, batch_size: i
         If the file is not a memcore export or a line is malformed (naming the line).
     """
     path = os.fspath(path)
+    try:
+        yield from _import(path, embedder, dim, batch_size, tier)
+    except UnicodeDecodeError as err:
+        raise InvalidArgumentError(f"{path} is not a memcore export (not UTF-8 text at byte "
+                                   f"{err.start} of a line)") from None
+
+
+def _import(path: str, embedder: str, dim: int, batch_size: int, tier: MemoryTier):
     with open(path, "r", encoding="utf-8") as f:
         head = _json_line(f.readline(), path, 1)
         if head.get("format") != EXPORT_FORMAT:

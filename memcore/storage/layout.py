@@ -29,7 +29,12 @@ OLDEST_VERSION = 1
 STORE_FORMAT = "memcore-ltm"
 NAMESPACE_FORMAT = "memcore-ltm-namespace"
 STORE_HEADER = "memcore.json"
+#: A second copy of the store header, written just before it.
+STORE_HEADER_COPY = "memcore.copy.json"
 NAMESPACE_HEADER = "header.json"
+#: Written once when a namespace directory is made: its namespace (what rebuilds a lost
+#: or damaged ``header.json``; the directory name's hash checks it).
+NAMESPACE_ID = "namespace.json"
 LOCK_FILE = "LOCK"
 DURABILITY_MODES = ("fsync", "flush", "none")
 EPOCH_PREFIX = "ns."          # ns.<epoch>/: the namespaces of one epoch
@@ -83,6 +88,34 @@ def namespace_dirname(ns: Sequence[str]) -> str:
     digest = hashlib.sha256(blob).hexdigest()[:32]
     slug = re.sub(r"[^a-z0-9_-]", "_", ".".join(ns).lower())[:40]
     return f"n-{slug}-{digest}"
+
+
+def namespace_identity(directory: str) -> tuple | None:
+    """The namespace a namespace directory belongs to, without its header: from
+    ``namespace.json``, else (directories made before it) from the directory's slug when
+    that spells the namespace exactly; either is checked against the name's hash. None when
+    nothing names it."""
+    base = os.path.basename(directory)
+    try:
+        raw = read_json(os.path.join(directory, NAMESPACE_ID), "namespace identity")
+        ns = raw.get("namespace")
+        if isinstance(ns, list) and ns and all(isinstance(x, str) and x for x in ns) \
+                and namespace_dirname(tuple(ns)) == base:
+            return tuple(ns)
+    except (OSError, StoreCorruptedError):
+        pass
+    slug = base[len(NAMESPACE_PREFIX):-33]
+    for cand in (tuple(slug.split(".")), (slug,)):
+        if all(cand) and namespace_dirname(cand) == base:
+            return cand
+    return None
+
+
+def write_namespace_identity(directory: str, ns: Sequence[str], *, durable: bool) -> None:
+    """Write ``namespace.json`` into a namespace directory unless it is there already."""
+    path = os.path.join(directory, NAMESPACE_ID)
+    if not os.path.exists(path):
+        atomic_write_json(path, {"namespace": list(ns)}, durable=durable)
 
 
 # ---------------------------------------------------------------------------------- files
@@ -172,10 +205,76 @@ def read_store_header(root: str) -> dict | None:
 
 
 def write_store_header(root: str, embedder: str, dim: int, epoch: int, *, durable: bool) -> None:
-    """Atomically write the store header (the commit point of ``reindex``)."""
-    atomic_write_json(os.path.join(root, STORE_HEADER),
-                      {"format": STORE_FORMAT, "version": FORMAT_VERSION, "embedder": embedder,
-                       "dim": int(dim), "epoch": int(epoch)}, durable=durable)
+    """Atomically write the store header (the commit point of ``reindex``), after a copy of
+    it (:data:`STORE_HEADER_COPY`: what rebuilds a lost or damaged store header; the epoch
+    it names is complete before either is written)."""
+    head = {"format": STORE_FORMAT, "version": FORMAT_VERSION, "embedder": embedder,
+            "dim": int(dim), "epoch": int(epoch)}
+    atomic_write_json(os.path.join(root, STORE_HEADER_COPY), head, durable=durable)
+    atomic_write_json(os.path.join(root, STORE_HEADER), head, durable=durable)
+
+
+def store_epochs(root: str) -> list[int]:
+    """The epochs ``ns.<e>`` directories of ``root`` hold namespaces of, ascending."""
+    out = []
+    try:
+        entries = os.listdir(root)
+    except (FileNotFoundError, NotADirectoryError):
+        return out
+    for entry in entries:
+        tail = entry[len(EPOCH_PREFIX):]
+        if entry.startswith(EPOCH_PREFIX) and tail.isdigit():
+            try:
+                if any(n.startswith(NAMESPACE_PREFIX)
+                       for n in os.listdir(os.path.join(root, entry))):
+                    out.append(int(tail))
+            except OSError:
+                pass
+    return sorted(out)
+
+
+def missing_header_error(root: str) -> StoreCorruptedError:
+    return StoreCorruptedError(
+        f"{os.path.join(root, STORE_HEADER)} is missing or damaged (offset 0), but {root} holds "
+        "namespaces; LongTermMemory(path, embedder, repair=True) (or `memcore repair PATH`) "
+        f"rebuilds it from {STORE_HEADER_COPY}, or by checking that the given "
+        "embedder reproduces stored vectors")
+
+
+def recover_store_header(root: str, embedder: Any, reproduces) -> dict:
+    """Rebuild a lost or damaged store header and write it; returns it.
+
+    The copy (:data:`STORE_HEADER_COPY`) is used when valid and its epoch holds the
+    namespaces; otherwise (stores written before the copy) the highest epoch holding
+    namespaces is named with the given embedder's name and dim, once
+    ``reproduces(epoch_dir, embedder)`` confirms that it re-embeds stored texts to their
+    recorded vectors bit for bit.
+
+    Raises
+    ------
+    StoreCorruptedError
+        If nothing vouches for a header (no valid copy and no embedder that reproduces).
+    """
+    epochs = store_epochs(root)
+    path = os.path.join(root, STORE_HEADER_COPY)
+    try:
+        copy = read_json(path, "store header copy")
+        check_version(copy, path, STORE_FORMAT)
+    except (OSError, StoreCorruptedError):
+        copy = {}
+    if copy.get("epoch") in epochs and isinstance(copy.get("embedder"), str) \
+            and isinstance(copy.get("dim"), int):
+        write_store_header(root, copy["embedder"], copy["dim"], copy["epoch"], durable=True)
+        return read_store_header(root)
+    if embedder is not None and epochs:
+        e = epochs[-1]
+        if reproduces(os.path.join(root, f"{EPOCH_PREFIX}{e}"), embedder):
+            write_store_header(root, str(embedder.name), int(embedder.dim), e, durable=True)
+            return read_store_header(root)
+    raise StoreCorruptedError(
+        f"{os.path.join(root, STORE_HEADER)} is missing or damaged and cannot be rebuilt: no "
+        f"valid {STORE_HEADER_COPY} names an epoch, and no embedder was given that reproduces the "
+        "stored vectors; open it with the embedder it was written with and repair=True")
 
 
 
@@ -217,6 +316,11 @@ class StoreRoot:
         self.lock = lock
         self.epoch = 0 if header is None else header["epoch"]
         self._next: int | None = None
+        self.damage: StoreCorruptedError | None = None   # an unreadable store header
+
+    def adopt(self, header: dict) -> None:
+        """Use a rebuilt store header (see :func:`recover_store_header`)."""
+        self.header, self.epoch, self.damage = header, header["epoch"], None
 
     @staticmethod
     def require(path: str) -> dict:
@@ -230,6 +334,8 @@ class StoreRoot:
         with os_errors(path):
             header = read_store_header(path)
         if header is None:
+            if store_epochs(path):
+                raise missing_header_error(path)
             raise StoreNotFoundError(f"no memcore store at {path} (missing {STORE_HEADER})")
         return header
 
@@ -257,7 +363,13 @@ class StoreRoot:
                     f"{path} is locked by another writer (waited {lock_timeout} s); open it "
                     "with LongTermMemory.open(path, read_only=True) to read it") from None
             try:
-                return cls(path, read_store_header(path), lock)
+                try:
+                    header, damage = read_store_header(path), None
+                except StoreCorruptedError as err:       # repair=True may rebuild it
+                    header, damage = None, err
+                root = cls(path, header, lock)
+                root.damage = damage
+                return root
             except BaseException:
                 lock.release()
                 raise
@@ -316,7 +428,6 @@ class StoreRoot:
 
     def commit_epoch(self, embedder: str, dim: int) -> None:
         """Make the next epoch the store: fsync it, then replace the header (commit point)."""
-        fsync_dir(os.path.join(self.path, f"{EPOCH_PREFIX}{self._next}"))
         write_store_header(self.path, embedder, dim, self._next, durable=True)
 
     def abort_epoch(self) -> None:

@@ -19,6 +19,7 @@ from memcore.storage.records import (
     OP_PUT,
     PUT_FIXED,
     first_bad_row,
+    pending_batch_at,
 )
 
 @dataclass
@@ -217,7 +218,9 @@ def _scan_log_fast(data: bytes, path: str, committed_bytes: int) -> Replay | Non
     """
     size = len(data)
     buf, offsets, count, stop = _frame_scan(data)
-    if stop < size:                          # the first bad frame: torn tail or corruption
+    if stop < size and stop >= committed_bytes and pending_batch_at(data, stop, size):
+        pass                                 # an uncommitted batch: cut like a torn tail
+    elif stop < size:                        # the first bad frame: torn tail or corruption
         try:
             _parse_one(data, stop, size)
             return None                      # the kernel and the exact parser disagree
@@ -339,6 +342,8 @@ def scan_log_exact(data: bytes, path: str, committed_bytes: int, salvage: bool) 
             op, fields, nxt = _parse_one(data, off, size)
             _apply(rep, op, fields, off, salvage)
         except _BadRecord as bad:
+            if off >= committed_bytes and pending_batch_at(data, off, size):
+                break                                # an uncommitted batch: never committed
             later = _valid_record_after(data, off, size)
             if salvage:
                 rep.skipped += 1

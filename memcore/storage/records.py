@@ -15,6 +15,10 @@ from memcore.errors import StoreCorruptedError
 from memcore.kernels.logscan import gather_segments
 
 MAGIC = 0x52434D4D
+#: The magic of a batch's first record until the batch is committed: its first byte is 0,
+#: and the commit writes that one byte (``COMMIT_BYTE``) once every record is in the log.
+PENDING_MAGIC = MAGIC & ~0xFF
+COMMIT_BYTE = bytes([MAGIC & 0xFF])
 OP_PUT = 1
 OP_DEL = 2
 FRAME = struct.Struct("<III")                   # magic, payload length, crc32(payload)
@@ -168,6 +172,18 @@ def copy_puts(log: bytes, offsets: np.ndarray, last_accessed_at, access_count
     del buf
     _patch_crcs(out, starts, ends)
     return out, starts
+
+
+def pending_batch_at(data, off: int, size: int) -> bool:
+    """Whether an uncommitted batch starts at ``off``: an intact record (length and CRC
+    valid) whose magic is :data:`PENDING_MAGIC` -- a ``put_many`` whose commit byte was not
+    written (the process died first). Recovery cuts the log there, like a torn tail."""
+    if size - off < FRAME.size:
+        return False
+    magic, length, crc = FRAME.unpack_from(data, off)
+    start = off + FRAME.size
+    return (magic == PENDING_MAGIC and length <= MAX_PAYLOAD and start + length <= size
+            and zlib.crc32(data[start:start + length]) == crc)
 
 
 def encode_delete(row: int, key: bytes) -> bytes:

@@ -27,6 +27,7 @@ import json
 import logging
 import math
 import os
+import time
 from typing import Any, Sequence
 
 import numpy as np
@@ -68,6 +69,28 @@ _JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 def _meta_bytes(metadata: Sequence[Any]) -> list[bytes]:
     return [m if isinstance(m, bytes) else (_JSON.encode(m).encode("utf-8") if m else b"{}")
             for m in metadata]
+
+
+def _store_path(path: Any) -> str:
+    """An absolute store path from a str or os.PathLike.
+
+    Raises
+    ------
+    InvalidArgumentTypeError
+        If ``path`` is neither (e.g. an int: a file descriptor is no store).
+    InvalidArgumentError
+        If it is empty (never silently the current directory) or holds a NUL.
+    """
+    if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)):
+        raise InvalidArgumentTypeError(f"path must be a str or os.PathLike, got "
+                                       f"{type(path).__name__}")
+    raw = os.fspath(path)
+    if not isinstance(raw, str):
+        raise InvalidArgumentTypeError(f"path must name a str path, got {type(raw).__name__}")
+    if not raw or "\x00" in raw:
+        raise InvalidArgumentError(f"path must be a non-empty directory path without NUL, "
+                                   f"got {raw!r}")
+    return os.path.abspath(raw)
 
 
 def _disk(method):
@@ -174,6 +197,38 @@ def _table(ns: Namespace, cols: Any, files: Any, rep: Any, read_only: bool) -> T
     for row in rep.dead:
         t.key_of[row] = t.texts[row] = t.metadata[row] = None
     return t
+
+
+class _EpochReplaced(Exception):
+    """A read-only open found the epoch it was reading replaced by a reindex."""
+
+
+class _Tables(dict):
+    """namespace -> Table, plus the namespaces found damaged on open (``damaged``: directory
+    name -> message). Looking up a damaged namespace raises :class:`StoreCorruptedError`
+    with that message; iteration sees only the healthy ones, which open and serve."""
+
+    def __init__(self, *args: Any):
+        super().__init__(*args)
+        self.damaged: dict[str, str] = {}
+
+    def _check(self, ns: Any) -> None:
+        if self.damaged and isinstance(ns, tuple):
+            msg = self.damaged.get(storage.namespace_dirname(ns))
+            if msg is not None:
+                raise StoreCorruptedError(msg)
+
+    def get(self, ns: Any, default: Any = None) -> Any:
+        self._check(ns)
+        return super().get(ns, default)
+
+    def __getitem__(self, ns: Any) -> Any:
+        self._check(ns)
+        return super().__getitem__(ns)
+
+    def pop(self, ns: Any, *default: Any) -> Any:
+        self._check(ns)
+        return super().pop(ns, *default)
 
 
 class LongTermMemory(MemoryStore):
@@ -304,6 +359,7 @@ class LongTermMemory(MemoryStore):
         self.format_version = storage.FORMAT_VERSION
         self._root: storage.StoreRoot | None = None
         self._closed = False
+        self._tables = _Tables()
         self._stale: set = set()     # namespaces a write, checkpoint or compaction left
         self._healing = False        # half done (an exception mid-step): reloaded from disk
         self.repair_report: list[dict] = []
@@ -317,7 +373,7 @@ class LongTermMemory(MemoryStore):
             self.path = None
             self.embedder_name, self.dim = str(embedder.name), int(embedder.dim)
             return
-        self.path = os.path.abspath(os.fspath(path))
+        self.path = _store_path(path)
         try:
             self._open_disk(bool(repair))
         except BaseException:
@@ -345,7 +401,7 @@ class LongTermMemory(MemoryStore):
         EmbedderMismatchError, StoreLockedError, StoreCorruptedError, FormatVersionError
             As for the constructor.
         """
-        root = os.path.abspath(os.fspath(path))
+        root = _store_path(path)
         storage.StoreRoot.require(root)
         return cls(root, embedder, read_only=read_only, **kwargs)
 
@@ -440,9 +496,38 @@ class LongTermMemory(MemoryStore):
     # ------------------------------------------------------------------ opening / closing
     @_disk
     def _open_disk(self, repair: bool) -> None:
+        """Open the store; a read-only open that raced the writer's ``reindex`` (the epoch it
+        started reading was replaced) starts over (bounded)."""
+        for attempt in range(8):
+            try:
+                return self._open_disk_once(repair)
+            except _EpochReplaced:
+                self._release()
+                self._tables = _Tables()
+                time.sleep(0.002 * 2 ** attempt)
+        self._open_disk_once(repair, last=True)
+
+    def _raced(self, last: bool) -> bool:
+        """Whether a read-only open should start over: the store header now names another
+        epoch than the one being read."""
+        if not self.read_only or last:
+            return False
+        try:
+            head = storage.read_store_header(self.path)
+        except (OSError, StoreCorruptedError):
+            return True
+        return head is None or head["epoch"] != self._root.epoch
+
+    def _open_disk_once(self, repair: bool, last: bool = False) -> None:
         emb = self.embedder
         self._root = root = storage.StoreRoot.open(self.path, read_only=self.read_only,
                                                    lock_timeout=self.lock_timeout)
+        if root.header is None and (root.damage is not None or storage.store_epochs(self.path)):
+            if not repair:                       # lost or damaged, never an empty store
+                raise root.damage or storage.missing_header_error(self.path)
+            root.adopt(storage.recover_store_header(self.path, emb,
+                                                    storage.embedder_reproduces))
+            self.repair_report.append({"store_header": "rebuilt", "epoch": root.epoch})
         if root.header is None:
             if emb is None:
                 raise InvalidArgumentError(f"{self.path} holds no store yet; creating one needs "
@@ -466,14 +551,28 @@ class LongTermMemory(MemoryStore):
                 f"{self.path} was written with embedder {self.embedder_name!r} (dim {self.dim}), "
                 f"but embedder {emb.name!r} (dim {emb.dim}) was given; pass the same embedder, "
                 "or open it with that one and call reindex(new_embedder)")
-        for directory in root.namespace_dirs():
+        try:
+            dirs = root.namespace_dirs()
+        except StoreCorruptedError:
+            if self._raced(last):
+                raise _EpochReplaced() from None
+            raise
+        for directory in dirs:
             try:
                 files, cols, rep = storage.NamespaceFiles.open(
                     directory, self.dim, self.durability, self.read_only)
-            except StoreCorruptedError:
-                if not repair or self.read_only:
+            except (StoreCorruptedError, FileNotFoundError) as err:
+                if self._raced(last):
+                    raise _EpochReplaced() from None
+                if isinstance(err, FileNotFoundError):
+                    if self.read_only and not os.path.isdir(directory):
+                        continue                # cleared by the writer while we opened
                     raise
-                self.repair_report.append(storage.repair_namespace(directory, self.dim))
+                if not repair or self.read_only:
+                    self._isolate(directory, err)
+                    continue
+                self.repair_report.append(storage.repair_namespace(directory, self.dim,
+                                                                   self._repair_embed()))
                 files, cols, rep = storage.NamespaceFiles.open(
                     directory, self.dim, self.durability, self.read_only)
             if not self.read_only and not isinstance(rep, storage.OpenState):
@@ -483,6 +582,24 @@ class LongTermMemory(MemoryStore):
                     f"migrate {self.path}` or open the store with read_only=True")
             t = self._tables[files.ns] = _table(files.ns, cols, files, rep, self.read_only)
             self._restore_recall(t, rep)
+
+    def _isolate(self, directory: str, err: StoreCorruptedError) -> None:
+        """Keep a namespace that failed to open out of the store: the others open and
+        serve, a call on it raises ``err``'s message (:attr:`damaged`)."""
+        msg = (f"{err} [namespace directory {os.path.basename(directory)} is isolated: the "
+               "store's other namespaces serve; repair() or `memcore repair PATH` rewrites it]")
+        self._tables.damaged[os.path.basename(directory)] = msg
+        logger.warning("%s", msg)
+
+    @property
+    def damaged(self) -> dict[str, str]:
+        """Namespaces that failed to open: directory name -> the error (each raises it when
+        used; :meth:`repair` rewrites them). Empty for a healthy store."""
+        return dict(self._tables.damaged)
+
+    def _repair_embed(self):
+        """What repair re-embeds a damaged vector's text with (None without an embedder)."""
+        return None if self.embedder is None else self.embed
 
     def _restore_recall(self, t: Table, st: Any) -> None:
         """Restore a format-2 namespace's persisted hybrid indexes (its header's index
@@ -628,7 +745,7 @@ class LongTermMemory(MemoryStore):
 
     def _heal(self) -> None:
         """Reload every stale namespace from disk (see :meth:`_step`)."""
-        with self._lock:
+        with self._lock, storage.os_errors(self.path or "<in memory>"):
             self._healing = True
             try:
                 for ns in sorted(self._stale):
@@ -893,6 +1010,10 @@ class LongTermMemory(MemoryStore):
         name, dim = str(embedder.name), int(embedder.dim)
         with self._lock:
             self._check_write()
+            if self._tables.damaged:
+                raise StoreCorruptedError(
+                    "reindex() would drop the damaged namespaces of this store; repair() "
+                    f"them first: {'; '.join(self._tables.damaged.values())}")
             plan = [t for _, t in sorted(self._tables.items()) if t.keys]
             total = sum(t.live for t in plan)
             new_vecs = []
@@ -906,8 +1027,8 @@ class LongTermMemory(MemoryStore):
                         bar.update(len(chunk))
                     new_vecs.append(np.ascontiguousarray(np.concatenate(parts)))
             if self.path is None:
-                self._tables = {t.namespace: self._rebuild(t, vecs)
-                                for t, vecs in zip(plan, new_vecs)}
+                self._tables = _Tables({t.namespace: self._rebuild(t, vecs)
+                                        for t, vecs in zip(plan, new_vecs)})
                 self.embedder, self.embedder_name, self.dim = embedder, name, dim
                 return total
             epoch = self._root.begin_epoch()
@@ -922,7 +1043,7 @@ class LongTermMemory(MemoryStore):
             structures = [_index_structures(t) for t in plan]
             for t in self._tables.values():
                 storage.close_namespace(t.files, t.columns)
-            self._tables = {}
+            self._tables = _Tables()
             self.embedder, self.embedder_name, self.dim = embedder, name, dim
             self._root.finish_epoch()
             for built, directory in zip(structures, dirs):
@@ -976,6 +1097,13 @@ class LongTermMemory(MemoryStore):
                     self._checkpoint_step(t)
                 except StoreCorruptedError:
                     pass        # its header keeps the last good checkpoint: re-verified below
+            for name in sorted(self._tables.damaged):
+                directory = os.path.join(self._root.epoch_dir, name)
+                report.append(storage.repair_namespace(directory, self.dim,
+                                                       self._repair_embed()))
+                del self._tables.damaged[name]
+                t = self._reopen(directory)
+                self._tables[t.namespace] = t
             for ns in list(self._tables):
                 t = self._tables[ns]
                 directory = t.files.directory
@@ -984,9 +1112,59 @@ class LongTermMemory(MemoryStore):
                 with self._step(ns):
                     storage.close_namespace(t.files, t.columns)
                     del self._tables[ns]
-                    report.append(storage.repair_namespace(directory, self.dim))
+                    report.append(storage.repair_namespace(directory, self.dim, self._repair_embed()))
                     self._tables[ns] = self._reopen(directory)
         return report
+
+    def verify(self) -> dict[Namespace, dict]:
+        """Check every checksum of every namespace without changing anything (a scrub).
+
+        Per namespace: the whole log (frames, CRCs, row rules), each row's record offset and
+        live flag against the log, every live vector against its record's CRC, and the
+        lifecycle fields and access statistics (finite, in range). Reads (search, get) check
+        the vectors of the rows they return in any case; ``verify`` finds damage to rows no
+        call has returned yet. Cost: one pass over the log and the vectors (measured in
+        bench/test_bench_durability.py).
+
+        Returns
+        -------
+        dict
+            ``{namespace: {"rows", "live", "bad_rows": rows whose vector fails its CRC,
+            "errors": messages naming file and offset}}``; a namespace is intact when both
+            lists are empty; one that failed to open is keyed by its directory name (see
+            :attr:`damaged`). :meth:`repair` rewrites damaged ones.
+
+        Raises
+        ------
+        StoreClosedError
+
+        Examples
+        --------
+        >>> import tempfile; from memcore import HashingEmbedder
+        >>> with LongTermMemory(tempfile.mkdtemp(), HashingEmbedder(dim=8)) as ltm:
+        ...     _ = ltm.put("r", "k", "door"); ltm.verify()
+        {('r',): {'rows': 1, 'live': 1, 'bad_rows': [], 'errors': []}}
+        """
+        self._check_read()
+        with self._lock, storage.os_errors(self.path or "<in memory>"):
+            out = {}
+            for ns, t in sorted(self._tables.items()):
+                if isinstance(t, DiskTable):
+                    out[ns] = storage.verify_namespace(t.files, t.columns, t.rows)
+            for name, msg in sorted(self._tables.damaged.items()):
+                out[name] = {"rows": 0, "live": 0, "bad_rows": [], "errors": [msg]}
+            return out
+
+    def vector(self, namespace: NamespaceLike, key: str) -> np.ndarray | None:
+        """As :meth:`MemoryStore.vector`; on disk the vector is checked against its record's
+        CRC first (:class:`StoreCorruptedError` naming the file and row when damaged)."""
+        table, row = self._find(namespace, key)
+        if row is None:
+            return None
+        if isinstance(table, DiskTable):
+            with self._lock:
+                table.record(row)
+        return np.array(table.columns.vectors[row])
 
     # ------------------------------------------------------------------ export / import
     @_disk
