@@ -32,6 +32,7 @@ __all__ = [
     "key",
     "importance",
     "metadata",
+    "ttl",
     "top_k",
     "threshold",
     "vector",
@@ -181,6 +182,31 @@ def metadata(value: Any) -> dict:
     except (TypeError, ValueError) as err:
         raise InvalidArgumentError(f"metadata must be JSON-serialisable (no NaN/inf): {err}") from err
     return json.loads(blob)
+
+
+def ttl(value: Any, name: str = "ttl") -> float | None:
+    """A time to live in seconds: None (none given), a finite number > 0, or ``math.inf``
+    (never expires), returned as 0.0.
+
+    Raises
+    ------
+    InvalidArgumentError
+
+    Examples
+    --------
+    >>> ttl(None), ttl(90), ttl(float("inf"))
+    (None, 90.0, 0.0)
+    """
+    if value is None:
+        return None
+    if not _is_number(value) and not (isinstance(value, (float, np.floating))
+                                      and value == math.inf):
+        raise InvalidArgumentError(f"{name} must be seconds > 0 (math.inf: never expires), "
+                                   f"got {value!r}")
+    if value <= 0:
+        raise InvalidArgumentError(f"{name} must be seconds > 0 (math.inf: never expires), "
+                                   f"got {value!r}")
+    return 0.0 if value == math.inf else float(value)
 
 
 def top_k(value: Any) -> int:
