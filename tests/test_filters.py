@@ -303,3 +303,15 @@ def test_filter_semantics_spot_checks():
     assert keys({"n": {"$eq": [1, 2]}}) == ["list"]
     assert keys({"pos": {"floor": {"$gte": 2}}}) == ["nested"]
     assert keys({"pos": {"floor": 3}}) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(meta=metadatas, flt=st.dictionaries(st.sampled_from(["a", "b", "c"]), conditions(),
+                                           max_size=3))
+def test_compiled_predicate_equals_the_matcher_and_the_oracle(meta, flt):
+    from memcore import _validate
+
+    flt = _validate.metadata_filter(flt)
+    want = all(oracle_match(meta.get(k), k in meta, c) for k, c in flt.items())
+    assert _validate.matches_filter(meta, flt) == want
+    assert _validate.filter_predicate(flt)(meta) == want

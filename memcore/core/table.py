@@ -169,9 +169,9 @@ class Table:
         if not flt:
             return self.columns.alive[:n]
         alive = np.zeros(n, np.bool_)
-        match, meta = _validate.matches_filter, self.meta
+        match, meta = _validate.filter_predicate(flt), self.meta
         for row in self.keys.values():
-            if match(meta(row), flt):
+            if match(meta(row)):
                 alive[row] = True
         return alive
 
@@ -425,10 +425,10 @@ class DiskTable(Table):
         if got is not None:
             return got[1][:n]
         rows = self.live_rows()
-        match = _validate.matches_filter
+        match = _validate.filter_predicate(flt)
         metas = self.decode(rows, keys=False, texts=False)["metadata"]
         alive = np.zeros(self.columns.capacity, np.bool_)
-        alive[rows[[match(json.loads(m), flt) for m in metas]]] = True
+        alive[rows[[match(json.loads(m)) for m in metas]]] = True
         if len(self._masks) >= 8:
             self._masks.clear()
         self._masks[tag] = (flt, alive)
@@ -436,14 +436,14 @@ class DiskTable(Table):
 
     def _masks_add(self, rows: Sequence[int], metadata: Sequence[Any]) -> None:
         """Keep the cached filter masks current for new live rows (their metadata given)."""
-        match = _validate.matches_filter
         cap = self.columns.capacity
         for tag, (flt, m) in list(self._masks.items()):
             if m.shape[0] < cap:
                 m = np.concatenate([m, np.zeros(cap - m.shape[0], np.bool_)])
                 self._masks[tag] = (flt, m)
             for r, meta in zip(rows, metadata):
-                m[r] = match(meta if isinstance(meta, dict) else json.loads(meta), flt)
+                m[r] = _validate.matches_filter(
+                    meta if isinstance(meta, dict) else json.loads(meta), flt)
 
     def recall_index(self, weights: HybridWeights, dim: int,
                      preparer: Callable | None) -> HybridIndex:
