@@ -48,7 +48,8 @@ class Table:
     """
 
     __slots__ = ("namespace", "columns", "reuse", "keys", "key_of", "texts", "metadata",
-                 "importance", "rows", "free", "recall", "files", "offsets", "expiry")
+                 "importance", "rows", "free", "recall", "files", "offsets", "expiry",
+                 "filter_masks")
 
     def __init__(self, namespace: Namespace, columns: Any, *, reuse: bool = False):
         self.namespace = namespace
@@ -65,6 +66,7 @@ class Table:
         self.files: Any = None                          # the disk files (long tier)
         self.offsets: list[int] = []                    # log offset of each row's record
         self.expiry: np.ndarray | None = None           # (>= rows, 2) [expires_at, ttl], 0: never
+        self.filter_masks: dict = {}                    # repr(filter) -> (predicate, mask)
 
     @property
     def live(self) -> int:
@@ -164,16 +166,35 @@ class Table:
         return out
 
     def mask(self, flt: Mapping[str, Any] | None) -> np.ndarray:
-        """ndarray (rows,), bool: live rows matching a validated metadata filter."""
+        """ndarray (rows,), bool: live rows matching a validated metadata filter (read-only:
+        the last 8 filters' masks are kept, and every write and removal updates them, so a
+        repeated filter costs one pass over the rows once)."""
         n = self.rows
         if not flt:
             return self.columns.alive[:n]
-        alive = np.zeros(n, np.bool_)
+        tag = repr(flt)
+        got = self.filter_masks.get(tag)
+        if got is not None and got[1].shape[0] >= n:
+            return got[1][:n]
+        alive = np.zeros(self.columns.capacity, np.bool_)
         match, meta = _validate.filter_predicate(flt), self.meta
         for row in self.keys.values():
             if match(meta(row)):
                 alive[row] = True
-        return alive
+        if len(self.filter_masks) >= 8:
+            self.filter_masks.clear()
+        self.filter_masks[tag] = (match, alive)
+        return alive[:n]
+
+    def _masks_update(self, rows: Sequence[int]) -> None:
+        """Set the kept filter masks of ``rows`` (just written, live) from their metadata."""
+        cap = self.columns.capacity
+        for tag, (match, m) in list(self.filter_masks.items()):
+            if m.shape[0] < cap:
+                m = np.concatenate([m, np.zeros(cap - m.shape[0], np.bool_)])
+                self.filter_masks[tag] = (match, m)
+            for r in rows:
+                m[r] = match(self.meta(r))
 
     def visible(self, flt: Mapping[str, Any] | None, now: float) -> np.ndarray | None:
         """ndarray (rows,), bool: the live rows a search may return -- matching a validated
@@ -279,6 +300,8 @@ class Table:
                 key_of[r], texts[r] = batch.keys[j], batch.texts[j]
                 metas[r], imp[r] = batch.metadata[j], batch.importance[j]
         self.kill(dead)
+        if self.filter_masks:
+            self._masks_update([r for r, j in zip(rows, sel) if live.get(batch.keys[j]) == r])
         rec = self.recall
         if rec is not None and rec.indexes:
             alive = [(r, j) for r, j in zip(rows, sel) if live.get(batch.keys[j]) == r]
@@ -296,7 +319,10 @@ class Table:
         """Mark rows dead (their keys already left :attr:`keys`)."""
         if not rows:
             return
-        self.columns.alive[np.asarray(rows, np.int64)] = False
+        idx = np.asarray(rows, np.int64)
+        self.columns.alive[idx] = False
+        for _, m in self.filter_masks.values():
+            m[idx[idx < m.shape[0]]] = False
         key_of, texts, metas = self.key_of, self.texts, self.metadata
         for r in rows:
             key_of[r] = texts[r] = metas[r] = None
