@@ -1081,3 +1081,11 @@ def test_example_graph_puts_and_searches(tmp_path) -> None:
     example = runpy.run_path(str(EXAMPLE))
     answer = example["main"](str(tmp_path / "mem"))
     assert "green tea" in answer
+
+
+def test_a_bad_put_in_a_batch_writes_nothing(backend) -> None:
+    store = backend()
+    with pytest.raises(InvalidArgumentError):
+        store.batch([PutOp(("u",), "a", {"text": "red door"}),
+                     PutOp(("v",), "b", {"text": "blue door", "bad": float("nan")})])
+    assert store.list_namespaces() == [] and store.search(("u",), limit=0) == []

@@ -305,12 +305,15 @@ class MemcoreStore(BaseStore):
 
     def _apply_puts(self, puts: list[PutOp]) -> None:
         groups: dict[tuple, list[MemoryItem]] = {}
-        for op in puts:
+        for op in puts:                    # everything is validated before anything is written
+            _validate.namespace(op.namespace)
+            _validate.key(op.key)
             if op.value is None:
                 continue
             if not isinstance(op.value, Mapping):
                 raise InvalidArgumentTypeError(f"value must be a dict, got "
                                                f"{type(op.value).__name__}")
+            _validate.metadata(dict(op.value))
             text = self._text(op)
             ttl = math.inf if op.ttl is None else _validate.ttl(op.ttl, "ttl") * 60.0 or math.inf
             item = MemoryItem(op.key, text if text is not None else
@@ -332,6 +335,8 @@ class MemcoreStore(BaseStore):
         flt = _validate.metadata_filter(_lg_filter(op.filter)) or {}
         namespaces = self.store.namespaces(tuple(op.namespace_prefix))
         want = op.offset + op.limit
+        if op.limit < 1:
+            return []
         found: list[tuple[float | None, StoredMemory | Any]] = []
         if op.query and op.query.strip():
             qv = None
