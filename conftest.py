@@ -16,6 +16,7 @@ is only for marked tests.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -27,6 +28,9 @@ from memcore import evaldata
 REPO = Path(__file__).resolve().parent
 DOCTEST_ROOTS = ("memcore", "kernels")
 DOCTEST_SKIP = ("memcore/cli.py", "memcore/demo.py")
+#: Modules that import an optional extra: their doctests are collected only when it is
+#: installed (always under CI=true, where a missing extra is then an error, never a skip).
+DOCTEST_EXTRAS = {"memcore/integrations/langgraph.py": "langgraph"}
 
 
 def in_ci() -> bool:
@@ -74,6 +78,9 @@ def shared() -> Path:
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector):
     rel = file_path.resolve().relative_to(REPO).as_posix() if file_path.is_relative_to(REPO) else ""
+    extra = DOCTEST_EXTRAS.get(rel)
+    if extra is not None and not in_ci() and importlib.util.find_spec(extra) is None:
+        return None
     if (file_path.suffix == ".py" and rel.startswith(tuple(r + "/" for r in DOCTEST_ROOTS))
             and not rel.startswith(DOCTEST_SKIP)):
         return DoctestModule.from_parent(parent, path=file_path)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Mapping
+import operator
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -32,6 +33,7 @@ __all__ = [
     "key",
     "importance",
     "metadata",
+    "ttl",
     "top_k",
     "threshold",
     "vector",
@@ -39,6 +41,7 @@ __all__ = [
     "metadata_filter",
     "split_filter",
     "matches_filter",
+    "filter_predicate",
     "json_equal",
     "column_mask",
 ]
@@ -218,6 +221,31 @@ def _json_tree(value: Any, depth: int) -> None:
     elif isinstance(value, str) and not value.isascii() and not _utf8(value):
         raise InvalidArgumentError(f"metadata value {value[:40]!r} is not valid Unicode "
                                    "(lone surrogate?)")
+
+
+def ttl(value: Any, name: str = "ttl") -> float | None:
+    """A time to live in seconds: None (none given), a finite number > 0, or ``math.inf``
+    (never expires), returned as 0.0.
+
+    Raises
+    ------
+    InvalidArgumentError
+
+    Examples
+    --------
+    >>> ttl(None), ttl(90), ttl(float("inf"))
+    (None, 90.0, 0.0)
+    """
+    if value is None:
+        return None
+    if not _is_number(value) and not (isinstance(value, (float, np.floating))
+                                      and value == math.inf):
+        raise InvalidArgumentError(f"{name} must be seconds > 0 (math.inf: never expires), "
+                                   f"got {value!r}")
+    if value <= 0:
+        raise InvalidArgumentError(f"{name} must be seconds > 0 (math.inf: never expires), "
+                                   f"got {value!r}")
+    return 0.0 if value == math.inf else float(value)
 
 
 def top_k(value: Any) -> int:
@@ -529,6 +557,67 @@ def matches_filter(meta: Mapping[str, Any], flt: Mapping[str, Any] | None) -> bo
         return True
     return all(_match(meta.get(k), k in meta, cond) for k, cond in flt.items()
                if k not in COLUMN_FILTER_KEYS)
+
+
+_MISSING = object()
+_NUMBER_TYPES = (int, float)
+
+
+def _scalar_test(key: str, op: str, x: Any) -> Callable[[Mapping], bool] | None:
+    """A fast test of ``meta[key] <op> x`` for the common operand types, with the semantics
+    of :func:`_match` (metadata values are exact JSON types: validated on the way in); None
+    when the generic matcher must be used."""
+    get = operator.methodcaller("get", key, _MISSING)
+    if op == "$eq" and (isinstance(x, str) or x is None):
+        return lambda m: get(m) == x                       # a str (None) equals only a str (None)
+    if op == "$eq" and isinstance(x, bool):
+        return lambda m: get(m) is x
+    if op == "$eq" and _is_number(x):
+        return lambda m: type(h := get(m)) in _NUMBER_TYPES and h == x
+    if op == "$ne" and (isinstance(x, str) or x is None):
+        return lambda m: get(m) != x
+    if op == "$ne" and isinstance(x, bool):
+        return lambda m: get(m) is not x
+    if op == "$ne" and _is_number(x):
+        return lambda m: not (type(h := get(m)) in _NUMBER_TYPES and h == x)
+    if op in _RANGE:
+        cmp = {"$gt": operator.gt, "$gte": operator.ge, "$lt": operator.lt,
+               "$lte": operator.le}[op]
+        if isinstance(x, str):
+            return lambda m: type(h := get(m)) is str and cmp(h, x)
+        return lambda m: type(h := get(m)) in _NUMBER_TYPES and cmp(h, x)
+    if op in _SETS and all(isinstance(y, str) for y in x):
+        choices = frozenset(x)
+        if op == "$in":
+            return lambda m: type(h := get(m)) is str and h in choices
+        return lambda m: not (type(h := get(m)) is str and h in choices)
+    return None
+
+
+def filter_predicate(flt: Mapping[str, Any] | None) -> Callable[[Mapping], bool]:
+    """``predicate(meta) -> bool``, equal to ``matches_filter(meta, flt)`` for a validated
+    filter, compiled once for a pass over many rows (a search's mask).
+
+    Examples
+    --------
+    >>> p = filter_predicate(metadata_filter({"room": "lab", "n": {"$gte": 2}}))
+    >>> p({"room": "lab", "n": 3}), p({"room": "lab", "n": True}), p({"n": 3})
+    (True, False, False)
+    """
+    meta, _ = split_filter(flt)
+    if not meta:
+        return lambda m: True
+    tests = []
+    for key, cond in meta.items():
+        ops = cond.items() if _operators(cond) else [("$eq", cond)]
+        fast = [_scalar_test(key, op, x) for op, x in ops]
+        if all(t is not None for t in fast):
+            tests += fast
+        else:
+            tests.append(lambda m, key=key, cond=cond: _match(m.get(key), key in m, cond))
+    if len(tests) == 1:
+        return tests[0]
+    return lambda m: all(t(m) for t in tests)
 
 
 def column_mask(values: np.ndarray, cond: Any) -> np.ndarray:

@@ -49,6 +49,8 @@ class ResolvedQuery:
         Unix seconds of this query (recency and the refresh of returned memories).
     threads : int
         numba threads the hybrid scan may use (the store's ``threads``).
+    refresh_ttl : bool
+        Give the returned memories a new time to live from ``now``.
     """
 
     namespace: Namespace
@@ -63,6 +65,7 @@ class ResolvedQuery:
     prepared: PreparedQuery | None
     now: float
     threads: int = 1
+    refresh_ttl: bool = False
 
 
 def hybrid_weights(hybrid: Any, default: HybridWeights) -> HybridWeights:
@@ -99,15 +102,15 @@ def resolve(query: Any, text: Any = None, *, top_k: Any = 5, threshold: Any = -1
             default_hybrid: HybridWeights, preparer: QueryPreparer | None,
             entities: Callable[[Namespace, HybridWeights], Collection[str]],
             encode: Callable[[list], Any], clock: Clock, name: str = "embedder",
-            threads: int = 1) -> ResolvedQuery | None:
+            threads: int = 1, refresh_ttl: bool = False) -> ResolvedQuery | None:
     """Validate a search request once and settle everything ranking needs.
 
     ``query`` is a :class:`MemoryQuery`, a namespace (``text`` then required), or a
     :class:`ResolvedQuery` (returned with ``threads`` set to this store's); the query keywords are
     :meth:`memcore.core.store.MemoryStore.search`'s, and raise its errors. The remaining
     keywords describe the store: ``dim`` (None: lexical ranking, no vectors), defaults, query
-    preparer, ``entities(namespace, hybrid)``, ``encode(texts) -> (n, dim)``, clock and
-    ``threads`` (validated by the store).
+    preparer, ``entities(namespace, hybrid)``, ``encode(texts) -> (n, dim)``, clock,
+    ``threads`` (validated by the store) and ``refresh_ttl`` (resolved by the store).
 
     Returns
     -------
@@ -170,4 +173,4 @@ def resolve(query: Any, text: Any = None, *, top_k: Any = 5, threshold: Any = -1
         if not vec.any():
             return None
     return ResolvedQuery(ns, qtext, k, thr, w, hw, flt, bool(q.touch), vec, prepared,
-                         now(clock), threads)
+                         now(clock), threads, bool(refresh_ttl))

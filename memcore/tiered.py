@@ -69,6 +69,11 @@ class TwoTierMemory(MemoryStore):
     threads : int, default 1
         CPU threads a search's scan may use in each tier (numba's, set only while a scan
         runs; the tiers' own ``threads`` apply to searches made on them directly).
+    ttl : float, optional
+        Default time to live in seconds of a put without ``ttl=`` (None: never expires); a
+        memory keeps its expiry when it is promoted.
+    refresh_ttl : bool, default False
+        Whether ``get``/``search`` restart the time to live of what they return by default.
 
     Raises
     ------
@@ -98,7 +103,7 @@ class TwoTierMemory(MemoryStore):
     def __init__(self, short: ShortTermMemory, long: Any,
                  policy: PromotionPolicy = PromotionPolicy(), *,
                  weights: DecayWeights | None = None, hybrid: HybridWeights | None = None,
-                 threads: int = 1):
+                 threads: int = 1, ttl: float | None = None, refresh_ttl: bool = False):
         if not isinstance(short, ShortTermMemory):
             raise InvalidArgumentTypeError(f"short must be a ShortTermMemory, got {type(short).__name__}")
         if not isinstance(long, Tier):
@@ -124,7 +129,7 @@ class TwoTierMemory(MemoryStore):
         self._setup(dim=short.dim, embedder=short.embedder, clock=short.clock, weights=weights,
                     hybrid=hybrid if hybrid is not None else default_for(short.embedder),
                     query_preparer=short.query_preparer,
-                    default_weights=lw, threads=threads)
+                    default_weights=lw, threads=threads, ttl=ttl, refresh_ttl=refresh_ttl)
         self.short = short
         self.long = long
         self.policy = policy
@@ -225,10 +230,17 @@ class TwoTierMemory(MemoryStore):
         self.short.put_stored(memories, vectors)
 
     # ------------------------------------------------------------------ reads
-    def get(self, namespace: NamespaceLike, key: str) -> StoredMemory | None:
+    def get(self, namespace: NamespaceLike, key: str, *, refresh_ttl: bool | None = None
+            ) -> StoredMemory | None:
+        refresh = self.refresh_ttl if refresh_ttl is None else bool(refresh_ttl)
         with self._lock:
-            m = self.short.get(namespace, key)
-            return m if m is not None else self.long.get(namespace, key)
+            m = self.short.get(namespace, key, refresh_ttl=refresh)
+            return m if m is not None else self.long.get(namespace, key, refresh_ttl=refresh)
+
+    def sweep(self, namespace: NamespaceLike | None = None) -> int:
+        """Delete expired memories of both tiers; returns how many."""
+        with self._lock:
+            return self.short.sweep(namespace) + self.long.sweep(namespace)
 
     def vector(self, namespace: NamespaceLike, key: str) -> np.ndarray | None:
         with self._lock:
@@ -280,8 +292,8 @@ class TwoTierMemory(MemoryStore):
     def search(self, query: Any, text: str | None = None, *, top_k: int = 5,
                threshold: float = -1.0, weights: DecayWeights | None = None,
                filter: Mapping[str, Any] | None = None, touch: bool = True,
-               query_vector: Any = None, hybrid: HybridWeights | None = None
-               ) -> list[MemoryHit]:
+               query_vector: Any = None, hybrid: HybridWeights | None = None,
+               refresh_ttl: bool | None = None) -> list[MemoryHit]:
         """Rank both tiers with one formula, de-duplicate by key (short wins), keep ``top_k``.
 
         Arguments as :meth:`MemoryStore.search` (``weights`` defaults to ``self.weights``,
@@ -289,7 +301,8 @@ class TwoTierMemory(MemoryStore):
         own tier. Ties: short tier first.
         """
         rq = self.resolve(query, text, top_k=top_k, threshold=threshold, weights=weights,
-                          filter=filter, touch=touch, query_vector=query_vector, hybrid=hybrid)
+                          filter=filter, touch=touch, query_vector=query_vector, hybrid=hybrid,
+                          refresh_ttl=refresh_ttl)
         if rq is None:
             return []
         with self._lock:
@@ -315,7 +328,7 @@ class TwoTierMemory(MemoryStore):
             merged = sorted(short_hits + kept, key=lambda h: -h.score)[: rq.top_k]
             if offset:
                 merged = [replace(h, score=h.score + offset) for h in merged]
-            if rq.touch:
+            if rq.touch or rq.refresh_ttl:
                 self.refresh(rq, [h.key for h in merged], merged)
             return merged
 

@@ -145,7 +145,9 @@ class MemoryItem:
 class StoredMemory:
     """A memory as a store holds it: the item plus its namespace and lifecycle fields.
 
-    Times are Unix seconds (float) from the store's clock.
+    Times are Unix seconds (float) from the store's clock. ``ttl`` is the memory's time to
+    live in seconds and ``expires_at`` when it stops being visible (``updated_at + ttl``, moved
+    by a read with ``refresh_ttl``); both None for a memory that never expires.
     """
 
     namespace: Namespace
@@ -158,6 +160,8 @@ class StoredMemory:
     last_accessed_at: float
     access_count: int
     tier: MemoryTier
+    expires_at: float | None = None
+    ttl: float | None = None
 
 
 @dataclass(frozen=True)

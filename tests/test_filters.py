@@ -303,3 +303,44 @@ def test_filter_semantics_spot_checks():
     assert keys({"n": {"$eq": [1, 2]}}) == ["list"]
     assert keys({"pos": {"floor": {"$gte": 2}}}) == ["nested"]
     assert keys({"pos": {"floor": 3}}) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(meta=metadatas, flt=st.dictionaries(st.sampled_from(["a", "b", "c"]), conditions(),
+                                           max_size=3))
+def test_compiled_predicate_equals_the_matcher_and_the_oracle(meta, flt):
+    from memcore import _validate
+
+    flt = _validate.metadata_filter(flt)
+    want = all(oracle_match(meta.get(k), k in meta, c) for k, c in flt.items())
+    assert _validate.matches_filter(meta, flt) == want
+    assert _validate.filter_predicate(flt)(meta) == want
+
+
+@pytest.mark.parametrize("case", [c for c in STORE_CASES if c.vectors], ids=lambda c: c.id)
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_kept_filter_masks_follow_writes_deletes_and_evictions(case, data):
+    """A filter's mask is kept and updated by every write and removal: after any sequence of
+    puts (replacing keys, evicting, reusing rows) and deletes, a repeated filtered search
+    still ranks what the oracle ranks."""
+    clock = FakeClock()
+    emb = HashingEmbedder(dim=32)
+    store = make_store(case, clock, emb)
+    if hasattr(store, "capacity"):
+        store.capacity = 6                   # evictions and reused rows
+    flts = [{"a": {"$gte": 0}}, {"b": "a"}, {"c": {"$ne": 1}, "a": {"$lt": 2}}]
+    for step in range(data.draw(st.integers(5, 30), label="steps")):
+        key = f"k{data.draw(st.integers(0, 9), label='key')}"
+        if data.draw(st.integers(0, 3), label="op") == 0:
+            store.delete("ns", key)
+        else:
+            store.put("ns", key, " ".join(data.draw(st.lists(st.sampled_from(WORDS), min_size=1,
+                                                             max_size=3), label="text")),
+                      metadata=data.draw(metadatas, label="meta"))
+        clock.advance(1.0)
+        for flt in flts:
+            want = oracle_rank(store, emb, "ns", "red door dock", flt, clock())
+            hits = store.search("ns", "red door dock", top_k=4, filter=flt, weights=W,
+                                touch=False)
+            check_against_oracle(hits, want, 4)

@@ -91,19 +91,27 @@ class Rows:
         Unix seconds kept as given (``put_stored``); None for new writes, which the store
         stamps with its clock (keeping a replaced key's ``created_at`` and ``access_count``).
     access_count : ndarray of shape (n,), int64, or None
+    ttl : ndarray of shape (n,), float64, or None
+        Time to live in seconds, 0 for a memory that never expires; None: none expires.
+    expires_at : ndarray of shape (n,), float64, or None
+        Unix seconds, 0 for never, kept as given (``put_stored``); None for new writes, whose
+        expiry is ``updated_at + ttl`` (:meth:`expiry`).
     """
 
     __slots__ = ("namespace", "keys", "texts", "importance", "metadata", "vectors",
-                 "created_at", "updated_at", "last_accessed_at", "access_count")
+                 "created_at", "updated_at", "last_accessed_at", "access_count", "ttl",
+                 "expires_at")
 
     def __init__(self, namespace: Namespace, keys: list, texts: list, importance: list,
                  metadata: list, vectors: np.ndarray | None = None, created_at=None,
-                 updated_at=None, last_accessed_at=None, access_count=None):
+                 updated_at=None, last_accessed_at=None, access_count=None, ttl=None,
+                 expires_at=None):
         self.namespace = namespace
         self.keys, self.texts, self.importance, self.metadata = keys, texts, importance, metadata
         self.vectors = vectors
         self.created_at, self.updated_at = created_at, updated_at
         self.last_accessed_at, self.access_count = last_accessed_at, access_count
+        self.ttl, self.expires_at = ttl, expires_at
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -189,17 +197,24 @@ class Rows:
                     or not 0 <= count <= MAX_ACCESS_COUNT:
                 raise InvalidArgumentError(f"{what} access_count must be an int in [0, "
                                            f"{MAX_ACCESS_COUNT}], got {count!r}")
+            expiry = (0.0 if m.expires_at is None else timestamp(m.expires_at,
+                                                                 f"{what} expires_at"),
+                      _validate.ttl(m.ttl, f"{what} ttl") or 0.0)
             groups.setdefault(_validate.namespace(m.namespace), []).append((
                 i, _validate.key(m.key), _validate.text(m.text),
                 _validate.importance(m.importance), _validate.metadata(m.metadata),
-                *times, int(count)))
+                *times, int(count), *expiry))
         out = []
         for ns, entries in groups.items():
-            idx, keys, texts, imps, metadata, ca, ua, la, ac = (list(c) for c in zip(*entries))
+            idx, keys, texts, imps, metadata, ca, ua, la, ac, ea, tl = (list(c)
+                                                                        for c in zip(*entries))
+            expiring = any(ea)
             out.append(cls(ns, keys, texts, imps, metadata,
                            None if vecs is None else vecs[idx],
                            np.asarray(ca, np.float64), np.asarray(ua, np.float64),
-                           np.asarray(la, np.float64), np.asarray(ac, np.int64)))
+                           np.asarray(la, np.float64), np.asarray(ac, np.int64),
+                           np.asarray(tl, np.float64) if expiring else None,
+                           np.asarray(ea, np.float64) if expiring else None))
         return out
 
     @classmethod
@@ -208,10 +223,13 @@ class Rows:
         without validating again."""
         ns = memories[0].namespace if memories else ()
         col = lambda name, dtype: np.asarray([getattr(m, name) for m in memories], dtype)  # noqa: E731
+        expiring = any(m.expires_at is not None for m in memories)
         return cls(ns, [m.key for m in memories], [m.text for m in memories],
                    [m.importance for m in memories], [m.metadata for m in memories], vectors,
                    col("created_at", np.float64), col("updated_at", np.float64),
-                   col("last_accessed_at", np.float64), col("access_count", np.int64))
+                   col("last_accessed_at", np.float64), col("access_count", np.int64),
+                   _or_zero([m.ttl for m in memories]) if expiring else None,
+                   _or_zero([m.expires_at for m in memories]) if expiring else None)
 
     def select(self, idx: Sequence[int]) -> "Rows":
         """The rows at positions ``idx``, in that order."""
@@ -219,7 +237,19 @@ class Rows:
         return Rows(self.namespace, [self.keys[i] for i in idx], [self.texts[i] for i in idx],
                     [self.importance[i] for i in idx], [self.metadata[i] for i in idx],
                     pick(self.vectors), pick(self.created_at), pick(self.updated_at),
-                    pick(self.last_accessed_at), pick(self.access_count))
+                    pick(self.last_accessed_at), pick(self.access_count), pick(self.ttl),
+                    pick(self.expires_at))
+
+    def expiry(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(expires_at, ttl)``, each (n,) float64 (0: never), or None when no row expires.
+        New writes expire at ``updated_at + ttl`` (the lifecycle must be set)."""
+        if self.ttl is None and self.expires_at is None:
+            return None
+        ttl = np.zeros(len(self), np.float64) if self.ttl is None else \
+            np.asarray(self.ttl, np.float64)
+        if self.expires_at is not None:
+            return np.asarray(self.expires_at, np.float64), ttl
+        return np.where(ttl > 0, np.asarray(self.updated_at, np.float64) + ttl, 0.0), ttl
 
     def memories(self, tier: MemoryTier, copy=None) -> list[StoredMemory]:
         """StoredMemory per row (the lifecycle must be set); ``copy`` maps each metadata
@@ -228,6 +258,9 @@ class Rows:
                               self.updated_at.tolist(), self.last_accessed_at.tolist(),
                               self.access_count.tolist())
         metadata = self.metadata if copy is None else list(map(copy, self.metadata))
+        exp = self.expiry()
+        ea, tl = ([None] * len(self), [None] * len(self)) if exp is None else \
+            ([e or None for e in exp[0].tolist()], [t or None for t in exp[1].tolist()])
         out = []
         for i, key in enumerate(self.keys):
             m = _new(StoredMemory)   # without the frozen dataclass' per-field __setattr__
@@ -235,9 +268,14 @@ class Rows:
                 "namespace": ns, "key": key, "text": self.texts[i],
                 "importance": self.importance[i], "metadata": metadata[i], "created_at": ca[i],
                 "updated_at": ua[i], "last_accessed_at": la[i], "access_count": ac[i],
-                "tier": tier})
+                "tier": tier, "expires_at": ea[i], "ttl": tl[i]})
             out.append(m)
         return out
+
+
+def _or_zero(values: Sequence[Any]) -> np.ndarray:
+    """(n,) float64 with None as 0 (never)."""
+    return np.asarray([0.0 if v is None else v for v in values], np.float64)
 
 
 def _fast(ns: Namespace, items: list) -> Rows | None:

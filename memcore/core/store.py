@@ -17,6 +17,11 @@ another. Semantics every store keeps (and the state-machine tests check):
   top-k; a malformed filter raises.
 - ``search`` refreshes what it returns (``last_accessed_at = now``, ``access_count += 1``)
   unless ``touch=False``; ``get`` never does; nothing is deleted on the read path.
+- A memory put with a ``ttl`` (seconds; or the store's default ``ttl``) expires at
+  ``updated_at + ttl``: from then on it is invisible to ``get``, ``search``, ``count``,
+  ``keys`` and ``namespaces`` (a put of its key makes a new memory); ``refresh_ttl`` on a read
+  restarts the time to live; ``sweep()`` (and ``LongTermMemory.compact``) deletes expired
+  memories.
 - Instances are thread-safe (one ``RLock``).
 
 The **tier protocol** (:class:`Tier`) is what :class:`~memcore.TwoTierMemory` needs of a tier
@@ -163,7 +168,14 @@ class MemoryStore:
 
     def _setup(self, *, dim: int | None, embedder: Any, clock: Any,
                weights: DecayWeights | None, hybrid: HybridWeights | None,
-               query_preparer: Any, default_weights: DecayWeights, threads: Any = 1) -> None:
+               query_preparer: Any, default_weights: DecayWeights, threads: Any = 1,
+               ttl: Any = None, refresh_ttl: Any = False) -> None:
+        if not isinstance(refresh_ttl, bool):
+            raise InvalidArgumentTypeError(f"refresh_ttl must be a bool, got {refresh_ttl!r}")
+        #: default time to live of a put without ``ttl=`` (seconds; None: never expires)
+        self.ttl = _validate.ttl(ttl) or None
+        #: whether reads (get, search) restart the time to live by default
+        self.refresh_ttl = refresh_ttl
         if not callable(clock):
             raise InvalidArgumentTypeError(
                 f"clock must be a callable returning Unix seconds, got {clock!r}")
@@ -219,7 +231,8 @@ class MemoryStore:
 
     # ------------------------------------------------------------------ writes
     def put(self, namespace: NamespaceLike, key: str, text: str, *, importance: float = 0.5,
-            metadata: Mapping[str, Any] | None = None, vector: Any = None) -> StoredMemory:
+            metadata: Mapping[str, Any] | None = None, vector: Any = None,
+            ttl: float | None = None) -> StoredMemory:
         """Store or replace one memory.
 
         Parameters
@@ -235,6 +248,9 @@ class MemoryStore:
             JSON-serialisable; stored as a copy.
         vector : array_like of shape (dim,), optional
             Precomputed embedding of ``text`` (validated, L2-normalised); skips the embedder.
+        ttl : float, optional
+            Time to live in seconds (``math.inf``: never expires); the store's ``ttl`` when
+            None. The memory expires at ``updated_at + ttl``.
 
         Returns
         -------
@@ -244,7 +260,7 @@ class MemoryStore:
         Raises
         ------
         InvalidNamespaceError, InvalidTextError, InvalidArgumentError, InvalidArgumentTypeError
-            On a malformed namespace, key, text, importance or metadata.
+            On a malformed namespace, key, text, importance, metadata or ttl.
         DimensionMismatchError, InvalidVectorError
             If ``vector`` has the wrong dim, holds NaN/inf, is all zeros, or the store keeps
             no vectors; if the embedder returns NaN/inf.
@@ -271,10 +287,18 @@ class MemoryStore:
             key=key, text=text, importance=importance,
             metadata=metadata if metadata is not None else {})])
         rows.vectors = vec
+        rows.ttl = self._ttl(ttl, 1)
         return self.write(rows)[0]
 
+    def _ttl(self, ttl: Any, n: int) -> np.ndarray | None:
+        """The ``ttl`` column of a batch of ``n`` new writes (None: none expires)."""
+        seconds = _validate.ttl(ttl)
+        if seconds is None:
+            seconds = self.ttl
+        return None if not seconds else np.full(n, seconds)
+
     def put_many(self, namespace: NamespaceLike, items: Sequence[MemoryItem], *,
-                 vectors: Any = None) -> list[StoredMemory]:
+                 vectors: Any = None, ttl: float | None = None) -> list[StoredMemory]:
         """Store or replace a batch of memories with one embedder call (and one commit).
 
         A key repeated in the batch ends with its last version.
@@ -285,6 +309,8 @@ class MemoryStore:
         items : sequence of MemoryItem
         vectors : array_like of shape (len(items), dim), optional
             Precomputed embeddings (validated, L2-normalised); skips the embedder.
+        ttl : float, optional
+            Time to live of every item, as for :meth:`put`.
 
         Returns
         -------
@@ -306,7 +332,9 @@ class MemoryStore:
         2
         """
         self._check_write()
-        return self.write(Rows.from_items(namespace, items, vectors, dim=self.dim))
+        rows = Rows.from_items(namespace, items, vectors, dim=self.dim)
+        rows.ttl = self._ttl(ttl, len(rows))
+        return self.write(rows)
 
     def put_stored(self, memories: Sequence[StoredMemory], vectors: Any = None) -> None:
         """Insert or replace memories keeping their lifecycle fields exactly as given.
@@ -373,8 +401,11 @@ class MemoryStore:
         return rows.memories(self.tier, copy_metadata)
 
     # ------------------------------------------------------------------ reads
-    def get(self, namespace: NamespaceLike, key: str) -> StoredMemory | None:
-        """The memory stored under ``key``, or None. Does not refresh its access fields.
+    def get(self, namespace: NamespaceLike, key: str, *, refresh_ttl: bool | None = None
+            ) -> StoredMemory | None:
+        """The memory stored under ``key``, or None (also once it expired). Does not refresh
+        its access fields; ``refresh_ttl`` (the store's ``refresh_ttl`` when None) restarts
+        its time to live.
 
         Examples
         --------
@@ -387,7 +418,8 @@ class MemoryStore:
         InvalidNamespaceError, InvalidTextError
             On a malformed namespace or key.
         """
-        table, row = self._find(namespace, key)
+        refresh = self.refresh_ttl if refresh_ttl is None else bool(refresh_ttl)
+        table, row = self._find(namespace, key, refresh)
         return None if row is None else table.memory(row, self.tier)
 
     def vector(self, namespace: NamespaceLike, key: str) -> np.ndarray | None:
@@ -411,12 +443,21 @@ class MemoryStore:
             return None
         return np.array(table.columns.vectors[row])
 
-    def _find(self, namespace: NamespaceLike, key: str) -> tuple[Table | None, int | None]:
+    def _find(self, namespace: NamespaceLike, key: str, refresh_ttl: bool = False
+              ) -> tuple[Table | None, int | None]:
+        """The table and live, unexpired row of ``key`` (restarting its time to live)."""
         self._check_read()
         ns, key = _validate.namespace(namespace), _validate.key(key)
         with self._lock:
             table = self._tables.get(ns)
-            return table, (None if table is None else table.keys.get(key))
+            row = None if table is None else table.keys.get(key)
+            if row is not None and table.expiry is not None:
+                now = _query.now(self.clock)
+                if table.row_expired(row, now):
+                    return table, None
+                if refresh_ttl:
+                    table.refresh_expiry([row], now)
+            return table, row
 
     def __contains__(self, item: tuple) -> bool:
         """``(namespace, key) in store``."""
@@ -444,7 +485,12 @@ class MemoryStore:
         """:meth:`keys` of a canonical namespace (tier protocol)."""
         with self._lock:
             table = self._tables.get(namespace)
-            return [] if table is None else list(table.keys)
+            if table is None:
+                return []
+            if table.expiry is None:
+                return list(table.keys)
+            now = _query.now(self.clock)
+            return [k for k, r in table.keys.items() if not table.row_expired(r, now)]
 
     def count(self, namespace: NamespaceLike) -> int:
         """Number of live memories in ``namespace`` (0 when unknown).
@@ -464,7 +510,9 @@ class MemoryStore:
         ns = _validate.namespace(namespace)
         with self._lock:
             table = self._tables.get(ns)
-            return 0 if table is None else table.live
+            if table is None or table.expiry is None:    # the clock is read only for TTL
+                return 0 if table is None else table.live
+            return table.visible_live(_query.now(self.clock))
 
     def namespaces(self, prefix: NamespaceLike | None = None) -> list[Namespace]:
         """Sorted namespaces holding at least one memory, under ``prefix`` (whole segments;
@@ -484,11 +532,16 @@ class MemoryStore:
         """
         self._check_read()
         with self._lock:
-            return sorted_namespaces([ns for ns, t in self._tables.items() if t.keys], prefix)
+            expiring = any(t.expiry is not None for t in self._tables.values())
+            now = _query.now(self.clock) if expiring else 0.0
+            return sorted_namespaces([ns for ns, t in self._tables.items()
+                                      if t.keys and (t.expiry is None or t.visible_live(now))],
+                                     prefix)
 
     # ------------------------------------------------------------------ removal
     def delete(self, namespace: NamespaceLike, key: str) -> bool:
-        """Remove ``key``; True when it existed. Its vector never matches again.
+        """Remove ``key``; True when it existed (an expired memory is removed, and False
+        returned). Its vector never matches again.
 
         Raises
         ------
@@ -509,11 +562,58 @@ class MemoryStore:
             row = None if table is None else table.keys.get(key)
             if row is None:
                 return False
+            expired = table.expiry is not None and table.row_expired(
+                row, _query.now(self.clock))
+            self._remove(ns, table, [(key, row)])
+            return not expired
+
+    def _remove(self, ns: Namespace, table: Table, found: Sequence[tuple[str, int]]) -> None:
+        """Delete live ``(key, row)`` pairs of ``table``. Lock held."""
+        for key, row in found:
             self._deleting(table, key, row)
             table.remove([key])
-            if self.drop_empty and not table.keys:
-                del self._tables[ns]
-            return True
+        if self.drop_empty and not table.keys:
+            del self._tables[ns]
+
+    def sweep(self, namespace: NamespaceLike | None = None) -> int:
+        """Delete the memories whose time to live ran out; returns how many.
+
+        Expired memories are already invisible; this reclaims them (on disk: DEL records,
+        and :meth:`LongTermMemory.compact` then drops their rows, which it sweeps first).
+
+        Parameters
+        ----------
+        namespace : str or tuple of str, optional
+            Only this namespace; every namespace when None.
+
+        Raises
+        ------
+        InvalidNamespaceError, ReadOnlyStoreError
+
+        Examples
+        --------
+        >>> from memcore import ShortTermMemory
+        >>> t = [0.0]; stm = ShortTermMemory(capacity=5, clock=lambda: t[0])
+        >>> _ = stm.put("r", "k", "red door", ttl=60); t[0] = 60.0
+        >>> stm.get("r", "k"), stm.sweep()
+        (None, 1)
+        """
+        self._check_write()
+        only = None if namespace is None else _validate.namespace(namespace)
+        swept = 0
+        with self._lock:
+            self._check_write()
+            if all(t.expiry is None for t in self._tables.values()):
+                return 0                                  # (the clock is read only for TTL)
+            now = _query.now(self.clock)
+            for ns in [only] if only is not None else list(self._tables):
+                table = self._tables.get(ns)
+                if table is None or table.expiry is None:
+                    continue
+                found = [(k, r) for k, r in table.keys.items() if table.row_expired(r, now)]
+                self._remove(ns, table, found)
+                swept += len(found)
+        return swept
 
     def clear(self, namespace: NamespaceLike) -> int:
         """Remove every memory of ``namespace`` (not of namespaces below it); returns how many.
@@ -544,8 +644,8 @@ class MemoryStore:
     def search(self, query: MemoryQuery | ResolvedQuery | NamespaceLike, text: str | None = None,
                *, top_k: int = 5, threshold: float = -1.0, weights: DecayWeights | None = None,
                filter: Mapping[str, Any] | None = None, touch: bool = True,
-               query_vector: Any = None, hybrid: HybridWeights | None = None
-               ) -> list[MemoryHit]:
+               query_vector: Any = None, hybrid: HybridWeights | None = None,
+               refresh_ttl: bool | None = None) -> list[MemoryHit]:
         """Rank a namespace's live memories for a query.
 
         With the similarity preset (``hybrid=HybridWeights.similarity()``), the exact fused
@@ -587,6 +687,9 @@ class MemoryStore:
             weights it should embed ``self.prepare(namespace, text).dense``.
         hybrid : HybridWeights, optional
             The store's ``hybrid`` when None.
+        refresh_ttl : bool, optional
+            Restart the time to live of returned memories; the store's ``refresh_ttl`` when
+            None.
 
         Returns
         -------
@@ -613,19 +716,20 @@ class MemoryStore:
         (['door'], [])
         """
         rq = self.resolve(query, text, top_k=top_k, threshold=threshold, weights=weights,
-                          filter=filter, touch=touch, query_vector=query_vector, hybrid=hybrid)
+                          filter=filter, touch=touch, query_vector=query_vector, hybrid=hybrid,
+                          refresh_ttl=refresh_ttl)
         if rq is None:
             return []
         with self._lock:
             hits = self.scan(rq)
-            if rq.touch:
+            if rq.touch or rq.refresh_ttl:
                 self.refresh(rq, [h.key for h in hits])
             return hits
 
     def resolve(self, query: Any, text: Any = None, *, top_k: Any = 5, threshold: Any = -1.0,
                 weights: Any = None, filter: Any = None, touch: Any = True,
-                query_vector: Any = None, hybrid: Any = None, encode: Any = None
-                ) -> ResolvedQuery | None:
+                query_vector: Any = None, hybrid: Any = None, encode: Any = None,
+                refresh_ttl: Any = None) -> ResolvedQuery | None:
         """Validate a query once (arguments as :meth:`search`); None when it has no signal.
 
         ``encode(texts) -> (n, dim)`` replaces the embedder (e.g. a caching one).
@@ -644,7 +748,8 @@ class MemoryStore:
             default_weights=self.weights, default_hybrid=self.hybrid,
             preparer=self.query_preparer, entities=self.speakers,
             encode=encode if encode is not None else self.embed, clock=self.clock,
-            name=getattr(self.embedder, "name", "?"), threads=self.threads)
+            name=getattr(self.embedder, "name", "?"), threads=self.threads,
+            refresh_ttl=self.refresh_ttl if refresh_ttl is None else bool(refresh_ttl))
 
     def signals(self, rq: ResolvedQuery) -> Signals | None:
         """The hybrid signals of a resolved query over its namespace (tier protocol); None
@@ -672,17 +777,24 @@ class MemoryStore:
                               rq.weights.half_life, self.tier)
 
     def refresh(self, rq: ResolvedQuery, keys: Sequence[str]) -> int:
-        """``last_accessed_at = rq.now``, ``access_count += 1`` for ``keys`` of the query's
-        namespace (tier protocol); returns how many were present."""
+        """For ``keys`` of the query's namespace (tier protocol): with ``rq.touch``
+        ``last_accessed_at = rq.now``, ``access_count += 1``; with ``rq.refresh_ttl`` a new
+        time to live from ``rq.now``. Returns how many were present."""
         with self._lock:
-            return self._refresh(rq.namespace, keys, rq.now)
+            return self._refresh(rq.namespace, keys, rq.now, rq.touch, rq.refresh_ttl)
 
-    def _refresh(self, ns: Namespace, keys: Iterable[str], now: float) -> int:
+    def _refresh(self, ns: Namespace, keys: Iterable[str], now: float, touch: bool = True,
+                 ttl: bool = False) -> int:
         table = self._tables.get(ns)
         if table is None:
             return 0
-        rows = [table.keys[k] for k in dict.fromkeys(keys) if k in table.keys]
-        table.refresh(rows, now)
+        get = table.keys.get
+        rows = [r for r in map(get, dict.fromkeys(keys)) if r is not None
+                and not table.row_expired(r, now)]
+        if touch:
+            table.refresh(rows, now)
+        if ttl:
+            table.refresh_expiry(rows, now)
         return len(rows)
 
     def touch(self, namespace: NamespaceLike, keys: Iterable[str]) -> int:
@@ -721,8 +833,10 @@ class MemoryStore:
             if table is None:
                 return {}
             c, get = table.columns, table.keys.get
+            now = _query.now(self.clock) if table.expiry is not None else 0.0
             return {k: (float(c.created_at[r]), int(c.access_count[r]))
-                    for k, r in zip(keys, map(get, keys)) if r is not None}
+                    for k, r in zip(keys, map(get, keys))
+                    if r is not None and not table.row_expired(r, now)}
 
     # ------------------------------------------------------------------ hybrid recall
     def speakers(self, namespace: Namespace, hybrid: HybridWeights) -> list[str]:
@@ -800,7 +914,7 @@ class MemoryStore:
         >>> stm.batch([PutOp("r", "a", "red door"), GetOp("r", "a"), ListNamespacesOp()])[1:]
         [StoredMemory(namespace=('r',), key='a', text='red door', importance=0.5, \
 metadata={}, created_at=..., updated_at=..., last_accessed_at=..., access_count=0, \
-tier=<MemoryTier.SHORT: 'short'>), [('r',)]]
+tier=<MemoryTier.SHORT: 'short'>, expires_at=None, ttl=None), [('r',)]]
         """
         ops = list(ops)
         out: list = []

@@ -48,7 +48,8 @@ class Table:
     """
 
     __slots__ = ("namespace", "columns", "reuse", "keys", "key_of", "texts", "metadata",
-                 "importance", "rows", "free", "recall", "files", "offsets")
+                 "importance", "rows", "free", "recall", "files", "offsets", "expiry",
+                 "filter_masks")
 
     def __init__(self, namespace: Namespace, columns: Any, *, reuse: bool = False):
         self.namespace = namespace
@@ -64,6 +65,8 @@ class Table:
         self.recall: NamespaceRecall | None = None      # hybrid indexes, built on first use
         self.files: Any = None                          # the disk files (long tier)
         self.offsets: list[int] = []                    # log offset of each row's record
+        self.expiry: np.ndarray | None = None           # (>= rows, 2) [expires_at, ttl], 0: never
+        self.filter_masks: dict = {}                    # repr(filter) -> (predicate, mask)
 
     @property
     def live(self) -> int:
@@ -85,11 +88,67 @@ class Table:
     def memory(self, row: int, tier: MemoryTier) -> StoredMemory:
         c = self.columns
         key, text, importance, metadata = self.fields(row)
+        e = self.expiry
+        expires, ttl = (None, None) if e is None or row >= e.shape[0] else \
+            (float(e[row, 0]) or None, float(e[row, 1]) or None)
         return StoredMemory(
             namespace=self.namespace, key=key, text=text, importance=importance,
             metadata=metadata, created_at=float(c.created_at[row]),
             updated_at=float(c.updated_at[row]), last_accessed_at=float(c.last_accessed_at[row]),
-            access_count=int(c.access_count[row]), tier=tier)
+            access_count=int(c.access_count[row]), tier=tier, expires_at=expires, ttl=ttl)
+
+    # ------------------------------------------------------------------ TTL
+    def expired(self, now: float) -> np.ndarray | None:
+        """ndarray (rows,), bool: rows whose time to live ran out (``0 < expires_at <= now``);
+        None when no row of the table ever had one."""
+        e = self.expiry
+        if e is None:
+            return None
+        n = self.rows
+        out = np.zeros(n, np.bool_)
+        col = e[:n, 0]
+        out[:col.shape[0]] = (col > 0) & (col <= now)
+        return out
+
+    def row_expired(self, row: int, now: float) -> bool:
+        e = self.expiry
+        return e is not None and row < e.shape[0] and 0 < e[row, 0] <= now
+
+    def visible_live(self, now: float) -> int:
+        """Live rows that have not expired."""
+        exp = self.expired(now)
+        if exp is None:
+            return self.live
+        return self.live - int(np.count_nonzero(exp & self.columns.alive[:self.rows]))
+
+    def set_expiry(self, rows: np.ndarray, expires: np.ndarray | None,
+                   ttl: np.ndarray | None) -> None:
+        """Set ``[expires_at, ttl]`` of ``rows`` ((m,) int64; None: never). The column is
+        allocated in RAM on the first expiring write (a disk store maps it first)."""
+        e = self.expiry
+        if expires is None and e is None:
+            return
+        need = int(rows.max()) + 1 if rows.shape[0] else 0
+        if e is None or e.shape[0] < need:
+            grown = np.zeros((max(need, self.columns.capacity), 2), np.float64)
+            if e is not None:
+                grown[:e.shape[0]] = e
+            self.expiry = e = grown
+        if expires is None:
+            e[rows] = 0.0
+        else:
+            e[rows, 0] = expires
+            e[rows, 1] = ttl
+
+    def refresh_expiry(self, rows: Sequence[int], now: float) -> None:
+        """``expires_at = now + ttl`` of the rows that have a time to live."""
+        e = self.expiry
+        if e is None:
+            return
+        idx = np.asarray([r for r in rows if r < e.shape[0]], np.int64)
+        ttl = e[idx, 1]
+        has = ttl > 0
+        e[idx[has], 0] = now + ttl[has]
 
     def hits(self, rows: Sequence[int], scores: Sequence[float], sims: Sequence[float],
              now: float, half_life: float, tier: MemoryTier) -> list[MemoryHit]:
@@ -107,32 +166,57 @@ class Table:
         return out
 
     def mask(self, flt: Mapping[str, Any] | None) -> np.ndarray:
-        """ndarray (rows,), bool: live rows matching a validated metadata filter."""
+        """ndarray (rows,), bool: live rows matching a validated metadata filter (read-only:
+        the last 8 filters' masks are kept, and every write and removal updates them, so a
+        repeated filter costs one pass over the rows once)."""
         n = self.rows
         if not flt:
             return self.columns.alive[:n]
-        alive = np.zeros(n, np.bool_)
-        match, meta = _validate.matches_filter, self.meta
+        tag = repr(flt)
+        got = self.filter_masks.get(tag)
+        if got is not None and got[1].shape[0] >= n:
+            return got[1][:n]
+        alive = np.zeros(self.columns.capacity, np.bool_)
+        match, meta = _validate.filter_predicate(flt), self.meta
         for row in self.keys.values():
-            if match(meta(row), flt):
+            if match(meta(row)):
                 alive[row] = True
-        return alive
+        if len(self.filter_masks) >= 8:
+            self.filter_masks.clear()
+        self.filter_masks[tag] = (match, alive)
+        return alive[:n]
+
+    def _masks_update(self, rows: Sequence[int]) -> None:
+        """Set the kept filter masks of ``rows`` (just written, live) from their metadata."""
+        cap = self.columns.capacity
+        for tag, (match, m) in list(self.filter_masks.items()):
+            if m.shape[0] < cap:
+                m = np.concatenate([m, np.zeros(cap - m.shape[0], np.bool_)])
+                self.filter_masks[tag] = (match, m)
+            for r in rows:
+                m[r] = match(self.meta(r))
 
     def visible(self, flt: Mapping[str, Any] | None, now: float) -> np.ndarray | None:
         """ndarray (rows,), bool: the live rows a search may return -- matching a validated
         filter's metadata conditions (:meth:`mask`) and column conditions
-        (:func:`memcore._validate.column_mask`); None when that is every live row (no
-        filter)."""
+        (:func:`memcore._validate.column_mask`) and not expired; None when that is every live
+        row (no filter, nothing expired)."""
         meta, cols = _validate.split_filter(flt)
-        if meta is None and cols is None:
+        exp = self.expired(now)
+        if exp is not None and not exp.any():
+            exp = None
+        if meta is None and cols is None and exp is None:
             return None
         n = self.rows
         alive = self.mask(meta) if meta is not None else self.columns.alive[:n]
-        if cols is not None:
+        if cols is not None or exp is not None:
             alive = alive.copy()          # never write into a cached mask or the alive column
+        if cols is not None:
             c = self.columns
             for key, cond in cols.items():
                 alive &= _validate.column_mask(getattr(c, key[1:])[:n], cond)
+        if exp is not None:
+            alive &= ~exp
         return alive
 
     def recall_index(self, weights: HybridWeights, dim: int,
@@ -190,6 +274,9 @@ class Table:
             for name in ("created_at", "updated_at", "last_accessed_at", "access_count"):
                 col = getattr(batch, name)
                 getattr(c, name)[idx] = col if pick is None else col[sel]
+            exp = batch.expiry()
+            self.set_expiry(idx, None if exp is None else exp[0][sel],
+                            None if exp is None else exp[1][sel])
         c.alive[idx] = True
         keys = [batch.keys[j] for j in sel]
         rows = idx.tolist()
@@ -213,6 +300,8 @@ class Table:
                 key_of[r], texts[r] = batch.keys[j], batch.texts[j]
                 metas[r], imp[r] = batch.metadata[j], batch.importance[j]
         self.kill(dead)
+        if self.filter_masks:
+            self._masks_update([r for r, j in zip(rows, sel) if live.get(batch.keys[j]) == r])
         rec = self.recall
         if rec is not None and rec.indexes:
             alive = [(r, j) for r, j in zip(rows, sel) if live.get(batch.keys[j]) == r]
@@ -230,7 +319,10 @@ class Table:
         """Mark rows dead (their keys already left :attr:`keys`)."""
         if not rows:
             return
-        self.columns.alive[np.asarray(rows, np.int64)] = False
+        idx = np.asarray(rows, np.int64)
+        self.columns.alive[idx] = False
+        for _, m in self.filter_masks.values():
+            m[idx[idx < m.shape[0]]] = False
         key_of, texts, metas = self.key_of, self.texts, self.metadata
         for r in rows:
             key_of[r] = texts[r] = metas[r] = None
@@ -359,10 +451,10 @@ class DiskTable(Table):
         if got is not None:
             return got[1][:n]
         rows = self.live_rows()
-        match = _validate.matches_filter
+        match = _validate.filter_predicate(flt)
         metas = self.decode(rows, keys=False, texts=False)["metadata"]
         alive = np.zeros(self.columns.capacity, np.bool_)
-        alive[rows[[match(json.loads(m), flt) for m in metas]]] = True
+        alive[rows[[match(json.loads(m)) for m in metas]]] = True
         if len(self._masks) >= 8:
             self._masks.clear()
         self._masks[tag] = (flt, alive)
@@ -370,14 +462,14 @@ class DiskTable(Table):
 
     def _masks_add(self, rows: Sequence[int], metadata: Sequence[Any]) -> None:
         """Keep the cached filter masks current for new live rows (their metadata given)."""
-        match = _validate.matches_filter
         cap = self.columns.capacity
         for tag, (flt, m) in list(self._masks.items()):
             if m.shape[0] < cap:
                 m = np.concatenate([m, np.zeros(cap - m.shape[0], np.bool_)])
                 self._masks[tag] = (flt, m)
             for r, meta in zip(rows, metadata):
-                m[r] = match(meta if isinstance(meta, dict) else json.loads(meta), flt)
+                m[r] = _validate.matches_filter(
+                    meta if isinstance(meta, dict) else json.loads(meta), flt)
 
     def recall_index(self, weights: HybridWeights, dim: int,
                      preparer: Callable | None) -> HybridIndex:

@@ -226,6 +226,7 @@ from memcore.storage.disk import (  # noqa: F401
     NamespaceFiles,
     close_namespace,
     drop_namespace,
+    expiry_path,
     namespace_intact,
     repair_namespace,
     retire_generation,

@@ -1238,14 +1238,22 @@ def _write_quarantine(directory: str, ns: tuple, dim: int, gen: int, rows: list,
     return path
 
 
+def expiry_path(directory: str, generation: int) -> str:
+    """The TTL column of a generation: ``(capacity, 2)`` float64 ``[expires_at, ttl]`` (Unix
+    seconds, seconds; 0: never expires), written by :mod:`memcore.stores.long` like the other
+    columns (before the log commit, fsynced at checkpoints). Only a namespace that ever had
+    a time to live has the file; a missing file means nothing expires."""
+    return os.path.join(directory, f"expiry.{generation}.f64")
+
+
 def remove_stale(directory: str, generation: int, checkpoint: int | None = None,
                  index: dict | None = None) -> None:
     """Delete every file of a namespace directory but the header, ``generation``'s files
-    (the approximate index's included) and (format 2) those of ``checkpoint`` and of the
-    hybrid-index entry ``index``."""
+    (the TTL column and the approximate index included) and (format 2) those of
+    ``checkpoint`` and of the hybrid-index entry ``index``."""
     ann = os.path.basename(ann_path(directory, generation))
     keep = {NAMESPACE_HEADER, NAMESPACE_ID, os.path.basename(log_path(directory, generation)),
-            ann, ann + ".json"}
+            os.path.basename(expiry_path(directory, generation)), ann, ann + ".json"}
     keep.update(os.path.basename(column_path(directory, n, generation))
                 for n in Columns.NAMES + Columns.NAMES_V2)
     if checkpoint is not None:

@@ -33,6 +33,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from memcore import _validate, storage
+from memcore.query import now as _now
 from memcore.core.rows import Rows, encoded
 from memcore.core.store import MemoryStore, check_embedder
 from memcore.core.table import DiskTable, Table
@@ -118,8 +119,56 @@ def _gc_paused(n: int):
         gc.enable()
 
 
+def _expiry_open(t: Table, read_only: bool) -> None:
+    """Map the namespace's TTL column file (:func:`memcore.storage.expiry_path`:
+    ``(capacity, 2)`` float64 ``[expires_at, ttl]``, 0: never) as ``t.expiry``, copy-on-write
+    when ``read_only``. A store without TTL (or written by an older memcore) has no file:
+    nothing expires."""
+    path = storage.expiry_path(t.files.directory, t.files.generation)
+    have = os.path.getsize(path) // 16 if os.path.exists(path) else 0
+    if have:
+        t.expiry = np.memmap(path, np.float64, mode="c" if read_only else "r+",
+                             shape=(have, 2))
+
+
+def _expiry_grow(t: Table, rows: int) -> None:
+    """Make the TTL column file hold ``rows`` rows (created on the first expiring write,
+    grown by doubling with zero rows: never expires) and map it as ``t.expiry``."""
+    have = 0 if t.expiry is None else t.expiry.shape[0]
+    if rows <= have:
+        return
+    cap = max(have, storage.INITIAL_CAPACITY)
+    while cap < rows:
+        cap *= 2
+    if t.expiry is not None:
+        t.expiry.flush()
+    path = storage.expiry_path(t.files.directory, t.files.generation)
+    with open(path, "ab") as f:      # real zero bytes: a full disk raises here, never SIGBUS
+        f.truncate(16 * have)
+        f.write(bytes(16 * (cap - have)))
+    t.expiry = np.memmap(path, np.float64, mode="r+", shape=(cap, 2))
+
+
+def _write_expiry(t: Table, directory: str, generation: int, rows: Sequence[int]) -> None:
+    """Write the TTL column of ``t``'s ``rows`` as the file of a new generation (before its
+    header names it: compaction and reindex keep every time to live)."""
+    if t.expiry is None:
+        return
+    e = np.zeros((max(len(rows), 1), 2), np.float64)
+    idx = np.asarray(rows, np.int64)
+    inside = idx < t.expiry.shape[0]
+    e[:len(rows)][inside] = t.expiry[idx[inside]]
+    os.makedirs(directory, exist_ok=True)
+    with open(storage.expiry_path(directory, generation), "wb") as f:
+        f.write(e.tobytes())
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def _checkpoint(t: Table) -> None:
     """Checkpoint one namespace (see :meth:`LongTermMemory.flush`)."""
+    if isinstance(t.expiry, np.memmap) and t.expiry.mode == "r+":
+        t.expiry.flush()
     if isinstance(t, DiskTable):
         t.checkpoint()
     else:
@@ -160,6 +209,8 @@ def _write_live(t: Table, vecs: np.ndarray, parent: str, generation: int, durabi
     rows, keys, texts, metas, imps = _live(t, texts=log is None)
     idx = np.asarray(rows, np.int64)
     c = t.columns
+    _write_expiry(t, os.path.join(parent, storage.namespace_dirname(t.namespace)), generation,
+                  rows)
     files, cols, _ = storage.write_namespace(
         parent, t.namespace, durability, keys, texts, _meta_bytes(metas), imps,
         *(np.ascontiguousarray(getattr(c, name)[idx]) for name in
@@ -278,12 +329,20 @@ class LongTermMemory(MemoryStore):
     threads : int, default 1
         CPU threads a search's scan may use (numba's, set only while the scan runs); >= 2
         runs the parallel kernel (robots have 4-12 cores).
+<<<<<<< HEAD
     approximate : ApproximateSearch, optional
         Opt in to approximate similarity-preset search for namespaces of at least
         ``approximate.min_rows`` rows (:mod:`memcore.recall.approx`: FAISS candidates, exact
         re-rank, the bound reported in :meth:`approximate_stats`). Needs ``memcore[ann]``.
         The index is built on a namespace's first such search, extended by later ones and
         saved at ``flush``/``close``. None (default): every search is exact.
+=======
+    ttl : float, optional
+        Default time to live in seconds of a put without ``ttl=`` (None: never expires).
+        Times to live persist with the store (a column file per namespace).
+    refresh_ttl : bool, default False
+        Whether ``get``/``search`` restart the time to live of what they return by default.
+>>>>>>> lgs
 
     Attributes
     ----------
@@ -330,11 +389,16 @@ class LongTermMemory(MemoryStore):
                  read_only: bool = False, repair: bool = False,
                  hybrid: HybridWeights | None = None,
                  query_preparer: QueryPreparer | None = None, threads: int = 1,
+<<<<<<< HEAD
                  approximate: ApproximateSearch | None = None):
+=======
+                 ttl: float | None = None, refresh_ttl: bool = False):
+>>>>>>> lgs
         if not isinstance(weights, DecayWeights):
             raise InvalidArgumentTypeError(f"weights must be a DecayWeights, got {type(weights).__name__}")
         self._setup(dim=None, embedder=embedder, clock=clock, weights=weights, hybrid=hybrid,
-                    query_preparer=query_preparer, default_weights=weights, threads=threads)
+                    query_preparer=query_preparer, default_weights=weights, threads=threads,
+                    ttl=ttl, refresh_ttl=refresh_ttl)
         if durability not in storage.DURABILITY_MODES:
             raise InvalidArgumentError(f"durability must be one of {storage.DURABILITY_MODES}, "
                                        f"got {durability!r}")
@@ -581,6 +645,7 @@ class LongTermMemory(MemoryStore):
                     f"{directory} is a format-1 namespace in a format-2 store; run `memcore "
                     f"migrate {self.path}` or open the store with read_only=True")
             t = self._tables[files.ns] = _table(files.ns, cols, files, rep, self.read_only)
+            _expiry_open(t, self.read_only)
             self._restore_recall(t, rep)
 
     def _isolate(self, directory: str, err: StoreCorruptedError) -> None:
@@ -627,6 +692,7 @@ class LongTermMemory(MemoryStore):
 
     def _release(self) -> None:
         for t in self._tables.values():
+            t.expiry = None
             storage.close_namespace(t.files, t.columns)
         self._tables.clear()
         if self._root is not None:
@@ -813,6 +879,13 @@ class LongTermMemory(MemoryStore):
         c.importance[sl] = rows.importance
         for name in ("created_at", "updated_at", "last_accessed_at", "access_count"):
             getattr(c, name)[sl] = getattr(rows, name)
+        exp = rows.expiry()
+        if exp is not None or t.expiry is not None:   # a column like the others: before the commit
+            if t.files is not None:
+                _expiry_grow(t, n0 + m)
+            t.set_expiry(np.arange(n0, n0 + m), *(exp or (None, None)))
+            if t.files is not None and self.durability == "fsync":
+                t.expiry.flush()
         if t.files is not None:
             c.record_offset[sl] = t.files.commit(
                 c, n0, rows.keys, rows.texts, _meta_bytes(rows.metadata), rows.importance,
@@ -873,6 +946,10 @@ class LongTermMemory(MemoryStore):
                        ("created_at", "updated_at", "last_accessed_at", "access_count")))
         new = Table(t.namespace, storage.Columns(vecs.shape[1], max(len(rows), 1)))
         new.write(new.take(len(rows)), batch)
+        if t.expiry is not None:
+            new.expiry = np.zeros((max(len(rows), 1), 2), np.float64)
+            inside = idx < t.expiry.shape[0]
+            new.expiry[:len(rows)][inside] = t.expiry[idx[inside]]
         return new
 
     def _reindexed(self, t: Table, structures: list) -> Table:
@@ -893,12 +970,15 @@ class LongTermMemory(MemoryStore):
                 return super().lifecycle(namespace, keys)
             keys = list(keys)
             c = t.columns
+            now = _now(self.clock) if t.expiry is not None else 0.0
             return {k: (float(c.created_at[r]), int(c.access_count[r]))
-                    for k, r in zip(keys, t.index.lookup_many(keys, c.alive)) if r is not None}
+                    for k, r in zip(keys, t.index.lookup_many(keys, c.alive))
+                    if r is not None and not t.row_expired(r, now)}
 
     def _reopen(self, directory: str) -> Table:
         files, cols, st = storage.NamespaceFiles.open(directory, self.dim, self.durability, False)
         t = _table(files.ns, cols, files, st, False)
+        _expiry_open(t, False)
         self._restore_recall(t, st)
         return t
 
@@ -906,7 +986,8 @@ class LongTermMemory(MemoryStore):
     def compact(self, namespace: NamespaceLike | None = None) -> int:
         """Rewrite namespaces keeping only live rows; returns how many dead rows were dropped.
 
-        Crash-safe on disk: the new generation's files are complete and fsynced before the
+        Expired memories are swept first (:meth:`sweep`), so their rows are dropped too and
+        the survivors keep their time to live. Crash-safe on disk: the new generation's files are complete and fsynced before the
         header naming them replaces the old one. A namespace left without live rows is
         removed. Every live vector is checked against its record's CRC before it is copied.
 
@@ -935,6 +1016,7 @@ class LongTermMemory(MemoryStore):
         dropped = 0
         with self._lock:
             self._check_write()
+            self.sweep(only)
             for ns in [only] if only is not None else list(self._tables):
                 t = self._tables.get(ns)
                 if t is None or t.rows == t.live:

@@ -62,6 +62,10 @@ class ShortTermMemory(MemoryStore):
     threads : int, default 1
         CPU threads a search's scan may use (numba's, set only while the scan runs); >= 2
         runs the parallel kernel (robots have 4-12 cores).
+    ttl : float, optional
+        Default time to live in seconds of a put without ``ttl=`` (None: never expires).
+    refresh_ttl : bool, default False
+        Whether ``get``/``search`` restart the time to live of what they return by default.
 
     Raises
     ------
@@ -84,7 +88,8 @@ class ShortTermMemory(MemoryStore):
     def __init__(self, capacity: int = 1000, embedder: Any = None, scorer: Any = None, *,
                  clock: Clock = system_clock, weights: DecayWeights | None = None,
                  on_evict: EvictionHandler | None = None, hybrid: HybridWeights | None = None,
-                 query_preparer: QueryPreparer | None = None, threads: int = 1):
+                 query_preparer: QueryPreparer | None = None, threads: int = 1,
+                 ttl: float | None = None, refresh_ttl: bool = False):
         if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
             raise InvalidArgumentError(f"capacity must be an int >= 1, got {capacity!r}")
         if embedder is not None and scorer is not None:
@@ -102,7 +107,8 @@ class ShortTermMemory(MemoryStore):
             raise InvalidArgumentTypeError(f"on_evict must be callable, got {on_evict!r}")
         self._setup(dim=None if embedder is None else int(embedder.dim), embedder=embedder,
                     clock=clock, weights=weights, hybrid=hybrid, query_preparer=query_preparer,
-                    default_weights=DecayWeights.similarity(), threads=threads)
+                    default_weights=DecayWeights.similarity(), threads=threads, ttl=ttl,
+                    refresh_ttl=refresh_ttl)
         if embedder is None and (query_preparer is not None or not self.hybrid.is_similarity):
             raise InvalidArgumentError("hybrid recall needs an embedder (its dense signal); a "
                                        "ShortTermMemory without one ranks by lexical similarity only")
