@@ -14,13 +14,13 @@ settings.register_profile("nightly", max_examples=2000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "default"))
 
 
-<<<<<<< HEAD
 def pytest_sessionfinish(session, exitstatus):
     """Stop the PostgreSQL server the tests started (tests/pg_server.py), if any."""
     import pg_server
 
     pg_server.stop()
-=======
+
+
 def require_extra(module: str, extra: str):
     """Import ``module`` of an optional extra for a test file (``require_extra(...)`` at its
     top): skip the file with a reason naming ``pip install -e ".[extra]"`` when it is missing,
@@ -34,4 +34,3 @@ def require_extra(module: str, extra: str):
         return importlib.import_module(module)
     return pytest.importorskip(module, reason=f"{module} is not installed: "
                                               f'pip install -e ".[{extra}]"')
->>>>>>> lgs

@@ -329,20 +329,17 @@ class LongTermMemory(MemoryStore):
     threads : int, default 1
         CPU threads a search's scan may use (numba's, set only while the scan runs); >= 2
         runs the parallel kernel (robots have 4-12 cores).
-<<<<<<< HEAD
     approximate : ApproximateSearch, optional
         Opt in to approximate similarity-preset search for namespaces of at least
         ``approximate.min_rows`` rows (:mod:`memcore.recall.approx`: FAISS candidates, exact
         re-rank, the bound reported in :meth:`approximate_stats`). Needs ``memcore[ann]``.
         The index is built on a namespace's first such search, extended by later ones and
         saved at ``flush``/``close``. None (default): every search is exact.
-=======
     ttl : float, optional
         Default time to live in seconds of a put without ``ttl=`` (None: never expires).
         Times to live persist with the store (a column file per namespace).
     refresh_ttl : bool, default False
         Whether ``get``/``search`` restart the time to live of what they return by default.
->>>>>>> lgs
 
     Attributes
     ----------
@@ -389,11 +386,8 @@ class LongTermMemory(MemoryStore):
                  read_only: bool = False, repair: bool = False,
                  hybrid: HybridWeights | None = None,
                  query_preparer: QueryPreparer | None = None, threads: int = 1,
-<<<<<<< HEAD
-                 approximate: ApproximateSearch | None = None):
-=======
+                 approximate: ApproximateSearch | None = None,
                  ttl: float | None = None, refresh_ttl: bool = False):
->>>>>>> lgs
         if not isinstance(weights, DecayWeights):
             raise InvalidArgumentTypeError(f"weights must be a DecayWeights, got {type(weights).__name__}")
         self._setup(dim=None, embedder=embedder, clock=clock, weights=weights, hybrid=hybrid,
