@@ -128,3 +128,18 @@ def test_mcp_without_the_sdk_names_the_extra(tmp_path, monkeypatch, capfd):
     assert status == 1 and "pip install memcore[mcp]" in capfd.readouterr().err
     assert not (tmp_path / "store").exists()      # checked before anything is created
 
+
+
+def test_recall_refreshes_access_after_answering(tmp_path):
+    """The tools without the transport (no SDK needed): a recall's access refresh is done by
+    the writer thread, and close() drains it to the store."""
+    from memcore.integrations.mcp_server import MemoryTools
+
+    with MemoryTools(tmp_path / "store", embedder="hashing") as tools:
+        stored = tools.remember("The kettle is in the left cupboard.", ["home"])
+        assert stored["access_count"] == 0
+        assert [h["key"] for h in tools.recall("where is the kettle", ["home"])] == [stored["key"]]
+        assert tools.recall("where is the kettle", "elsewhere") == []
+    with LongTermMemory.open(tmp_path / "store") as ltm:
+        got = ltm.get(("home",), stored["key"])
+        assert got.access_count == 1 and got.last_accessed_at >= stored["last_accessed_at"]

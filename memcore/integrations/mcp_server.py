@@ -17,7 +17,8 @@ Design
 - Writes never block a recall. The SDK runs each tool call in a worker thread and serves
   requests concurrently; every write goes to one writer thread (so writes keep their order)
   that embeds the text before taking the store's lock, and a recall embeds its query in its
-  own thread. A recall waits at most for one write's commit, never for an embedding.
+  own thread and hands the access refresh of what it returns to the writer. A recall waits
+  at most for one write's commit (under the store's lock), never for an embedding.
   ``remember`` answers once its memory is written, so a following ``recall`` finds it.
 - The store is opened for writing (one writer process per store: a second server on the same
   path fails with the locked-store message) with the embedder it was written with, or the
@@ -142,11 +143,15 @@ class MemoryTools:
         """The memories of ``namespace`` most relevant to ``query``, best first.
 
         ``threshold`` is the minimum cosine similarity (none by default); ``filter`` the
-        metadata filter. Recalled memories count as accessed (recency, promotion).
+        metadata filter. Recalled memories count as accessed (``last_accessed_at``,
+        ``access_count``), refreshed by the writer thread once the answer is ready, so the
+        refresh (a write) is not on the recall's path.
         """
-        hits = self.store.search(_namespace(namespace), query, top_k=top_k,
-                                 threshold=-1.0 if threshold is None else threshold,
-                                 filter=filter)
+        ns = _namespace(namespace)
+        hits = self.store.search(ns, query, top_k=top_k, filter=filter, touch=False,
+                                 threshold=-1.0 if threshold is None else threshold)
+        if hits:   # the access refresh is a write: the writer thread does it, after answering
+            self._writer.submit(self.store.touch, ns, [h.key for h in hits])
         return [self._commands._hit_dict(h) for h in hits]
 
     def get(self, key: str, namespace: Namespace = "default") -> dict:
