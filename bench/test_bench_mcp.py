@@ -11,6 +11,8 @@ embedding cache) is served by a real ``memcore mcp`` subprocess; the SDK's stdio
 - ``library_search``: ``LongTermMemory.search`` in this process on the same store, opened
   read-only while the server holds it, with that query's vector cached (ranking alone, no
   protocol); ``library_recall`` = embed + library_search;
+- ``mcp_noop``: the round trip of a tool call that does nothing (``list_namespaces`` of an
+  absent prefix), paired too: the protocol's own cost on this machine at that moment;
 - ``beyond_embed_p50_ms``: the median over rounds of (recall round trip - the paired embed,
   measured just before it), what the server, the protocol and the ranking add to the model
   (the issue's target: <= 5 ms at 1e4 memories). Pairing keeps a busy machine's drift out of
@@ -137,7 +139,7 @@ def test_mcp_recall_latency(benchmark, n_items, writes, tmp_path, shared, bench_
     client = _Client(store)
     writer = None
     written = [0]
-    embed, library, timed = [], [], []
+    embed, library, protocol, timed = [], [], [], []
     view = LongTermMemory.open(store, embedder)       # read-only, while the server writes
     try:
         for i in range(8):                               # warm-up (model, JIT, hybrid index)
@@ -164,8 +166,11 @@ def test_mcp_recall_latency(benchmark, n_items, writes, tmp_path, shared, bench_
             t1 = time.perf_counter()
             view.search(tuple(NAMESPACE), q, top_k=TOP_K, touch=False)
             t2 = time.perf_counter()
+            client.call("list_namespaces", {"prefix": ["__none__"]})   # a do-nothing tool
+            t3 = time.perf_counter()
             embed.append(t1 - t0)
             library.append(t2 - t1)
+            protocol.append(t3 - t2)
             return (i,), {}
 
         def recall(i):
@@ -190,6 +195,7 @@ def test_mcp_recall_latency(benchmark, n_items, writes, tmp_path, shared, bench_
         "library_search_p50_ms": _p50_ms(library),
         "library_recall_p50_ms": _p50_ms(np.add(embed, library)),
         "mcp_recall_p50_ms": _p50_ms(timed),
+        "mcp_noop_p50_ms": _p50_ms(protocol),
         "beyond_embed_p50_ms": _p50_ms(np.subtract(timed[:n], embed[:n])),
         "remembers_during_run": written[0],
     })
