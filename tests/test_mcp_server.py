@@ -13,8 +13,10 @@ import os
 import sys
 
 import anyio
+import pytest
 
 from memcore import LongTermMemory
+from memcore.errors import InvalidTextError
 from tests.extras import require
 
 
@@ -140,6 +142,11 @@ def test_recall_refreshes_access_after_answering(tmp_path):
         assert stored["access_count"] == 0
         assert [h["key"] for h in tools.recall("where is the kettle", ["home"])] == [stored["key"]]
         assert tools.recall("where is the kettle", "elsewhere") == []
+        with pytest.raises(InvalidTextError, match="no content"):
+            tools.remember("?!", ["home"])            # could never be recalled: refused
+        with pytest.raises(InvalidTextError):
+            tools.remember("   ", ["home"])
+        assert [n["count"] for n in tools.list_namespaces()] == [1]
     with LongTermMemory.open(tmp_path / "store") as ltm:
         got = ltm.get(("home",), stored["key"])
         assert got.access_count == 1 and got.last_accessed_at >= stored["last_accessed_at"]

@@ -42,7 +42,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from memcore.errors import InvalidArgumentTypeError
+from memcore import _validate
+from memcore.errors import InvalidArgumentTypeError, InvalidTextError
 
 __all__ = ["MemoryTools", "build_server", "serve"]
 
@@ -52,8 +53,6 @@ Namespace = str | list[str]
 
 
 def _namespace(value: Any) -> tuple[str, ...]:
-    from memcore import _validate
-
     if isinstance(value, list):
         value = tuple(value)
     if not isinstance(value, (str, tuple)):
@@ -130,13 +129,33 @@ class MemoryTools:
         """Store (or replace) one memory; returns it as stored.
 
         The key defaults to one derived from the text (``mcp:`` + 16 hex digits of its SHA-1),
-        so remembering the same text twice keeps one memory.
+        so remembering the same text twice keeps one memory. Runs on the writer thread and
+        returns once the memory is written (``created_at``/``updated_at`` in Unix seconds).
+
+        Raises
+        ------
+        InvalidNamespaceError, InvalidTextError, InvalidArgumentError, InvalidArgumentTypeError
+            On a bad namespace, blank text, key, importance outside [0, 1] or metadata that
+            is not a JSON object; nothing is written.
+        InvalidTextError
+            Also if the text has no content for the embedder (it could never be recalled).
         """
         ns = _namespace(namespace)
         key = key if key is not None else self._commands.text_key(text, "mcp")
-        future = self._writer.submit(self.store.put, ns, key, text, importance=importance,
-                                     metadata=metadata)
+        future = self._writer.submit(self._put, ns, key, text, importance, metadata)
         return self._commands._memory_dict(future.result())
+
+    def _put(self, ns: tuple, key: str, text: str, importance: float, metadata: Any) -> Any:
+        """On the writer thread: embed (outside the store's lock), refuse a text without
+        content, then write."""
+        _validate.memory_text(text)
+        vec = self.store.embed([text])[0]
+        if not vec.any():
+            raise InvalidTextError(
+                f"text {text[:80]!r} has no content for embedder {self.store.embedder_name!r}; "
+                f"it could never be recalled")
+        return self.store.put(ns, key, text, importance=importance, metadata=metadata,
+                              vector=vec)
 
     def recall(self, query: str, namespace: Namespace = "default", top_k: int = 5,
                threshold: float | None = None, filter: dict[str, Any] | None = None) -> list:
@@ -146,6 +165,11 @@ class MemoryTools:
         metadata filter. Recalled memories count as accessed (``last_accessed_at``,
         ``access_count``), refreshed by the writer thread once the answer is ready, so the
         refresh (a write) is not on the recall's path.
+
+        Raises
+        ------
+        InvalidNamespaceError, InvalidArgumentError, InvalidArgumentTypeError
+            On a bad namespace, top_k, threshold outside [-1, 1] or a malformed filter.
         """
         ns = _namespace(namespace)
         hits = self.store.search(ns, query, top_k=top_k, filter=filter, touch=False,
@@ -155,7 +179,13 @@ class MemoryTools:
         return [self._commands._hit_dict(h) for h in hits]
 
     def get(self, key: str, namespace: Namespace = "default") -> dict:
-        """One memory by key; an error when there is none."""
+        """One memory by key.
+
+        Raises
+        ------
+        MemoryNotFoundError
+            (a LookupError) If ``namespace`` holds no ``key``.
+        """
         ns = _namespace(namespace)
         found = self.store.get(ns, key)
         if found is None:
