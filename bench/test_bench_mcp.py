@@ -20,8 +20,9 @@ embedding cache) is served by a real ``memcore mcp`` subprocess; the SDK's stdio
 - ``writing``: the same recalls while another task keeps calling ``remember`` (writes on the
   server's writer thread): writes must not block a recall.
 
-Sizes: 1e3 as a smoke test; 1e3 and 1e4 under ``--benchmark-enable``. Figures in
-``benchmark.extra_info``: ``python -m pytest bench/test_bench_mcp.py --benchmark-enable -s``.
+Sizes: 300 as a smoke test (a fresh checkout embeds them); 1e3 and 1e4 under
+``--benchmark-enable``. Figures in ``benchmark.extra_info``:
+``python -m pytest bench/test_bench_mcp.py --benchmark-enable -s``.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def pytest_generate_tests(metafunc):
         config = metafunc.config  # same rule as the bench_enabled fixture
         enabled = bool(config.getoption("benchmark_enable")
                        or not config.getoption("benchmark_disable"))
-        sizes = [1_000, 10_000] if enabled else [1_000]
+        sizes = [1_000, 10_000] if enabled else [300]   # smoke: few texts for the model
         metafunc.parametrize("n_items", sizes, ids=[f"n={n:.0e}" for n in sizes])
 
 

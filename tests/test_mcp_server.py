@@ -150,3 +150,16 @@ def test_recall_refreshes_access_after_answering(tmp_path):
     with LongTermMemory.open(tmp_path / "store") as ltm:
         got = ltm.get(("home",), stored["key"])
         assert got.access_count == 1 and got.last_accessed_at >= stored["last_accessed_at"]
+
+
+def test_stdout_is_only_the_protocol(tmp_path):
+    """Started and closed without a request, the server writes nothing at all to stdout
+    (start-up logging goes to stderr) and exits 0."""
+    require("mcp", "mcp")
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "memcore.cli", "--store", str(tmp_path / "s"),
+                           "--embedder", "hashing", "mcp"], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "" and "memcore mcp: INFO: serving" in proc.stderr
