@@ -163,3 +163,17 @@ def test_stdout_is_only_the_protocol(tmp_path):
                           capture_output=True, text=True, timeout=300, env=dict(os.environ))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "" and "memcore mcp: INFO: serving" in proc.stderr
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread niceness is Linux's")
+def test_the_writer_thread_runs_at_a_lower_priority(tmp_path):
+    import threading
+
+    from memcore.integrations.mcp_server import WRITER_NICENESS, MemoryTools
+
+    def niceness():
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    with MemoryTools(tmp_path / "store", embedder="hashing") as tools:
+        writer = tools._writer.submit(niceness).result()
+    assert writer == min(niceness() + WRITER_NICENESS, 19)
