@@ -161,3 +161,30 @@ def test_failures_are_logged_not_raised(tmp_path, caplog):
     p.store("   ", "response", "mode", 1)                   # blank input: skipped quietly
     p.flush()
     assert p.retrieve("input", "mode") == []
+
+
+# OM1's provider as of OpenMind/OM1 db1898dd (src/providers/semantic_memory_provider.py):
+# method -> its parameters after self, with their defaults (inspect.Parameter.empty: none).
+_EMPTY = object()
+OM1_INTERFACE = {
+    "configure": [("enabled", False), ("top_k", 3), ("similarity_threshold", 0.3)],
+    "store": [("sensory_input", _EMPTY), ("action_response", _EMPTY), ("mode", _EMPTY),
+              ("tick", _EMPTY)],
+    "retrieve": [("query", _EMPTY), ("mode", _EMPTY), ("top_k", None)],
+    "clear_mode": [("mode", _EMPTY)],
+}
+
+
+@pytest.mark.parametrize("method", sorted(OM1_INTERFACE))
+def test_signatures_accept_every_om1_call(method):
+    """Every call OM1 makes (positional or by keyword) binds to the same parameters here;
+    memcore's extra parameters come after OM1's and all have defaults."""
+    import inspect
+
+    params = list(inspect.signature(getattr(SemanticMemoryProvider, method)).parameters.values())[1:]
+    ours = params[:len(OM1_INTERFACE[method])]
+    for (name, default), p in zip(OM1_INTERFACE[method], ours):
+        assert p.name == name and p.kind in (p.POSITIONAL_OR_KEYWORD,), (method, p)
+        if default is not _EMPTY:
+            assert p.default == default, (method, name, p.default)
+    assert all(p.default is not p.empty for p in params[len(ours):]), method
