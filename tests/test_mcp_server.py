@@ -159,7 +159,7 @@ def test_stdout_is_only_the_protocol(tmp_path):
     import subprocess
 
     proc = subprocess.run([sys.executable, "-m", "memcore.cli", "--store", str(tmp_path / "s"),
-                           "--embedder", "hashing", "mcp"], stdin=subprocess.DEVNULL,
+                           "--embedder", "hashing", "mcp", "--no-warmup"], stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=300, env=dict(os.environ))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "" and "memcore mcp: INFO: serving" in proc.stderr
