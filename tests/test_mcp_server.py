@@ -177,3 +177,39 @@ def test_the_writer_thread_runs_at_a_lower_priority(tmp_path):
     with MemoryTools(tmp_path / "store", embedder="hashing") as tools:
         writer = tools._writer.submit(niceness).result()
     assert writer == min(niceness() + WRITER_NICENESS, 19)
+
+
+def test_a_recall_never_waits_for_a_write_being_embedded(tmp_path):
+    """A write whose embedding takes as long as it likes (here: until the test releases it)
+    is in progress on the writer thread; recalls meanwhile answer at once, and the write
+    lands once released."""
+    import threading
+
+    from memcore.embedders import CallableEmbedder, HashingEmbedder
+    from memcore.integrations.mcp_server import MemoryTools
+
+    hashing = HashingEmbedder(dim=64)
+    embedding_slow_text = threading.Event()
+    release = threading.Event()
+
+    def model(texts):
+        if any("slow" in t for t in texts):
+            embedding_slow_text.set()
+            assert release.wait(timeout=60)
+        return hashing.encode(texts)
+
+    with MemoryTools(tmp_path / "store", embedder=CallableEmbedder(model, 64, "gated-v1")) as tools:
+        tools.remember("The kettle is in the left cupboard.", "home")
+        done = []
+        writer = threading.Thread(target=lambda: done.append(
+            tools.remember("A slow note about the kettle descaler.", "home")))
+        writer.start()
+        assert embedding_slow_text.wait(timeout=60)          # the write is mid-embedding
+        for _ in range(3):
+            hits = tools.recall("where is the kettle", "home")
+            assert [h["text"] for h in hits] == ["The kettle is in the left cupboard."]
+        assert tools.get(hits[0]["key"], "home")["text"].startswith("The kettle")
+        assert done == [] and writer.is_alive()               # ...and still is
+        release.set()
+        writer.join(timeout=60)
+        assert done and len(tools.recall("kettle descaler note", "home")) == 2

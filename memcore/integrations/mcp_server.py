@@ -91,8 +91,10 @@ class MemoryTools:
     ----------
     path : str or os.PathLike
         The store directory; created (with the default embedder) when absent.
-    embedder : {"minilm", "hashing"}, optional
-        As ``memcore --embedder``; the store's own embedder when None.
+    embedder : {"minilm", "hashing"} or Embedder, optional
+        A name as ``memcore --embedder``, or any embedder object (e.g. a
+        :class:`~memcore.embedders.CallableEmbedder`; the store checks it against the one it
+        was written with); the store's own embedder when None.
 
     Raises
     ------
@@ -108,13 +110,16 @@ class MemoryTools:
     'mcp:4b0c...'
     """
 
-    def __init__(self, path: Any, *, embedder: str | None = None) -> None:
+    def __init__(self, path: Any, *, embedder: Any = None) -> None:
         from memcore import commands
+        from memcore.stores.long import LongTermMemory
 
         self._commands = commands
-        args = argparse.Namespace(store=str(path), embedder=embedder)
-        self._opened = commands._open(args, write=True, embeds=True, encoder=True)
-        self.store = self._opened.store
+        if embedder is None or isinstance(embedder, str):
+            args = argparse.Namespace(store=str(path), embedder=embedder)
+            self.store = commands._open(args, write=True, embeds=True, encoder=True).store
+        else:
+            self.store = LongTermMemory(path, embedder, lock_timeout=1.0)
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memcore-mcp-writer",
                                           initializer=_lower_priority)
         self._closed = threading.Event()
@@ -290,7 +295,7 @@ def build_server(tools: MemoryTools) -> Any:
     return server
 
 
-def serve(path: Any, *, embedder: str | None = None, warmup: bool = True) -> int:
+def serve(path: Any, *, embedder: Any = None, warmup: bool = True) -> int:
     """Open the store, warm up and serve the tools over stdio until the client disconnects.
 
     Returns the exit status (0). Logging goes to stderr; stdout carries only the protocol.
