@@ -15,7 +15,10 @@ Conventions
 - Exit status: 0 success, 1 error (missing store, locked store, missing key, corrupted file),
   2 usage (a bad argument: namespace, JSON, number). An error is one line on stderr,
   ``memcore COMMAND: error: ...``, never a traceback; with ``--json`` it is one JSON object
-  on stderr instead: ``{"error": message, "command": name, "status": code}``.
+  on stderr instead: ``{"error": message, "command": name, "status": code}`` (stdout stays
+  empty, so a pipe reading it sees no partial document). Under ``--json`` even an unexpected
+  failure (a bug) is that object, with status 1 and ``internal error: ...``; without
+  ``--json`` a bug keeps its traceback.
 - ``--json`` prints one JSON document on stdout.
 - ``put`` reads its text from the argument, from stdin (``-``) or from ``--file PATH``;
   ``import -`` reads stdin and ``export -`` writes stdout.
@@ -293,6 +296,11 @@ def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namesp
             return report_error(args.command, str(err), 1, as_json=as_json)
         except KeyboardInterrupt:
             return report_error(args.command, "interrupted", 130, as_json=as_json)
+        except Exception as err:
+            if not as_json:
+                raise                   # a bug: its traceback helps more than a summary line
+            return report_error(args.command, f"internal error: {type(err).__name__}: {err} "
+                                f"(please report it)", 1, as_json=True)
 
     return run
 
@@ -306,6 +314,19 @@ def _json_arg(text: str) -> dict:
         raise argparse.ArgumentTypeError("nests too deeply to parse") from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _filter_arg(text: str) -> dict:
+    """``--filter``: a JSON object the store accepts as a metadata filter (checked by the same
+    validator as the library's, so a malformed filter is a usage error, never ``[]``)."""
+    from memcore import _validate
+
+    value = _json_arg(text)
+    try:
+        _validate.metadata_filter(value)
+    except (InvalidArgumentError, InvalidArgumentTypeError) as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
     return value
 
 
@@ -719,7 +740,7 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("--top-k", type=_positive_int, default=5, help="hits (default 5)")
     p.add_argument("--threshold", type=_finite_float, default=None,
                    help="minimum cosine similarity in [-1, 1] (default: none)")
-    p.add_argument("--filter", type=_json_arg, default=None, metavar="JSON",
+    p.add_argument("--filter", type=_filter_arg, default=None, metavar="JSON",
                    help='metadata filter, a JSON object: \'{"room": "kitchen"}\', '
                         '\'{"room": {"$in": ["kitchen", "hall"]}}\', \'{"room": {"$ne": "hall"}}\'')
     json_flag(p)

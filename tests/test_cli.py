@@ -244,6 +244,46 @@ def test_search_says_why_nothing_was_found(store, cli, tmp_path):
     assert json.loads(cli(*base, NS, "", "--json").stdout) == []
 
 
+def test_search_filter(tmp_path, cli):
+    path = str(tmp_path / "s")
+    base = ("--store", path, "--embedder", "hashing")
+    for key, room, text in (("k1", "kitchen", "The kettle is in the left cupboard."),
+                            ("k2", "hall", "The kettle box is in the hall cupboard."),
+                            ("k3", "garage", "The old kettle is in the garage.")):
+        assert cli(*base, "put", "home", text, "--key", key,
+                   "--metadata", json.dumps({"room": room})).returncode == 0
+    search = (*base, "search", "home", "where is the kettle", "--json")
+    assert len(json.loads(cli(*search).stdout)) == 3
+    only = json.loads(cli(*search, "--filter", '{"room": "hall"}').stdout)
+    assert [h["key"] for h in only] == ["k2"]
+    some = json.loads(cli(*search, "--filter", '{"room": {"$in": ["hall", "garage"]}}').stdout)
+    assert sorted(h["key"] for h in some) == ["k2", "k3"]
+    rest = json.loads(cli(*search, "--filter", '{"room": {"$ne": "kitchen"}}').stdout)
+    assert sorted(h["key"] for h in rest) == ["k2", "k3"]
+    assert cli(*search[:-1], "--filter", '{"room": "attic"}').stdout.strip() == \
+        "(no memories matching the filter)"
+    # a malformed filter is a usage error (argparse's, or one JSON object under --json)
+    bad = cli(*search[:-1], "--filter", '{"room": {"$regex": "k"}}')
+    assert bad.returncode == 2 and "$regex" in bad.stderr and "Traceback" not in bad.stderr
+    json_error(cli(*search, "--filter", '{"room": {"$regex": "k"}}'), 2, "$regex")
+    json_error(cli(*search, "--filter", '["room"]'), 2, "JSON object")
+    json_error(cli(*search, "--filter", "{room"), 2, "not valid JSON")
+
+
+def test_json_never_prints_a_traceback(store, cli, monkeypatch):
+    """Under --json even a failure nobody anticipated (here: injected) is one JSON object."""
+    from memcore.stores.long import LongTermMemory
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected fault")
+
+    monkeypatch.setattr(LongTermMemory, "open", broken)
+    err = json_error(cli("--json", "--store", str(store), "stats"), 1, "internal error")
+    assert "RuntimeError: injected fault" in err["error"]
+    with pytest.raises(RuntimeError, match="injected fault"):   # without --json: the traceback
+        cli("--store", str(store), "stats")
+
+
 def test_missing_store_is_one_line_error(tmp_path, cli):
     err = one_line_error(cli("--store", str(tmp_path / "nope"), "--embedder", "hashing", "search",
                              NS, "hello"), 1, "no memcore store")

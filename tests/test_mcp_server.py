@@ -13,8 +13,10 @@ import os
 import sys
 
 import anyio
+import pytest
 
 from memcore import LongTermMemory
+from memcore.errors import InvalidTextError
 from tests.extras import require
 
 
@@ -128,3 +130,86 @@ def test_mcp_without_the_sdk_names_the_extra(tmp_path, monkeypatch, capfd):
     assert status == 1 and "pip install memcore[mcp]" in capfd.readouterr().err
     assert not (tmp_path / "store").exists()      # checked before anything is created
 
+
+
+def test_recall_refreshes_access_after_answering(tmp_path):
+    """The tools without the transport (no SDK needed): a recall's access refresh is done by
+    the writer thread, and close() drains it to the store."""
+    from memcore.integrations.mcp_server import MemoryTools
+
+    with MemoryTools(tmp_path / "store", embedder="hashing") as tools:
+        stored = tools.remember("The kettle is in the left cupboard.", ["home"])
+        assert stored["access_count"] == 0
+        assert [h["key"] for h in tools.recall("where is the kettle", ["home"])] == [stored["key"]]
+        assert tools.recall("where is the kettle", "elsewhere") == []
+        with pytest.raises(InvalidTextError, match="no content"):
+            tools.remember("?!", ["home"])            # could never be recalled: refused
+        with pytest.raises(InvalidTextError):
+            tools.remember("   ", ["home"])
+        assert [n["count"] for n in tools.list_namespaces()] == [1]
+    with LongTermMemory.open(tmp_path / "store") as ltm:
+        got = ltm.get(("home",), stored["key"])
+        assert got.access_count == 1 and got.last_accessed_at >= stored["last_accessed_at"]
+
+
+def test_stdout_is_only_the_protocol(tmp_path):
+    """Started and closed without a request, the server writes nothing at all to stdout
+    (start-up logging goes to stderr) and exits 0."""
+    require("mcp", "mcp")
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "memcore.cli", "--store", str(tmp_path / "s"),
+                           "--embedder", "hashing", "mcp", "--no-warmup"], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "" and "memcore mcp: INFO: serving" in proc.stderr
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread niceness is Linux's")
+def test_the_writer_thread_runs_at_a_lower_priority(tmp_path):
+    import threading
+
+    from memcore.integrations.mcp_server import WRITER_NICENESS, MemoryTools
+
+    def niceness():
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    with MemoryTools(tmp_path / "store", embedder="hashing") as tools:
+        writer = tools._writer.submit(niceness).result()
+    assert writer == min(niceness() + WRITER_NICENESS, 19)
+
+
+def test_a_recall_never_waits_for_a_write_being_embedded(tmp_path):
+    """A write whose embedding takes as long as it likes (here: until the test releases it)
+    is in progress on the writer thread; recalls meanwhile answer at once, and the write
+    lands once released."""
+    import threading
+
+    from memcore.embedders import CallableEmbedder, HashingEmbedder
+    from memcore.integrations.mcp_server import MemoryTools
+
+    hashing = HashingEmbedder(dim=64)
+    embedding_slow_text = threading.Event()
+    release = threading.Event()
+
+    def model(texts):
+        if any("slow" in t for t in texts):
+            embedding_slow_text.set()
+            assert release.wait(timeout=60)
+        return hashing.encode(texts)
+
+    with MemoryTools(tmp_path / "store", embedder=CallableEmbedder(model, 64, "gated-v1")) as tools:
+        tools.remember("The kettle is in the left cupboard.", "home")
+        done = []
+        writer = threading.Thread(target=lambda: done.append(
+            tools.remember("A slow note about the kettle descaler.", "home")))
+        writer.start()
+        assert embedding_slow_text.wait(timeout=60)          # the write is mid-embedding
+        for _ in range(3):
+            hits = tools.recall("where is the kettle", "home")
+            assert [h["text"] for h in hits] == ["The kettle is in the left cupboard."]
+        assert tools.get(hits[0]["key"], "home")["text"].startswith("The kettle")
+        assert done == [] and writer.is_alive()               # ...and still is
+        release.set()
+        writer.join(timeout=60)
+        assert done and len(tools.recall("kettle descaler note", "home")) == 2

@@ -17,7 +17,10 @@ Design
 - Writes never block a recall. The SDK runs each tool call in a worker thread and serves
   requests concurrently; every write goes to one writer thread (so writes keep their order)
   that embeds the text before taking the store's lock, and a recall embeds its query in its
-  own thread. A recall waits at most for one write's commit, never for an embedding.
+  own thread and hands the access refresh of what it returns to the writer. A recall waits
+  at most for one write's commit (under the store's lock), never for an embedding. On Linux
+  the writer thread runs niced (:data:`WRITER_NICENESS`), so on a busy CPU a recall's
+  embedding goes first.
   ``remember`` answers once its memory is written, so a following ``recall`` finds it.
 - The store is opened for writing (one writer process per store: a second server on the same
   path fails with the locked-store message) with the embedder it was written with, or the
@@ -41,7 +44,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from memcore.errors import InvalidArgumentTypeError
+from memcore import _validate
+from memcore.errors import InvalidArgumentTypeError, InvalidTextError
 
 __all__ = ["MemoryTools", "build_server", "serve"]
 
@@ -51,14 +55,31 @@ Namespace = str | list[str]
 
 
 def _namespace(value: Any) -> tuple[str, ...]:
-    from memcore import _validate
-
     if isinstance(value, list):
         value = tuple(value)
     if not isinstance(value, (str, tuple)):
         raise InvalidArgumentTypeError(
             f"namespace must be a str or a list of str, got {type(value).__name__}")
     return _validate.namespace(value)
+
+
+#: How much nicer (lower CPU priority) the writer thread runs than the recalls, on Linux.
+WRITER_NICENESS = 5
+
+
+def _lower_priority() -> None:
+    """Run the calling thread (the writer) at a lower CPU priority, so on a busy machine
+    a recall's embedding gets the CPU before a background write's (Linux: the niceness of
+    one thread; elsewhere nothing)."""
+    import os
+
+    if sys.platform.startswith("linux") and hasattr(os, "setpriority"):
+        try:
+            tid = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid)
+                           + WRITER_NICENESS)
+        except OSError as err:   # e.g. a sandbox refusing it: writes still work
+            logger.debug("could not lower the writer thread's priority: %s", err)
 
 
 class MemoryTools:
@@ -70,8 +91,10 @@ class MemoryTools:
     ----------
     path : str or os.PathLike
         The store directory; created (with the default embedder) when absent.
-    embedder : {"minilm", "hashing"}, optional
-        As ``memcore --embedder``; the store's own embedder when None.
+    embedder : {"minilm", "hashing"} or Embedder, optional
+        A name as ``memcore --embedder``, or any embedder object (e.g. a
+        :class:`~memcore.embedders.CallableEmbedder`; the store checks it against the one it
+        was written with); the store's own embedder when None.
 
     Raises
     ------
@@ -87,14 +110,18 @@ class MemoryTools:
     'mcp:4b0c...'
     """
 
-    def __init__(self, path: Any, *, embedder: str | None = None) -> None:
+    def __init__(self, path: Any, *, embedder: Any = None) -> None:
         from memcore import commands
+        from memcore.stores.long import LongTermMemory
 
         self._commands = commands
-        args = argparse.Namespace(store=str(path), embedder=embedder)
-        self._opened = commands._open(args, write=True, embeds=True, encoder=True)
-        self.store = self._opened.store
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memcore-mcp-writer")
+        if embedder is None or isinstance(embedder, str):
+            args = argparse.Namespace(store=str(path), embedder=embedder)
+            self.store = commands._open(args, write=True, embeds=True, encoder=True).store
+        else:
+            self.store = LongTermMemory(path, embedder, lock_timeout=1.0)
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memcore-mcp-writer",
+                                          initializer=_lower_priority)
         self._closed = threading.Event()
 
     def __enter__(self) -> "MemoryTools":
@@ -129,28 +156,63 @@ class MemoryTools:
         """Store (or replace) one memory; returns it as stored.
 
         The key defaults to one derived from the text (``mcp:`` + 16 hex digits of its SHA-1),
-        so remembering the same text twice keeps one memory.
+        so remembering the same text twice keeps one memory. Runs on the writer thread and
+        returns once the memory is written (``created_at``/``updated_at`` in Unix seconds).
+
+        Raises
+        ------
+        InvalidNamespaceError, InvalidTextError, InvalidArgumentError, InvalidArgumentTypeError
+            On a bad namespace, blank text, key, importance outside [0, 1] or metadata that
+            is not a JSON object; nothing is written.
+        InvalidTextError
+            Also if the text has no content for the embedder (it could never be recalled).
         """
         ns = _namespace(namespace)
         key = key if key is not None else self._commands.text_key(text, "mcp")
-        future = self._writer.submit(self.store.put, ns, key, text, importance=importance,
-                                     metadata=metadata)
+        future = self._writer.submit(self._put, ns, key, text, importance, metadata)
         return self._commands._memory_dict(future.result())
+
+    def _put(self, ns: tuple, key: str, text: str, importance: float, metadata: Any) -> Any:
+        """On the writer thread: embed (outside the store's lock), refuse a text without
+        content, then write."""
+        _validate.memory_text(text)
+        vec = self.store.embed([text])[0]
+        if not vec.any():
+            raise InvalidTextError(
+                f"text {text[:80]!r} has no content for embedder {self.store.embedder_name!r}; "
+                f"it could never be recalled")
+        return self.store.put(ns, key, text, importance=importance, metadata=metadata,
+                              vector=vec)
 
     def recall(self, query: str, namespace: Namespace = "default", top_k: int = 5,
                threshold: float | None = None, filter: dict[str, Any] | None = None) -> list:
         """The memories of ``namespace`` most relevant to ``query``, best first.
 
         ``threshold`` is the minimum cosine similarity (none by default); ``filter`` the
-        metadata filter. Recalled memories count as accessed (recency, promotion).
+        metadata filter. Recalled memories count as accessed (``last_accessed_at``,
+        ``access_count``), refreshed by the writer thread once the answer is ready, so the
+        refresh (a write) is not on the recall's path.
+
+        Raises
+        ------
+        InvalidNamespaceError, InvalidArgumentError, InvalidArgumentTypeError
+            On a bad namespace, top_k, threshold outside [-1, 1] or a malformed filter.
         """
-        hits = self.store.search(_namespace(namespace), query, top_k=top_k,
-                                 threshold=-1.0 if threshold is None else threshold,
-                                 filter=filter)
+        ns = _namespace(namespace)
+        hits = self.store.search(ns, query, top_k=top_k, filter=filter, touch=False,
+                                 threshold=-1.0 if threshold is None else threshold)
+        if hits:   # the access refresh is a write: the writer thread does it, after answering
+            self._writer.submit(self.store.touch, ns, [h.key for h in hits])
         return [self._commands._hit_dict(h) for h in hits]
 
     def get(self, key: str, namespace: Namespace = "default") -> dict:
-        """One memory by key; an error when there is none."""
+        """One memory by key.
+
+        Raises
+        ------
+        MemoryNotFoundError
+            (a LookupError) If ``namespace`` holds no ``key``.
+        """
         ns = _namespace(namespace)
         found = self.store.get(ns, key)
         if found is None:
@@ -233,7 +295,7 @@ def build_server(tools: MemoryTools) -> Any:
     return server
 
 
-def serve(path: Any, *, embedder: str | None = None, warmup: bool = True) -> int:
+def serve(path: Any, *, embedder: Any = None, warmup: bool = True) -> int:
     """Open the store, warm up and serve the tools over stdio until the client disconnects.
 
     Returns the exit status (0). Logging goes to stderr; stdout carries only the protocol.
