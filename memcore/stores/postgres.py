@@ -162,6 +162,18 @@ def _psycopg():
     return psycopg, psycopg_pool, register_vector
 
 
+def _schema_of(url: str, schema: str) -> tuple[str, str]:
+    """``url`` without its ``schema=`` query parameter (memcore's, not libpq's), and that
+    schema (else ``schema``)."""
+    parts = urlsplit(url)
+    query = [kv for kv in parts.query.split("&") if kv]
+    given = [kv for kv in query if kv.startswith("schema=")]
+    if not given:
+        return url, schema
+    rest = "&".join(kv for kv in query if not kv.startswith("schema="))
+    return urlunsplit(parts._replace(query=rest)), given[-1][len("schema="):]
+
+
 def _scrub(message: str, url: str) -> str:
     pw = urlsplit(url).password if is_postgres_url(url) else None
     return message.replace(pw, "***") if pw else message
@@ -249,7 +261,8 @@ class PostgresMemory(MemoryStore):
     ----------
     url : str
         ``postgresql://user:password@host:port/database`` (libpq URL; any libpq parameter may
-        be given as a query string, e.g. ``?sslmode=require``).
+        be given as a query string, e.g. ``?sslmode=require``; ``?schema=NAME`` sets
+        ``schema``).
     embedder : Embedder, optional
         Required to create the store; checked against the recorded name and dim otherwise.
     weights : DecayWeights, default DecayWeights()
@@ -267,6 +280,10 @@ class PostgresMemory(MemoryStore):
     exact_max_rows : int, default EXACT_MAX_ROWS
         Namespaces up to this size are ranked by the exact ORDER BY; larger by HNSW
         candidates with the exact bound.
+    hnsw : bool, default True
+        Create the HNSW index when missing and rank large namespaces from it; False creates
+        none (an existing one is kept) and every search is exact. It is what writes cost: measured here at 384-d, 4-7 ms per inserted row
+        with it, 0.06 ms without (bench/postgres.py).
     connect_timeout : float, default 10.0
         Seconds to wait for the server.
 
@@ -302,13 +319,14 @@ class PostgresMemory(MemoryStore):
     def __init__(self, url: str, embedder: Any = None, *, weights: DecayWeights = DecayWeights(),
                  clock: Clock = system_clock, hybrid: HybridWeights | None = None,
                  query_preparer: Any = None, threads: int = 1, schema: str = "memcore",
-                 pool_size: int = 4, exact_max_rows: int = EXACT_MAX_ROWS,
+                 pool_size: int = 4, exact_max_rows: int = EXACT_MAX_ROWS, hnsw: bool = True,
                  connect_timeout: float = 10.0):
         self._setup(dim=None, embedder=embedder, clock=clock, weights=weights, hybrid=hybrid,
                     query_preparer=query_preparer, default_weights=weights, threads=threads)
         if not is_postgres_url(url):
             raise InvalidArgumentError(f"url must start with postgresql:// or postgres://, got "
                                        f"{redact(str(url))!r}")
+        url, schema = _schema_of(url, schema)
         if not isinstance(schema, str) or not _SCHEMA_RE.match(schema):
             raise InvalidArgumentError(f"schema must be a lower-case SQL identifier, got {schema!r}")
         for name, value in (("pool_size", pool_size), ("exact_max_rows", exact_max_rows)):
@@ -319,6 +337,10 @@ class PostgresMemory(MemoryStore):
         self.url, self.schema = url, schema
         self.path = redact(url)
         self.exact_max_rows = exact_max_rows
+        self.hnsw = bool(hnsw)
+        #: How searches were ranked: exact ORDER BY, HNSW candidates that sufficed, rounds
+        #: that widened (statistics, for the benchmark).
+        self.search_paths = {"exact": 0, "hnsw": 0, "widened": 0}
         self.read_only = False
         self._closed = True
         self._pool = None
@@ -336,10 +358,11 @@ class PostgresMemory(MemoryStore):
                     "application_name": "memcore"})
         try:
             self._pool.open(wait=True, timeout=connect_timeout)
-        except Exception as err:
+        except psycopg_pool.PoolTimeout as err:
             self._pool.close()
             raise PostgresUnavailableError(
                 f"cannot open a connection pool to {redact(url)}: {_scrub(str(err), url)}") from None
+        self._timeout = psycopg_pool.PoolTimeout
         self._closed = False
 
     # ------------------------------------------------------------------ schema
@@ -391,8 +414,8 @@ class PostgresMemory(MemoryStore):
 
     def _create(self, conn: Any) -> None:
         t = self._t
-        conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
-        conn.execute(f"CREATE TABLE IF NOT EXISTS {t('memcore_meta')} "
+        conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"; '      # one round trip
+                     f"CREATE TABLE IF NOT EXISTS {t('memcore_meta')} "
                      f"(name text PRIMARY KEY, value text NOT NULL)")
         meta = dict(conn.execute(f"SELECT name, value FROM {t('memcore_meta')}").fetchall())
         emb = self.embedder
@@ -418,21 +441,21 @@ class PostgresMemory(MemoryStore):
         self.embedder_name, self.dim = name, dim
         if self.embedder is None:
             self.embedder = _NoEncoder(name, dim)
-        conn.execute(f"CREATE SEQUENCE IF NOT EXISTS {t('memcore_seq')}")
-        conn.execute(f"CREATE TABLE IF NOT EXISTS {t('memcore_namespaces')} ("
+        hnsw = (f"CREATE INDEX IF NOT EXISTS memcore_memories_hnsw ON {t('memcore_memories')} "
+                f"USING hnsw (embedding vector_ip_ops);" if self.hnsw else "")
+        conn.execute(f"CREATE SEQUENCE IF NOT EXISTS {t('memcore_seq')}; "
+                     f"CREATE TABLE IF NOT EXISTS {t('memcore_namespaces')} ("
                      f"namespace text PRIMARY KEY, live bigint NOT NULL DEFAULT 0, "
-                     f"version bigint NOT NULL DEFAULT 0, deletes bigint NOT NULL DEFAULT 0)")
-        conn.execute(f"CREATE TABLE IF NOT EXISTS {t('memcore_memories')} ("
+                     f"version bigint NOT NULL DEFAULT 0, deletes bigint NOT NULL DEFAULT 0); "
+                     f"CREATE TABLE IF NOT EXISTS {t('memcore_memories')} ("
                      f"namespace text NOT NULL, key text NOT NULL, text text NOT NULL, "
                      f"importance float8 NOT NULL, metadata jsonb NOT NULL, "
                      f"created_at float8 NOT NULL, updated_at float8 NOT NULL, "
                      f"last_accessed_at float8 NOT NULL, access_count bigint NOT NULL, "
                      f"seq bigint NOT NULL, tseq bigint NOT NULL, "
-                     f"embedding vector({dim}) NOT NULL, PRIMARY KEY (namespace, key))")
-        conn.execute(f"CREATE INDEX IF NOT EXISTS memcore_memories_seq "
-                     f"ON {t('memcore_memories')} (namespace, seq)")
-        conn.execute(f"CREATE INDEX IF NOT EXISTS memcore_memories_hnsw "
-                     f"ON {t('memcore_memories')} USING hnsw (embedding vector_ip_ops)")
+                     f"embedding vector({dim}) NOT NULL, PRIMARY KEY (namespace, key)); "
+                     f"CREATE INDEX IF NOT EXISTS memcore_memories_seq "
+                     f"ON {t('memcore_memories')} (namespace, seq); {hnsw}")
 
     # ------------------------------------------------------------------ plumbing
     def _check_read(self) -> None:
@@ -471,6 +494,9 @@ class PostgresMemory(MemoryStore):
                     return fn(conn)
         except psycopg.OperationalError as err:
             raise _connect_error(err, self.url) from None
+        except self._timeout as err:
+            raise PostgresUnavailableError(f"no connection to {self.path} within the pool's "
+                                           f"timeout: {_scrub(str(err), self.url)}") from None
         except psycopg.errors.CharacterNotInRepertoire as err:
             raise InvalidTextError(f"PostgreSQL refused a text: {err}") from None
         except psycopg.errors.UntranslatableCharacter as err:
@@ -701,11 +727,14 @@ class PostgresMemory(MemoryStore):
         w = rq.weights
         neg = min(w.w_similarity, w.w_recency, w.w_importance) < 0
         c = max(4 * rq.top_k, 200)
-        while live[0] > self.exact_max_rows and not neg and c <= MAX_CANDIDATES:
+        while self.hnsw and live[0] > self.exact_max_rows and not neg and c <= MAX_CANDIDATES:
             got = self._ranked(conn, rq, ns, candidates=c)
             if got is not None:
+                self.search_paths["hnsw"] += 1
                 return got
+            self.search_paths["widened"] += 1
             c *= 2
+        self.search_paths["exact"] += 1
         return self._ranked(conn, rq, ns, candidates=None)
 
     def _ranked(self, conn: Any, rq: ResolvedQuery, ns: str, *, candidates: int | None
@@ -725,6 +754,8 @@ class PostgresMemory(MemoryStore):
         if candidates is not None:
             conn.execute(f"SET LOCAL hnsw.ef_search = {int(candidates)}")
             conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
+            for knob in ("enable_sort", "enable_seqscan", "enable_bitmapscan"):
+                conn.execute(f"SET LOCAL {knob} = off")     # the candidates from the HNSW index
             params += [rq.vector, candidates]
             inner = (f"SELECT {_COLS}, seq, (-(embedding <#> %s))::float8 AS sim FROM {t} "
                      f"WHERE namespace = %s AND {where} ORDER BY embedding <#> %s LIMIT %s")
