@@ -102,11 +102,11 @@ def test_unreachable_server_is_a_clear_error():
 
 
 def test_bad_credentials_never_echo_the_password(own_server):
-    bad = own_server["url"].replace(pg_server.PASSWORD, "wrong-Secret-123")
+    bad = own_server["url"].replace(own_server["password"], "wrong-Secret-123")
     with pytest.raises(PostgresAuthError, match="refused the credentials") as info:
         PostgresMemory(bad, emb(), schema=pg_server.new_schema())
     assert isinstance(info.value, PermissionError) and isinstance(info.value, MemcoreError)
-    assert "wrong-Secret-123" not in str(info.value) and pg_server.PASSWORD not in str(info.value)
+    assert "wrong-Secret-123" not in str(info.value) and own_server["password"] not in str(info.value)
     assert redact(bad) in str(info.value)
 
 
