@@ -13,6 +13,7 @@ under ``CI=true`` they fail instead (CI never passes by skipping).
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import importlib.util
 import itertools
@@ -73,7 +74,8 @@ def server() -> dict:
         if os.environ.get(ENV):
             _server.update(url=os.environ[ENV], own=False)
         else:
-            _server.update(_start())
+            _server.update(_start(), pid=os.getpid())
+            atexit.register(stop)        # also when the session ends without its hooks
     return _server
 
 
@@ -102,6 +104,8 @@ def stop() -> None:
     if not _server:
         return
     if _server.get("own"):
+        if _server.get("pid") != os.getpid():
+            return                       # a forked child: the server is its parent's
         _server["local"].stop()
     elif _schemas:
         import psycopg

@@ -13,6 +13,7 @@ are relaxed (``fsync=off``) when ``fast=True`` (the tests' and benchmarks' setti
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
 import pwd
@@ -146,7 +147,13 @@ class LocalServer:
             raise PostgresError(f"starting PostgreSQL in {self.root} failed: "
                                 f"{err.stderr.strip()}\n{log}") from None
         self.url = f"postgresql://memcore:{self.password}@127.0.0.1:{self.port}/postgres"
+        self._pid = os.getpid()
+        atexit.register(self._at_exit)      # a process that forgets stop() leaves no server
         return self
+
+    def _at_exit(self) -> None:
+        if getattr(self, "_pid", None) == os.getpid():
+            self.stop()
 
     def stop(self) -> None:
         """Stop the server (immediately); remove a temporary root."""

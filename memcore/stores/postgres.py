@@ -211,15 +211,18 @@ def _alternatives(value: Any) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _filter_sql(flt: dict | None, params: list) -> str:
-    """A SQL condition on ``metadata`` equal to :func:`memcore._validate.matches_filter`."""
+def _filter_sql(flt: dict | None, params: dict) -> str:
+    """A SQL condition on ``metadata`` equal to :func:`memcore._validate.matches_filter`
+    (its operands added to ``params`` as named parameters)."""
     if not flt:
         return "TRUE"
     parts = []
     for k, cond in flt.items():
         def eq(values):
-            params.extend([k, [a for v in values for a in _alternatives(v)]])
-            return "(metadata -> %s) = ANY(%s::jsonb[])"
+            i = len(params)
+            params[f"fk{i}"] = k
+            params[f"fv{i}"] = [a for v in values for a in _alternatives(v)]
+            return f"(metadata -> %(fk{i})s) = ANY(%(fv{i})s::jsonb[])"
         if isinstance(cond, dict) and any(isinstance(op, str) and op.startswith("$") for op in cond):
             for op, operand in cond.items():
                 if op == "$eq":
@@ -740,43 +743,47 @@ class PostgresMemory(MemoryStore):
     def _ranked(self, conn: Any, rq: ResolvedQuery, ns: str, *, candidates: int | None
                 ) -> list[MemoryHit] | None:
         """Exact fused top-k (``candidates=None``), or from the HNSW candidates: None when the
-        bound says they may miss a better memory."""
+        bound says they may miss a better memory. The ranking reads only the numeric columns;
+        text and metadata are fetched for the top-k rows alone."""
         w = rq.weights
-        params: list = [rq.vector, ns]
-        where = _filter_sql(rq.filter, params)
-        score = ("%s * sim + %s * power(0.5, least(greatest(%s - last_accessed_at, 0) / %s, "
-                 f"{_MAX_HALF_LIVES})) + %s * importance")
-        sparams = [float(w.w_similarity), float(w.w_recency), float(rq.now), float(w.half_life),
-                   float(w.w_importance)]
+        p = {"q": rq.vector, "ns": ns, "ws": float(w.w_similarity), "wr": float(w.w_recency),
+             "wi": float(w.w_importance), "now": float(rq.now), "hl": float(w.half_life),
+             "thr": float(rq.threshold), "k": rq.top_k, "c": candidates}
+        where = _filter_sql(rq.filter, p)
         t = self._t("memcore_memories")
-        inner = (f"SELECT {_COLS}, seq, (-(embedding <#> %s))::float8 AS sim FROM {t} "
-                 f"WHERE namespace = %s AND {where}")
+        scan = (f"SELECT key, seq, last_accessed_at, importance, "
+                f"(-(embedding <#> %(q)s))::float8 AS sim FROM {t} "
+                f"WHERE namespace = %(ns)s AND {where}")
         if candidates is not None:
-            conn.execute(f"SET LOCAL hnsw.ef_search = {int(candidates)}")
-            conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
-            for knob in ("enable_sort", "enable_seqscan", "enable_bitmapscan"):
-                conn.execute(f"SET LOCAL {knob} = off")     # the candidates from the HNSW index
-            params += [rq.vector, candidates]
-            inner = (f"SELECT {_COLS}, seq, (-(embedding <#> %s))::float8 AS sim FROM {t} "
-                     f"WHERE namespace = %s AND {where} ORDER BY embedding <#> %s LIMIT %s")
-            sql = (f"SELECT *, {score} AS score, min(sim) OVER () AS sim_c, count(*) OVER () AS n_c "
-                   f"FROM ({inner}) c ORDER BY score DESC, seq LIMIT %s")
-            rows = conn.execute(sql, sparams + params + [candidates]).fetchall()
-            # (all candidates are returned: the threshold and the bound are checked here)
-            if not rows or rows[0][-1] < candidates:
-                return None
-            sim_c = rows[0][-2]
-            hits = [r for r in rows if r[9] >= rq.threshold][:rq.top_k]
-            if sim_c < rq.threshold:
-                return self._hits(rq, hits)
-            bound = w.w_similarity * sim_c + w.w_recency + w.w_importance
-            if len(hits) == rq.top_k and hits[-1][10] >= bound:
-                return self._hits(rq, hits)
-            return None
-        sql = (f"SELECT *, {score} AS score FROM ({inner}) c WHERE sim >= %s "
-               f"ORDER BY score DESC, seq LIMIT %s")
-        rows = conn.execute(sql, sparams + params + [float(rq.threshold), rq.top_k]).fetchall()
-        return self._hits(rq, rows)
+            scan += " ORDER BY embedding <#> %(q)s LIMIT %(c)s"
+            conn.execute(f"SET LOCAL hnsw.ef_search = {int(candidates)}; "
+                         f"SET LOCAL hnsw.iterative_scan = strict_order; "
+                         # the candidates from the HNSW index, not a sort of the namespace
+                         f"SET LOCAL enable_sort = off; SET LOCAL enable_seqscan = off; "
+                         f"SET LOCAL enable_bitmapscan = off")
+        sql = (f"WITH c AS MATERIALIZED ({scan}), "
+               f"top AS (SELECT key, seq, sim, %(ws)s * sim + %(wr)s * power(0.5, least("
+               f"greatest(%(now)s - last_accessed_at, 0) / %(hl)s, {_MAX_HALF_LIVES})) + "
+               f"%(wi)s * importance AS score FROM c WHERE sim >= %(thr)s "
+               f"ORDER BY score DESC, seq LIMIT %(k)s), "
+               f"stats AS (SELECT min(sim) AS sim_c, count(*) AS n_c FROM c) "
+               f"SELECT {', '.join('m.' + c.strip() for c in _COLS.split(','))}, top.seq, "
+               f"top.sim, top.score, stats.sim_c, stats.n_c FROM stats LEFT JOIN "
+               f"(top JOIN {t} m ON m.namespace = %(ns)s AND m.key = top.key) ON TRUE "
+               f"ORDER BY top.score DESC, top.seq")
+        rows = conn.execute(sql, p).fetchall()
+        hits = [r for r in rows if r[0] is not None]
+        if candidates is None:
+            return self._hits(rq, hits)
+        sim_c, n_c = rows[0][-2], rows[0][-1]
+        if n_c < candidates:
+            return None        # the index ran out (or the namespace is smaller): exact order
+        if sim_c < rq.threshold:
+            return self._hits(rq, hits)     # no memory outside the candidates qualifies
+        bound = w.w_similarity * sim_c + w.w_recency + w.w_importance
+        if len(hits) == rq.top_k and hits[-1][10] >= bound:
+            return self._hits(rq, hits)
+        return None
 
     def _hits(self, rq: ResolvedQuery, rows: list) -> list[MemoryHit]:
         hl = rq.weights.half_life
