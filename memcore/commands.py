@@ -81,7 +81,8 @@ def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool = Fals
 def store_path(args: argparse.Namespace) -> Path:
     """``--store``, else ``$MEMCORE_HOME``, else ``./memcore-data``."""
     chosen = getattr(args, "store", None) or os.environ.get("MEMCORE_HOME") or DEFAULT_STORE
-    return Path(chosen)
+    from memcore.stores.postgres import is_postgres_url, redact
+    return Path(redact(chosen) if is_postgres_url(chosen) else chosen)   # never the password
 
 
 def parse_namespace(text: str) -> tuple[str, ...]:
