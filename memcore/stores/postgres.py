@@ -405,6 +405,12 @@ class PostgresMemory(MemoryStore):
                             f"({_scrub(str(err).strip(), self.url)}); install pgvector on the "
                             f"server (https://github.com/pgvector/pgvector) or ask an "
                             f"administrator to run CREATE EXTENSION vector") from None
+                version = conn.execute("SELECT extversion FROM pg_extension "
+                                       "WHERE extname = 'vector'").fetchone()[0]
+                if tuple(int(x) for x in re.findall(r"\d+", version)[:2]) < (0, 8):
+                    raise PostgresExtensionError(
+                        f"pgvector {version} on {redact(self.url)} is too old: memcore needs 0.8 "
+                        f"or later (iterative HNSW scans); run ALTER EXTENSION vector UPDATE")
                 self._create(conn)
         except psycopg.errors.InsufficientPrivilege as err:
             raise PostgresAuthError(f"the role of {redact(self.url)} may not create memcore's "
