@@ -864,6 +864,7 @@ class _Replica:
     def sync(self, conn: Any) -> None:
         o = self.owner
         nst = _ns_text(self.ns)
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")   # one snapshot
         st = conn.execute(f"SELECT deletes FROM {o._t('memcore_namespaces')} WHERE namespace = %s",
                           [nst]).fetchone()
         deletes = -1 if st is None else int(st[0])
