@@ -9,7 +9,7 @@ one PostgreSQL schema (default ``memcore``):
 
 - ``memcore_meta(name, value)``: ``schema_version``, ``embedder_name``, ``dim``; checked on
   every open (:class:`~memcore.errors.EmbedderMismatchError`, as for the embedded store).
-- ``memcore_namespaces(namespace, live, version, deletes)``: one row per namespace, the
+- ``memcore_namespaces(namespace, live, version, clears)``: one row per namespace, the
   namespace as a JSON array of its segments (reversible, injective). Every transaction that
   changes a namespace takes this row's lock first, so writers of one namespace commit in the
   order of the sequence numbers they draw (the hybrid replica below relies on it) and never
@@ -20,6 +20,8 @@ one PostgreSQL schema (default ``memcore``):
   as a row of the embedded store's append-only table), ``tseq`` (last put or refresh) and
   ``embedding vector(dim)``, with a B-tree on ``(namespace, seq)`` and an HNSW index
   (``vector_ip_ops``) on the embeddings.
+- ``memcore_deleted(namespace, key, seq)``: the last delete of each deleted key (its sequence
+  number), so the hybrid replicas drop deleted rows without reloading; a ``clear`` empties it.
 
 Ranking where the data is (similarity preset, ``HybridWeights.similarity()``): the fused
 score ``w_similarity * sim + w_recency * 0.5 ** (age / half_life) + w_importance *
@@ -41,7 +43,7 @@ Hybrid recall (any other :class:`~memcore.HybridWeights`) is **not** computed in
 with episode windows, the episodic context similarity and the per-query z statistics are
 computed by the embedded store's code (:mod:`memcore.recall.hybrid`) over an in-process
 replica of the namespace, synchronised before each hybrid query from the rows written since
-(``seq``/``tseq``; a delete reloads the namespace). Ranking is therefore identical to the
+(``seq``/``tseq``, deletions from ``memcore_deleted``; a clear reloads the namespace). Ranking is therefore identical to the
 embedded store's (LoCoMo dev R@10 equal, bench/postgres.py), at the cost of holding the
 namespace's vectors in the searching process and of transferring them once.
 
@@ -56,7 +58,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import threading
 from typing import Any, Iterable, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
@@ -455,7 +456,9 @@ class PostgresMemory(MemoryStore):
         conn.execute(f"CREATE SEQUENCE IF NOT EXISTS {t('memcore_seq')}; "
                      f"CREATE TABLE IF NOT EXISTS {t('memcore_namespaces')} ("
                      f"namespace text PRIMARY KEY, live bigint NOT NULL DEFAULT 0, "
-                     f"version bigint NOT NULL DEFAULT 0, deletes bigint NOT NULL DEFAULT 0); "
+                     f"version bigint NOT NULL DEFAULT 0, clears bigint NOT NULL DEFAULT 0); "
+                     f"CREATE TABLE IF NOT EXISTS {t('memcore_deleted')} (namespace text NOT NULL, "
+                     f"key text NOT NULL, seq bigint NOT NULL, PRIMARY KEY (namespace, key)); "
                      f"CREATE TABLE IF NOT EXISTS {t('memcore_memories')} ("
                      f"namespace text NOT NULL, key text NOT NULL, text text NOT NULL, "
                      f"importance float8 NOT NULL, metadata jsonb NOT NULL, "
@@ -512,7 +515,7 @@ class PostgresMemory(MemoryStore):
             raise InvalidTextError(f"PostgreSQL refused a text (a NUL character?): {err}") from None
 
     def _lock_ns(self, conn: Any, ns: Namespace, *, create: bool, bump: bool = True,
-                 deletes: int = 0) -> bool:
+                 clears: int = 0) -> bool:
         """Take the namespace row's lock (creating the row when ``create``); True if it exists."""
         t = self._t("memcore_namespaces")
         if create:
@@ -520,9 +523,9 @@ class PostgresMemory(MemoryStore):
                          f"ON CONFLICT (namespace) DO UPDATE SET version = n.version + 1",
                          [_ns_text(ns)])
             return True
-        row = conn.execute(f"UPDATE {t} SET version = version + %s, deletes = deletes + %s "
+        row = conn.execute(f"UPDATE {t} SET version = version + %s, clears = clears + %s "
                            f"WHERE namespace = %s RETURNING live",
-                           [int(bump), deletes, _ns_text(ns)]).fetchone()
+                           [int(bump), clears, _ns_text(ns)]).fetchone()
         return row is not None
 
     # ------------------------------------------------------------------ writes
@@ -598,10 +601,14 @@ class PostgresMemory(MemoryStore):
         ns, key = _validate.namespace(namespace), _validate.key(key)
 
         def run(conn):
-            if not self._lock_ns(conn, ns, create=False, deletes=1):
+            if not self._lock_ns(conn, ns, create=False):
                 return False
             gone = conn.execute(f"DELETE FROM {self._t('memcore_memories')} WHERE namespace = %s "
                                 f"AND key = %s", [_ns_text(ns), key]).rowcount
+            if gone:
+                conn.execute(f"INSERT INTO {self._t('memcore_deleted')} AS d VALUES (%s, %s, "
+                             f"nextval('{self._t('memcore_seq')}')) ON CONFLICT (namespace, key) "
+                             f"DO UPDATE SET seq = excluded.seq", [_ns_text(ns), key])
             conn.execute(f"UPDATE {self._t('memcore_namespaces')} SET live = live - %s "
                          f"WHERE namespace = %s", [gone, _ns_text(ns)])
             return gone > 0
@@ -613,10 +620,12 @@ class PostgresMemory(MemoryStore):
         ns = _validate.namespace(namespace)
 
         def run(conn):
-            if not self._lock_ns(conn, ns, create=False, deletes=1):
+            if not self._lock_ns(conn, ns, create=False, clears=1):
                 return 0
             gone = conn.execute(f"DELETE FROM {self._t('memcore_memories')} WHERE namespace = %s",
                                 [_ns_text(ns)]).rowcount
+            conn.execute(f"DELETE FROM {self._t('memcore_deleted')} WHERE namespace = %s",
+                         [_ns_text(ns)])
             conn.execute(f"UPDATE {self._t('memcore_namespaces')} SET live = 0 "
                          f"WHERE namespace = %s", [_ns_text(ns)])
             return gone
@@ -848,8 +857,8 @@ class PostgresMemory(MemoryStore):
 
 class _Replica:
     """One namespace mirrored in an in-memory :class:`~memcore.LongTermMemory` for hybrid
-    recall, kept current from the rows written (``seq``) and refreshed (``tseq``) since its
-    last synchronisation; a delete or clear (``deletes`` changed) reloads it."""
+    recall, kept current from what was deleted (``memcore_deleted``), written (``seq``) and
+    refreshed (``tseq``) since its last synchronisation; a ``clear`` reloads it."""
 
     def __init__(self, owner: PostgresMemory, ns: Namespace):
         from memcore.stores.long import LongTermMemory
@@ -858,29 +867,39 @@ class _Replica:
         self.store = LongTermMemory(None, owner.embedder, weights=owner.weights, clock=owner.clock,
                                     hybrid=owner.hybrid, query_preparer=owner.query_preparer,
                                     threads=owner.threads)
-        self.seq = self.tseq = 0
-        self.deletes = -1
+        self.seqs: dict[str, int] = {}      # key -> seq of the row the replica holds
+        self.seq = self.tseq = self.dseq = 0
+        self.clears = -1
 
     def sync(self, conn: Any) -> None:
         o = self.owner
         nst = _ns_text(self.ns)
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")   # one snapshot
-        st = conn.execute(f"SELECT deletes FROM {o._t('memcore_namespaces')} WHERE namespace = %s",
+        st = conn.execute(f"SELECT clears FROM {o._t('memcore_namespaces')} WHERE namespace = %s",
                           [nst]).fetchone()
-        deletes = -1 if st is None else int(st[0])
-        if deletes != self.deletes:
+        clears = -1 if st is None else int(st[0])
+        if clears != self.clears:
             self.store.clear(self.ns)
-            self.seq = self.tseq = 0
-            self.deletes = deletes
+            self.seqs = {}
+            self.seq = self.tseq = self.dseq = 0
+            self.clears = clears
         t = o._t("memcore_memories")
+        gone = conn.execute(f"SELECT key, seq FROM {o._t('memcore_deleted')} WHERE namespace = %s "
+                            f"AND seq > %s", [nst, self.dseq]).fetchall()
         new = conn.execute(f"SELECT {_COLS}, embedding, seq, tseq FROM {t} WHERE namespace = %s "
                            f"AND seq > %s ORDER BY seq", [nst, self.seq]).fetchall()
         touched = conn.execute(f"SELECT key, last_accessed_at, access_count, tseq FROM {t} "
                                f"WHERE namespace = %s AND seq <= %s AND tseq > %s",
                                [nst, self.seq, self.tseq]).fetchall()
+        for key, seq in gone:      # a delete older than the row held was followed by a put
+            if self.seqs.get(key, seq) < seq:
+                self.store.delete(self.ns, key)
+                del self.seqs[key]
+            self.dseq = max(self.dseq, seq)
         if new:
             mems = [o._memory(self.ns, r) for r in new]
             self.store.put_stored(mems, np.stack([_np(r[8]) for r in new]))
+            self.seqs.update((r[0], r[9]) for r in new)
             self.seq = max(self.seq, new[-1][9])
             self.tseq = max(self.tseq, max(r[10] for r in new))
         if touched:
