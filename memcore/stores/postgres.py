@@ -18,7 +18,8 @@ one PostgreSQL schema (default ``memcore``):
   Citus; the primary key is ``(namespace, key)``), text, importance, metadata (``jsonb``),
   lifecycle (float8 Unix seconds, access_count), ``seq`` (write order: a put draws a new one,
   as a row of the embedded store's append-only table), ``tseq`` (last put or refresh) and
-  ``embedding vector(dim)``, with a B-tree on ``(namespace, seq)`` and an HNSW index
+  ``embedding vector(dim)``, with B-trees on ``(namespace, seq)`` and ``(namespace, tseq)``
+  (what a hybrid replica synchronises from) and an HNSW index
   (``vector_ip_ops``) on the embeddings.
 - ``memcore_deleted(namespace, key, seq)``: the last delete of each deleted key (its sequence
   number), so the hybrid replicas drop deleted rows without reloading; a ``clear`` empties it.
@@ -467,7 +468,9 @@ class PostgresMemory(MemoryStore):
                      f"seq bigint NOT NULL, tseq bigint NOT NULL, "
                      f"embedding vector({dim}) NOT NULL, PRIMARY KEY (namespace, key)); "
                      f"CREATE INDEX IF NOT EXISTS memcore_memories_seq "
-                     f"ON {t('memcore_memories')} (namespace, seq); {hnsw}")
+                     f"ON {t('memcore_memories')} (namespace, seq); "
+                     f"CREATE INDEX IF NOT EXISTS memcore_memories_tseq "
+                     f"ON {t('memcore_memories')} (namespace, tseq); {hnsw}")
 
     # ------------------------------------------------------------------ plumbing
     def _check_read(self) -> None:
