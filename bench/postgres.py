@@ -185,6 +185,9 @@ def run(args: argparse.Namespace) -> int:
     n_queries, n_puts, per_writer = args.queries, args.puts, args.writer_puts
     if args.quick:
         sizes, n_queries, n_puts, per_writer = [500], 10, 10, 50
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # stop the local server on kill
     server = None
     if args.url:
         url = args.url

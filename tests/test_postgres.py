@@ -266,7 +266,12 @@ def test_semantic_memory_and_cli_on_a_url(url, capsys):
         assert type(mem.long).__name__ == "PostgresMemory"
         password = pg_server.server().get("password")
         assert password is None or (password not in repr(mem) and "***" in repr(mem))
-        mem.long.put(("robot", "patrol"), "dock", "the charging dock is in the hallway")
+        mem.store("where do you charge?", "at the dock in the hallway", "patrol", importance=0.9)
+        mem.consolidate()                           # into the long tier, on PostgreSQL
+        assert mem.long.count(mem.namespace_of("patrol")) == 1
+        hits = mem.retrieve("where do you charge at the dock", "patrol")   # hybrid, via the replica
+        assert [h.text for h in hits] == ["where do you charge?"]
+        assert "hallway" in hits[0].metadata["response"]
     store = f"{url}?schema={schema}"
     assert main(["--store", store, "--embedder", "hashing", "put", "notes", "the lab door is red"]) == 0
     capsys.readouterr()
@@ -274,7 +279,7 @@ def test_semantic_memory_and_cli_on_a_url(url, capsys):
                  "--json"]) == 0
     assert "the lab door is red" in capsys.readouterr().out
     with PostgresMemory(store) as pg:
-        assert pg.namespaces() == [("notes",), ("robot", "patrol")]
+        assert pg.namespaces() == [("notes",), mem.namespace_of("patrol")]
     capsys.readouterr()
     assert main(["--store", store, "stats", "--json"]) == 0
     out = capsys.readouterr().out
