@@ -279,7 +279,7 @@ def test_semantic_memory_and_cli_on_a_url(url, capsys):
                  "--json"]) == 0
     assert "the lab door is red" in capsys.readouterr().out
     with PostgresMemory(store) as pg:
-        assert pg.namespaces() == [("notes",), mem.namespace_of("patrol")]
+        assert pg.namespaces() == [mem.namespace_of("patrol"), ("notes",)]
     capsys.readouterr()
     assert main(["--store", store, "stats", "--json"]) == 0
     out = capsys.readouterr().out
