@@ -126,6 +126,22 @@ def test_missing_pgvector_is_a_clear_error(own_server):
     assert "plain-pw" not in str(info.value) and isinstance(info.value, MemcoreError)
 
 
+def test_closed_store_refuses_every_call():
+    from memcore.errors import StoreClosedError
+
+    pg = pg_server.store(emb=emb())
+    pg.put("r", "k", "kept")
+    schema = pg.schema
+    pg.close()
+    for call in (lambda: pg.get("r", "k"), lambda: pg.put("r", "j", "x"), lambda: pg.count("r"),
+                 lambda: pg.search("r", "kept"), lambda: pg.key_list(("r",))):
+        with pytest.raises(StoreClosedError):
+            call()
+    with PostgresMemory(pg_server.url(), emb(), schema=schema) as again:
+        assert again.get("r", "k").text == "kept"
+        again.drop()
+
+
 def test_nul_characters_are_refused_and_nothing_changes():
     pg = pg_server.store(emb=emb())
     pg.put("r", "k", "kept")

@@ -292,6 +292,14 @@ class PostgresMemory(MemoryStore):
     connect_timeout : float, default 10.0
         Seconds to wait for the server.
 
+    Notes
+    -----
+    Every method raises :class:`PostgresUnavailableError` when the server goes away, and a
+    write raises :class:`~memcore.errors.InvalidTextError` for a text or metadata string with
+    a NUL character (nothing is written). Writers of one namespace are serialised by its row
+    lock (measured: about 400 puts/s with the HNSW index, bench/postgres.py); writers of
+    different namespaces run in parallel.
+
     Raises
     ------
     PostgresUnavailableError, PostgresAuthError
@@ -502,6 +510,7 @@ class PostgresMemory(MemoryStore):
 
     def _run(self, fn):
         """``fn(conn)`` in one transaction, its server errors raised as memcore errors."""
+        self._check_read()
         psycopg = self._psycopg
         try:
             with self._conn() as conn:
