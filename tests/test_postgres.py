@@ -378,3 +378,23 @@ def test_sigkilled_writer_loses_only_its_unacknowledged_batch(url):
     assert {f"w1-{i}" for i in range(1000)} <= keys
     assert pg.count("shared") == len(keys)
     pg.drop()
+
+
+@pytest.mark.slow
+def test_server_going_away_is_a_clear_error(own_server):
+    """A server stopped under an open store: calls raise PostgresUnavailableError (no hang,
+    no password); a new store on a restarted server sees what was committed."""
+    from memcore.stores.pg_local import LocalServer
+
+    with LocalServer() as srv:
+        pg = PostgresMemory(srv.url, emb(), connect_timeout=2)
+        pg.put("r", "k", "committed before the stop")
+        srv.run("pg_ctl", "-D", str(srv.data), "-m", "fast", "-w", "stop")
+        t = time.perf_counter()
+        with pytest.raises(PostgresUnavailableError) as info:
+            pg.get("r", "k")
+        assert time.perf_counter() - t < 30 and srv.password not in str(info.value)
+        srv.start()
+        with PostgresMemory(srv.url, emb()) as again:
+            assert again.get("r", "k").text == "committed before the stop"
+        pg.close()
