@@ -64,6 +64,7 @@ import numpy as np
 
 from memcore import _text
 from memcore.errors import DimensionMismatchError, InvalidArgumentError, InvalidVectorError
+from memcore.kernels import bm25 as _kb
 from memcore.kernels import codes as _kc
 from memcore.kernels import moments as _km
 from memcore.kernels import scan as _ks
@@ -378,7 +379,7 @@ class HybridIndex:
             r = self._dense_radius(w)              # start, so no search has to build them
             self._sums[(1.0, 0) if r == 0 else (float(w.alpha), r)] = (
                 np.zeros(self.dim), np.zeros((self.dim, self.dim)))
-        self._wcache: dict[int, list] = {}         # radius -> [win_start, win_len, rows valid]
+        self._wcache: dict[int, list] = {}         # radius -> _window_cache's list
         #: The last :meth:`search`'s scan statistics: rows reranked exactly, exact
         #: similarities computed, rows flagged, candidates (``memcore.kernels.scan``).
         self.last_scan_stats = np.zeros(4, np.int64)
@@ -774,21 +775,35 @@ class HybridIndex:
         :mod:`memcore.kernels.scan`: ``win_start``, ``win_len`` (n_rows,) int64 and
         ``win_rows`` (the flat window column, int32). Derived from ``win_pos``/``win_cnt``
         once per radius, then kept current row by row (a write changes O(window) rows)."""
+        got = self._window_cache(radius)
+        n = self.n_rows
+        return got[0][:n], got[1][:n], self._a("win")[:n].reshape(-1)
+
+    def context_lengths(self, radius: int) -> np.ndarray:
+        """Each row's radius-``radius`` window-document length in tokens (the sum of its
+        window's own lengths; :func:`memcore.kernels.bm25.window_lengths`), (n_rows,) int64,
+        cached and kept current like :meth:`windows`."""
+        return self._window_cache(radius)[3][:self.n_rows]
+
+    def _window_cache(self, radius: int) -> list:
+        """``[win_start, win_len, rows valid, context lengths]`` of a radius, brought up to
+        ``n_rows``."""
         n = self.n_rows
         got = self._wcache.get(radius)
         if got is None:
-            got = self._wcache[radius] = [np.zeros(n + n // 4 + 64, np.int64),
-                                          np.zeros(n + n // 4 + 64, np.int64), 0]
+            got = self._wcache[radius] = [np.zeros(n + n // 4 + 64, np.int64)
+                                          for _ in range(2)] + [0, np.zeros(n + n // 4 + 64,
+                                                                            np.int64)]
         if got[2] < n:
             if got[0].shape[0] < n:
                 cap = max(n, 2 * got[0].shape[0])
-                for k in (0, 1):
+                for k in (0, 1, 3):
                     grown = np.zeros(cap, np.int64)
                     grown[:got[2]] = got[k][:got[2]]
                     got[k] = grown
             self._window_rows(got, radius, np.arange(got[2], n, dtype=np.int64))
             got[2] = n
-        return got[0][:n], got[1][:n], self._a("win")[:n].reshape(-1)
+        return got
 
     def _window_rows(self, got: list, radius: int, rows: np.ndarray) -> None:
         pos = self._a("win_pos")[rows].astype(np.int64)
@@ -796,6 +811,8 @@ class HybridIndex:
         lo = pos - np.minimum(pos, radius)
         got[0][rows] = rows * _STRIDE + lo
         got[1][rows] = np.minimum(cnt, pos + radius + 1) - lo
+        _kb.window_lengths(self.lexical._a("row_len"), got[0], got[1],
+                           self._a("win").reshape(-1), rows, got[3])
 
     def _windows_changed(self, rows: np.ndarray) -> None:
         """Recompute the cached :meth:`windows` entries of ``rows`` (whose windows changed);
@@ -1036,8 +1053,8 @@ class HybridIndex:
             if w.lexical_context:
                 r = int(w.lexical_window)
                 ws, wl, wr = self.windows(r)
-                ctx = self.lexical.context_scores(q_terms, ws, wl, wr, int(self._ctx_len[r]),
-                                                  w.k1, w.b, r)
+                ctx = self.lexical.context_scores(q_terms, ws, wl, wr, self.context_lengths(r),
+                                                  int(self._ctx_len[r]), w.k1, w.b, r)
         return LexicalSignals(own[0], own[1], ctx[0], ctx[1])
 
     def moments(self, query: str | PreparedQuery, query_vector: np.ndarray, *,

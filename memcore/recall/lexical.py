@@ -142,6 +142,7 @@ class LexicalIndex:
         self.arrays = arrays if arrays is not None else RamArrays()
         self.prefix = prefix
         self._terms: dict[int, int] = {}
+        self._scratch: list = []                 # context_scores' accumulators (RAM)
         self._set_counters({})
         for name, dtype in ARRAYS.items():
             if self.arrays.get(prefix + name) is None:
@@ -531,23 +532,36 @@ class LexicalIndex:
         return rows, out[rows]
 
     def context_scores(self, q_terms: np.ndarray, win_start: np.ndarray, win_len: np.ndarray,
-                       win_rows: np.ndarray, ctx_total_len: int, k1: float, b: float,
-                       radius: int = 1) -> tuple[np.ndarray, np.ndarray]:
+                       win_rows: np.ndarray, ctx_len: np.ndarray, ctx_total_len: int, k1: float,
+                       b: float, radius: int = 1) -> tuple[np.ndarray, np.ndarray]:
         """BM25 of each row's window document (its window's texts concatenated) from the own
         postings (:func:`memcore.kernels.bm25.bm25_context_scores_sparse`): rows (m,) int64
-        ascending and scores (m,) float64. ``ctx_total_len``: the sum over live rows of their
-        window documents' lengths; ``radius``: the windows' radius (picks the kernel)."""
+        ascending and scores (m,) float64. ``ctx_len``: each row's window-document length
+        (:func:`memcore.kernels.bm25.window_lengths`); ``ctx_total_len``: their sum over the
+        live rows; ``radius``: the windows' radius (picks the kernel). Thread-safe: each
+        concurrent call gets its own accumulators."""
         if self.n_docs == 0 or q_terms.shape[0] == 0 or ctx_total_len <= 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float64)
         (head, tail, fill, bstart, bsize, bnext, pdoc, ptf, doc_row) = self._postings()
+        args = (q_terms, head, tail, fill, bstart, bsize, bnext, pdoc, ptf, doc_row,
+                self._a("doc_alive"), ctx_len, win_start, win_len, win_rows, self.n_docs, k1, b,
+                ctx_total_len / self.n_docs)
         # sorting (postings * window) pairs, or n-length accumulators for common terms: the
         # same rows and scores bit for bit
         work = int(self._a("df")[q_terms].sum()) * (2 * radius + 1)
-        kernel = _k.bm25_context_scores_sparse if 4 * work < win_start.shape[0] \
-            else _k.bm25_context_scores_dense
-        return kernel(q_terms, head, tail, fill, bstart, bsize, bnext, pdoc, ptf, doc_row,
-                      self._a("doc_alive"), self._a("row_len"), win_start, win_len, win_rows,
-                      self.n_docs, k1, b, ctx_total_len / self.n_docs)
+        n = win_start.shape[0]
+        if 4 * work < n:
+            return _k.bm25_context_scores_sparse(*args)
+        try:
+            scratch = self._scratch.pop()
+        except IndexError:
+            scratch = None
+        if scratch is None or scratch[0].shape[0] < n:
+            cap = n + n // 4 + 64                # zeroed accumulators, reused across queries
+            scratch = (np.zeros(cap), np.zeros(cap, np.int64), np.zeros(2 * cap, np.int64))
+        out = _k.bm25_context_scores_dense(*args, *scratch)
+        self._scratch.append(scratch)            # zero again (the kernel's contract)
+        return out
 
     def scores(self, query: str, out: np.ndarray | None = None) -> np.ndarray:
         """BM25 score of every row for a query text (tokenised like the stored texts).
