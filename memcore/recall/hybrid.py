@@ -216,7 +216,7 @@ ROW_ARRAYS = {
     "alive": (np.bool_, ()), "codes": (np.int8, ("D",)), "scale": (np.float32, ()),
     "cnorm": (np.float32, ()), "rnorm": (np.float32, ()),
     "win": (np.int32, (_STRIDE,)), "win_pos": (np.int8, ()), "win_cnt": (np.int8, ()),
-    "episode": (np.int64, ()), "speaker": (np.int32, ()),
+    "episode": (np.int32, ()), "speaker": (np.int32, ()),
 }
 #: Per-episode arrays: the episode key's 64-bit hash and its last row + 1 (0: empty).
 EPISODE_ARRAYS = {"ep_key": np.uint64, "ep_last": np.int64}

@@ -80,12 +80,17 @@ ARRAYS = {
     "term_hash": np.uint64, "df": np.int64, "head": np.int64, "tail": np.int64,
     "fill": np.int64,
     "bstart": np.int64, "bsize": np.int64, "bnext": np.int64,
-    "pdoc": np.int64, "ptf": np.int32,
-    "doc_row": np.int64, "doc_len": np.int64, "doc_alive": np.bool_, "doc_tptr": np.int64,
-    "doc_nterm": np.int64,
-    "dt_term": np.int64, "dt_tf": np.int32,
-    "row_doc": np.int64, "row_len": np.int64,
+    "pdoc": np.int32, "ptf": np.int32,
+    "doc_row": np.int32, "doc_len": np.int32, "doc_alive": np.bool_, "doc_tptr": np.int64,
+    "doc_nterm": np.int32,
+    "dt_term": np.int32, "dt_tf": np.int32,
+    "row_doc": np.int32, "row_len": np.int32,
 }
+#: Per-posting, per-document and per-row ids and counts are int32 (half the bytes on disk and
+#: in RAM): rows, term ids and document ids stay below 2**31 (document ids are compacted once
+#: the dead outnumber the live), while pool offsets (``doc_tptr``, blocks) stay int64. Indexes
+#: written with int64 arrays (format 2 before this change) keep theirs: every reader takes
+#: either width, and an array keeps its dtype when it grows.
 
 #: Counters of :meth:`LexicalIndex.small_state`.
 COUNTERS = ("n_terms", "n_blocks", "pool_used", "n_docs_total", "dt_used", "n_docs", "n_rows",
