@@ -692,9 +692,10 @@ def bm25_context_scores_dense(q_terms, term_head, term_tail, term_fill, block_st
     pool_tf, doc_row, doc_alive, ctx_len, win_start, win_len, win_rows, n_live, k1, b, avgdl_ctx
         As in :func:`bm25_context_scores_sparse` (``win_start.shape[0]`` is the row count).
     acc : ndarray of shape (>= n_rows,), float64
-    tfw : ndarray of shape (>= n_rows,), int64
-    touched : ndarray of shape (>= 2 * n_rows,), int64
-        Scratch, all zero (``touched``: any values).
+    tfw : ndarray of shape (>= n_rows,), integer
+    touched : ndarray of shape (>= 2 * n_rows,), integer
+        Scratch, all zero (``touched``: any values); int32 is enough (row ids, and a
+        window's tf sums below 2**31).
 
     Returns
     -------

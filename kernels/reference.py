@@ -607,3 +607,8 @@ def bm25_context_scores_dense(q_terms, term_head, term_tail, term_fill, block_st
                                       block_size, block_next, pool_doc, pool_tf, doc_row,
                                       doc_alive, ctx_len, win_start, win_len, win_rows, n_live,
                                       k1, b, avgdl_ctx)
+
+
+def rows_in(values, wanted):
+    """Rows whose value is in ``wanted``, ascending, int64."""
+    return np.flatnonzero(np.isin(values, wanted)).astype(np.int64)

@@ -69,7 +69,7 @@ from .scoring import recency
 from .topk import _n_blocks, heap_push, heap_sort
 
 __all__ = ["exact_sim", "hybrid_exact_topk", "hybrid_scan_topk", "hybrid_scan_topk_serial",
-           "hybrid_scan_topk_parallel"]
+           "hybrid_scan_topk_parallel", "rows_in"]
 
 _U = 2.0 ** -53
 
@@ -229,6 +229,50 @@ def hybrid_exact_topk(query, vectors, win_start, win_len, win_rows, alpha, dense
         size = heap_push(out_ids, out_scores, out_sims, size, np.int64(i), np.float32(s),
                          np.float32(sims[i]))
     return heap_sort(out_ids, out_scores, out_sims, size)
+
+
+@numba.njit(cache=True)
+def rows_in(values, wanted):
+    """The rows whose value is one of ``wanted``, ascending (a sparse signal's rows, e.g. the
+    memories of the speakers a query names): two passes over ``values``, no n-length
+    temporaries.
+
+    Parameters
+    ----------
+    values : ndarray of shape (n,), integer
+    wanted : ndarray of shape (m,), integer
+        A few values (each is compared with every row).
+
+    Returns
+    -------
+    ndarray of shape (count,), int64
+
+    Raises
+    ------
+    Nothing.
+
+    Examples
+    --------
+    >>> rows_in(np.array([0, 2, 1, 2], np.int32), np.array([2], np.int32)).tolist()
+    [1, 3]
+    """
+    m = 0
+    for i in range(values.shape[0]):
+        v = values[i]
+        for j in range(wanted.shape[0]):
+            if v == wanted[j]:
+                m += 1
+                break
+    out = np.empty(m, np.int64)
+    m = 0
+    for i in range(values.shape[0]):
+        v = values[i]
+        for j in range(wanted.shape[0]):
+            if v == wanted[j]:
+                out[m] = i
+                m += 1
+                break
+    return out
 
 
 # --------------------------------------------------------------------------- bounded pass

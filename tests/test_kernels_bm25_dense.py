@@ -27,7 +27,7 @@ def test_context_dense_equals_sparse_and_oracle(seed, n, vocab, dead, radius, q,
     np.testing.assert_array_equal(ctx_len, want_len)
     args = (q_terms, *post, doc_row, doc_alive, ctx_len, *wins, n_live, k1, b, avgdl_ctx)
     before = [a.copy() for a in args if isinstance(a, np.ndarray)]
-    scratch = (np.zeros(n + 3), np.zeros(n + 3, np.int64), np.full(2 * n + 6, 7, np.int64))
+    scratch = (np.zeros(n + 3), np.zeros(n + 3, np.int32), np.full(2 * n + 6, 7, np.int32))
     for _ in range(2):                                  # the scratch comes back zeroed
         rows, scores = kb.bm25_context_scores_dense(*args, *scratch)
         assert not scratch[0].any() and not scratch[1].any()

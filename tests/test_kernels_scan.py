@@ -230,3 +230,13 @@ def test_sparse_signals_deciding_and_dead_rows_with_the_best_similarity(name, se
     SCANS[name](q, *_encoded(v), v, *args, *out, stats)
     for g, w in zip(out, want):
         np.testing.assert_array_equal(g, w)
+
+
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 300), m=st.integers(0, 4))
+def test_rows_in_equals_oracle(seed, n, m):
+    rng = np.random.default_rng(seed)
+    values = rng.integers(0, 6, n).astype(np.int32)
+    wanted = rng.integers(0, 8, m).astype(np.int32)
+    got = scan.rows_in(values, wanted)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, ref.rows_in(values, wanted))

@@ -941,7 +941,7 @@ class HybridIndex:
         if w.speaker:
             codes = [self._spk_code[e] for e in prepared.entities if e in self._spk_code]
             if codes:
-                rows_ = np.flatnonzero(np.isin(self._a("speaker")[:n], codes)).astype(np.int64)
+                rows_ = _ks.rows_in(self._a("speaker")[:n], np.array(codes, np.int32))
                 sp_rows.append(rows_)
                 sp_vals.append(np.ones(rows_.shape[0]))
                 sp_w.append(w.speaker)

@@ -563,7 +563,7 @@ class LexicalIndex:
             scratch = None
         if scratch is None or scratch[0].shape[0] < n:
             cap = n + n // 4 + 64                # zeroed accumulators, reused across queries
-            scratch = (np.zeros(cap), np.zeros(cap, np.int64), np.zeros(2 * cap, np.int64))
+            scratch = (np.zeros(cap), np.zeros(cap, np.int32), np.zeros(2 * cap, np.int32))
         out = _k.bm25_context_scores_dense(*args, *scratch)
         self._scratch.append(scratch)            # zero again (the kernel's contract)
         return out
