@@ -37,7 +37,8 @@ import numba
 import numpy as np
 
 __all__ = ["bm25_append", "bm25_append_many", "bm25_docs", "bm25_scores", "bm25_scores_sparse",
-           "bm25_context_scores_sparse", "bm25_context_scores_dense", "window_means"]
+           "bm25_context_scores_sparse", "bm25_context_scores_dense", "window_lengths",
+           "window_means"]
 
 
 @numba.njit(cache=True)
@@ -282,7 +283,7 @@ def bm25_scores_sparse(q_terms, q_idf, term_head, term_tail, term_fill, block_st
 
 @numba.njit(cache=True)
 def bm25_context_scores_sparse(q_terms, term_head, term_tail, term_fill, block_start, block_size,
-                               block_next, pool_doc, pool_tf, doc_row, doc_alive, row_len,
+                               block_next, pool_doc, pool_tf, doc_row, doc_alive, ctx_len,
                                win_start, win_len, win_rows, n_live, k1, b, avgdl_ctx):
     """BM25 of each row's *context document* (its window's texts concatenated), from the
     own-text postings and the windows, for the rows that score.
@@ -307,8 +308,9 @@ def bm25_context_scores_sparse(q_terms, term_head, term_tail, term_fill, block_s
     term_head, term_tail, term_fill, block_start, block_size, block_next, pool_doc, pool_tf,
     doc_row, doc_alive
         The own-text postings (see :func:`bm25_append`).
-    row_len : ndarray of shape (n_rows,), int64
-        Tokens of each live row's own document.
+    ctx_len : ndarray of shape (n_rows,), integer
+        Tokens of each live row's context document, ``len_ctx(i)``
+        (:func:`window_lengths`).
     win_start, win_len : ndarray of shape (n_rows,), int64
     win_rows : ndarray, int64 or int32
     n_live : int
@@ -339,7 +341,7 @@ def bm25_context_scores_sparse(q_terms, term_head, term_tail, term_fill, block_s
     ...                 bstart, bsize, bnext, 0, pdoc, ptf, 0, 4, 256)
     >>> rows, scores = bm25_context_scores_sparse(
     ...     np.array([2]), head, tail, fill, bstart, bsize, bnext, pdoc, ptf,
-    ...     np.array([0, 1, 2]), np.array([True, True, True]), np.array([2, 2, 2]),
+    ...     np.array([0, 1, 2]), np.array([True, True, True]), np.array([4, 4, 2]),
     ...     np.array([0, 2, 4]), np.array([2, 2, 1]), np.array([0, 1, 0, 1, 2]), 3, 1.2, 0.75,
     ...     10 / 3)
     >>> rows.tolist(), bool(scores[0] == scores[1] > 0)
@@ -401,14 +403,8 @@ def bm25_context_scores_sparse(q_terms, term_head, term_tail, term_fill, block_s
             while o < u and t_rows[order[o]] == i:
                 tfi += t_tf[order[o]]
                 o += 1
-            dl = 0
-            if (win_start[i] + win_len[i]) > win_start[i]:
-                for q in range(win_start[i], (win_start[i] + win_len[i])):
-                    dl += row_len[win_rows[q]]
-            else:
-                dl = row_len[i]
             tf = np.float64(tfi)
-            norm = k1 * (1.0 - b + b * np.float64(dl) / avgdl_ctx)
+            norm = k1 * (1.0 - b + b * np.float64(ctx_len[i]) / avgdl_ctx)
             rows[c] = i
             vals[c] = idf * tf / (tf + norm)
             c += 1
@@ -631,24 +627,75 @@ def window_means(E, rows_of, lo, k, alpha, out):
 
 
 @numba.njit(cache=True)
+def window_lengths(row_len, win_start, win_len, win_rows, rows, out):
+    """Context-document lengths: ``out[i] = sum(row_len[j] for j in W(i))`` (``row_len[i]``
+    for an empty window) for each ``i`` in ``rows``.
+
+    Parameters
+    ----------
+    row_len : ndarray of shape (n_rows,), integer
+        Tokens of each row's own document (0 without a live one).
+    win_start, win_len : ndarray of shape (n_rows,), int64
+    win_rows : ndarray, int64 or int32
+        The windows, as in :func:`bm25_context_scores_sparse`.
+    rows : ndarray of shape (m,), int64
+    out : ndarray of shape (n_rows,), int64
+        Written at ``rows``.
+
+    Raises
+    ------
+    Nothing (not validated).
+
+    Examples
+    --------
+    >>> out = np.zeros(3, np.int64)
+    >>> window_lengths(np.array([2, 3, 4]), np.array([0, 2, 4]), np.array([2, 2, 1]),
+    ...                np.array([0, 1, 0, 1, 2]), np.arange(3), out)
+    >>> out.tolist()
+    [5, 5, 4]
+    """
+    for j in range(rows.shape[0]):
+        i = rows[j]
+        a = win_start[i]
+        e = win_start[i] + win_len[i]
+        if e > a:
+            dl = 0
+            for q in range(a, e):
+                dl += row_len[win_rows[q]]
+            out[i] = dl
+        else:
+            out[i] = row_len[i]
+
+
+@numba.njit(cache=True)
 def bm25_context_scores_dense(q_terms, term_head, term_tail, term_fill, block_start,
                               block_size, block_next, pool_doc, pool_tf, doc_row, doc_alive,
-                              row_len, win_start, win_len, win_rows, n_live, k1, b, avgdl_ctx):
+                              ctx_len, win_start, win_len, win_rows, n_live, k1, b, avgdl_ctx,
+                              acc, tfw, touched):
     """:func:`bm25_context_scores_sparse`'s result (same rows, same scores bit for bit) with
-    n-length accumulators instead of sorting: O(postings * window + n) instead of
+    n-length accumulators instead of sorting: O(postings * window + touched rows) instead of
     O(postings * window * log), the faster choice when the query terms' postings times the
     window are a sizeable share of the rows (common terms, e.g. a speaker's name).
 
     Per term, each (posting, window row) pair adds the posting's tf to the window row's
     integer tf (exact in any order); the rows touched the first time give ``df_ctx``; then each
-    touched row adds its contribution to a float64 accumulator, terms in query order (the
-    sparse kernel's summation order). Rows come out ascending by one pass over the rows.
+    touched row adds its contribution (> 0) to a float64 accumulator, terms in query order
+    (the sparse kernel's summation order). Rows come out ascending (one pass over the
+    accumulator when many scored, else the scored rows sorted).
+
+    The accumulators are the caller's (``acc``, ``tfw``, ``touched``: reused across queries,
+    so no n-length allocation per query): zero on entry, and zero again on return.
 
     Parameters
     ----------
     q_terms, term_head, term_tail, term_fill, block_start, block_size, block_next, pool_doc,
-    pool_tf, doc_row, doc_alive, row_len, win_start, win_len, win_rows, n_live, k1, b, avgdl_ctx
+    pool_tf, doc_row, doc_alive, ctx_len, win_start, win_len, win_rows, n_live, k1, b, avgdl_ctx
         As in :func:`bm25_context_scores_sparse` (``win_start.shape[0]`` is the row count).
+    acc : ndarray of shape (>= n_rows,), float64
+    tfw : ndarray of shape (>= n_rows,), integer
+    touched : ndarray of shape (>= 2 * n_rows,), integer
+        Scratch, all zero (``touched``: any values); int32 is enough (row ids, and a
+        window's tf sums below 2**31).
 
     Returns
     -------
@@ -670,17 +717,14 @@ def bm25_context_scores_dense(q_terms, term_head, term_tail, term_fill, block_st
     ...                 bstart, bsize, bnext, 0, pdoc, ptf, 0, 4, 256)
     >>> rows, scores = bm25_context_scores_dense(
     ...     np.array([2]), head, tail, fill, bstart, bsize, bnext, pdoc, ptf,
-    ...     np.array([0, 1, 2]), np.array([True, True, True]), np.array([2, 2, 2]),
+    ...     np.array([0, 1, 2]), np.array([True, True, True]), np.array([4, 4, 2]),
     ...     np.array([0, 2, 4]), np.array([2, 2, 1]), np.array([0, 1, 0, 1, 2]), 3, 1.2, 0.75,
-    ...     10 / 3)
+    ...     10 / 3, np.zeros(3), np.zeros(3, np.int64), np.zeros(6, np.int64))
     >>> rows.tolist(), bool(scores[0] == scores[1] > 0)
     ([0, 1], True)
     """
     n = win_start.shape[0]
-    acc = np.zeros(n, np.float64)
-    hit = np.zeros(n, np.bool_)
-    tfw = np.zeros(n, np.int64)
-    touched = np.empty(n, np.int64)
+    nh = 0                                  # scored rows, listed in touched[n:]
     for j in range(q_terms.shape[0]):
         t = q_terms[j]
         u = 0
@@ -713,27 +757,29 @@ def bm25_context_scores_dense(q_terms, term_head, term_tail, term_fill, block_st
         idf = np.log1p((n_live - u + 0.5) / (u + 0.5))
         for o in range(u):
             i = touched[o]
-            dl = 0
-            if (win_start[i] + win_len[i]) > win_start[i]:
-                for q in range(win_start[i], (win_start[i] + win_len[i])):
-                    dl += row_len[win_rows[q]]
-            else:
-                dl = row_len[i]
             tf = np.float64(tfw[i])
-            norm = k1 * (1.0 - b + b * np.float64(dl) / avgdl_ctx)
-            acc[i] += idf * tf / (tf + norm)
-            hit[i] = True
+            norm = k1 * (1.0 - b + b * np.float64(ctx_len[i]) / avgdl_ctx)
+            x = idf * tf / (tf + norm)
+            if acc[i] == 0.0 and x != 0.0:    # a row's first contribution (all are > 0)
+                touched[n + nh] = i
+                nh += 1
+            acc[i] += x
             tfw[i] = 0
-    m = 0
-    for i in range(n):
-        if hit[i]:
-            m += 1
-    rows = np.empty(m, np.int64)
-    vals = np.empty(m, np.float64)
-    m = 0
-    for i in range(n):
-        if hit[i]:
+    rows = np.empty(nh, np.int64)
+    vals = np.empty(nh, np.float64)
+    if nh * 16 > n:                          # many rows: one pass over the accumulator
+        m = 0
+        for i in range(n):
+            if acc[i] != 0.0:
+                rows[m] = i
+                vals[m] = acc[i]
+                acc[i] = 0.0
+                m += 1
+    else:
+        hits = np.sort(touched[n:n + nh])
+        for m in range(nh):
+            i = hits[m]
             rows[m] = i
             vals[m] = acc[i]
-            m += 1
+            acc[i] = 0.0
     return rows, vals

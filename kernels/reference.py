@@ -570,11 +570,19 @@ def bm25_scores_sparse(q_terms, q_idf, term_head, term_tail, term_fill, block_st
     return rows, dense[rows]
 
 
+def window_lengths(row_len, win_start, win_len, win_rows, rows, out):
+    """``out[i] = sum(row_len[W(i)])`` (``row_len[i]`` for an empty window) for i in rows."""
+    for i in np.asarray(rows).tolist():
+        w = win_rows[win_start[i]:win_start[i] + win_len[i]]
+        out[i] = int(row_len[w].sum()) if w.shape[0] else int(row_len[i])
+
+
 def bm25_context_scores_sparse(q_terms, term_head, term_tail, term_fill, block_start, block_size,
-                               block_next, pool_doc, pool_tf, doc_row, doc_alive, row_len,
+                               block_next, pool_doc, pool_tf, doc_row, doc_alive, ctx_len,
                                win_start, win_len, win_rows, n_live, k1, b, avgdl_ctx):
     """BM25 of each live row's window document (its window's own documents merged), by the
-    definition: tf and length summed over the window, df over the window documents, N = n_live."""
+    definition: tf summed over the window (length ``ctx_len``), df over the window documents,
+    N = n_live."""
     own = _live_row_terms(term_head, term_tail, term_fill, block_start, block_size, block_next,
                           pool_doc, pool_tf, doc_row, doc_alive, q_terms.tolist())
     live_rows = sorted({int(doc_row[d]) for d in range(doc_alive.shape[0]) if doc_alive[d]})
@@ -585,7 +593,7 @@ def bm25_context_scores_sparse(q_terms, term_head, term_tail, term_fill, block_s
         for j in w:
             for t, tf in own.get(j, {}).items():
                 tfs[t] = tfs.get(t, 0) + tf
-        ctx[i] = (tfs, sum(int(row_len[j]) for j in w))
+        ctx[i] = (tfs, int(ctx_len[i]))
     scores: dict = {}
     for t in q_terms.tolist():
         df = sum(1 for i in live_rows if ctx[i][0].get(t, 0) > 0)
@@ -602,11 +610,17 @@ def bm25_context_scores_sparse(q_terms, term_head, term_tail, term_fill, block_s
 
 
 def bm25_context_scores_dense(q_terms, term_head, term_tail, term_fill, block_start, block_size,
-                              block_next, pool_doc, pool_tf, doc_row, doc_alive, row_len,
-                              win_start, win_len, win_rows, n_live, k1, b, avgdl_ctx):
+                              block_next, pool_doc, pool_tf, doc_row, doc_alive, ctx_len,
+                              win_start, win_len, win_rows, n_live, k1, b, avgdl_ctx, acc, tfw,
+                              touched):
     """The same result as :func:`bm25_context_scores_sparse` (the definition; the kernels
-    differ only in how they accumulate)."""
+    differ only in how they accumulate; the scratch arrays are left as given)."""
     return bm25_context_scores_sparse(q_terms, term_head, term_tail, term_fill, block_start,
                                       block_size, block_next, pool_doc, pool_tf, doc_row,
-                                      doc_alive, row_len, win_start, win_len, win_rows, n_live,
+                                      doc_alive, ctx_len, win_start, win_len, win_rows, n_live,
                                       k1, b, avgdl_ctx)
+
+
+def rows_in(values, wanted):
+    """Rows whose value is in ``wanted``, ascending, int64."""
+    return np.flatnonzero(np.isin(values, wanted)).astype(np.int64)

@@ -32,19 +32,24 @@ reading the rows' int8 codes (:mod:`memcore.kernels.codes`) instead of their flo
 1. Integer dot products ``cq . c_i`` of every row (int8, exact) give ``hi_i >= sim_i``
    (:func:`~memcore.kernels.codes.code_bound`, rounded up to float32), and the ``2k + 16``
    live rows with the highest ``hi`` (*seeds*).
-2. The seeds are scored exactly: the k-th best, ``tau``, is a lower bound on the final k-th
-   score. Weights and ``inv`` are non-negative and sparse values >= 0, so the score is
-   monotone in every similarity and sparse value; from ``tau`` follows a level ``hstar``
-   such that a row holding no sparse signal, with ``hi < hstar`` and no window row at
-   ``hi >= hstar`` (then its context bound ``alpha * hi_i + (1 - alpha) * mean hi_j`` is
-   below ``hstar`` too), scores below ``tau``.
+2. The rows holding sparse signals are merged once (a k-way merge of the sorted lists) into
+   their *gain* ``g_i = sum_l w_l * x_l[i] * inv_l``. The seeds are scored exactly: the
+   ``2k + 16`` live rows with the highest ``hi``, and the ``2k + 16`` sparse rows with the
+   highest ``t * hi_i + g_i + w_imp * importance_i`` (``t`` the dense weights times their
+   ``inv``): when the sparse signals decide the ranking, these hold the top rows. The k-th
+   best, ``tau``, is a lower bound on the final k-th score. Weights and ``inv`` are
+   non-negative and sparse values >= 0, so the score is monotone in every similarity and
+   sparse value; from ``tau`` follows a level ``hstar`` such that a row holding no sparse
+   signal, with ``hi < hstar`` and no window row at ``hi >= hstar`` (then its context bound
+   ``alpha * hi_i + (1 - alpha) * mean hi_j`` is below ``hstar`` too), scores below ``tau``.
 3. Flagged as possible: the windows of the *hot* rows (``hi >= hstar``, one pass over
    ``hi``; windows are symmetric, ``j in W(i)`` iff ``i in W(j)``, as episode windows are),
-   and the rows holding sparse signals whose bound (their exact sparse gain, a k-way merge of
-   the sorted lists) reaches ``tau``; no other O(n) work. Each flagged row gets a tight bound (its window's ``hi`` through the
-   stencil, exact sparse values and recency), padded by a slack covering float64 rounding
-   and the rounding to float32; rows reaching ``tau`` are reranked exactly in descending
-   bound order until the next bound is below the k-th exact score.
+   and the sparse rows whose cheap bound (own ``hi``, window mean at most
+   ``min(hstar, max hi)``, gain, importance, recency at most 1) reaches ``tau``; no other
+   O(n) work. Each flagged row gets a tight bound (its window's ``hi`` through the stencil,
+   its gain and recency), padded by a slack covering float64 rounding and the rounding to
+   float32; rows reaching ``tau`` are reranked exactly in descending bound order until the
+   next bound is below the k-th exact score.
 
 ``stats`` reports the work: ``[rows reranked exactly, exact similarities computed]``.
 The parallel kernel splits the code pass in the same row blocks as the serial one (prange;
@@ -64,7 +69,7 @@ from .scoring import recency
 from .topk import _n_blocks, heap_push, heap_sort
 
 __all__ = ["exact_sim", "hybrid_exact_topk", "hybrid_scan_topk", "hybrid_scan_topk_serial",
-           "hybrid_scan_topk_parallel"]
+           "hybrid_scan_topk_parallel", "rows_in"]
 
 _U = 2.0 ** -53
 
@@ -226,6 +231,50 @@ def hybrid_exact_topk(query, vectors, win_start, win_len, win_rows, alpha, dense
     return heap_sort(out_ids, out_scores, out_sims, size)
 
 
+@numba.njit(cache=True)
+def rows_in(values, wanted):
+    """The rows whose value is one of ``wanted``, ascending (a sparse signal's rows, e.g. the
+    memories of the speakers a query names): two passes over ``values``, no n-length
+    temporaries.
+
+    Parameters
+    ----------
+    values : ndarray of shape (n,), integer
+    wanted : ndarray of shape (m,), integer
+        A few values (each is compared with every row).
+
+    Returns
+    -------
+    ndarray of shape (count,), int64
+
+    Raises
+    ------
+    Nothing.
+
+    Examples
+    --------
+    >>> rows_in(np.array([0, 2, 1, 2], np.int32), np.array([2], np.int32)).tolist()
+    [1, 3]
+    """
+    m = 0
+    for i in range(values.shape[0]):
+        v = values[i]
+        for j in range(wanted.shape[0]):
+            if v == wanted[j]:
+                m += 1
+                break
+    out = np.empty(m, np.int64)
+    m = 0
+    for i in range(values.shape[0]):
+        v = values[i]
+        for j in range(wanted.shape[0]):
+            if v == wanted[j]:
+                out[m] = i
+                m += 1
+                break
+    return out
+
+
 # --------------------------------------------------------------------------- bounded pass
 @numba.njit(cache=True)
 def _up32(x):
@@ -275,21 +324,24 @@ def _pass_codes(qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive, s
 
 @numba.njit(cache=True)
 def _hot_rows(hi, hstar):
-    """Rows with ``hi >= hstar``, ascending: two passes of float32 compares against ``hstar``
-    rounded down (a superset when the rounding moves it; both passes vectorise)."""
+    """Rows with ``hi >= hstar``, ascending, and the largest ``hi``: two passes of float32
+    compares against ``hstar`` rounded down (a superset when the rounding moves it; both
+    passes vectorise)."""
     h = np.float32(hstar)
     if np.float64(h) > hstar:
         h = np.nextafter(h, np.float32(-np.inf))
     m = 0
+    top = np.float32(-np.inf)
     for i in range(hi.shape[0]):
         m += hi[i] >= h
+        top = max(top, hi[i])
     out = np.empty(m, np.int64)
     m = 0
     for i in range(hi.shape[0]):
         if hi[i] >= h:
             out[m] = i
             m += 1
-    return out
+    return out, np.float64(top)
 
 
 @numba.njit(cache=True)
@@ -321,9 +373,11 @@ def _exact_into(i, query, vectors, sims, known, win_start, win_len, win_rows, al
 
 
 @numba.njit(cache=True)
-def _upper(i, hi, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu,
-           sp_inv, last_accessed_at, importance, now, half_life, w_rec, w_imp):
-    """A rigorous upper bound on row i's float32 score from the similarity intervals."""
+def _upper(i, g, hi, win_start, win_len, win_rows, alpha, dense, sp_c, sp_m, last_accessed_at,
+           importance, now, half_life, w_rec, w_imp):
+    """A rigorous upper bound on row i's float32 score from the similarity intervals and the
+    row's sparse gain ``g = sum_l w_l * x_l[i] * inv_l`` (``sp_c = -sum_l w_l * mu_l * inv_l``,
+    ``sp_m = sum_l w_l * |mu_l| * inv_l``; :func:`_sparse_constants`)."""
     a_hi = np.float64(hi[i])
     u = 0.0
     mag = 0.0
@@ -351,89 +405,141 @@ def _upper(i, hi, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows, s
         x = w_imp * np.float64(importance[i])
         u += x
         mag += abs(x)
-    for l in range(sp_w.shape[0]):
-        if sp_w[l] != 0.0:
-            xv = _sparse_value(sp_ptr, sp_rows, sp_vals, l, i)
-            x = sp_w[l] * ((xv - sp_mu[l]) * sp_inv[l])
-            u += x
-            mag += abs(x) + sp_w[l] * (abs(xv) + abs(sp_mu[l])) * sp_inv[l]
+    # the sparse terms: sum_l w_l * ((x_l - mu_l) * inv_l) = g + sp_c up to rounding; each
+    # term's magnitude is at most w_l * (x_l + |mu_l|) * inv_l (x_l >= 0), twice counted as
+    # the exact path's term and its parts
+    u += g + sp_c
+    mag += 2.0 * (g + sp_m)
     # float64 rounding of both this bound and the exact score (1e-12 of the magnitudes), and
     # the exact score's rounding to float32 (2**-24 relative)
     return u + 1e-12 * mag + abs(u) * 2.0 ** -23 + 1e-30
 
 
 @numba.njit(cache=True)
-def _finish(query, vectors, hi, hot, seeds, win_start, win_len, win_rows, alpha, dense, sp_ptr,
-            sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive, now,
-            half_life, w_rec, w_imp, thr, c1, c2, slack, out_ids, out_scores, out_sims, size,
-            sims, known, stats):
-    """Flag the hot rows' windows (windows are symmetric: ``W^-1(j) = W(j)``) and the sparse
-    rows whose cheap bound reaches ``tau``; refine their bounds and rerank exactly. Work is
-    proportional to the flagged rows, not to n."""
-    k = out_ids.shape[0]
-    tau = out_scores[0] if size == k else -np.inf
-    windows = dense[3] != 0.0
+def _sparse_constants(sp_w, sp_mu, sp_inv):
+    """``(-sum_l w_l * mu_l * inv_l, sum_l w_l * |mu_l| * inv_l)`` over the weighted signals."""
+    c = 0.0
+    m = 0.0
+    for l in range(sp_w.shape[0]):
+        if sp_w[l] != 0.0:
+            c += sp_w[l] * ((0.0 - sp_mu[l]) * sp_inv[l])
+            m += sp_w[l] * abs(sp_mu[l]) * sp_inv[l]
+    return c, m
+
+
+@numba.njit(cache=True)
+def _sparse_union(sp_ptr, sp_rows, sp_vals, sp_w, sp_inv):
+    """The rows holding any sparse signal, ascending (a k-way merge of the signals' sorted
+    rows), and each one's gain ``g = sum_l w_l * x_l * inv_l`` (signals in order)."""
     n_sp = sp_w.shape[0]
-    cap = hot.shape[0] + sp_ptr[n_sp]
-    if windows:
-        for j in range(hot.shape[0]):
-            cap += win_len[hot[j]]
-    flagged = np.empty(cap, np.int64)
-    m = 0
-    for j in range(hot.shape[0]):
-        r = hot[j]
-        flagged[m] = r
-        m += 1
-        if windows:
-            for p in range(win_start[r], win_start[r] + win_len[r]):
-                flagged[m] = win_rows[p]
-                m += 1
+    rows = np.empty(sp_ptr[n_sp], np.int64)
+    gain = np.empty(sp_ptr[n_sp], np.float64)
     cur = sp_ptr[:n_sp].copy()
-    while True:                              # k-way merge of the sparse signals' sorted rows
+    m = 0
+    while True:
         i = -1
         for l in range(n_sp):
             if cur[l] < sp_ptr[l + 1] and (i < 0 or sp_rows[cur[l]] < i):
                 i = sp_rows[cur[l]]
         if i < 0:
             break
-        g = 0.0                              # the row's score gain from its sparse values
+        g = 0.0
         for l in range(n_sp):
             if cur[l] < sp_ptr[l + 1] and sp_rows[cur[l]] == i:
-                g += sp_w[l] * sp_vals[cur[l]] * sp_inv[l]
+                if sp_w[l] != 0.0:
+                    g += sp_w[l] * sp_vals[cur[l]] * sp_inv[l]
                 cur[l] += 1
-        if not alive[i] or not np.float64(hi[i]) >= thr:
+        rows[m] = i
+        gain[m] = g
+        m += 1
+    return rows[:m], gain[:m]
+
+
+@numba.njit(cache=True)
+def _gain_of(i, u_rows, u_gain):
+    """Row i's sparse gain: binary search in the union rows; 0.0 when it holds none."""
+    lo = 0
+    hi = u_rows.shape[0]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if u_rows[mid] < i:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo < u_rows.shape[0] and u_rows[lo] == i:
+        return u_gain[lo]
+    return 0.0
+
+
+@numba.njit(cache=True)
+def _finish(query, vectors, hi, hot, u_rows, u_gain, mark, win_start, win_len, win_rows, alpha,
+            dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance,
+            alive, now, half_life, w_rec, w_imp, thr, c1, c2, slack, out_ids, out_scores,
+            out_sims, size, sims, known, stats):
+    """Flag the hot rows' windows (windows are symmetric: ``W^-1(j) = W(j)``) and the sparse
+    rows whose cheap bound reaches ``tau``; refine their bounds and rerank exactly. Work is
+    proportional to the flagged rows and the sparse rows, not to n. ``mark``: 0 for a row
+    not seen yet, 2 for a seed (scored already); flagged rows get 1."""
+    k = out_ids.shape[0]
+    tau = out_scores[0] if size == k else -np.inf
+    windows = dense[3] != 0.0
+    sp_c, sp_m = _sparse_constants(sp_w, sp_mu, sp_inv)
+    cap = hot.shape[0] + u_rows.shape[0]
+    if windows:
+        for j in range(hot.shape[0]):
+            cap += win_len[hot[j]]
+    f_rows = np.empty(cap, np.int64)
+    f_gain = np.empty(cap, np.float64)
+    m = 0
+    for j in range(hot.shape[0]):
+        r = hot[j]
+        if mark[r] == 0:
+            mark[r] = 1
+            f_rows[m] = r
+            f_gain[m] = _gain_of(r, u_rows, u_gain)
+            m += 1
+        if windows:
+            for p in range(win_start[r], win_start[r] + win_len[r]):
+                x = win_rows[p]
+                if mark[x] == 0:
+                    mark[x] = 1
+                    f_rows[m] = x
+                    f_gain[m] = _gain_of(x, u_rows, u_gain)
+                    m += 1
+    for j in range(u_rows.shape[0]):
+        i = u_rows[j]
+        if mark[i] != 0 or not alive[i] or not np.float64(hi[i]) >= thr:
             continue
         # a row with no hot row in its window has a window mean hi < hstar (in c2); a row
         # with one is flagged above anyway
+        g = u_gain[j]
         h = np.float64(hi[i])
         u = c1 * h + c2 + w_imp * np.float64(importance[i]) + g + slack + 1e-12 * (g + c1 * abs(h))
         if u >= tau:
-            flagged[m] = i
+            mark[i] = 1
+            f_rows[m] = i
+            f_gain[m] = g
             m += 1
-    flagged = np.unique(flagged[:m])
-    cand = np.empty(flagged.shape[0], np.int64)
-    key = np.empty(flagged.shape[0], np.float64)
+    cand = np.empty(m, np.int64)
+    key = np.empty(m, np.float64)
     n_flag = 0
-    m = 0
-    for j in range(flagged.shape[0]):
-        i = flagged[j]
-        s = np.searchsorted(seeds, i)
-        if (s < seeds.shape[0] and seeds[s] == i) or not alive[i] \
-                or not np.float64(hi[i]) >= thr:
-            continue                         # scored already, dead, or below the threshold
+    nc = 0
+    for j in range(m):
+        i = f_rows[j]
+        if not alive[i] or not np.float64(hi[i]) >= thr:
+            continue                         # dead, or below the threshold
         n_flag += 1
-        u = _upper(i, hi, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals,
-                   sp_w, sp_mu, sp_inv, last_accessed_at, importance, now, half_life, w_rec,
-                   w_imp)
+        u = _upper(i, f_gain[j], hi, win_start, win_len, win_rows, alpha, dense, sp_c, sp_m,
+                   last_accessed_at, importance, now, half_life, w_rec, w_imp)
         if u >= tau:
-            cand[m] = i
-            key[m] = -u
-            m += 1
+            cand[nc] = i
+            key[nc] = -u
+            nc += 1
     if stats.shape[0] > 3:
         stats[2] = n_flag
-        stats[3] = m
-    order = np.argsort(key[:m], kind="mergesort")      # upper bound descending, ties by row
-    for o in range(m):
+        stats[3] = nc
+    order = np.argsort(key[:nc], kind="mergesort")     # upper bound descending
+    for o in range(nc):
         i = cand[order[o]]
         if size == k and -key[order[o]] < np.float64(out_scores[0]):
             break                                  # no later candidate can reach the k-th
@@ -445,15 +551,37 @@ def _finish(query, vectors, hi, hot, seeds, win_start, win_len, win_rows, alpha,
 
 
 @numba.njit(cache=True)
-def _seeds_and_constants(query, vectors, s_ids, s_keys, s_sizes, win_start, win_len, win_rows,
-                         alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
+def _sparse_seeds(hi, alive, thr, importance, w_imp, t, u_rows, u_gain, m):
+    """The ``m`` live rows holding sparse signals (and ``hi`` at the threshold) with the
+    highest ``t * hi + gain + w_imp * importance``: seeds whose exact scores lift ``tau``
+    when the sparse signals decide the ranking."""
+    ids = np.empty(m, np.int64)
+    keys = np.empty(m, np.float32)
+    tmp = np.empty(m, np.float32)
+    size = 0
+    for j in range(u_rows.shape[0]):
+        i = u_rows[j]
+        h = np.float64(hi[i])
+        if not alive[i] or not h >= thr:
+            continue
+        key = np.float32(t * h + u_gain[j] + w_imp * np.float64(importance[i]))
+        if size < m or key > keys[0]:
+            size = heap_push(ids, keys, tmp, size, i, key, key)
+    return ids[:size]
+
+
+@numba.njit(cache=True)
+def _seeds_and_constants(query, vectors, s_ids, s_keys, s_sizes, extra, mark, win_start, win_len,
+                         win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
                          last_accessed_at, importance, now, half_life, w_rec, w_imp, thr,
                          out_ids, out_scores, out_sims, sims, known, stats):
-    """Score the seeds exactly (the heap's root ``tau`` becomes a lower bound on the k-th
-    score), then the hot-row level ``hstar``: a row holding no sparse signal, with ``hi <
-    hstar`` and no row of its window at ``hi >= hstar``, scores below ``tau``. Also the
-    constants of the bound of such a row holding sparse signals:
-    ``c1 * hi_i + c2 + w_imp * importance_i + slack``."""
+    """Score the seeds (the blocks' highest ``hi`` and the ``extra`` rows) exactly, marking
+    them 2 in ``mark`` (the heap's root ``tau`` becomes a lower bound on the k-th score),
+    then the hot-row level ``hstar``: a row holding no sparse signal, with ``hi < hstar`` and
+    no row of its window at ``hi >= hstar``, scores below ``tau``. Also the constants of the
+    bound of such a row holding sparse signals,
+    ``c1 * hi_i + c0 + t_ctx * (1 - alpha) * min(hstar, max hi) + w_imp * importance_i
+    + slack`` (:func:`_after_codes`)."""
     m = s_ids.shape[1]
     t_ids = np.empty(m, np.int64)
     t_keys = np.empty(m, np.float32)
@@ -462,10 +590,14 @@ def _seeds_and_constants(query, vectors, s_ids, s_keys, s_sizes, win_start, win_
     for b in range(s_ids.shape[0]):
         for j in range(s_sizes[b]):
             size = heap_push(t_ids, t_keys, t_tmp, size, s_ids[b, j], s_keys[b, j], s_keys[b, j])
-    seeds = np.sort(t_ids[:size])
+    seeds = np.sort(np.concatenate((t_ids[:size], extra)))
     out = 0
-    for j in range(size):
-        out = _exact_into(seeds[j], query, vectors, sims, known, win_start, win_len, win_rows,
+    for j in range(seeds.shape[0]):
+        i = seeds[j]
+        if mark[i] != 0:
+            continue                             # a repeat
+        mark[i] = 2
+        out = _exact_into(i, query, vectors, sims, known, win_start, win_len, win_rows,
                           alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
                           last_accessed_at, importance, now, half_life, w_rec, w_imp, thr,
                           out_ids, out_scores, out_sims, out, stats)
@@ -492,13 +624,7 @@ def _seeds_and_constants(query, vectors, s_ids, s_keys, s_sizes, win_start, win_
             hstar -= abs(hstar) * 1e-9 + 1e-12
     else:
         hstar = np.inf if rest < tau else -np.inf
-    c1 = t_own + t_ctx * alpha
-    c2 = c0
-    if t_ctx != 0.0 and alpha < 1.0 and hstar != -np.inf:
-        c2 += t_ctx * ((1.0 - alpha) * hstar)
-    if hstar == -np.inf:
-        c2 = np.inf                              # every row is flagged anyway
-    return seeds, out, c1, c2, slack, hstar
+    return out, t_own + t_ctx * alpha, c0, t_ctx, slack, hstar
 
 
 @numba.njit(cache=True)
@@ -518,20 +644,34 @@ def _after_codes(query, vectors, hi, s_ids, s_keys, s_sizes, win_start, win_len,
                  dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
                  importance, alive, now, half_life, w_rec, w_imp, threshold, out_ids,
                  out_scores, out_sims, stats):
-    """Everything after the code pass, shared by the serial and parallel kernels: seeds and
-    constants, hot rows, bounds and the exact rerank."""
+    """Everything after the code pass, shared by the serial and parallel kernels: the sparse
+    rows and their gains, seeds (the highest ``hi``, and the sparse rows most likely to score
+    high) and constants, hot rows, bounds and the exact rerank."""
     n = hi.shape[0]
     thr = np.float64(threshold)
     sims = np.empty(n, np.float64)
     known = np.zeros(n, np.bool_)
-    seeds, size, c1, c2, slack, hstar = _seeds_and_constants(
-        query, vectors, s_ids, s_keys, s_sizes, win_start, win_len, win_rows, alpha, dense,
-        sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, now,
+    mark = np.zeros(n, np.int8)
+    u_rows, u_gain = _sparse_union(sp_ptr, sp_rows, sp_vals, sp_w, sp_inv)
+    t = (dense[0] * dense[2] if dense[0] != 0.0 else 0.0) + \
+        (dense[3] * dense[5] if dense[3] != 0.0 else 0.0)
+    extra = _sparse_seeds(hi, alive, thr, importance, w_imp, t, u_rows, u_gain, s_ids.shape[1])
+    size, c1, c0, t_ctx, slack, hstar = _seeds_and_constants(
+        query, vectors, s_ids, s_keys, s_sizes, extra, mark, win_start, win_len, win_rows, alpha,
+        dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, now,
         half_life, w_rec, w_imp, thr, out_ids, out_scores, out_sims, sims, known, stats)
-    return _finish(query, vectors, hi, _hot_rows(hi, hstar), seeds, win_start, win_len, win_rows, alpha, dense,
-                   sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance,
-                   alive, now, half_life, w_rec, w_imp, thr, c1, c2, slack, out_ids,
-                   out_scores, out_sims, size, sims, known, stats)
+    hot, top = _hot_rows(hi, hstar)
+    # a row whose window holds no hot row has a window mean hi below hstar, and never above
+    # the largest hi (dead rows' included): the context term of its cheap bound
+    c2 = c0
+    if t_ctx != 0.0 and alpha < 1.0 and hstar != -np.inf:
+        c2 += t_ctx * ((1.0 - alpha) * min(hstar, top))
+    if hstar == -np.inf:
+        c2 = np.inf                              # every row is flagged anyway
+    return _finish(query, vectors, hi, hot, u_rows, u_gain, mark, win_start,
+                   win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu,
+                   sp_inv, last_accessed_at, importance, alive, now, half_life, w_rec, w_imp,
+                   thr, c1, c2, slack, out_ids, out_scores, out_sims, size, sims, known, stats)
 
 
 @numba.njit(cache=True)

@@ -369,3 +369,40 @@ def test_similarity_preset_from_codes_equals_the_exact_fused_ranking():
         np.testing.assert_allclose(got, sc[:cnt], rtol=0, atol=2e-6)
         for h, i, s in zip(hits, ids[:cnt], sc[:cnt]):
             assert h.key == table.key_of[i] or abs(h.score - s) <= 2e-6
+
+
+def test_an_index_written_with_int64_arrays_reopens_and_grows_as_written(tmp_path, monkeypatch):
+    # Format-2 stores written before the int32 postings hold int64 index arrays: reopened,
+    # they keep them (and grow them as int64) and rank exactly like a store written now.
+    from memcore.recall import hybrid as hmod
+    from memcore.recall import lexical as lmod
+
+    wide = {k: np.int64 for k in ("pdoc", "doc_row", "doc_len", "doc_nterm", "dt_term",
+                                  "row_doc", "row_len")}
+    clock = FakeClock()
+    emb = _emb()
+    hw = HybridWeights.hybrid()
+
+    def write(path):
+        with LongTermMemory(path, emb, clock=clock, hybrid=hw) as ltm:
+            _fill(ltm, n=8)
+            ltm.search("conv", QUESTIONS[0], touch=False)
+            ltm.delete("conv", "d2")
+
+    with monkeypatch.context() as m:
+        m.setattr(lmod, "ARRAYS", {**lmod.ARRAYS, **wide})
+        m.setattr(hmod, "ROW_ARRAYS", {**hmod.ROW_ARRAYS, "episode": (np.int64, ())})
+        write(tmp_path / "old")
+    write(tmp_path / "new")
+    got = {}
+    for name in ("old", "new"):
+        with LongTermMemory(tmp_path / name, emb, clock=clock, hybrid=hw) as ltm:
+            _fill(ltm, start=8, n=40)                       # grows every index array
+            ltm.delete("conv", "d11")
+            got[name] = [[(h.key, h.score) for h in ltm.search("conv", q, top_k=5, touch=False)]
+                         for q in QUESTIONS]
+    assert got["old"] == got["new"]
+    old_files = [f.name for f in (tmp_path / "old").rglob("hx*.lex.pdoc.*")]
+    assert old_files and all(n.endswith(".i64") for n in old_files), old_files
+    new_files = [f.name for f in (tmp_path / "new").rglob("hx*.lex.pdoc.*")]
+    assert new_files and all(n.endswith(".i32") for n in new_files), new_files

@@ -103,12 +103,14 @@ def test_context_scores_equal_indexing_the_concatenated_windows(seed, n, vocab, 
     q_terms = np.array([t for t in q if t < vocab], np.int64)
     want = ctx.scores_tokens(q_terms.astype(np.uint64) + 1000, np.zeros(n))
     avgdl_ctx = ctx.avgdl if ctx.avgdl > 0 else 1.0
-    rows, scores = kb.bm25_context_scores_sparse(q_terms, *post, doc_row, doc_alive, row_len,
+    ctx_len = np.zeros(n, np.int64)
+    kb.window_lengths(row_len, *wins, np.arange(n), ctx_len)
+    rows, scores = kb.bm25_context_scores_sparse(q_terms, *post, doc_row, doc_alive, ctx_len,
                                                  *wins, n_live, k1, b, avgdl_ctx)
     assert (np.diff(rows) > 0).all() and (scores > 0).all()
     np.testing.assert_array_equal(rows, np.flatnonzero(want))
     np.testing.assert_allclose(scores, want[rows], rtol=1e-13, atol=0)
-    r2, s2 = ref.bm25_context_scores_sparse(q_terms, *post, doc_row, doc_alive, row_len, *wins,
+    r2, s2 = ref.bm25_context_scores_sparse(q_terms, *post, doc_row, doc_alive, ctx_len, *wins,
                                             n_live, k1, b, avgdl_ctx)
     np.testing.assert_array_equal(rows, r2)
     np.testing.assert_allclose(scores, s2, rtol=1e-13)

@@ -200,3 +200,43 @@ def test_read_only_inputs(name):
         a.setflags(write=False)
     for g, w in zip(call(ro[:8], ro[8:]), want):
         np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("name", list(SCANS))
+@given(seed=st.integers(0, 2**32 - 1), k=st.integers(1, 12), alpha=st.sampled_from([0.0, 0.4]),
+       w_sp=st.sampled_from([0.5, 2.0, 8.0]))
+def test_sparse_signals_deciding_and_dead_rows_with_the_best_similarity(name, seed, k, alpha, w_sp):
+    # The bounds that carry each sparse row's gain, seed with the sparse rows and cap a window
+    # mean at the largest hi: the most similar rows are dead but sit in live rows' windows,
+    # and heavy sparse signals (with ties of value) decide the top rows.
+    rng = np.random.default_rng(seed)
+    n, dim = 500, 8
+    v, win = _clustered_problem(n, dim, seed % 7)
+    q = v[rng.integers(0, n)].copy()
+    sims = ref.exact_sims(q, v)
+    alive = sims < np.quantile(sims, 0.97)
+    alive &= rng.random(n) > 0.1
+    sp_rows = [np.flatnonzero(rng.random(n) < f) for f in (0.4, 0.1, 0.02)]
+    sp_vals = [rng.choice([0.5, 1.0, 3.0], r.shape[0]) for r in sp_rows]
+    sp = (np.cumsum([0] + [r.shape[0] for r in sp_rows]).astype(np.int64),
+          np.concatenate(sp_rows).astype(np.int64), np.concatenate(sp_vals),
+          np.array([w_sp, 1.0, 2.0]), np.array([0.3, 0.1, 0.0]), np.array([2.0, 1.5, 1.0]))
+    cols = (NOW - rng.uniform(0, 1e5, n), rng.random(n).astype(np.float32), alive)
+    dense = np.array([0.0, 0.0, 1.0, 0.5, 0.05, 6.0])
+    args = (*win, alpha, dense, *sp, *cols, NOW, 3600.0 * 24, 0.02, 0.1, -np.inf)
+    want = _out(k)
+    scan.hybrid_exact_topk(q, v, *args, *want)
+    out, stats = _out(k), np.zeros(4, np.int64)
+    SCANS[name](q, *_encoded(v), v, *args, *out, stats)
+    for g, w in zip(out, want):
+        np.testing.assert_array_equal(g, w)
+
+
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 300), m=st.integers(0, 4))
+def test_rows_in_equals_oracle(seed, n, m):
+    rng = np.random.default_rng(seed)
+    values = rng.integers(0, 6, n).astype(np.int32)
+    wanted = rng.integers(0, 8, m).astype(np.int32)
+    got = scan.rows_in(values, wanted)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, ref.rows_in(values, wanted))

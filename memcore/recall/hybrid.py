@@ -64,6 +64,7 @@ import numpy as np
 
 from memcore import _text
 from memcore.errors import DimensionMismatchError, InvalidArgumentError, InvalidVectorError
+from memcore.kernels import bm25 as _kb
 from memcore.kernels import codes as _kc
 from memcore.kernels import moments as _km
 from memcore.kernels import candidates as _kcand
@@ -216,7 +217,7 @@ ROW_ARRAYS = {
     "alive": (np.bool_, ()), "codes": (np.int8, ("D",)), "scale": (np.float32, ()),
     "cnorm": (np.float32, ()), "rnorm": (np.float32, ()),
     "win": (np.int32, (_STRIDE,)), "win_pos": (np.int8, ()), "win_cnt": (np.int8, ()),
-    "episode": (np.int64, ()), "speaker": (np.int32, ()),
+    "episode": (np.int32, ()), "speaker": (np.int32, ()),
 }
 #: Per-episode arrays: the episode key's 64-bit hash and its last row + 1 (0: empty).
 EPISODE_ARRAYS = {"ep_key": np.uint64, "ep_last": np.int64}
@@ -379,7 +380,7 @@ class HybridIndex:
             r = self._dense_radius(w)              # start, so no search has to build them
             self._sums[(1.0, 0) if r == 0 else (float(w.alpha), r)] = (
                 np.zeros(self.dim), np.zeros((self.dim, self.dim)))
-        self._wcache: dict[int, list] = {}         # radius -> [win_start, win_len, rows valid]
+        self._wcache: dict[int, list] = {}         # radius -> _window_cache's list
         #: The last :meth:`search`'s scan statistics: rows reranked exactly, exact
         #: similarities computed, rows flagged, candidates (``memcore.kernels.scan``).
         self.last_scan_stats = np.zeros(4, np.int64)
@@ -775,21 +776,35 @@ class HybridIndex:
         :mod:`memcore.kernels.scan`: ``win_start``, ``win_len`` (n_rows,) int64 and
         ``win_rows`` (the flat window column, int32). Derived from ``win_pos``/``win_cnt``
         once per radius, then kept current row by row (a write changes O(window) rows)."""
+        got = self._window_cache(radius)
+        n = self.n_rows
+        return got[0][:n], got[1][:n], self._a("win")[:n].reshape(-1)
+
+    def context_lengths(self, radius: int) -> np.ndarray:
+        """Each row's radius-``radius`` window-document length in tokens (the sum of its
+        window's own lengths; :func:`memcore.kernels.bm25.window_lengths`), (n_rows,) int64,
+        cached and kept current like :meth:`windows`."""
+        return self._window_cache(radius)[3][:self.n_rows]
+
+    def _window_cache(self, radius: int) -> list:
+        """``[win_start, win_len, rows valid, context lengths]`` of a radius, brought up to
+        ``n_rows``."""
         n = self.n_rows
         got = self._wcache.get(radius)
         if got is None:
-            got = self._wcache[radius] = [np.zeros(n + n // 4 + 64, np.int64),
-                                          np.zeros(n + n // 4 + 64, np.int64), 0]
+            got = self._wcache[radius] = [np.zeros(n + n // 4 + 64, np.int64)
+                                          for _ in range(2)] + [0, np.zeros(n + n // 4 + 64,
+                                                                            np.int64)]
         if got[2] < n:
             if got[0].shape[0] < n:
                 cap = max(n, 2 * got[0].shape[0])
-                for k in (0, 1):
+                for k in (0, 1, 3):
                     grown = np.zeros(cap, np.int64)
                     grown[:got[2]] = got[k][:got[2]]
                     got[k] = grown
             self._window_rows(got, radius, np.arange(got[2], n, dtype=np.int64))
             got[2] = n
-        return got[0][:n], got[1][:n], self._a("win")[:n].reshape(-1)
+        return got
 
     def _window_rows(self, got: list, radius: int, rows: np.ndarray) -> None:
         pos = self._a("win_pos")[rows].astype(np.int64)
@@ -797,6 +812,8 @@ class HybridIndex:
         lo = pos - np.minimum(pos, radius)
         got[0][rows] = rows * _STRIDE + lo
         got[1][rows] = np.minimum(cnt, pos + radius + 1) - lo
+        _kb.window_lengths(self.lexical._a("row_len"), got[0], got[1],
+                           self._a("win").reshape(-1), rows, got[3])
 
     def _windows_changed(self, rows: np.ndarray) -> None:
         """Recompute the cached :meth:`windows` entries of ``rows`` (whose windows changed);
@@ -929,7 +946,7 @@ class HybridIndex:
         if w.speaker:
             codes = [self._spk_code[e] for e in prepared.entities if e in self._spk_code]
             if codes:
-                rows_ = np.flatnonzero(np.isin(self._a("speaker")[:n], codes)).astype(np.int64)
+                rows_ = _ks.rows_in(self._a("speaker")[:n], np.array(codes, np.int32))
                 sp_rows.append(rows_)
                 sp_vals.append(np.ones(rows_.shape[0]))
                 sp_w.append(w.speaker)
@@ -1049,8 +1066,8 @@ class HybridIndex:
             if w.lexical_context:
                 r = int(w.lexical_window)
                 ws, wl, wr = self.windows(r)
-                ctx = self.lexical.context_scores(q_terms, ws, wl, wr, int(self._ctx_len[r]),
-                                                  w.k1, w.b, r)
+                ctx = self.lexical.context_scores(q_terms, ws, wl, wr, self.context_lengths(r),
+                                                  int(self._ctx_len[r]), w.k1, w.b, r)
         return LexicalSignals(own[0], own[1], ctx[0], ctx[1])
 
     def moments(self, query: str | PreparedQuery, query_vector: np.ndarray, *,

@@ -80,12 +80,17 @@ ARRAYS = {
     "term_hash": np.uint64, "df": np.int64, "head": np.int64, "tail": np.int64,
     "fill": np.int64,
     "bstart": np.int64, "bsize": np.int64, "bnext": np.int64,
-    "pdoc": np.int64, "ptf": np.int32,
-    "doc_row": np.int64, "doc_len": np.int64, "doc_alive": np.bool_, "doc_tptr": np.int64,
-    "doc_nterm": np.int64,
-    "dt_term": np.int64, "dt_tf": np.int32,
-    "row_doc": np.int64, "row_len": np.int64,
+    "pdoc": np.int32, "ptf": np.int32,
+    "doc_row": np.int32, "doc_len": np.int32, "doc_alive": np.bool_, "doc_tptr": np.int64,
+    "doc_nterm": np.int32,
+    "dt_term": np.int32, "dt_tf": np.int32,
+    "row_doc": np.int32, "row_len": np.int32,
 }
+#: Per-posting, per-document and per-row ids and counts are int32 (half the bytes on disk and
+#: in RAM): rows, term ids and document ids stay below 2**31 (document ids are compacted once
+#: the dead outnumber the live), while pool offsets (``doc_tptr``, blocks) stay int64. Indexes
+#: written with int64 arrays (format 2 before this change) keep theirs: every reader takes
+#: either width, and an array keeps its dtype when it grows.
 
 #: Counters of :meth:`LexicalIndex.small_state`.
 COUNTERS = ("n_terms", "n_blocks", "pool_used", "n_docs_total", "dt_used", "n_docs", "n_rows",
@@ -142,6 +147,7 @@ class LexicalIndex:
         self.arrays = arrays if arrays is not None else RamArrays()
         self.prefix = prefix
         self._terms: dict[int, int] = {}
+        self._scratch: list = []                 # context_scores' accumulators (RAM)
         self._set_counters({})
         for name, dtype in ARRAYS.items():
             if self.arrays.get(prefix + name) is None:
@@ -531,23 +537,36 @@ class LexicalIndex:
         return rows, out[rows]
 
     def context_scores(self, q_terms: np.ndarray, win_start: np.ndarray, win_len: np.ndarray,
-                       win_rows: np.ndarray, ctx_total_len: int, k1: float, b: float,
-                       radius: int = 1) -> tuple[np.ndarray, np.ndarray]:
+                       win_rows: np.ndarray, ctx_len: np.ndarray, ctx_total_len: int, k1: float,
+                       b: float, radius: int = 1) -> tuple[np.ndarray, np.ndarray]:
         """BM25 of each row's window document (its window's texts concatenated) from the own
         postings (:func:`memcore.kernels.bm25.bm25_context_scores_sparse`): rows (m,) int64
-        ascending and scores (m,) float64. ``ctx_total_len``: the sum over live rows of their
-        window documents' lengths; ``radius``: the windows' radius (picks the kernel)."""
+        ascending and scores (m,) float64. ``ctx_len``: each row's window-document length
+        (:func:`memcore.kernels.bm25.window_lengths`); ``ctx_total_len``: their sum over the
+        live rows; ``radius``: the windows' radius (picks the kernel). Thread-safe: each
+        concurrent call gets its own accumulators."""
         if self.n_docs == 0 or q_terms.shape[0] == 0 or ctx_total_len <= 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float64)
         (head, tail, fill, bstart, bsize, bnext, pdoc, ptf, doc_row) = self._postings()
+        args = (q_terms, head, tail, fill, bstart, bsize, bnext, pdoc, ptf, doc_row,
+                self._a("doc_alive"), ctx_len, win_start, win_len, win_rows, self.n_docs, k1, b,
+                ctx_total_len / self.n_docs)
         # sorting (postings * window) pairs, or n-length accumulators for common terms: the
         # same rows and scores bit for bit
         work = int(self._a("df")[q_terms].sum()) * (2 * radius + 1)
-        kernel = _k.bm25_context_scores_sparse if 4 * work < win_start.shape[0] \
-            else _k.bm25_context_scores_dense
-        return kernel(q_terms, head, tail, fill, bstart, bsize, bnext, pdoc, ptf, doc_row,
-                      self._a("doc_alive"), self._a("row_len"), win_start, win_len, win_rows,
-                      self.n_docs, k1, b, ctx_total_len / self.n_docs)
+        n = win_start.shape[0]
+        if 4 * work < n:
+            return _k.bm25_context_scores_sparse(*args)
+        try:
+            scratch = self._scratch.pop()
+        except IndexError:
+            scratch = None
+        if scratch is None or scratch[0].shape[0] < n:
+            cap = n + n // 4 + 64                # zeroed accumulators, reused across queries
+            scratch = (np.zeros(cap), np.zeros(cap, np.int32), np.zeros(2 * cap, np.int32))
+        out = _k.bm25_context_scores_dense(*args, *scratch)
+        self._scratch.append(scratch)            # zero again (the kernel's contract)
+        return out
 
     def scores(self, query: str, out: np.ndarray | None = None) -> np.ndarray:
         """BM25 score of every row for a query text (tokenised like the stored texts).
