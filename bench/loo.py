@@ -38,6 +38,37 @@ def _prf_vector(q: np.ndarray, hits: list, vec_of: dict, beta: float, m: int) ->
     return (v / max(float(np.linalg.norm(v)), 1e-12)).astype(np.float32)
 
 
+def _turn_pos(key: str) -> tuple:
+    s, t = key[1:].split(":")
+    return int(s), int(t)
+
+
+def _diverse(store, ns, question, v, hw, spec, vec_of, top_k, pool: int = 60) -> list:
+    """Greedy re-rank of the top ``pool`` (raw fused scores): each pick's score less ``lam``
+    per already picked hit within ``radius`` turns of the same session (``kind == "window"``)
+    or less ``lam`` times its largest cosine to a picked hit (``kind == "mmr"``)."""
+    kind, lam, radius = spec
+    rq = store.resolve(ns, question, top_k=pool, threshold=-1.0, touch=False, query_vector=v,
+                       hybrid=hw)
+    cand = store.scan(rq)
+    raw = np.array([h.score for h in cand], np.float64)
+    pos = np.array([_turn_pos(h.key) for h in cand], np.int64).reshape(-1, 2)
+    V = np.stack([vec_of[h.key] for h in cand]) if cand else np.zeros((0, 1))
+    pen = np.zeros(len(cand))
+    free = np.ones(len(cand), bool)
+    picked: list = []
+    while free.any() and len(picked) < top_k:
+        s = np.where(free, raw - lam * pen, -np.inf)
+        b = int(np.argmax(s))
+        picked.append(b)
+        free[b] = False
+        if kind == "window":
+            pen += (pos[:, 0] == pos[b, 0]) & (np.abs(pos[:, 1] - pos[b, 1]) <= radius)
+        else:
+            pen = np.maximum(pen, V @ V[b])
+    return [cand[i] for i in picked]
+
+
 def evaluate(convs, kind: str, settings: dict, emb, top_k: int = 25) -> dict:
     """Per setting name: ``{sample_id: [(R@5, R@10, category), ...]}`` over questions with
     evidence. A setting is ``{"hybrid": HybridWeights, "prf": (beta, m) or None}``."""
@@ -56,6 +87,9 @@ def evaluate(convs, kind: str, settings: dict, emb, top_k: int = 25) -> dict:
             for q, v in zip(qs, qvecs):
                 hits = store.search(ns, q.question, top_k=top_k, threshold=-1.0, touch=False,
                                     query_vector=v, hybrid=st["hybrid"])
+                if st.get("diverse"):
+                    hits = _diverse(store, ns, q.question, v, st["hybrid"], st["diverse"],
+                                    vec_of, top_k)
                 if st.get("prf"):
                     beta, m = st["prf"]
                     v2 = _prf_vector(v, hits, vec_of, beta, m)
@@ -122,6 +156,16 @@ def candidates(grid: str, kind: str) -> dict:
             for v in vals:
                 if getattr(base, f) != v:
                     out[f"{f}={v}"] = {"hybrid": replace(base, **{f: v})}
+    if grid in ("diverse", "full2"):
+        for lam in (0.25, 0.5, 1.0, 2.0):
+            for r in (1, 2):
+                out[f"window lam={lam} r={r}"] = {"hybrid": base, "diverse": ("window", lam, r)}
+            out[f"mmr lam={lam}"] = {"hybrid": base, "diverse": ("mmr", lam, 0)}
+    if grid == "diversity":   # the library's HybridWeights.diversity (memcore.recall.diversity)
+        for lam in (0.5, 1.0, 1.5, 2.0, 3.0):
+            for r in (1, 2):
+                out[f"diversity={lam} window={r}"] = {
+                    "hybrid": replace(base, diversity=lam, diversity_window=r)}
     if grid in ("prf", "full"):
         for beta in (0.3, 0.6, 1.0):
             for m in (1, 3):
@@ -135,17 +179,12 @@ def main(argv=None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--kind", default="minilm-int8", choices=("minilm-int8", "hashing"))
-    p.add_argument("--grid", default="weights", choices=("default", "weights", "prf", "full"))
+    p.add_argument("--grid", default="weights", choices=("default", "weights", "prf", "full", "diverse", "diversity"))
     p.add_argument("--data", default=None)
     p.add_argument("--json", default=None, help="write the per-question rows here")
-    p.add_argument("--calibrate", action="store_true",
-                   help="fit the Platt scaling of the hit score instead (memcore.recall.score)")
     args = p.parse_args(argv)
     convs = locomo_conversations(args.data)
     emb = Embeddings(1)
-    if args.calibrate:
-        print(json.dumps(calibration_fit(convs, args.kind, emb)))
-        return 0
     settings = candidates(args.grid, args.kind)
     t0 = time.perf_counter()
     res = evaluate(convs, args.kind, settings, emb)
@@ -168,41 +207,6 @@ def main(argv=None) -> int:
                                     for n, s in settings.items()}}, f, indent=1)
     return 0
 
-
-
-def calibration_fit(convs, kind: str, emb, top_k: int = 25) -> dict:
-    """Platt scaling of the hybrid hit score on LoCoMo dev: a logistic regression of
-    "this hit is an evidence turn" on ``u = raw fused score / sum of the hybrid weights``
-    over every question's top ``top_k`` hits (the provenance of
-    :data:`memcore.recall.score.PLATT`). Returns ``{"a", "b", "n", "positives"}``."""
-    from bench.quality import locomo_store
-    from memcore.recall.score import weight_scale
-
-    weights = "hybrid" if kind == "minilm-int8" else "no_model"
-    us, ys = [], []
-    for conv in convs:
-        store, ns, _ = locomo_store(conv, kind, weights, emb)
-        qs = [q for q in conv.questions if q.evidence]
-        qvecs = emb(kind, [store.prepare(ns, q.question).dense for q in qs])
-        for q, v in zip(qs, qvecs):
-            rq = store.resolve(ns, q.question, top_k=top_k, threshold=-1.0, touch=False,
-                               query_vector=v)
-            scale = weight_scale(rq.hybrid)
-            for h in store.scan(rq):   # the raw fused scores (scan is before calibration)
-                us.append(h.score / scale)
-                ys.append(1.0 if h.key in q.evidence else 0.0)
-    x, y = np.asarray(us), np.asarray(ys)
-    a, b = 1.0, 0.0
-    for _ in range(50):   # Newton's method on the logistic log-likelihood
-        p = 1.0 / (1.0 + np.exp(-(a * x + b)))
-        g = np.array([np.sum((y - p) * x), np.sum(y - p)])
-        w = p * (1 - p)
-        h = np.array([[np.sum(w * x * x), np.sum(w * x)], [np.sum(w * x), np.sum(w)]])
-        step = np.linalg.solve(h, g)
-        a, b = a + step[0], b + step[1]
-        if np.max(np.abs(step)) < 1e-10:
-            break
-    return {"a": float(a), "b": float(b), "n": int(x.size), "positives": int(y.sum())}
 
 
 if __name__ == "__main__":

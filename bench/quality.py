@@ -19,7 +19,12 @@ similarity), ``memcore-minilm-decay`` (LongTermMemory, default DecayWeights; LoC
 (LongTermMemory, MiniLM, ``HybridWeights.hybrid()`` with default DecayWeights: each turn stored
 as its raw text with ``{"speaker", "episode": session}`` metadata), ``memcore-hybrid-hashing``
 (the same with the hashing embedder and ``HybridWeights.no_model()``), ``om1``
-(sentence-transformers fp32 + a Chroma PersistentClient cosine collection; LoCoMo only).
+(sentence-transformers fp32 + a Chroma PersistentClient cosine collection; LoCoMo only: the
+OM1 seed stack), and the LoCoMo peers of :mod:`bench.peers`: ``om1-hybrid`` (OM1's current
+retrieval re-implemented: HNSW + BM25, min-max, 0.7 / 0.3, +0.1 same user, cosine >= 0.3),
+``mem0`` (mem0 OSS, ``infer=False``, local Qdrant, MiniLM) and ``langgraph`` (LangGraph's
+``InMemoryStore`` with an index over memcore's MiniLM). A run that fails is a note with
+its error, not a row.
 Embeddings are cached on disk (:func:`bench.datasets.cached_encode`).
 """
 
