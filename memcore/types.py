@@ -199,7 +199,9 @@ class MemoryQuery:
 
 @dataclass(frozen=True)
 class MemoryHit:
-    """One search result. ``score`` is the fused ranking score (higher is better)."""
+    """One search result. ``score`` is the ranking score (higher is better): the fused decay
+    score on the similarity preset, in (0, 1) with hybrid recall (:mod:`memcore.recall.score`);
+    ``similarity`` is the cosine of the query and the memory on every preset."""
 
     key: str
     text: str

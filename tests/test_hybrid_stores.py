@@ -19,6 +19,7 @@ from memcore import (
     TwoTierMemory,
 )
 from memcore.recall.hybrid import HybridIndex, episode_speaker
+from memcore.recall.score import calibrate
 from hybrid_state import assert_same_signals, index_state
 from store_helpers import FakeClock
 
@@ -81,7 +82,8 @@ def test_long_store_hybrid_search_equals_index_oracle(hw, weights):
             rows, c.vectors[rows], [sp.meta(r) for r in rows], [sp.texts[r] for r in rows],
             hw, q, emb, weights, clock(), c.last_accessed_at, c.importance, 5)
         assert [h.key for h in got] == [sp.key_of[r] for r in want_rows]
-        np.testing.assert_array_equal(np.array([h.score for h in got], np.float32), want_scores)
+        # the returned score is the calibrated fused score (memcore.recall.score)
+        np.testing.assert_array_equal([h.score for h in got], calibrate(want_scores, hw))
 
 
 def test_short_store_hybrid_search_equals_index_oracle():

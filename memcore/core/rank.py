@@ -19,6 +19,7 @@ import numpy as np
 from memcore.core.table import Table
 from memcore.kernels.topk import fused_topk, rerank
 from memcore.query import ResolvedQuery
+from memcore.recall.diversity import diversify, pool_size
 from memcore.recall.hybrid import HybridIndex, HybridWeights, LexicalSignals
 
 __all__ = ["Signals", "signals", "rank", "SCAN_MIN_ROWS"]
@@ -118,12 +119,18 @@ def rank(table: Table, rq: ResolvedQuery, *, dim: int | None = None, preparer: A
             rows = ann.hybrid_rows(config, rq.vector, sig.lexical)
             rows = rows[rows < n]
         w = rq.weights
-        res = sig.index.search(rq.prepared, rq.vector, top_k=k, weights=rq.hybrid, decay=w,
+        div = rq.hybrid.diversity
+        res = sig.index.search(rq.prepared, rq.vector,
+                               top_k=pool_size(k, table.live) if div > 0.0 else k,
+                               weights=rq.hybrid, decay=w,
                                now=rq.now, last_accessed_at=c.last_accessed_at[:n],
                                importance=c.importance[:n], alive=sig.alive,
                                threshold=rq.threshold, lexical=sig.lexical,
                                stats=sig.moments, threads=threads, rows=rows)
         m = res.count
+        if div > 0.0:   # episode diversity over the fused top candidates
+            ws, wl, wr = sig.index.windows(rq.hybrid.diversity_window)
+            return diversify(res.ids[:m], res.scores[:m], res.sims[:m], ws, wl, wr, div, k)
         return res.ids[:m], res.scores[:m], res.sims[:m]
     n = table.rows
     w = rq.weights

@@ -48,6 +48,7 @@ from memcore.errors import InvalidArgumentTypeError, InvalidVectorError
 from memcore.query import ResolvedQuery
 from memcore.recall.hybrid import HybridWeights, check_threads
 from memcore.recall.prep import PreparedQuery, identity_preparer
+from memcore.recall.score import calibrated
 from memcore.types import (
     DecayWeights,
     MemoryHit,
@@ -653,10 +654,12 @@ class MemoryStore:
         ``score = w_similarity * sim + w_recency * 2 ** (-age / half_life) + w_importance *
         importance``, with ``sim`` the cosine similarity (or, for a store without embedder,
         its scorer's lexical similarity) and ``age = now - last_accessed_at`` in seconds.
-        Any other hybrid weights rank by hybrid recall (:mod:`memcore.recall.hybrid`): ``score``
-        is then the fused z-score, ``similarity`` the query's cosine with the memory's
-        combined (memory + episode context) embedding, and ``weights.w_similarity`` scales the
-        dense weight. Candidates need ``similarity >= threshold`` and must match ``filter``.
+        Any other hybrid weights rank by hybrid recall (:mod:`memcore.recall.hybrid`) by the
+        fused z-score, and ``weights.w_similarity`` scales the dense weight; the returned
+        ``score`` is then that fused score mapped into (0, 1) by a monotone transform
+        (:mod:`memcore.recall.score`: 0.5 is the namespace's average memory for the query).
+        On every preset ``similarity`` is the cosine of the query's vector and the memory's
+        own vector, and candidates need ``similarity >= threshold`` and must match ``filter``.
         Ties rank by lower row.
 
         Parameters
@@ -721,7 +724,7 @@ class MemoryStore:
         if rq is None:
             return []
         with self._lock:
-            hits = self.scan(rq)
+            hits = calibrated(self.scan(rq), rq)
             if rq.touch or rq.refresh_ttl:
                 self.refresh(rq, [h.key for h in hits])
             return hits

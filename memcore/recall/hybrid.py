@@ -120,6 +120,11 @@ class HybridWeights:
         BM25 over Snowball-stemmed English words (documents and queries; PyStemmer), so
         "adopted" matches "adopt". Measured on LoCoMo dev: +0.028 R@10 without a model,
         +0.009 with MiniLM.
+    diversity : float
+        Episode diversity (:mod:`memcore.recall.diversity`): each hit's fused score less
+        this much per better hit already within its episode window; 0 turns it off.
+    diversity_window : int
+        That window's radius, in [0, :data:`MAX_WINDOW`].
 
     Raises
     ------
@@ -144,6 +149,8 @@ class HybridWeights:
     b: float = 0.5
     normalize: bool = True
     stem: bool = True
+    diversity: float = 0.0
+    diversity_window: int = 1
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -152,7 +159,7 @@ class HybridWeights:
                 if not isinstance(v, bool):
                     raise InvalidArgumentError(f"HybridWeights.{f.name} must be a bool, got {v!r}")
                 continue
-            if f.name in ("dense_window", "lexical_window"):
+            if f.name in ("dense_window", "lexical_window", "diversity_window"):
                 if isinstance(v, bool) or not isinstance(v, (int, np.integer)) \
                         or not 0 <= v <= MAX_WINDOW:
                     raise InvalidArgumentError(
@@ -190,7 +197,7 @@ class HybridWeights:
         """True when only the memory's own cosine counts (no lexical, context, boost or z):
         stores then rank exactly as with :class:`~memcore.DecayWeights` alone."""
         return (self.lexical == 0.0 and self.lexical_context == 0.0 and self.speaker == 0.0
-                and self.alpha == 1.0 and not self.normalize)
+                and self.alpha == 1.0 and not self.normalize and self.diversity == 0.0)
 
     def structure(self) -> tuple:
         """The fields fixing a :class:`HybridIndex`'s content: only ``stem`` (alpha, windows
