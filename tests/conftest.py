@@ -19,18 +19,3 @@ def pytest_sessionfinish(session, exitstatus):
     import pg_server
 
     pg_server.stop()
-
-
-def require_extra(module: str, extra: str):
-    """Import ``module`` of an optional extra for a test file (``require_extra(...)`` at its
-    top): skip the file with a reason naming ``pip install -e ".[extra]"`` when it is missing,
-    except under ``CI=true`` (../conftest.py ``in_ci``), where the ImportError fails the run:
-    CI installs every extra it tests."""
-    import importlib
-
-    import pytest
-
-    if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
-        return importlib.import_module(module)
-    return pytest.importorskip(module, reason=f"{module} is not installed: "
-                                              f'pip install -e ".[{extra}]"')

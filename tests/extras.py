@@ -23,11 +23,12 @@ in_ci = _repo_conftest.in_ci
 
 
 def require(module: str, extra: str) -> ModuleType:
-    """Import ``module`` (provided by ``memcore[extra]``); skip, or fail under CI, without it."""
+    """Import ``module`` (provided by ``memcore[extra]``); skip (the test, or the module when
+    called at import), or fail under CI, without it."""
     try:
         return importlib.import_module(module)
     except ImportError as err:
         reason = f"needs the {extra!r} extra: pip install 'memcore[{extra}]' ({err})"
         if in_ci():
             pytest.fail(f"CI=true: {reason}", pytrace=False)
-        pytest.skip(reason)
+        pytest.skip(reason, allow_module_level=True)

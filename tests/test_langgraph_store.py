@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import require_extra
+from extras import require as require_extra
 
 require_extra("langgraph.store.base", "langgraph")
 

@@ -27,7 +27,7 @@ def test_the_first_example_is_short_and_prints_what_the_readme_shows(tmp_path, m
 @pytest.mark.parametrize("index", range(1, len(blocks("python"))))
 def test_the_other_examples_run_and_print(index, tmp_path, monkeypatch, capsys):
     if "memcore.integrations.langgraph" in blocks("python")[index]:
-        from conftest import require_extra
+        from extras import require as require_extra
 
         require_extra("langgraph.store.base", "langgraph")
     monkeypatch.chdir(tmp_path)
