@@ -154,8 +154,10 @@ class TwoTierMemory(MemoryStore):
     def _on_evict(self, memories: Sequence[StoredMemory], vectors: np.ndarray | None) -> None:
         if self._previous_on_evict is not None:
             self._previous_on_evict(memories, vectors)
-        keep = [i for i, m in enumerate(memories)
-                if self.policy.qualifies(m.importance, m.access_count)]
+        now = _query.now(self.clock) if any(m.expires_at for m in memories) else 0.0
+        keep = [i for i, m in enumerate(memories)        # an expired memory is forgotten
+                if self.policy.qualifies(m.importance, m.access_count)
+                and not (m.expires_at and m.expires_at <= now)]
         if keep:
             self._promote([memories[i] for i in keep], vectors[keep])
         self._forgotten += len(memories) - len(keep)
@@ -169,7 +171,8 @@ class TwoTierMemory(MemoryStore):
         Parameters
         ----------
         now : float, optional
-            Unix seconds recorded as ``stats()["last_consolidated_at"]``; ``clock()`` when None.
+            Unix seconds recorded as ``stats()["last_consolidated_at"]`` (and against which
+            expiry is checked: an expired memory is not promoted); ``clock()`` when None.
 
         Returns
         -------
@@ -187,11 +190,12 @@ class TwoTierMemory(MemoryStore):
             raise InvalidArgumentError(f"now must be finite Unix seconds, got {now!r}")
         with self._lock:
             moved = 0
+            t = float(self.clock() if now is None else now)
             for ns in self.short.namespaces():
                 moved += self.short.transfer(
-                    ns, lambda m: self.policy.qualifies(m.importance, m.access_count),
-                    self._promote)
-            self._last_consolidated_at = float(self.clock() if now is None else now)
+                    ns, lambda m: self.policy.qualifies(m.importance, m.access_count)
+                    and not (m.expires_at and m.expires_at <= t), self._promote)
+            self._last_consolidated_at = t
             return moved
 
     # ------------------------------------------------------------------ writes

@@ -5,6 +5,7 @@ Every test runs under an injected clock."""
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 from pathlib import Path
@@ -242,3 +243,38 @@ def test_expiry_is_checked_against_the_clock_of_each_call():
     assert stm.get("r", "k") is not None
     clock.advance(15)
     assert stm.get("r", "k") is None and stm.search("r", "red door", top_k=1) == []
+
+
+def test_export_import_keeps_the_time_to_live(tmp_path):
+    clock = FakeClock()
+    emb = HashingEmbedder(dim=32)
+    src = LongTermMemory(embedder=emb, clock=clock)
+    src.put("r", "a", "red door", ttl=10)
+    src.put("r", "b", "blue door")
+    path = tmp_path / "mem.jsonl"
+    assert src.export_jsonl(path) == 2
+    lines = [json.loads(line) for line in path.read_text().splitlines()[1:]]
+    assert [("ttl" in x, "expires_at" in x) for x in lines] == [(True, True), (False, False)]
+    dst = LongTermMemory(embedder=emb, clock=clock)
+    assert dst.import_jsonl(path) == 2
+    assert dst.get("r", "a").expires_at == clock() + 10 and dst.get("r", "b").ttl is None
+    clock.advance(10)
+    assert visible(dst) == ["b"]
+
+
+def test_two_tier_never_promotes_an_expired_memory():
+    clock = FakeClock()
+    emb = HashingEmbedder(dim=32)
+    mem = TwoTierMemory(ShortTermMemory(capacity=2, embedder=emb, clock=clock),
+                        LongTermMemory(embedder=emb, clock=clock),
+                        PromotionPolicy(min_importance=0.0))
+    mem.put("r", "old", "expires soon", ttl=5)
+    mem.put("r", "kept", "stays", ttl=50)
+    clock.advance(5)
+    mem.put("r", "new", "evicts the oldest")          # "old" is evicted, expired: forgotten
+    assert mem.long.stats() == {} and mem.stats()["forgotten"] == 1
+    mem.put("r", "gone", "expires too", ttl=1)        # evicts "kept": promoted
+    clock.advance(1)
+    assert mem.consolidate() == 1                      # "new"; "gone" expired: not moved
+    assert mem.long.keys("r") == ["kept", "new"] and mem.keys("r") == ["kept", "new"]
+    assert mem.long.get("r", "kept").expires_at == clock() - 6 + 50

@@ -3,7 +3,8 @@
 Line 1: ``{"format": "memcore-jsonl", "version": 1, "embedder": name, "dim": dim}``; then one
 object per memory: ``namespace`` (list), ``key``, ``text``, ``importance``, ``metadata``,
 ``created_at``, ``updated_at``, ``last_accessed_at``, ``access_count`` and ``vector`` (base64 of
-the little-endian float32 bytes).
+the little-endian float32 bytes); a memory with a time to live also has ``expires_at`` (Unix
+seconds) and ``ttl`` (seconds), a line without them never expires.
 """
 
 from __future__ import annotations
@@ -52,12 +53,15 @@ def _write_export(tmp: str, embedder: str, dim: int, rows) -> int:
                             "dim": dim}) + "\n")
         for m, vec in rows:
             raw = np.ascontiguousarray(vec, dtype="<f4").tobytes()
-            f.write(json.dumps({
+            line = {
                 "namespace": list(m.namespace), "key": m.key, "text": m.text,
                 "importance": m.importance, "metadata": m.metadata,
                 "created_at": m.created_at, "updated_at": m.updated_at,
                 "last_accessed_at": m.last_accessed_at, "access_count": m.access_count,
-                "vector": base64.b64encode(raw).decode("ascii")}, ensure_ascii=False) + "\n")
+                "vector": base64.b64encode(raw).decode("ascii")}
+            if m.expires_at is not None:
+                line.update(expires_at=m.expires_at, ttl=m.ttl)
+            f.write(json.dumps(line, ensure_ascii=False) + "\n")
             n += 1
     return n
 
@@ -112,7 +116,8 @@ def _import(path: str, embedder: str, dim: int, batch_size: int, tier: MemoryTie
                     importance=obj["importance"], metadata=obj["metadata"],
                     created_at=obj["created_at"], updated_at=obj["updated_at"],
                     last_accessed_at=obj["last_accessed_at"],
-                    access_count=obj["access_count"], tier=tier))
+                    access_count=obj["access_count"], tier=tier,
+                    expires_at=obj.get("expires_at"), ttl=obj.get("ttl")))
                 if same:
                     vec = np.frombuffer(base64.b64decode(obj["vector"], validate=True), "<f4")
                     if vec.shape != (dim,):
