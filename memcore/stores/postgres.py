@@ -51,12 +51,12 @@ namespace's vectors in the searching process and of transferring them once. BM25
 statistics kept in tables and a context-vector column (ranking hybrid recall in SQL) are not
 built yet.
 
-Measured agreement with the embedded store (same run, bench/postgres.py): the exact ORDER BY
+Measured agreement with the embedded store (bench/postgres.py, same runs): the exact ORDER BY
 returned the same top-10 scores on every query at 1e4 and 1e5; HNSW candidates with the bound
-on 93% (1e4) and 76% (1e5) of queries of a corpus with many identical vectors (repeated short
-turns), which is where HNSW's approximation shows (that run asked for 200 candidates at least;
-:data:`MIN_CANDIDATES` is 400 since: 98/100 at 1e4, measured apart); raise ``exact_max_rows``
-where exactness matters more than latency.
+on 98% of queries at 1e4 (postgres-20261202T012759Z) and 76% at 1e5 with the earlier floor of
+200 candidates (postgres-20261202T012021Z), on a corpus with many identical vectors (repeated
+short turns), which is where HNSW's approximation shows; raise ``exact_max_rows`` where
+exactness matters more than latency.
 
 Differences from the embedded store: PostgreSQL text cannot hold NUL characters, so a text or
 metadata string containing ``"\\x00"`` raises :class:`~memcore.errors.InvalidTextError`; a
