@@ -45,8 +45,18 @@ with episode windows, the episodic context similarity and the per-query z statis
 computed by the embedded store's code (:mod:`memcore.recall.hybrid`) over an in-process
 replica of the namespace, synchronised before each hybrid query from the rows written since
 (``seq``/``tseq``, deletions from ``memcore_deleted``; a clear reloads the namespace). Ranking is therefore identical to the
-embedded store's (LoCoMo dev R@10 equal, bench/postgres.py), at the cost of holding the
-namespace's vectors in the searching process and of transferring them once.
+embedded store's (LoCoMo dev R@10 equal: 0.8131 with MiniLM and the hybrid default, 0.7832 with
+the hashing embedder; bench/results/postgres-20261202T012021Z), at the cost of holding the
+namespace's vectors in the searching process and of transferring them once. BM25 from term
+statistics kept in tables and a context-vector column (ranking hybrid recall in SQL) are not
+built yet.
+
+Measured agreement with the embedded store (bench/postgres.py, same runs): the exact ORDER BY
+returned the same top-10 scores on every query at 1e4 and 1e5; HNSW candidates with the bound
+on 98% of queries at 1e4 (postgres-20261202T012759Z) and 76% at 1e5 with the earlier floor of
+200 candidates (postgres-20261202T012021Z), on a corpus with many identical vectors (repeated
+short turns), which is where HNSW's approximation shows; raise ``exact_max_rows`` where
+exactness matters more than latency.
 
 Differences from the embedded store: PostgreSQL text cannot hold NUL characters, so a text or
 metadata string containing ``"\\x00"`` raises :class:`~memcore.errors.InvalidTextError`; a
@@ -91,13 +101,17 @@ from memcore.types import (
 
 __all__ = ["PostgresMemory", "PostgresError", "PostgresUnavailableError",
            "PostgresAuthError", "PostgresExtensionError", "is_postgres_url", "redact",
-           "SCHEMA_VERSION", "EXACT_MAX_ROWS"]
+           "SCHEMA_VERSION", "EXACT_MAX_ROWS", "MIN_CANDIDATES"]
 
 #: Version of the schema :meth:`PostgresMemory.setup` creates.
 SCHEMA_VERSION = 1
 #: Up to this many rows a namespace is ranked by the exact fused ORDER BY; above, by HNSW
 #: candidates with the exact bound (the issue measured 8.3 ms exact vs 3.0-3.3 ms HNSW at 1e4).
 EXACT_MAX_ROWS = 10_000
+#: Fewest HNSW candidates a search asks for (``hnsw.ef_search``). On 1e4 LoCoMo-like turns
+#: (hashing vectors, many identical): the exact top-10 on 93/100 queries with 200, 98/100 with
+#: 400 at the same latency, 99/100 with 800 at 1.7x.
+MIN_CANDIDATES = 400
 #: pgvector's upper limit of ``hnsw.ef_search``.
 MAX_CANDIDATES = 1000
 #: Recency exponent clamp (``0.5 ** 1000`` is normal float8; PostgreSQL raises on underflow).
@@ -756,7 +770,7 @@ class PostgresMemory(MemoryStore):
             return []
         w = rq.weights
         neg = min(w.w_similarity, w.w_recency, w.w_importance) < 0
-        c = max(4 * rq.top_k, 200)
+        c = max(4 * rq.top_k, MIN_CANDIDATES)
         while self.hnsw and live[0] > self.exact_max_rows and not neg and c <= MAX_CANDIDATES:
             got = self._ranked(conn, rq, ns, candidates=c)
             if got is not None:
