@@ -191,7 +191,8 @@ def _exception_rounds(root, op, stride=1, limit=None):
         ver = f"v{step}"
         done, seen = _run_injected(lambda: op(s, ver), step)
         rounds += 1
-        keys = {"put": ["k"], "put_many": ["m0", "m1", "m2"], "delete": ["base"]}[op.__name__]
+        keys = {"put": ["k"], "put_many": ["m0", "m1", "m2"], "delete": ["base"],
+                "compact": ["k"], "reindex": ["k"]}[op.__name__]
         if not done:
             probe = f"probe {step}"
             s.put("ns", "probe", probe, vector=vec(step + 1))
@@ -859,3 +860,135 @@ def test_cli_bad_input_is_one_line(tmp_path):
     code, out, err = _cli("--store", str(tmp_path / "s"), "--embedder", "hashing", "import",
                           str(binary))
     assert code == 1 and len(err.strip().splitlines()) == 1 and "not UTF-8" in err
+
+
+# ---------------------------------------------------------------------- SIGKILL: namespaces, clear, reindex
+
+NS_DRIVER = textwrap.dedent(r"""
+    import json, os, random, select, signal, sys, time
+    import numpy as np
+    from memcore import HashingEmbedder, LongTermMemory
+    root, rounds, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+
+    def child(w, r_no):
+        s = LongTermMemory(root, HashingEmbedder(dim=16), durability="flush")
+        os.write(w, b"R\n")
+        rnd = random.Random(seed * 1000 + r_no)
+        i = 0
+        while True:
+            i += 1
+            x = rnd.random()
+            ns = f"n{rnd.randrange(30)}"
+            if x < 0.6:
+                text = f"round {r_no} op {i}"
+                os.write(w, f"B put {ns} {text}\n".encode())
+                s.put(("t", ns), "k", text)              # often a new namespace
+            elif x < 0.85:
+                os.write(w, f"B clear {ns} -\n".encode())
+                s.clear(("t", ns))
+            else:
+                os.write(w, b"B reindex - -\n")
+                s.reindex(HashingEmbedder(dim=16), progress=False)
+            os.write(w, b"A\n")
+
+    rnd = random.Random(seed)
+    model, failures, acked = {}, [], 0
+    for r_no in range(1, rounds + 1):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            try:
+                child(w, r_no)
+            finally:
+                os._exit(1)
+        os.close(w)
+        out = b""
+        while b"R\n" not in out and select.select([r], [], [], 60)[0]:
+            chunk = os.read(r, 1 << 16)
+            if not chunk:
+                break
+            out += chunk
+        time.sleep(rnd.uniform(0.0, 0.25))
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        while chunk := os.read(r, 1 << 16):
+            out += chunk
+        os.close(r)
+        pending = None
+        for line in out.decode().splitlines():
+            if line.startswith("B "):
+                _, op, ns, text = line.split(" ", 3)
+                pending = (op, ns, text)
+            elif line == "A" and pending:
+                op, ns, text = pending
+                if op == "put":
+                    model[ns] = text
+                elif op == "clear":
+                    model.pop(ns, None)
+                acked += 1
+                pending = None
+        with LongTermMemory(root, HashingEmbedder(dim=16)) as s:
+            if s.damaged or s.repair_report:
+                failures.append(f"round {r_no}: damaged {s.damaged} {s.repair_report}")
+            for i in range(30):
+                ns = f"n{i}"
+                m = s.get(("t", ns), "k")
+                got = None if m is None else m.text
+                allowed = {model.get(ns)}
+                if pending and pending[1] == ns:
+                    allowed.add(pending[2] if pending[0] == "put" else None)
+                if got not in allowed:
+                    failures.append(f"round {r_no}: {ns} is {got!r}, expected one of {allowed}")
+                if got is None:
+                    model.pop(ns, None)
+                else:
+                    model[ns] = got
+            s.put(("t", "probe"), "k", "the store still accepts writes")
+            s.clear(("t", "probe"))
+    print(json.dumps({"rounds": rounds, "acked": acked, "failures": failures}))
+""")
+
+
+def _namespace_kill_rounds(tmp_path, rounds, seed):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    out = subprocess.run([sys.executable, "-c", NS_DRIVER, str(tmp_path / "m"), str(rounds),
+                          str(seed)], capture_output=True, text=True, env=env, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_sigkill_during_namespace_creation_clear_and_reindex(tmp_path):
+    res = _namespace_kill_rounds(tmp_path, 40, 11)
+    print(res)
+    assert res["failures"] == [] and res["acked"] > 40
+
+
+@_UNRAISABLE
+@pytest.mark.slow
+@pytest.mark.parametrize("op", [put, put_many, delete])
+def test_3_an_exception_at_every_step_of_a_write(tmp_path, op):
+    assert _exception_rounds(tmp_path / "m", op, stride=1) > 20
+
+
+def compact(s, ver):
+    s.put("ns", "k", f"value {ver}", vector=vec(7))      # garbage for compact to drop
+    s.compact()
+
+
+def reindex(s, ver):
+    s.reindex(HashingEmbedder(dim=DIM), progress=False)
+
+
+@_UNRAISABLE
+@pytest.mark.slow
+@pytest.mark.parametrize("op", [compact, reindex])
+def test_3_an_exception_at_every_step_of_compact_and_reindex(tmp_path, op):
+    assert _exception_rounds(tmp_path / "m", op, stride=3) > 20
+
+
+@_UNRAISABLE
+@pytest.mark.slow
+def test_3_an_exception_at_every_step_of_namespace_creation(tmp_path):
+    assert _namespace_rounds(tmp_path / "m", 1) > 50
