@@ -992,3 +992,95 @@ def test_3_an_exception_at_every_step_of_compact_and_reindex(tmp_path, op):
 @pytest.mark.slow
 def test_3_an_exception_at_every_step_of_namespace_creation(tmp_path):
     assert _namespace_rounds(tmp_path / "m", 1) > 50
+
+
+# ---------------------------------------------------------------------- 9: the agent layer
+
+AGENT_DRIVER = textwrap.dedent(r"""
+    import json, os, random, select, signal, sys, time
+    from memcore import HashingEmbedder, SemanticMemory
+    root, rounds, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+
+    def child(w, r_no):
+        mem = SemanticMemory(root, HashingEmbedder(dim=64), consolidate_every=8,
+                             short_capacity=50_000)              # nothing evicted
+        mem.store(f"round {r_no} warm-up", "noted", mode="warm")    # compiled before R
+        os.write(w, b"R\n")
+        i = 0
+        while True:
+            i += 1
+            text = f"round {r_no} sighting {i} of the red door"
+            bg = i % 3 == 0
+            items = mem.store(text, "noted", mode="patrol", background=bg,
+                              importance=0.9 if i % 4 == 0 else 0.1)
+            if bg:
+                os.write(w, f"Q {items[0].key}\n".encode())
+                if i % 6 == 0:
+                    mem.flush()
+                    os.write(w, b"F\n")
+            else:
+                os.write(w, f"A {items[0].key}\n".encode())
+
+    rnd = random.Random(seed)
+    acked, lost = set(), []
+    for r_no in range(1, rounds + 1):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            try:
+                child(w, r_no)
+            finally:
+                os._exit(1)
+        os.close(w)
+        out = b""
+        while b"R\n" not in out and select.select([r], [], [], 60)[0]:
+            chunk = os.read(r, 1 << 16)
+            if not chunk:
+                break
+            out += chunk
+        time.sleep(rnd.uniform(0.0, 0.3))
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        while chunk := os.read(r, 1 << 16):
+            out += chunk
+        os.close(r)
+        queued = []
+        for line in out.decode().splitlines():
+            if line.startswith("A "):
+                acked.add(line[2:])
+            elif line.startswith("Q "):
+                queued.append(line[2:])
+            elif line == "F":                 # flush returned: every queued store is durable
+                acked.update(queued)
+                queued = []
+        mem = SemanticMemory(root, HashingEmbedder(dim=64), warmup=False, consolidate_every=8,
+                             short_capacity=50_000)
+        ns = ("agent", "patrol")
+        for key in sorted(acked):
+            if mem.short.get(ns, key) is None and mem.long.get(ns, key) is None:
+                lost.append(key)
+        mem.close()
+    print(json.dumps({"rounds": rounds, "acked": len(acked), "lost": len(lost),
+                      "first_lost": lost[:5]}))
+""")
+
+
+def _agent_rounds(tmp_path, rounds, seed):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    out = subprocess.run([sys.executable, "-c", AGENT_DRIVER, str(tmp_path / "m"), str(rounds),
+                          str(seed)], capture_output=True, text=True, env=env, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_9_semantic_memory_store_is_durable_on_return_and_after_flush(tmp_path):
+    res = _agent_rounds(tmp_path, 3, 21)
+    assert res["lost"] == 0 and res["acked"] > 3
+
+
+@pytest.mark.slow
+def test_9_semantic_memory_store_is_durable_long(tmp_path):
+    res = _agent_rounds(tmp_path, 40, 22)
+    print(res)
+    assert res["lost"] == 0 and res["acked"] > 100
