@@ -523,9 +523,10 @@ def test_1_repair_restores_a_damaged_vector_exactly_by_re_embedding(tmp_path):
 # ---------------------------------------------------------------------- 5: put_many under SIGKILL
 
 BATCH_DRIVER = textwrap.dedent(r"""
-    import glob, json, os, random, select, signal, sys, time
+    import glob, json, os, random, sys, time
     import numpy as np
     from memcore import LongTermMemory, MemoryItem, storage
+    from tests.kill_driver import killed_round
     root, rounds, n, size, seed = sys.argv[1], *map(int, sys.argv[2:6])
 
     class Emb:
@@ -554,27 +555,8 @@ BATCH_DRIVER = textwrap.dedent(r"""
     rnd = random.Random(seed)
     model, lost, mixed, acked_total, took, torn = 0, 0, 0, 0, 0.3, 0
     for _ in range(rounds):
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(r)
-            try:
-                child(w)
-            finally:
-                os._exit(1)
-        os.close(w)
-        out = b""
-        while b"B " not in out and select.select([r], [], [], 60)[0]:
-            chunk = os.read(r, 1 << 16)
-            if not chunk:
-                break
-            out += chunk
-        time.sleep(rnd.uniform(0.5, 1.05) * took)  # inside the put_many: its write is last
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        while chunk := os.read(r, 1 << 16):
-            out += chunk
-        os.close(r)
+        # inside the put_many: its write comes last
+        out = killed_round(child, rnd.uniform(0.5, 1.05) * took, ready=b"B ")
         lines = out.decode().splitlines()
         acked = [int(x.split()[1]) for x in lines if x.startswith("A ")]
         took = max([float(x.split()[2]) for x in lines if x.startswith("A ")] or [took])
@@ -865,9 +847,9 @@ def test_cli_bad_input_is_one_line(tmp_path):
 # ---------------------------------------------------------------------- SIGKILL: namespaces, clear, reindex
 
 NS_DRIVER = textwrap.dedent(r"""
-    import json, os, random, select, signal, sys, time
-    import numpy as np
+    import json, os, random, sys
     from memcore import HashingEmbedder, LongTermMemory
+    from tests.kill_driver import killed_round
     root, rounds, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 
     def child(w, r_no):
@@ -894,27 +876,7 @@ NS_DRIVER = textwrap.dedent(r"""
     rnd = random.Random(seed)
     model, failures, acked = {}, [], 0
     for r_no in range(1, rounds + 1):
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(r)
-            try:
-                child(w, r_no)
-            finally:
-                os._exit(1)
-        os.close(w)
-        out = b""
-        while b"R\n" not in out and select.select([r], [], [], 60)[0]:
-            chunk = os.read(r, 1 << 16)
-            if not chunk:
-                break
-            out += chunk
-        time.sleep(rnd.uniform(0.0, 0.25))
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        while chunk := os.read(r, 1 << 16):
-            out += chunk
-        os.close(r)
+        out = killed_round(lambda w: child(w, r_no), rnd.uniform(0.0, 0.25))
         pending = None
         for line in out.decode().splitlines():
             if line.startswith("B "):
@@ -997,8 +959,9 @@ def test_3_an_exception_at_every_step_of_namespace_creation(tmp_path):
 # ---------------------------------------------------------------------- 9: the agent layer
 
 AGENT_DRIVER = textwrap.dedent(r"""
-    import json, os, random, select, signal, sys, time
+    import json, os, random, sys
     from memcore import HashingEmbedder, SemanticMemory
+    from tests.kill_driver import killed_round
     root, rounds, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 
     def child(w, r_no):
@@ -1024,27 +987,7 @@ AGENT_DRIVER = textwrap.dedent(r"""
     rnd = random.Random(seed)
     acked, lost = set(), []
     for r_no in range(1, rounds + 1):
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(r)
-            try:
-                child(w, r_no)
-            finally:
-                os._exit(1)
-        os.close(w)
-        out = b""
-        while b"R\n" not in out and select.select([r], [], [], 60)[0]:
-            chunk = os.read(r, 1 << 16)
-            if not chunk:
-                break
-            out += chunk
-        time.sleep(rnd.uniform(0.0, 0.3))
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        while chunk := os.read(r, 1 << 16):
-            out += chunk
-        os.close(r)
+        out = killed_round(lambda w: child(w, r_no), rnd.uniform(0.0, 0.3))
         queued = []
         for line in out.decode().splitlines():
             if line.startswith("A "):
