@@ -553,7 +553,8 @@ BATCH_DRIVER = textwrap.dedent(r"""
             os.write(w, f"A {ver} {time.perf_counter() - t0}\n".encode())
 
     rnd = random.Random(seed)
-    model, lost, mixed, acked_total, took, torn = 0, 0, 0, 0, 0.3, 0
+    model, lost, mixed, acked_total, torn = 0, 0, 0, 0, 0
+    took = max(0.3, n * size / 20e6)          # a first guess of a put_many's seconds
     for _ in range(rounds):
         # inside the put_many: its write comes last
         out = killed_round(child, rnd.uniform(0.5, 1.05) * took, ready=b"B ")
