@@ -16,8 +16,13 @@ Design
   :class:`~memcore.ShortTermMemory`; :meth:`SemanticMemory.consolidate` (run automatically every
   ``consolidate_every`` stores, and by :meth:`close`) promotes what clears the
   :class:`~memcore.PromotionPolicy` into a :class:`~memcore.LongTermMemory`, on disk when
-  ``path`` is given. What the short tier evicts before qualifying is forgotten, and a crash loses
-  the short tier (not the long one): keep ``consolidate_every`` small when that matters.
+  ``path`` is given. What the short tier evicts before qualifying is forgotten.
+- Durability (``path`` given): every store is also written to a journal of the short tier in
+  the long store (namespace ``(SHORT_JOURNAL,) + namespace``, trimmed to the short tier at
+  each consolidation) before :meth:`SemanticMemory.store` returns, so an acknowledged store
+  survives the process being killed at the long store's ``durability`` (one ``put_many``
+  more per tick); opening replays the journal into the short tier. With ``background=True``
+  the durability point is :meth:`flush` (or :meth:`close`).
 - A pair memory's text is the input (the situation); its vector is the embedding of that input,
   which :meth:`retrieve` computed for the same text this tick. The last retrieved text's vector
   is cached, so ``retrieve`` + ``store`` of one tick calls the embedder once.
@@ -70,6 +75,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+#: First namespace segment of the short tier's journal in the long store (see Design).
+SHORT_JOURNAL = "memcore-short-journal"
 
 PROMPT_HEADER = "RELEVANT MEMORIES"
 
@@ -322,6 +330,14 @@ class SemanticMemory:
         self._worker: threading.Thread | None = None
         self._error: BaseException | None = None
         self._closed = False
+        self._journal_lock = threading.RLock()   # a write's journal + short tier vs a trim
+        self._journaled = path is not None and not getattr(self.long, "read_only", False)
+        if self._journaled:
+            try:
+                self._replay_journal()
+            except BaseException:
+                self.long.close()
+                raise
         if warmup:
             self.warmup()
 
@@ -484,7 +500,9 @@ class SemanticMemory:
         key : str, optional
             Explicit key of the pair memory.
         background : bool, default False
-            Queue the write to the worker thread and return at once; see :meth:`flush`.
+            Queue the write to the worker thread and return at once; it is durable once
+            :meth:`flush` (or :meth:`close`) returns. Without it the store is durable on
+            return at the long store's durability (``path`` given; see the module's Design).
 
         Returns
         -------
@@ -538,6 +556,31 @@ class SemanticMemory:
             self._store_ms.append((time.perf_counter() - t0) * 1e3)
         return items
 
+    # ------------------------------------------------------------------ journal
+    def _journal_ns(self, ns: Namespace) -> Namespace:
+        return (SHORT_JOURNAL,) + ns
+
+    def _replay_journal(self) -> None:
+        """Refill the short tier from its journal (what the last process stored and had not
+        promoted), lifecycle fields and vectors as stored."""
+        from dataclasses import replace
+
+        for jns in self.long.namespaces((SHORT_JOURNAL,) + self.prefix):
+            keys = self.long.keys(jns)
+            mems = [self.long.get(jns, k) for k in keys]
+            vecs = np.stack([self.long.vector(jns, k) for k in keys]) if keys else None
+            if mems:
+                self.short.put_stored([replace(m, namespace=jns[1:], tier=MemoryTier.SHORT)
+                                       for m in mems], vecs)
+
+    def _trim_journal(self) -> None:
+        """Drop from the journal what the short tier no longer holds (promoted or evicted)."""
+        for jns in self.long.namespaces((SHORT_JOURNAL,) + self.prefix):
+            held = set(self.short.keys(jns[1:]))
+            for k in self.long.keys(jns):
+                if k not in held:
+                    self.long.delete(jns, k)
+
     # ------------------------------------------------------------------ writing
     def _write(self, writes: list[_Write]) -> None:
         """Embed what has no vector (one encoder call) and write each namespace with put_many."""
@@ -559,7 +602,11 @@ class SemanticMemory:
                 vecs.append(vec)
         for ns, (items, vecs) in by_ns.items():
             if items:
-                self.tiers.put_many(ns, items, vectors=np.stack(vecs).astype(np.float32, copy=False))
+                batch = np.stack(vecs).astype(np.float32, copy=False)
+                with self._journal_lock:          # never trimmed between the two writes
+                    if self._journaled:           # durable first (see Design: Durability)
+                        self.long.put_many(self._journal_ns(ns), items, vectors=batch)
+                    self.tiers.put_many(ns, items, vectors=batch)
         with self._lock:
             self._stored += len(writes)
             self._since_consolidate += len(writes)
@@ -570,7 +617,10 @@ class SemanticMemory:
             self._consolidate_now()
 
     def _consolidate_now(self) -> Any:
-        result = self.tiers.consolidate(now=self.clock())
+        with self._journal_lock:
+            result = self.tiers.consolidate(now=self.clock())
+            if self._journaled:
+                self._trim_journal()
         with self._lock:
             self._consolidations += 1
         return result
@@ -621,8 +671,9 @@ class SemanticMemory:
     def close(self) -> None:
         """Drain the background queue, consolidate the short tier, and close the long tier.
 
-        Idempotent. Memories that do not clear the promotion policy are forgotten (they lived
-        only in the in-memory short tier).
+        Idempotent. Memories that do not clear the promotion policy stay in the short tier's
+        journal (``path`` given) and are back in the short tier when the path is opened
+        again; without a path they are forgotten.
 
         Raises
         ------
@@ -685,6 +736,8 @@ class SemanticMemory:
         """
         ns = self.namespace_of(mode)
         self.flush()
+        if self._journaled:
+            self.long.clear(self._journal_ns(ns))
         return int(self.tiers.clear(ns))
 
     def modes(self) -> list[str]:

@@ -189,8 +189,10 @@ def test_consolidate_promotes_by_policy_and_close_consolidates(hashing, clock, t
         assert mem.stats()["tiers"] == {"short": 2, "long": 0}
         assert mem.consolidate() == 1
         assert mem.retrieve("keep me", "m")[0].tier is MemoryTier.LONG
-    with make(hashing, clock, path) as mem:
-        assert [h.text for h in mem.retrieve("keep me", "m", threshold=-1, top_k=5)] == ["keep me"]
+    with make(hashing, clock, path) as mem:     # the unpromoted one is back in the short tier
+        hits = mem.retrieve("keep me", "m", threshold=-1, top_k=5)
+        assert [(h.text, h.tier) for h in hits] == [("keep me", MemoryTier.LONG),
+                                                    ("forget me", MemoryTier.SHORT)]
 
 
 # ---------------------------------------------------------------- background writer

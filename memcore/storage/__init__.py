@@ -192,6 +192,28 @@ open, so it keeps seeing the store as of opening even after the writer compacts 
 Damage inside the checkpointed part of the log is found when a record is read (named with
 its file and offset) or by ``repair()``, which re-scans every log and re-checks every vector.
 
+Verified reads: every row a call returns (search hits, ``get``, ``vector``, exports) is
+read from its PUT record, and its vector is checked against the record's ``vector_crc``
+first (:meth:`NamespaceFiles.verified_put`: one CRC-32 of ``dim * 4`` bytes, ~0.6 us per
+384-d row) -- a damaged vector raises :class:`StoreCorruptedError` naming the vectors file,
+offset and row, never a wrong memory. ``LongTermMemory.verify()`` (``memcore verify``)
+scrubs everything without changing it: the whole log, record offsets and live flags against
+it, every live vector, and the numeric columns; open validates the numeric columns
+(timestamps finite within 1e11 s, ``access_count`` in [0, 2**32], importance in [0, 1]) and
+restores a damaged value from its record. The hybrid index files (codes included) are
+covered by the header's CRCs. ``repair()`` re-embeds a damaged vector's logged text when
+the store has its embedder and keeps it only when the result matches the CRC bit for bit.
+
+Repair never resurrects: a key is kept only when something vouches for its last intact
+record -- the checkpoint's CRC-verified live flags for checkpointed rows, else its record
+following every damaged stretch of the log; the others are dropped and listed (report
+``"uncertain"``), and what may still be current is set aside in ``quarantine.<n>.jsonl``.
+
+Exceptions: every commit step (write, delete, checkpoint, clear, compaction, reindex) marks
+its namespace (or, for reindex, the store) stale until it finished; any exception in
+between -- ``KeyboardInterrupt``, ``MemoryError``, a failed write -- leaves the mark, and the
+next call reloads the namespace from its files, which hold the whole commit or none of it.
+
 :func:`repair_namespace` rewrites a namespace as a new generation from every intact record:
 records with a bad frame or CRC are skipped (the scan resynchronises on the next magic), a
 PUT whose vector fails its CRC is dropped, and the rest is replayed as usual. Compaction and

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import mmap
 import os
 import shutil
@@ -738,16 +739,15 @@ class NamespaceFiles:
         keys.tail.clear()
 
     def close(self) -> None:
-        self.flush_pending()
+        """Write anything buffered and close the log's descriptors (each forgotten before it
+        is closed: an interrupted close never closes a descriptor twice)."""
         if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        if self._rfd is not None:
-            os.close(self._rfd)
-            self._rfd = None
-        if self._mfd is not None:
-            os.close(self._mfd)
-            self._mfd = None
+            self.flush_pending()
+        for name in ("_fd", "_rfd", "_mfd"):
+            fd = getattr(self, name)
+            setattr(self, name, None)
+            if fd is not None:
+                os.close(fd)
 
 
 def new_key_index(files: NamespaceFiles, cols: Columns, hashes: np.ndarray | None = None,
@@ -1215,7 +1215,6 @@ def _write_quarantine(directory: str, ns: tuple, dim: int, gen: int, rows: list,
                       vectors: np.ndarray) -> str:
     """Write the memories repair could not vouch for to ``<root>/quarantine.<n>.jsonl`` (an
     export file; ``n`` the first number not taken) and return its path."""
-    import json
 
     from memcore.storage.jsonl import export_jsonl
     from memcore.storage.layout import STORE_HEADER
@@ -1333,6 +1332,14 @@ def write_namespace(parent: str, ns: tuple, durability: str, keys: Sequence[str]
         cols, records, log_bytes = write_generation_blob(directory, ns, dim, generation, blob,
                                                          vectors, columns, keys, starts)
     except BaseException:
+        committed = _file_bytes(os.path.join(directory, NAMESPACE_HEADER))
+        try:
+            committed = committed is not None and \
+                json.loads(committed).get("generation") == generation
+        except ValueError:
+            committed = False
+        if committed:            # the header already names it: the generation is the store
+            raise
         for name in Columns.NAMES_V2:
             for path in (column_path(directory, name, generation),
                          log_path(directory, generation)):

@@ -319,8 +319,9 @@ class StoreRoot:
         self.damage: StoreCorruptedError | None = None   # an unreadable store header
 
     def adopt(self, header: dict) -> None:
-        """Use a rebuilt store header (see :func:`recover_store_header`)."""
-        self.header, self.epoch, self.damage = header, header["epoch"], None
+        """Use a store header read again (rebuilt by :func:`recover_store_header`, or
+        written by a reindex that raised after its commit point)."""
+        self.header, self.epoch, self.damage, self._next = header, header["epoch"], None, None
 
     @staticmethod
     def require(path: str) -> dict:
@@ -429,6 +430,15 @@ class StoreRoot:
     def commit_epoch(self, embedder: str, dim: int) -> None:
         """Make the next epoch the store: fsync it, then replace the header (commit point)."""
         write_store_header(self.path, embedder, dim, self._next, durable=True)
+
+    def next_committed(self) -> bool:
+        """Whether the store header on disk already names the next epoch (its commit
+        happened, whatever raised after it)."""
+        try:
+            head = read_store_header(self.path)
+        except (OSError, StoreCorruptedError):
+            return False
+        return head is not None and self._next is not None and head["epoch"] == self._next
 
     def abort_epoch(self) -> None:
         shutil.rmtree(os.path.join(self.path, f"{EPOCH_PREFIX}{self._next}"), ignore_errors=True)

@@ -418,6 +418,7 @@ class LongTermMemory(MemoryStore):
         self._root: storage.StoreRoot | None = None
         self._closed = False
         self._tables = _Tables()
+        self._stale_all: Any = None  # a reindex's embedder while it switches epochs
         self._stale: set = set()     # namespaces a write, checkpoint or compaction left
         self._healing = False        # half done (an exception mid-step): reloaded from disk
         self.repair_report: list[dict] = []
@@ -790,7 +791,7 @@ class LongTermMemory(MemoryStore):
     def _check_read(self) -> None:
         if self._closed:
             raise StoreClosedError("this LongTermMemory is closed")
-        if self._stale and not self._healing:
+        if (self._stale or self._stale_all is not None) and not self._healing:
             self._heal()
 
     @contextlib.contextmanager
@@ -803,11 +804,29 @@ class LongTermMemory(MemoryStore):
         yield
         self._stale.discard(ns)
 
+    def _reload_all(self, embedder: Any) -> None:
+        """Reopen every namespace of the epoch the store header names (a ``reindex`` that
+        raised after its commit point, or before: whichever the header says happened)."""
+        for t in list(self._tables.values()):
+            storage.close_namespace(t.files, t.columns)
+        self._tables = _Tables()
+        head = storage.read_store_header(self.path)
+        if (head["embedder"], head["dim"]) == (str(embedder.name), int(embedder.dim)):
+            self.embedder, self.embedder_name, self.dim = embedder, head["embedder"], head["dim"]
+        self._root.adopt(head)
+        for directory in self._root.namespace_dirs():        # removes the other epoch
+            t = self._reopen(directory)
+            self._tables[t.namespace] = t
+        self._stale.clear()
+        self._stale_all = None
+
     def _heal(self) -> None:
         """Reload every stale namespace from disk (see :meth:`_step`)."""
         with self._lock, storage.os_errors(self.path or "<in memory>"):
             self._healing = True
             try:
+                if self._stale_all is not None:
+                    self._reload_all(self._stale_all)
                 for ns in sorted(self._stale):
                     t = self._tables.pop(ns, None)
                     if t is not None:
@@ -1109,12 +1128,15 @@ class LongTermMemory(MemoryStore):
                 return total
             epoch = self._root.begin_epoch()
             dirs = []
+            self._stale_all = embedder      # until the switch is done: see _heal
             try:
                 for t, vecs in zip(plan, new_vecs):
                     dirs.append(_write_live(t, vecs, epoch, 0, self.durability))
                 self._root.commit_epoch(name, dim)
             except BaseException:
-                self._root.abort_epoch()
+                if not self._root.next_committed():   # else the new epoch is the store
+                    self._root.abort_epoch()
+                    self._stale_all = None
                 raise
             structures = [_index_structures(t) for t in plan]
             for t in self._tables.values():
@@ -1122,9 +1144,12 @@ class LongTermMemory(MemoryStore):
             self._tables = _Tables()
             self.embedder, self.embedder_name, self.dim = embedder, name, dim
             self._root.finish_epoch()
-            for built, directory in zip(structures, dirs):
-                t = self._reindexed(self._reopen(directory), built)
+            for directory in dirs:
+                t = self._reopen(directory)
                 self._tables[t.namespace] = t
+            self._stale_all = None
+            for built, t in zip(structures, list(self._tables.values())):
+                self._tables[t.namespace] = self._reindexed(t, built)
             return total
 
     @_disk
