@@ -114,9 +114,22 @@ def evaluate(convs, kind: str, settings: dict, emb, top_k: int = 25) -> dict:
         qs = [q for q in conv.questions if q.evidence]
         dense = [store.prepare(ns, q.question).dense for q in qs]
         qvecs = emb(kind, dense)
+        forms = {}
+        for name, st in settings.items():
+            if st.get("qform") and st["qform"] not in forms:
+                from memcore.recall.prep import DefaultQueryPreparer
+
+                if st["qform"] == "mean":
+                    kept = emb(kind, [q.question for q in qs])
+                    mixed = qvecs + kept
+                    forms["mean"] = mixed / np.linalg.norm(mixed, axis=1, keepdims=True)
+                else:
+                    prep = DefaultQueryPreparer(names=st["qform"])
+                    spk = sorted({t.speaker for t in conv.turns})
+                    forms[st["qform"]] = emb(kind, [prep(q.question, spk).dense for q in qs])
         for name, st in settings.items():
             rows = []
-            for q, v in zip(qs, qvecs):
+            for q, v in zip(qs, forms[st["qform"]] if st.get("qform") else qvecs):
                 hits = store.search(ns, q.question, top_k=top_k, threshold=-1.0, touch=False,
                                     query_vector=v, hybrid=st["hybrid"])
                 if st.get("diverse"):
@@ -203,6 +216,9 @@ def candidates(grid: str, kind: str) -> dict:
             for r in (1, 2):
                 out[f"diversity={lam} window={r}"] = {
                     "hybrid": replace(base, diversity=lam, diversity_window=r)}
+    if grid == "qform":   # the dense query's form (memcore.recall.prep names=...)
+        for form in ("remove", "keep", "mean"):
+            out[f"dense query {form}"] = {"hybrid": base, "qform": form}
     if grid == "rm3":
         for m in (3, 5):
             for t in (3, 6):
@@ -220,7 +236,7 @@ def main(argv=None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--kind", default="minilm-int8", choices=("minilm-int8", "hashing"))
-    p.add_argument("--grid", default="weights", choices=("default", "weights", "prf", "full", "diverse", "diversity", "rm3"))
+    p.add_argument("--grid", default="weights", choices=("default", "weights", "prf", "full", "diverse", "diversity", "rm3", "qform"))
     p.add_argument("--data", default=None)
     p.add_argument("--json", default=None, help="write the per-question rows here")
     args = p.parse_args(argv)
