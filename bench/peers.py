@@ -43,7 +43,10 @@ OM1_CANDIDATES = 64
 
 
 def _quiet_env() -> None:
+    """No telemetry, no hub downloads, mem0's own folder (``MEM0_DIR``) under the temp dir
+    rather than ``~/.mem0``; set before mem0 is imported (it reads them at import)."""
     os.environ.setdefault("MEM0_TELEMETRY", "False")
+    os.environ.setdefault("MEM0_DIR", os.path.join(tempfile.gettempdir(), "memcore-bench-mem0"))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")

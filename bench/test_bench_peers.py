@@ -57,8 +57,9 @@ def test_om1_hybrid_reference_ranks_an_identical_turn_first(shared):
 
 
 @pytest.mark.data("locomo")
-def test_langgraph_and_mem0_rows_run_offline(shared, monkeypatch):
+def test_langgraph_and_mem0_rows_run_offline(shared, monkeypatch, tmp_path):
     monkeypatch.setenv("MEM0_TELEMETRY", "False")   # before mem0 is imported: no upload
+    monkeypatch.setenv("MEM0_DIR", str(tmp_path))    # nor a ~/.mem0 folder
     pytest.importorskip("langgraph")
     from bench.peers import langgraph_rankings, mem0_rankings
 
