@@ -219,6 +219,13 @@ def candidates(grid: str, kind: str) -> dict:
     if grid == "qform":   # the dense query's form (memcore.recall.prep names=...)
         for form in ("remove", "keep", "mean"):
             out[f"dense query {form}"] = {"hybrid": base, "qform": form}
+    if grid == "combo":   # pairs of the best single-field moves of --grid weights
+        moves = {"b": 0.75, "k1": 1.2, "speaker": 3.0, "lexical_context": 0.5, "alpha": 0.6}
+        names = list(moves)
+        for i, a in enumerate(names):
+            for b_ in names[i + 1:]:
+                out[f"{a}={moves[a]} {b_}={moves[b_]}"] = {
+                    "hybrid": replace(base, **{a: moves[a], b_: moves[b_]})}
     if grid == "rm3":
         for m in (3, 5):
             for t in (3, 6):
@@ -236,7 +243,7 @@ def main(argv=None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--kind", default="minilm-int8", choices=("minilm-int8", "hashing"))
-    p.add_argument("--grid", default="weights", choices=("default", "weights", "prf", "full", "diverse", "diversity", "rm3", "qform"))
+    p.add_argument("--grid", default="weights", choices=("default", "weights", "prf", "full", "diverse", "diversity", "rm3", "qform", "combo"))
     p.add_argument("--data", default=None)
     p.add_argument("--json", default=None, help="write the per-question rows here")
     args = p.parse_args(argv)
