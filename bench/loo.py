@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import re
 import sys
 import time
 from dataclasses import asdict, replace
@@ -69,6 +71,34 @@ def _diverse(store, ns, question, v, hw, spec, vec_of, top_k, pool: int = 60) ->
     return [cand[i] for i in picked]
 
 
+_WORD = re.compile(r"[a-z]{3,}")
+
+
+def _idf(texts: list) -> dict:
+    df: dict = {}
+    for t in texts:
+        for w in set(_WORD.findall(t.casefold())):
+            df[w] = df.get(w, 0) + 1
+    n = len(texts)
+    return {w: math.log((n + 1) / (c + 0.5)) for w, c in df.items()}
+
+
+def _expansion(hits, spec, idf, question, names) -> str:
+    """Lexical pseudo-relevance feedback (RM3-like): the ``t`` words of the top ``m`` hits
+    with the largest summed idf, question words, stop words and speaker names left out."""
+    from memcore.recall.prep import ENGLISH_QUESTION_WORDS
+
+    m, t = spec
+    have = set(_WORD.findall(question.casefold()))
+    score: dict = {}
+    for h in hits[:m]:
+        for w in _WORD.findall(h.text.casefold()):
+            if w in have or w in names or w in ENGLISH_QUESTION_WORDS:
+                continue
+            score[w] = score.get(w, 0.0) + idf.get(w, 0.0)
+    return " ".join(sorted(score, key=lambda w: -score[w])[:t])
+
+
 def evaluate(convs, kind: str, settings: dict, emb, top_k: int = 25) -> dict:
     """Per setting name: ``{sample_id: [(R@5, R@10, category), ...]}`` over questions with
     evidence. A setting is ``{"hybrid": HybridWeights, "prf": (beta, m) or None}``."""
@@ -79,17 +109,37 @@ def evaluate(convs, kind: str, settings: dict, emb, top_k: int = 25) -> dict:
     for conv in convs:
         store, ns, vecs = locomo_store(conv, kind, weights, emb)
         vec_of = {t.dia_id: v for t, v in zip(conv.turns, vecs)}
+        names = {t.speaker.casefold() for t in conv.turns}
+        idf = _idf([t.text for t in conv.turns])
         qs = [q for q in conv.questions if q.evidence]
         dense = [store.prepare(ns, q.question).dense for q in qs]
         qvecs = emb(kind, dense)
+        forms = {}
+        for name, st in settings.items():
+            if st.get("qform") and st["qform"] not in forms:
+                from memcore.recall.prep import DefaultQueryPreparer
+
+                if st["qform"] == "mean":
+                    kept = emb(kind, [q.question for q in qs])
+                    mixed = qvecs + kept
+                    forms["mean"] = mixed / np.linalg.norm(mixed, axis=1, keepdims=True)
+                else:
+                    prep = DefaultQueryPreparer(names=st["qform"])
+                    spk = sorted({t.speaker for t in conv.turns})
+                    forms[st["qform"]] = emb(kind, [prep(q.question, spk).dense for q in qs])
         for name, st in settings.items():
             rows = []
-            for q, v in zip(qs, qvecs):
+            for q, v in zip(qs, forms[st["qform"]] if st.get("qform") else qvecs):
                 hits = store.search(ns, q.question, top_k=top_k, threshold=-1.0, touch=False,
                                     query_vector=v, hybrid=st["hybrid"])
                 if st.get("diverse"):
                     hits = _diverse(store, ns, q.question, v, st["hybrid"], st["diverse"],
                                     vec_of, top_k)
+                if st.get("rm3"):
+                    terms = _expansion(hits, st["rm3"], idf, q.question, names)
+                    hits = store.search(ns, f"{q.question} {terms}", top_k=top_k,
+                                        threshold=-1.0, touch=False, query_vector=v,
+                                        hybrid=st["hybrid"])
                 if st.get("prf"):
                     beta, m = st["prf"]
                     v2 = _prf_vector(v, hits, vec_of, beta, m)
@@ -166,6 +216,20 @@ def candidates(grid: str, kind: str) -> dict:
             for r in (1, 2):
                 out[f"diversity={lam} window={r}"] = {
                     "hybrid": replace(base, diversity=lam, diversity_window=r)}
+    if grid == "qform":   # the dense query's form (memcore.recall.prep names=...)
+        for form in ("remove", "keep", "mean"):
+            out[f"dense query {form}"] = {"hybrid": base, "qform": form}
+    if grid == "combo":   # pairs of the best single-field moves of --grid weights
+        moves = {"b": 0.75, "k1": 1.2, "speaker": 3.0, "lexical_context": 0.5, "alpha": 0.6}
+        names = list(moves)
+        for i, a in enumerate(names):
+            for b_ in names[i + 1:]:
+                out[f"{a}={moves[a]} {b_}={moves[b_]}"] = {
+                    "hybrid": replace(base, **{a: moves[a], b_: moves[b_]})}
+    if grid == "rm3":
+        for m in (3, 5):
+            for t in (3, 6):
+                out[f"rm3 m={m} t={t}"] = {"hybrid": base, "rm3": (m, t)}
     if grid in ("prf", "full"):
         for beta in (0.3, 0.6, 1.0):
             for m in (1, 3):
@@ -179,7 +243,7 @@ def main(argv=None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--kind", default="minilm-int8", choices=("minilm-int8", "hashing"))
-    p.add_argument("--grid", default="weights", choices=("default", "weights", "prf", "full", "diverse", "diversity"))
+    p.add_argument("--grid", default="weights", choices=("default", "weights", "prf", "full", "diverse", "diversity", "rm3", "qform", "combo"))
     p.add_argument("--data", default=None)
     p.add_argument("--json", default=None, help="write the per-question rows here")
     args = p.parse_args(argv)

