@@ -950,7 +950,7 @@ class HybridIndex:
         sp_ptr = np.zeros(len(sp_rows) + 1, np.int64)
         np.cumsum([x.shape[0] for x in sp_rows], out=sp_ptr[1:])
         sp_r = np.concatenate(sp_rows) if sp_rows else _EMPTY_I
-        sp_v = np.concatenate(sp_vals).astype(np.float64) if sp_vals else _EMPTY_F
+        sp_v = np.concatenate(sp_vals).astype(np.float64, copy=False) if sp_vals else _EMPTY_F
         st = np.zeros(4, np.int64)
         with _threads(threads):
             count = _ks.hybrid_scan_topk(
