@@ -639,7 +639,7 @@ def window_lengths(row_len, win_start, win_len, win_rows, rows, out):
     win_rows : ndarray, int64 or int32
         The windows, as in :func:`bm25_context_scores_sparse`.
     rows : ndarray of shape (m,), int64
-    out : ndarray of shape (n_rows,), int64
+    out : ndarray of shape (n_rows,), integer
         Written at ``rows``.
 
     Raises

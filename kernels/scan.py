@@ -107,19 +107,23 @@ def exact_sim(a, b):
 
 
 @numba.njit(cache=True)
-def _sparse_value(sp_ptr, sp_rows, sp_vals, l, i):
-    """``x_l[i]``: binary search of row i in signal l's sorted rows; 0.0 when absent."""
-    lo = sp_ptr[l]
-    hi = sp_ptr[l + 1]
+def _position(rows, lo, hi, i):
+    """Where row i sits in the ascending ``rows[lo:hi]`` (binary search); -1 when absent."""
+    end = hi
     while lo < hi:
         mid = (lo + hi) >> 1
-        if sp_rows[mid] < i:
+        if rows[mid] < i:
             lo = mid + 1
         else:
             hi = mid
-    if lo < sp_ptr[l + 1] and sp_rows[lo] == i:
-        return sp_vals[lo]
-    return 0.0
+    return lo if lo < end and rows[lo] == i else -1
+
+
+@numba.njit(cache=True)
+def _sparse_value(sp_ptr, sp_rows, sp_vals, l, i):
+    """``x_l[i]``: row i's value in signal l's sorted rows; 0.0 when absent."""
+    p = _position(sp_rows, sp_ptr[l], sp_ptr[l + 1], i)
+    return sp_vals[p] if p >= 0 else 0.0
 
 
 @numba.njit(cache=True)
@@ -457,18 +461,9 @@ def _sparse_union(sp_ptr, sp_rows, sp_vals, sp_w, sp_inv):
 
 @numba.njit(cache=True)
 def _gain_of(i, u_rows, u_gain):
-    """Row i's sparse gain: binary search in the union rows; 0.0 when it holds none."""
-    lo = 0
-    hi = u_rows.shape[0]
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if u_rows[mid] < i:
-            lo = mid + 1
-        else:
-            hi = mid
-    if lo < u_rows.shape[0] and u_rows[lo] == i:
-        return u_gain[lo]
-    return 0.0
+    """Row i's sparse gain (binary search in the union rows); 0.0 when it holds none."""
+    p = _position(u_rows, 0, u_rows.shape[0], i)
+    return u_gain[p] if p >= 0 else 0.0
 
 
 @numba.njit(cache=True)

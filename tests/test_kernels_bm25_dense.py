@@ -20,7 +20,7 @@ def test_context_dense_equals_sparse_and_oracle(seed, n, vocab, dead, radius, q,
         return
     q_terms = np.array([t for t in q if t < vocab], np.int64)
     avgdl_ctx = 2.5
-    ctx_len = np.zeros(n, np.int64)
+    ctx_len = np.zeros(n, np.int32)                 # as the index caches them
     kb.window_lengths(row_len, *wins, np.arange(n), ctx_len)
     want_len = np.full(n, -1, np.int64)
     ref.window_lengths(row_len, *wins, np.arange(n), want_len)

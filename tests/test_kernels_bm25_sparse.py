@@ -103,7 +103,7 @@ def test_context_scores_equal_indexing_the_concatenated_windows(seed, n, vocab, 
     q_terms = np.array([t for t in q if t < vocab], np.int64)
     want = ctx.scores_tokens(q_terms.astype(np.uint64) + 1000, np.zeros(n))
     avgdl_ctx = ctx.avgdl if ctx.avgdl > 0 else 1.0
-    ctx_len = np.zeros(n, np.int64)
+    ctx_len = np.zeros(n, np.int32)                 # as the index caches them
     kb.window_lengths(row_len, *wins, np.arange(n), ctx_len)
     rows, scores = kb.bm25_context_scores_sparse(q_terms, *post, doc_row, doc_alive, ctx_len,
                                                  *wins, n_live, k1, b, avgdl_ctx)

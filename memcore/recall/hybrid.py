@@ -792,7 +792,7 @@ class HybridIndex:
 
     def context_lengths(self, radius: int) -> np.ndarray:
         """Each row's radius-``radius`` window-document length in tokens (the sum of its
-        window's own lengths; :func:`memcore.kernels.bm25.window_lengths`), (n_rows,) int64,
+        window's own lengths; :func:`memcore.kernels.bm25.window_lengths`), (n_rows,) int32,
         cached and kept current like :meth:`windows`."""
         return self._window_cache(radius)[3][:self.n_rows]
 
@@ -802,14 +802,14 @@ class HybridIndex:
         n = self.n_rows
         got = self._wcache.get(radius)
         if got is None:
-            got = self._wcache[radius] = [np.zeros(n + n // 4 + 64, np.int64)
-                                          for _ in range(2)] + [0, np.zeros(n + n // 4 + 64,
-                                                                            np.int64)]
+            cap = n + n // 4 + 64
+            got = self._wcache[radius] = [np.zeros(cap, np.int64), np.zeros(cap, np.int64), 0,
+                                          np.zeros(cap, np.int32)]
         if got[2] < n:
             if got[0].shape[0] < n:
                 cap = max(n, 2 * got[0].shape[0])
                 for k in (0, 1, 3):
-                    grown = np.zeros(cap, np.int64)
+                    grown = np.zeros(cap, got[k].dtype)
                     grown[:got[2]] = got[k][:got[2]]
                     got[k] = grown
             self._window_rows(got, radius, np.arange(got[2], n, dtype=np.int64))
@@ -965,7 +965,7 @@ class HybridIndex:
         sp_ptr = np.zeros(len(sp_rows) + 1, np.int64)
         np.cumsum([x.shape[0] for x in sp_rows], out=sp_ptr[1:])
         sp_r = np.concatenate(sp_rows) if sp_rows else _EMPTY_I
-        sp_v = np.concatenate(sp_vals).astype(np.float64) if sp_vals else _EMPTY_F
+        sp_v = np.concatenate(sp_vals).astype(np.float64, copy=False) if sp_vals else _EMPTY_F
         if rows is not None:         # the approximate path's candidates, scored exactly
             count = _kcand.hybrid_rows_topk(
                 np.asarray(rows, np.int64), q, self._vectors()[:n], ws, wl, wr, float(w.alpha),

@@ -531,10 +531,28 @@ class LexicalIndex:
         if 8 * int(self._a("df")[q_terms].sum()) < self.n_rows:
             return _k.bm25_scores_sparse(*args)
         # common terms: the n-length kernel and its non-zero rows (the same values bit for
-        # bit) beat sorting the postings
-        out = _k.bm25_scores(*args, np.zeros(self.n_rows, np.float64))
+        # bit) beat sorting the postings; its output is the zeroed accumulator of
+        # context_scores, zeroed again after
+        scratch = self._take_scratch(self.n_rows)
+        out = _k.bm25_scores(*args, scratch[0][:self.n_rows])
         rows = np.flatnonzero(out).astype(np.int64)
-        return rows, out[rows]
+        vals = out[rows]
+        out[rows] = 0.0
+        self._scratch.append(scratch)
+        return rows, vals
+
+    def _take_scratch(self, n: int) -> tuple:
+        """Zeroed accumulators for ``n`` rows (float64, int32, 2n int32), reused across
+        queries (no n-length allocation per query); each concurrent caller gets its own, and
+        gives it back zeroed (``self._scratch.append``)."""
+        try:
+            scratch = self._scratch.pop()
+        except IndexError:
+            scratch = None
+        if scratch is None or scratch[0].shape[0] < n:
+            cap = n + n // 4 + 64
+            scratch = (np.zeros(cap), np.zeros(cap, np.int32), np.zeros(2 * cap, np.int32))
+        return scratch
 
     def context_scores(self, q_terms: np.ndarray, win_start: np.ndarray, win_len: np.ndarray,
                        win_rows: np.ndarray, ctx_len: np.ndarray, ctx_total_len: int, k1: float,
@@ -557,13 +575,7 @@ class LexicalIndex:
         n = win_start.shape[0]
         if 4 * work < n:
             return _k.bm25_context_scores_sparse(*args)
-        try:
-            scratch = self._scratch.pop()
-        except IndexError:
-            scratch = None
-        if scratch is None or scratch[0].shape[0] < n:
-            cap = n + n // 4 + 64                # zeroed accumulators, reused across queries
-            scratch = (np.zeros(cap), np.zeros(cap, np.int32), np.zeros(2 * cap, np.int32))
+        scratch = self._take_scratch(n)
         out = _k.bm25_context_scores_dense(*args, *scratch)
         self._scratch.append(scratch)            # zero again (the kernel's contract)
         return out
