@@ -772,7 +772,8 @@ def worker(a: argparse.Namespace) -> dict:
         pinned = pin_threads(a.threads)
         cfg = ApproximateSearch(min_rows=1)
         sim = HybridWeights.similarity()
-        store = LongTermMemory(a.store, emb, clock=_Clock(now), approximate=cfg, hybrid=hw)
+        store = LongTermMemory(a.store, emb, clock=_Clock(now), approximate=cfg, hybrid=hw,
+                               threads=a.threads)
         qs = np.ascontiguousarray(emb.encode(questions), np.float32)
         dense = [store.prepare(NAMESPACE, q, hybrid=hw).dense for q in questions]
         qh = np.ascontiguousarray(emb.encode(dense), np.float32)
@@ -792,7 +793,8 @@ def worker(a: argparse.Namespace) -> dict:
         store.close()          # saves the index
         save_s = time.perf_counter() - t
         t = time.perf_counter()
-        store = LongTermMemory(a.store, emb, clock=_Clock(now), approximate=cfg, hybrid=hw)
+        store = LongTermMemory(a.store, emb, clock=_Clock(now), approximate=cfg, hybrid=hw,
+                               threads=a.threads)
         store.search(NAMESPACE, questions[0], top_k=TOP_K, touch=False, query_vector=qs[0],
                      hybrid=sim)
         reopen_first_s = time.perf_counter() - t
@@ -813,7 +815,7 @@ def worker(a: argparse.Namespace) -> dict:
         warm_s = warm_kernels(emb, hw)
         rss0 = _rss_mb()
         if phase == "ingest":
-            store = LongTermMemory(a.store, emb, hybrid=hw, clock=clock)
+            store = LongTermMemory(a.store, emb, hybrid=hw, clock=clock, threads=a.threads)
             put_s = 0.0
             for c, s in enumerate(range(0, n, a.chunk)):
                 e = min(s + a.chunk, n)
@@ -838,7 +840,7 @@ def worker(a: argparse.Namespace) -> dict:
                     "peak_rss_mb": _peak_rss_mb(), "threads": pinned}
         clock.now = now
         t = time.perf_counter()
-        store = LongTermMemory(a.store, emb, hybrid=hw, clock=clock)
+        store = LongTermMemory(a.store, emb, hybrid=hw, clock=clock, threads=a.threads)
         open_s = time.perf_counter() - t
         rss_open = _rss_mb()
         if phase == "open-warm":
