@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from tests.conftest import require_extra
+from tests.extras import require as require_extra
 
 require_extra("langgraph.store.memory", "langgraph")
 
