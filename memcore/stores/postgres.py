@@ -4,7 +4,7 @@ The contract is :class:`~memcore.LongTermMemory`'s (the API and semantics of
 :class:`~memcore.core.store.MemoryStore`, the tier protocol, export/import); many processes on
 many hosts may write and search one namespace at once.
 
-Schema (owned by memcore, created by :meth:`PostgresMemory.setup`, ``schema_version`` 1), in
+Schema (owned by memcore, created by :meth:`PostgresMemory.setup`, ``schema_version`` 2), in
 one PostgreSQL schema (default ``memcore``):
 
 - ``memcore_meta(name, value)``: ``schema_version``, ``embedder_name``, ``dim``; checked on
@@ -18,9 +18,11 @@ one PostgreSQL schema (default ``memcore``):
   Citus; the primary key is ``(namespace, key)``), text, importance, metadata (``jsonb``),
   lifecycle (float8 Unix seconds, access_count), ``seq`` (write order: a put draws a new one,
   as a row of the embedded store's append-only table), ``tseq`` (last put or refresh) and
-  ``embedding vector(dim)``, with B-trees on ``(namespace, seq)`` and ``(namespace, tseq)``
-  (what a hybrid replica synchronises from) and an HNSW index
-  (``vector_ip_ops``) on the embeddings.
+  ``embedding vector(dim)``, ``expires_at`` and ``ttl`` (float8, 0: never expires), with
+  B-trees on ``(namespace, seq)`` and ``(namespace, tseq)`` (what a hybrid replica
+  synchronises from), a partial one on ``(namespace, expires_at)`` of the expiring rows and an
+  HNSW index (``vector_ip_ops``) on the embeddings. Version 1 (no time to live) is migrated
+  by ``setup()`` on open: ``ADD COLUMN IF NOT EXISTS``, its memories never expire.
 - ``memcore_deleted(namespace, key, seq)``: the last delete of each deleted key (its sequence
   number), so the hybrid replicas drop deleted rows without reloading; a ``clear`` empties it.
 
@@ -58,10 +60,24 @@ on 98% of queries at 1e4 (postgres-20261202T012759Z) and 76% at 1e5 with the ear
 short turns), which is where HNSW's approximation shows; raise ``exact_max_rows`` where
 exactness matters more than latency.
 
+Time to live: a row whose ``expires_at`` (``updated_at + ttl``) is at or before the query's
+``now`` (the store's clock) is left out by every read in SQL (``get``, ``search``, ``count``,
+``keys``, ``namespaces``; the hybrid replica holds the expiry too); ``refresh_ttl`` moves it
+in the same transaction, ``sweep()``/``compact()`` delete the expired rows (one transaction
+per namespace, recorded in ``memcore_deleted`` for the replicas). The ``live`` counter of
+``memcore_namespaces`` counts rows, expired ones included until swept; ``count`` subtracts the
+expired rows (from the partial index).
+
+Filters (:func:`memcore._validate.metadata_filter`) are translated to SQL with the embedded
+store's semantics: equality is jsonb equality, which is JSON equality (numbers by value, a bool
+only equals a bool); ``$gt``.. compare numbers with numbers and strings with strings by code
+point (``COLLATE "C"``); nested dict conditions; column conditions on the lifecycle columns and
+``$importance`` at float32. One difference: a range compares a metadata number below 1e300 in
+magnitude as float8, so an int above 2 ** 53 compares at its float8 rounding (Python compares
+it exactly).
+
 Differences from the embedded store: PostgreSQL text cannot hold NUL characters, so a text or
-metadata string containing ``"\\x00"`` raises :class:`~memcore.errors.InvalidTextError`; a
-metadata filter compares JSON values as Python does for scalars (``1 == 1.0 == True``) but
-nested lists/objects by JSON equality.
+metadata string containing ``"\\x00"`` raises :class:`~memcore.errors.InvalidTextError`.
 """
 
 from __future__ import annotations
