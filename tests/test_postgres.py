@@ -251,7 +251,7 @@ def test_hybrid_replica_follows_writes_touches_and_deletes():
     pg.drop()
 
 
-def test_hybrid_replica_follows_expiry_refresh_and_sweep():
+def test_hybrid_replica_follows_expiry_refresh_and_sweep(tmp_path):
     """Time to live on the hybrid replica: expired memories leave its ranking, a refresh_ttl
     read moves their expiry there too, and a sweep deletes them, as in the embedded store."""
     clock = FakeClock()
@@ -283,6 +283,8 @@ def test_hybrid_replica_follows_expiry_refresh_and_sweep():
     assert "m1" in keys and "m5" not in keys
     assert both(lambda s: s.count("chat")) == (5, 5)         # m1 m2 m3 m6 m7
     clock.advance(100)
+    assert both(lambda s: s.namespaces()) == ([("chat",)], [("chat",)])
+    assert both(lambda s: s.export_jsonl(tmp_path / f"{type(s).__name__}.jsonl")) == (8, 8)
     assert both(lambda s: s.sweep()) == (6, 6)
     assert same_search("adopted dog") == ["m2", "m6"]
     assert pg.stats() == {("chat",): {"live": 2, "rows": 2}}

@@ -1018,8 +1018,10 @@ class PostgresMemory(MemoryStore):
         """
         self._check_read()
 
-        def rows():
-            for ns in self.namespaces():
+        def rows():        # every row, an expired one with its expiry (as the embedded store)
+            held = self._run(lambda conn: conn.execute(
+                f"SELECT namespace FROM {self._t('memcore_namespaces')} WHERE live > 0").fetchall())
+            for ns in sorted(tuple(json.loads(r[0])) for r in held):
                 got = self._run(lambda conn: conn.execute(
                     f"SELECT {_COLS}, embedding FROM {self._t('memcore_memories')} "
                     f"WHERE namespace = %s ORDER BY seq", [_ns_text(ns)]).fetchall())
