@@ -150,6 +150,10 @@ def test_nul_characters_are_refused_and_nothing_changes():
     with pytest.raises(InvalidTextError):
         pg.put("r", "c", "fine", metadata={"note": "bad\x00"})
     assert pg.key_list(("r",)) == ["k"] and pg.count("r") == 1
+    for flt in ({"no\x00te": 1}, {"note": {"$gt": "a\x00"}}, {"note": "a\x00"},
+                {"note": {"$in": ["a\x00"]}}):
+        with pytest.raises(InvalidTextError):
+            pg.search("r", "kept", filter=flt)
     pg.drop()
 
 

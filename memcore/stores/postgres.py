@@ -77,7 +77,8 @@ magnitude as float8, so an int above 2 ** 53 compares at its float8 rounding (Py
 it exactly).
 
 Differences from the embedded store: PostgreSQL text cannot hold NUL characters, so a text or
-metadata string containing ``"\\x00"`` raises :class:`~memcore.errors.InvalidTextError`.
+metadata string containing ``"\\x00"`` raises :class:`~memcore.errors.InvalidTextError`, and so
+does a filter key or string operand with one (the embedded store matches nothing there).
 """
 
 from __future__ import annotations
@@ -250,7 +251,10 @@ _FLOAT8_MAX = "1e300"
 
 
 def _param(params: dict, value: Any) -> str:
-    """A new named placeholder for ``value`` (added to ``params``)."""
+    """A new named placeholder for ``value`` (added to ``params``); a str with NUL raises
+    InvalidTextError (PostgreSQL text cannot hold it)."""
+    if isinstance(value, str):
+        _no_nul(value, "a filter key or operand")
     name = f"f{len(params)}"
     params[name] = value
     return f"%({name})s"
