@@ -346,6 +346,8 @@ def _np(v: Any) -> np.ndarray:
 _COLS = ("key, text, importance, metadata, created_at, updated_at, last_accessed_at, "
          "access_count, expires_at, ttl")
 _NCOLS = 10
+#: The time-to-live columns of ``memcore_memories`` (schema 2; 0: never expires).
+_TTL_COLUMNS = "expires_at float8 NOT NULL DEFAULT 0, ttl float8 NOT NULL DEFAULT 0"
 #: SQL true for a row that has not expired at ``%(now)s`` (``expires_at`` 0: never expires).
 _VISIBLE = "(expires_at = 0 OR expires_at > %(now)s)"
 
@@ -565,19 +567,23 @@ class PostgresMemory(MemoryStore):
                      f"created_at float8 NOT NULL, updated_at float8 NOT NULL, "
                      f"last_accessed_at float8 NOT NULL, access_count bigint NOT NULL, "
                      f"seq bigint NOT NULL, tseq bigint NOT NULL, "
-                     f"embedding vector({dim}) NOT NULL, PRIMARY KEY (namespace, key)); "
-                     # schema 2: time to live (0: never expires); a version-1 table gains them
-                     f"ALTER TABLE {t('memcore_memories')} "
-                     f"ADD COLUMN IF NOT EXISTS expires_at float8 NOT NULL DEFAULT 0, "
-                     f"ADD COLUMN IF NOT EXISTS ttl float8 NOT NULL DEFAULT 0; "
-                     f"CREATE INDEX IF NOT EXISTS memcore_memories_expiry "
-                     f"ON {t('memcore_memories')} (namespace, expires_at) WHERE expires_at > 0; "
-                     f"UPDATE {t('memcore_meta')} SET value = '{SCHEMA_VERSION}' "
-                     f"WHERE name = 'schema_version'; "
+                     f"embedding vector({dim}) NOT NULL, {_TTL_COLUMNS}, "
+                     f"PRIMARY KEY (namespace, key)); "
                      f"CREATE INDEX IF NOT EXISTS memcore_memories_seq "
                      f"ON {t('memcore_memories')} (namespace, seq); "
                      f"CREATE INDEX IF NOT EXISTS memcore_memories_tseq "
                      f"ON {t('memcore_memories')} (namespace, tseq); {hnsw}")
+        # schema 1 -> 2: a table without the time-to-live columns gains them (ALTER TABLE only
+        # then: it locks out readers while it runs); its memories never expire
+        if conn.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND "
+                        "table_name = 'memcore_memories' AND column_name = 'expires_at'",
+                        [self.schema]).fetchone() is None:
+            conn.execute(f"ALTER TABLE {t('memcore_memories')} ADD COLUMN "
+                         + ", ADD COLUMN ".join(_TTL_COLUMNS.split(", ")))
+        conn.execute(f"CREATE INDEX IF NOT EXISTS memcore_memories_expiry "
+                     f"ON {t('memcore_memories')} (namespace, expires_at) WHERE expires_at > 0; "
+                     f"UPDATE {t('memcore_meta')} SET value = '{SCHEMA_VERSION}' "
+                     f"WHERE name = 'schema_version' AND value <> '{SCHEMA_VERSION}'")
 
     # ------------------------------------------------------------------ plumbing
     def _check_read(self) -> None:
