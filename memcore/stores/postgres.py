@@ -22,7 +22,8 @@ one PostgreSQL schema (default ``memcore``):
   B-trees on ``(namespace, seq)`` and ``(namespace, tseq)`` (what a hybrid replica
   synchronises from), a partial one on ``(namespace, expires_at)`` of the expiring rows and an
   HNSW index (``vector_ip_ops``) on the embeddings. Version 1 (no time to live) is migrated
-  by ``setup()`` on open: ``ADD COLUMN IF NOT EXISTS``, its memories never expire.
+  by ``setup()`` on open (``ALTER TABLE ... ADD COLUMN``, run only when the columns are
+  missing); its memories never expire.
 - ``memcore_deleted(namespace, key, seq)``: the last delete of each deleted key (its sequence
   number), so the hybrid replicas drop deleted rows without reloading; a ``clear`` empties it.
 
