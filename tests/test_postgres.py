@@ -150,6 +150,10 @@ def test_nul_characters_are_refused_and_nothing_changes():
     with pytest.raises(InvalidTextError):
         pg.put("r", "c", "fine", metadata={"note": "bad\x00"})
     assert pg.key_list(("r",)) == ["k"] and pg.count("r") == 1
+    for flt in ({"no\x00te": 1}, {"note": {"$gt": "a\x00"}}, {"note": "a\x00"},
+                {"note": {"$in": ["a\x00"]}}):
+        with pytest.raises(InvalidTextError):
+            pg.search("r", "kept", filter=flt)
     pg.drop()
 
 
@@ -248,6 +252,107 @@ def test_hybrid_replica_follows_writes_touches_and_deletes():
             assert [h.last_accessed_at for h in b] == [h.last_accessed_at for h in a]
         clock.advance(60.0)
     assert pg.key_list(("chat",)) == ltm.key_list(("chat",))
+    pg.drop()
+
+
+def test_hybrid_replica_follows_expiry_refresh_and_sweep(tmp_path):
+    """Time to live on the hybrid replica: expired memories leave its ranking, a refresh_ttl
+    read moves their expiry there too, and a sweep deletes them, as in the embedded store."""
+    clock = FakeClock()
+    hw = HybridWeights.no_model()
+    ltm = LongTermMemory(None, emb(), clock=clock, hybrid=hw)
+    pg = pg_server.store(clock, emb(), hybrid=hw)
+
+    def both(fn):
+        a, b = fn(ltm), fn(pg)
+        return a, b
+
+    def same_search(q, **kw):
+        a, b = both(lambda s: s.search("chat", q, top_k=6, **kw))
+        assert [h.key for h in b] == [h.key for h in a]
+        np.testing.assert_allclose([h.score for h in b], [h.score for h in a], atol=1e-5)
+        return [h.key for h in a]
+
+    for i in range(8):
+        both(lambda s: s.put("chat", f"m{i}", f"Ann adopted a dog number {i}",
+                             metadata={"speaker": "Ann", "episode": i % 2},
+                             ttl=[10, 20, None, 30][i % 4]))
+    assert len(same_search("adopted dog")) == 6
+    clock.advance(15)                                       # m0, m4 expire
+    assert "m0" not in same_search("adopted dog")
+    a, b = both(lambda s: s.get("chat", "m1", refresh_ttl=True))
+    assert a == b and a.expires_at == clock() + 20
+    clock.advance(10)                                       # m5 (ttl 20) expires, m1 not
+    keys = same_search("adopted dog", refresh_ttl=True)
+    assert "m1" in keys and "m5" not in keys
+    assert both(lambda s: s.count("chat")) == (5, 5)         # m1 m2 m3 m6 m7
+    clock.advance(100)
+    assert both(lambda s: s.namespaces()) == ([("chat",)], [("chat",)])
+    assert both(lambda s: s.export_jsonl(tmp_path / f"{type(s).__name__}.jsonl")) == (8, 8)
+    assert both(lambda s: s.sweep()) == (6, 6)
+    assert same_search("adopted dog") == ["m2", "m6"]
+    assert pg.stats() == {("chat",): {"live": 2, "rows": 2}}
+    pg.drop()
+
+
+def test_schema_1_gains_the_ttl_columns_on_open(url):
+    """A version-1 schema (no time to live) opens as version 2: its memories never expire
+    and new puts may."""
+    clock = FakeClock()
+    pg = pg_server.store(clock, emb())
+    pg.put("r", "old", "a memory from before time to live")
+    t = f'"{pg.schema}".memcore_memories'
+    pg._run(lambda conn: conn.execute(
+        f"DROP INDEX \"{pg.schema}\".memcore_memories_expiry; "
+        f"ALTER TABLE {t} DROP COLUMN expires_at, DROP COLUMN ttl; "
+        f"UPDATE \"{pg.schema}\".memcore_meta SET value = '1' WHERE name = 'schema_version'"))
+    pg.close()
+    again = PostgresMemory(url, emb(), schema=pg.schema, clock=clock)
+    version = again._run(lambda conn: conn.execute(
+        f"SELECT value FROM \"{again.schema}\".memcore_meta WHERE name = 'schema_version'"
+    ).fetchone()[0])
+    assert version == "2"
+    old = again.get("r", "old")
+    assert old.expires_at is None and old.ttl is None
+    again.put("r", "new", "a memory that expires", ttl=5)
+    clock.advance(5)
+    assert again.keys("r") == ["old"] and again.count("r") == 1
+    again.drop()
+
+
+def test_filters_in_sql_equal_the_embedded_store_on_edge_cases():
+    """The SQL translation of filters against the embedded store on what the shared oracle
+    test does not draw: big ints, float32 rounding of $importance operands at the ends of
+    its range, code-point order of non-ASCII strings, keys with quotes and percent signs,
+    nested conditions and JSON equality of lists and objects."""
+    clock = FakeClock()
+    ltm = LongTermMemory(None, emb(), clock=clock)
+    pg = pg_server.store(clock, emb())
+    metas = [{"n": 10 ** 400, "s": "zebra"}, {"n": 2 ** 60, "s": "\u00e9clair"},
+             {"n": -(10 ** 400), "s": "Zoo"}, {"n": 1.5, "s": "\U0001f600"},
+             {"n": True, "s": "a", "it's 100%": 1}, {"n": [1, {"a": 2}], "pos": {"floor": 2}},
+             {"n": {"a": [1, 2.0]}, "pos": {"floor": 1, "room": "lab"}}, {"n": None}, {}]
+    imps = [0.0, 1e-300, 1e-45, 0.1, 0.5, 1.0, 0.3, 0.7, 0.9]
+    items = [MemoryItem(f"k{i}", f"red door {i}", imp, m)
+             for i, (imp, m) in enumerate(zip(imps, metas))]
+    ltm.put_many("r", items)
+    pg.put_many("r", items)
+    filters = [
+        {"n": {"$gt": 1e300}}, {"n": {"$lt": -1e300}}, {"n": {"$gte": float(2 ** 60)}},
+        {"n": {"$gt": 1}}, {"n": 1}, {"n": True}, {"n": {"$eq": [1.0, {"a": 2}]}},
+        {"n": {"$in": [{"a": [1, 2]}, None]}}, {"n": {"$nin": [1.5, True]}},
+        {"n": {"$ne": None}}, {"s": {"$gt": "z"}}, {"s": {"$lt": "a"}},
+        {"s": {"$gte": "\u00e9", "$lte": "\U0001f600"}}, {"it's 100%": 1},
+        {"it's 100%": {"$ne": 1}}, {"pos": {"floor": {"$gte": 2}}}, {"pos": {"room": "lab"}},
+        {"pos": {}}, {"$importance": {"$gt": 0.0}}, {"$importance": {"$lte": 1e-40}},
+        {"$importance": {"$gt": 1e-300}}, {"$importance": {"$in": [0.1, 1e-300]}},
+        {"$importance": {"$lt": 1.0, "$ne": 0.5}}, {"$importance": 0.3},
+        {"$created_at": {"$gte": clock()}, "n": {"$nin": []}}, {"n": {"$in": []}},
+    ]
+    for flt in filters:
+        a = [h.key for h in ltm.search("r", "red door", top_k=20, filter=flt, touch=False)]
+        b = [h.key for h in pg.search("r", "red door", top_k=20, filter=flt, touch=False)]
+        assert sorted(b) == sorted(a), flt
     pg.drop()
 
 

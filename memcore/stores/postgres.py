@@ -4,7 +4,7 @@ The contract is :class:`~memcore.LongTermMemory`'s (the API and semantics of
 :class:`~memcore.core.store.MemoryStore`, the tier protocol, export/import); many processes on
 many hosts may write and search one namespace at once.
 
-Schema (owned by memcore, created by :meth:`PostgresMemory.setup`, ``schema_version`` 1), in
+Schema (owned by memcore, created by :meth:`PostgresMemory.setup`, ``schema_version`` 2), in
 one PostgreSQL schema (default ``memcore``):
 
 - ``memcore_meta(name, value)``: ``schema_version``, ``embedder_name``, ``dim``; checked on
@@ -18,9 +18,12 @@ one PostgreSQL schema (default ``memcore``):
   Citus; the primary key is ``(namespace, key)``), text, importance, metadata (``jsonb``),
   lifecycle (float8 Unix seconds, access_count), ``seq`` (write order: a put draws a new one,
   as a row of the embedded store's append-only table), ``tseq`` (last put or refresh) and
-  ``embedding vector(dim)``, with B-trees on ``(namespace, seq)`` and ``(namespace, tseq)``
-  (what a hybrid replica synchronises from) and an HNSW index
-  (``vector_ip_ops``) on the embeddings.
+  ``embedding vector(dim)``, ``expires_at`` and ``ttl`` (float8, 0: never expires), with
+  B-trees on ``(namespace, seq)`` and ``(namespace, tseq)`` (what a hybrid replica
+  synchronises from), a partial one on ``(namespace, expires_at)`` of the expiring rows and an
+  HNSW index (``vector_ip_ops``) on the embeddings. Version 1 (no time to live) is migrated
+  by ``setup()`` on open (``ALTER TABLE ... ADD COLUMN``, run only when the columns are
+  missing); its memories never expire.
 - ``memcore_deleted(namespace, key, seq)``: the last delete of each deleted key (its sequence
   number), so the hybrid replicas drop deleted rows without reloading; a ``clear`` empties it.
 
@@ -58,10 +61,25 @@ on 98% of queries at 1e4 (postgres-20261202T012759Z) and 76% at 1e5 with the ear
 short turns), which is where HNSW's approximation shows; raise ``exact_max_rows`` where
 exactness matters more than latency.
 
+Time to live: a row whose ``expires_at`` (``updated_at + ttl``) is at or before the query's
+``now`` (the store's clock) is left out by every read in SQL (``get``, ``search``, ``count``,
+``keys``, ``namespaces``; the hybrid replica holds the expiry too); ``refresh_ttl`` moves it
+in the same transaction, ``sweep()``/``compact()`` delete the expired rows (one transaction
+per namespace, recorded in ``memcore_deleted`` for the replicas). The ``live`` counter of
+``memcore_namespaces`` counts rows, expired ones included until swept; ``count`` subtracts the
+expired rows (from the partial index).
+
+Filters (:func:`memcore._validate.metadata_filter`) are translated to SQL with the embedded
+store's semantics: equality is jsonb equality, which is JSON equality (numbers by value, a bool
+only equals a bool); ``$gt``.. compare numbers with numbers and strings with strings by code
+point (``COLLATE "C"``); nested dict conditions; column conditions on the lifecycle columns and
+``$importance`` at float32. One difference: a range compares a metadata number below 1e300 in
+magnitude as float8, so an int above 2 ** 53 compares at its float8 rounding (Python compares
+it exactly).
+
 Differences from the embedded store: PostgreSQL text cannot hold NUL characters, so a text or
-metadata string containing ``"\\x00"`` raises :class:`~memcore.errors.InvalidTextError`; a
-metadata filter compares JSON values as Python does for scalars (``1 == 1.0 == True``) but
-nested lists/objects by JSON equality.
+metadata string containing ``"\\x00"`` raises :class:`~memcore.errors.InvalidTextError`, and so
+does a filter key or string operand with one (the embedded store matches nothing there).
 """
 
 from __future__ import annotations
@@ -69,6 +87,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from decimal import Decimal
 from typing import Any, Iterable, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
@@ -104,7 +123,7 @@ __all__ = ["PostgresMemory", "PostgresError", "PostgresUnavailableError",
            "SCHEMA_VERSION", "EXACT_MAX_ROWS", "MIN_CANDIDATES"]
 
 #: Version of the schema :meth:`PostgresMemory.setup` creates.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: Up to this many rows a namespace is ranked by the exact fused ORDER BY; above, by HNSW
 #: candidates with the exact bound (the issue measured 8.3 ms exact vs 3.0-3.3 ms HNSW at 1e4).
 EXACT_MAX_ROWS = 10_000
@@ -219,36 +238,92 @@ def _no_nul(value: str, what: str) -> str:
 _JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
-def _alternatives(value: Any) -> list[str]:
-    """JSON texts equal to ``value`` under Python equality (``True == 1 == 1.0``)."""
-    out = [_JSON.encode(value)]
-    if isinstance(value, bool) or (isinstance(value, (int, float)) and value in (0, 1)):
-        out += ["true" if value else "false", "1" if value else "0"]
-    return list(dict.fromkeys(out))
+#: ``$importance`` compares at float32 as the embedded store does: the stored float8 rounded to
+#: float4 (PostgreSQL raises where the rounding gives 0, so values up to 2 ** -150, which round
+#: to 0, are 0 first), the operand rounded in Python (numpy: to 0 or inf, never raising).
+_COLUMN_SQL = {"$created_at": "created_at", "$updated_at": "updated_at",
+               "$last_accessed_at": "last_accessed_at",
+               "$importance": "(CASE WHEN abs(importance) <= '7.006492321624085e-46'::float8 "
+                              "THEN 0 ELSE importance END)::float4"}
+_RANGE_SQL = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+#: Below this magnitude a jsonb number compares as float8 (exact for every float and for
+#: ints up to 2 ** 53); above, as numeric with the operand's exact value (no overflow).
+_FLOAT8_MAX = "1e300"
+
+
+def _param(params: dict, value: Any) -> str:
+    """A new named placeholder for ``value`` (added to ``params``); a str with NUL raises
+    InvalidTextError (PostgreSQL text cannot hold it)."""
+    if isinstance(value, str):
+        _no_nul(value, "a filter key or operand")
+    name = f"f{len(params)}"
+    params[name] = value
+    return f"%({name})s"
+
+
+def _condition_sql(expr: str, cond: Any, params: dict) -> str:
+    """SQL true exactly when the jsonb ``expr`` (NULL: the key is absent) satisfies a
+    validated condition (:func:`memcore._validate.metadata_filter`, as
+    :func:`memcore._validate.matches_filter`): jsonb equality is JSON equality (numbers by
+    value, a bool only equals a bool), ``$gt``.. compare numbers with numbers and strings
+    with strings by code point (COLLATE "C"), never across types."""
+    if _validate._operators(cond):
+        parts = []
+        for op, x in cond.items():
+            if op in ("$eq", "$ne"):
+                eq = f"coalesce({expr} = {_param(params, _JSON.encode(x))}::jsonb, FALSE)"
+                parts.append(eq if op == "$eq" else f"NOT {eq}")
+            elif op in ("$in", "$nin"):
+                eq = (f"coalesce({expr} = ANY({_param(params, [_JSON.encode(y) for y in x])}"
+                      f"::jsonb[]), FALSE)" if x else "FALSE")
+                parts.append(eq if op == "$in" else f"NOT {eq}")
+            elif isinstance(x, str):
+                parts.append(f"CASE WHEN jsonb_typeof({expr}) = 'string' THEN ({expr} #>> '{{}}') "
+                             f"COLLATE \"C\" {_RANGE_SQL[op]} {_param(params, x)} ELSE FALSE END")
+            else:
+                sym = _RANGE_SQL[op]
+                parts.append(
+                    f"CASE WHEN jsonb_typeof({expr}) <> 'number' THEN FALSE "
+                    f"WHEN abs(({expr})::numeric) < {_FLOAT8_MAX} THEN ({expr})::float8 {sym} "
+                    f"{_param(params, float(x))}::float8 "
+                    f"ELSE ({expr})::numeric {sym} {_param(params, Decimal(float(x)))}::numeric END")
+        return "(" + " AND ".join(parts) + ")"
+    if isinstance(cond, dict):              # a nested dict: a dict meeting each condition
+        parts = [f"coalesce(jsonb_typeof({expr}) = 'object', FALSE)"]
+        for k, c in cond.items():
+            parts.append(_condition_sql(f"({expr} -> {_param(params, k)}::text)", c, params))
+        return "(" + " AND ".join(parts) + ")"
+    return f"coalesce({expr} = {_param(params, _JSON.encode(cond))}::jsonb, FALSE)"
+
+
+def _float32(x: float) -> float:
+    """``x`` rounded to float32 (to 0 or inf beyond its range, as numpy does)."""
+    with np.errstate(over="ignore", under="ignore"):
+        return float(np.float32(x))
 
 
 def _filter_sql(flt: dict | None, params: dict) -> str:
-    """A SQL condition on ``metadata`` equal to :func:`memcore._validate.matches_filter`
-    (its operands added to ``params`` as named parameters)."""
+    """A SQL condition equal to a validated filter (:func:`memcore._validate.metadata_filter`:
+    metadata conditions as :func:`memcore._validate.matches_filter`, column conditions as
+    :func:`memcore._validate.column_mask`, ``$importance`` at float4), its operands added to
+    ``params`` as named parameters."""
     if not flt:
         return "TRUE"
     parts = []
     for k, cond in flt.items():
-        def eq(values):
-            i = len(params)
-            params[f"fk{i}"] = k
-            params[f"fv{i}"] = [a for v in values for a in _alternatives(v)]
-            return f"(metadata -> %(fk{i})s) = ANY(%(fv{i})s::jsonb[])"
-        if isinstance(cond, dict) and any(isinstance(op, str) and op.startswith("$") for op in cond):
-            for op, operand in cond.items():
-                if op == "$eq":
-                    parts.append(eq([operand]))
-                elif op == "$in":
-                    parts.append(eq(list(operand)) if list(operand) else "FALSE")
-                elif op == "$ne":
-                    parts.append(f"NOT coalesce({eq([operand])}, FALSE)")
-        else:
-            parts.append(eq([cond]))
+        if k not in _COLUMN_SQL:
+            parts.append(_condition_sql(f"(metadata -> {_param(params, k)}::text)", cond, params))
+            continue
+        col = _COLUMN_SQL[k]
+        num = _float32 if k == "$importance" else float
+        for op, x in (cond.items() if isinstance(cond, dict) else [("$eq", cond)]):
+            if op in ("$in", "$nin"):
+                sql = (f"{col} = ANY({_param(params, [num(y) for y in x])}::float8[])"
+                       if x else "FALSE")
+                parts.append(sql if op == "$in" else f"NOT ({sql})")
+            else:
+                sym = {"$eq": "=", "$ne": "<>", **_RANGE_SQL}[op]
+                parts.append(f"{col} {sym} {_param(params, num(x))}::float8")
     return "(" + " AND ".join(parts) + ")"
 
 
@@ -270,7 +345,12 @@ def _np(v: Any) -> np.ndarray:
 
 
 _COLS = ("key, text, importance, metadata, created_at, updated_at, last_accessed_at, "
-         "access_count")
+         "access_count, expires_at, ttl")
+_NCOLS = 10
+#: The time-to-live columns of ``memcore_memories`` (schema 2; 0: never expires).
+_TTL_COLUMNS = "expires_at float8 NOT NULL DEFAULT 0, ttl float8 NOT NULL DEFAULT 0"
+#: SQL true for a row that has not expired at ``%(now)s`` (``expires_at`` 0: never expires).
+_VISIBLE = "(expires_at = 0 OR expires_at > %(now)s)"
 
 
 class PostgresMemory(MemoryStore):
@@ -488,11 +568,23 @@ class PostgresMemory(MemoryStore):
                      f"created_at float8 NOT NULL, updated_at float8 NOT NULL, "
                      f"last_accessed_at float8 NOT NULL, access_count bigint NOT NULL, "
                      f"seq bigint NOT NULL, tseq bigint NOT NULL, "
-                     f"embedding vector({dim}) NOT NULL, PRIMARY KEY (namespace, key)); "
+                     f"embedding vector({dim}) NOT NULL, {_TTL_COLUMNS}, "
+                     f"PRIMARY KEY (namespace, key)); "
                      f"CREATE INDEX IF NOT EXISTS memcore_memories_seq "
                      f"ON {t('memcore_memories')} (namespace, seq); "
                      f"CREATE INDEX IF NOT EXISTS memcore_memories_tseq "
                      f"ON {t('memcore_memories')} (namespace, tseq); {hnsw}")
+        # schema 1 -> 2: a table without the time-to-live columns gains them (ALTER TABLE only
+        # then: it locks out readers while it runs); its memories never expire
+        if conn.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND "
+                        "table_name = 'memcore_memories' AND column_name = 'expires_at'",
+                        [self.schema]).fetchone() is None:
+            conn.execute(f"ALTER TABLE {t('memcore_memories')} ADD COLUMN "
+                         + ", ADD COLUMN ".join(_TTL_COLUMNS.split(", ")))
+        conn.execute(f"CREATE INDEX IF NOT EXISTS memcore_memories_expiry "
+                     f"ON {t('memcore_memories')} (namespace, expires_at) WHERE expires_at > 0; "
+                     f"UPDATE {t('memcore_meta')} SET value = '{SCHEMA_VERSION}' "
+                     f"WHERE name = 'schema_version' AND value <> '{SCHEMA_VERSION}'")
 
     # ------------------------------------------------------------------ plumbing
     def _check_read(self) -> None:
@@ -583,24 +675,32 @@ class PostgresMemory(MemoryStore):
         texts = [_no_nul(s, "text") for s in rows.texts]
         metas = [_JSON.encode(m) for m in rows.metadata]   # jsonb refuses \u0000: InvalidTextError
         t = self._t("memcore_memories")
-        lifecycle = ("created_at = m.created_at, access_count = m.access_count" if keep else
+        # a replaced key keeps its lifecycle unless it had expired (a put makes a new memory)
+        kept = "m.expires_at = 0 OR m.expires_at > excluded.updated_at"
+        lifecycle = (f"created_at = CASE WHEN {kept} THEN m.created_at ELSE excluded.created_at "
+                     f"END, access_count = CASE WHEN {kept} THEN m.access_count "
+                     f"ELSE excluded.access_count END" if keep else
                      "created_at = excluded.created_at, access_count = excluded.access_count")
         sql = (f"INSERT INTO {t} AS m (namespace, key, text, importance, metadata, created_at, "
-               f"updated_at, last_accessed_at, access_count, seq, tseq, embedding) VALUES "
-               f"(%s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, nextval('{self._t('memcore_seq')}'), "
-               f"currval('{self._t('memcore_seq')}'), %s) "
+               f"updated_at, last_accessed_at, access_count, expires_at, ttl, seq, tseq, embedding) "
+               f"VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s, "
+               f"nextval('{self._t('memcore_seq')}'), currval('{self._t('memcore_seq')}'), %s) "
                f"ON CONFLICT (namespace, key) DO UPDATE SET text = excluded.text, "
                f"importance = excluded.importance, metadata = excluded.metadata, "
                f"updated_at = excluded.updated_at, last_accessed_at = excluded.last_accessed_at, "
-               f"{lifecycle}, seq = excluded.seq, tseq = excluded.tseq, "
+               f"{lifecycle}, expires_at = excluded.expires_at, ttl = excluded.ttl, "
+               f"seq = excluded.seq, tseq = excluded.tseq, "
                f"embedding = excluded.embedding "
                f"RETURNING created_at, access_count, (xmax = 0) AS inserted")
         nst = _ns_text(ns)
         vecs = rows.vectors
+        exp = rows.expiry()
+        ea, tl = (([0.0] * len(rows),) * 2 if exp is None else
+                  (exp[0].tolist(), exp[1].tolist()))
         params = [(nst, rows.keys[i], texts[i], float(rows.importance[i]), metas[i],
                    float(rows.created_at[i]), float(rows.updated_at[i]),
-                   float(rows.last_accessed_at[i]), int(rows.access_count[i]), vecs[i])
-                  for i in range(len(rows))]
+                   float(rows.last_accessed_at[i]), int(rows.access_count[i]), ea[i], tl[i],
+                   vecs[i]) for i in range(len(rows))]
 
         def run(conn):
             self._lock_ns(conn, ns, create=True)
@@ -625,19 +725,22 @@ class PostgresMemory(MemoryStore):
         """As :meth:`MemoryStore.delete`."""
         self._check_write()
         ns, key = _validate.namespace(namespace), _validate.key(key)
+        now = _query.now(self.clock)
 
         def run(conn):
             if not self._lock_ns(conn, ns, create=False):
                 return False
-            gone = conn.execute(f"DELETE FROM {self._t('memcore_memories')} WHERE namespace = %s "
-                                f"AND key = %s", [_ns_text(ns), key]).rowcount
+            row = conn.execute(f"DELETE FROM {self._t('memcore_memories')} WHERE namespace = %s "
+                               f"AND key = %s RETURNING expires_at", [_ns_text(ns), key]
+                               ).fetchone()
+            gone = int(row is not None)
             if gone:
                 conn.execute(f"INSERT INTO {self._t('memcore_deleted')} AS d VALUES (%s, %s, "
                              f"nextval('{self._t('memcore_seq')}')) ON CONFLICT (namespace, key) "
                              f"DO UPDATE SET seq = excluded.seq", [_ns_text(ns), key])
             conn.execute(f"UPDATE {self._t('memcore_namespaces')} SET live = live - %s "
                          f"WHERE namespace = %s", [gone, _ns_text(ns)])
-            return gone > 0
+            return row is not None and not 0 < row[0] <= now
         return self._run(run)
 
     def clear(self, namespace: NamespaceLike) -> int:
@@ -667,77 +770,149 @@ class PostgresMemory(MemoryStore):
     def _memory(self, ns: Namespace, r: Sequence) -> StoredMemory:
         return StoredMemory(namespace=ns, key=r[0], text=r[1], importance=r[2], metadata=r[3],
                             created_at=r[4], updated_at=r[5], last_accessed_at=r[6],
-                            access_count=r[7], tier=self.tier)
+                            access_count=r[7], tier=self.tier, expires_at=r[8] or None,
+                            ttl=r[9] or None)
 
-    def get(self, namespace: NamespaceLike, key: str) -> StoredMemory | None:
-        """As :meth:`MemoryStore.get`."""
+    def get(self, namespace: NamespaceLike, key: str, *, refresh_ttl: bool | None = None
+            ) -> StoredMemory | None:
+        """As :meth:`MemoryStore.get` (``refresh_ttl`` restarts the time to live)."""
         self._check_read()
         ns, key = _validate.namespace(namespace), _validate.key(key)
-        r = self._run(lambda conn: conn.execute(
-            f"SELECT {_COLS} FROM {self._t('memcore_memories')} WHERE namespace = %s AND key = %s",
-            [_ns_text(ns), key]).fetchone())
+        refresh = self.refresh_ttl if refresh_ttl is None else bool(refresh_ttl)
+        p = {"ns": _ns_text(ns), "key": key, "now": _query.now(self.clock)}
+        t = self._t("memcore_memories")
+
+        def run(conn):
+            if refresh and self._lock_ns(conn, ns, create=False, bump=False):
+                conn.execute(f"UPDATE {t} SET expires_at = %(now)s + ttl, "
+                             f"tseq = nextval('{self._t('memcore_seq')}') WHERE namespace = %(ns)s "
+                             f"AND key = %(key)s AND ttl > 0 AND {_VISIBLE}", p)
+            return conn.execute(f"SELECT {_COLS} FROM {t} WHERE namespace = %(ns)s "
+                                f"AND key = %(key)s AND {_VISIBLE}", p).fetchone()
+        r = self._run(run)
         return None if r is None else self._memory(ns, r)
 
     def vector(self, namespace: NamespaceLike, key: str) -> np.ndarray | None:
         """As :meth:`MemoryStore.vector`."""
         self._check_read()
         ns, key = _validate.namespace(namespace), _validate.key(key)
+        p = {"ns": _ns_text(ns), "key": key, "now": _query.now(self.clock)}
         r = self._run(lambda conn: conn.execute(
-            f"SELECT embedding FROM {self._t('memcore_memories')} WHERE namespace = %s AND key = %s",
-            [_ns_text(ns), key]).fetchone())
+            f"SELECT embedding FROM {self._t('memcore_memories')} WHERE namespace = %(ns)s "
+            f"AND key = %(key)s AND {_VISIBLE}", p).fetchone())
         return None if r is None else _np(r[0]).copy()
 
     def key_list(self, namespace: Namespace) -> list[str]:
         """Keys of ``namespace``, oldest write first (tier protocol)."""
+        p = {"ns": _ns_text(namespace), "now": _query.now(self.clock)}
         rows = self._run(lambda conn: conn.execute(
-            f"SELECT key FROM {self._t('memcore_memories')} WHERE namespace = %s ORDER BY seq",
-            [_ns_text(namespace)]).fetchall())
+            f"SELECT key FROM {self._t('memcore_memories')} WHERE namespace = %(ns)s "
+            f"AND {_VISIBLE} ORDER BY seq", p).fetchall())
         return [r[0] for r in rows]
+
+    def _expired_sql(self, ns_expr: str) -> str:
+        """SQL: how many rows of the namespace ``ns_expr`` expired at ``%(now)s``."""
+        return (f"(SELECT count(*) FROM {self._t('memcore_memories')} e WHERE e.namespace = "
+                f"{ns_expr} AND e.expires_at > 0 AND e.expires_at <= %(now)s)")
 
     def count(self, namespace: NamespaceLike) -> int:
         """As :meth:`MemoryStore.count`."""
         self._check_read()
         ns = _validate.namespace(namespace)
+        p = {"ns": _ns_text(ns), "now": _query.now(self.clock)}
         r = self._run(lambda conn: conn.execute(
-            f"SELECT live FROM {self._t('memcore_namespaces')} WHERE namespace = %s",
-            [_ns_text(ns)]).fetchone())
+            f"SELECT n.live - {self._expired_sql('n.namespace')} "
+            f"FROM {self._t('memcore_namespaces')} n WHERE n.namespace = %(ns)s", p).fetchone())
         return 0 if r is None else int(r[0])
 
     def namespaces(self, prefix: NamespaceLike | None = None) -> list[Namespace]:
         """As :meth:`MemoryStore.namespaces`."""
         self._check_read()
+        p = {"now": _query.now(self.clock)}
         rows = self._run(lambda conn: conn.execute(
-            f"SELECT namespace FROM {self._t('memcore_namespaces')} WHERE live > 0").fetchall())
+            f"SELECT namespace FROM {self._t('memcore_namespaces')} n "
+            f"WHERE n.live > {self._expired_sql('n.namespace')}", p).fetchall())
         return sorted_namespaces([tuple(json.loads(r[0])) for r in rows], prefix)
 
     def lifecycle(self, namespace: Namespace, keys: Sequence[str]) -> dict[str, tuple[float, int]]:
         """``{key: (created_at, access_count)}`` of the keys present (tier protocol)."""
+        p = {"ns": _ns_text(namespace), "keys": list(keys), "now": _query.now(self.clock)}
         rows = self._run(lambda conn: conn.execute(
             f"SELECT key, created_at, access_count FROM {self._t('memcore_memories')} "
-            f"WHERE namespace = %s AND key = ANY(%s)", [_ns_text(namespace), list(keys)]).fetchall())
+            f"WHERE namespace = %(ns)s AND key = ANY(%(keys)s) AND {_VISIBLE}", p).fetchall())
         return {k: (float(c), int(a)) for k, c, a in rows}
 
     def stats(self) -> dict[Namespace, dict[str, int]]:
-        """Per namespace: ``live`` memories (and ``rows``, equal: nothing to compact)."""
+        """Per namespace: ``live`` memories (unexpired) and ``rows`` (expired ones included,
+        until :meth:`sweep`)."""
         self._check_read()
+        p = {"now": _query.now(self.clock)}
         rows = self._run(lambda conn: conn.execute(
-            f"SELECT namespace, live FROM {self._t('memcore_namespaces')} WHERE live > 0").fetchall())
-        return {tuple(json.loads(n)): {"live": int(c), "rows": int(c)}
-                for n, c in sorted(rows, key=lambda r: tuple(json.loads(r[0])))}
+            f"SELECT namespace, live - {self._expired_sql('n.namespace')}, live "
+            f"FROM {self._t('memcore_namespaces')} n WHERE live > 0", p).fetchall())
+        return {tuple(json.loads(n)): {"live": int(c), "rows": int(r)}
+                for n, c, r in sorted(rows, key=lambda r: tuple(json.loads(r[0])))}
 
-    def _refresh(self, ns: Namespace, keys: Iterable[str], now: float) -> int:
+    def _refresh(self, ns: Namespace, keys: Iterable[str], now: float, touch: bool = True,
+                 ttl: bool = False) -> int:
         keys = list(dict.fromkeys(keys))
         if not keys:
             return 0
+        p = {"ns": _ns_text(ns), "keys": keys, "now": float(now)}
+        t = self._t("memcore_memories")
+        sets = (["last_accessed_at = %(now)s", "access_count = access_count + 1"] if touch else [])
+        if ttl:
+            sets.append("expires_at = CASE WHEN ttl > 0 THEN %(now)s + ttl ELSE 0 END")
+        where = f"WHERE namespace = %(ns)s AND key = ANY(%(keys)s) AND {_VISIBLE}"
 
         def run(conn):
+            if not sets:
+                return conn.execute(f"SELECT count(*) FROM {t} {where}", p).fetchone()[0]
             if not self._lock_ns(conn, ns, create=False, bump=False):
                 return 0
-            return conn.execute(
-                f"UPDATE {self._t('memcore_memories')} SET last_accessed_at = %s, "
-                f"access_count = access_count + 1, tseq = nextval('{self._t('memcore_seq')}') "
-                f"WHERE namespace = %s AND key = ANY(%s)", [float(now), _ns_text(ns), keys]).rowcount
+            return conn.execute(f"UPDATE {t} SET {', '.join(sets)}, "
+                                f"tseq = nextval('{self._t('memcore_seq')}') {where}", p).rowcount
         return self._run(run)
+
+    def sweep(self, namespace: NamespaceLike | None = None) -> int:
+        """As :meth:`MemoryStore.sweep`: delete the memories whose time to live ran out (one
+        transaction per namespace); returns how many."""
+        self._check_write()
+        only = None if namespace is None else _validate.namespace(namespace)
+        p = {"now": _query.now(self.clock)}
+        t = self._t("memcore_memories")
+        if only is None:
+            found = self._run(lambda conn: conn.execute(
+                f"SELECT DISTINCT namespace FROM {t} WHERE expires_at > 0 "
+                f"AND expires_at <= %(now)s", p).fetchall())
+            todo = sorted(tuple(json.loads(r[0])) for r in found)
+        else:
+            todo = [only]
+        swept = 0
+        for ns in todo:
+            q = {**p, "ns": _ns_text(ns)}
+
+            def run(conn):
+                if not self._lock_ns(conn, ns, create=False):
+                    return 0
+                keys = [r[0] for r in conn.execute(
+                    f"DELETE FROM {t} WHERE namespace = %(ns)s AND expires_at > 0 "
+                    f"AND expires_at <= %(now)s RETURNING key", q).fetchall()]
+                if keys:
+                    conn.execute(f"INSERT INTO {self._t('memcore_deleted')} AS d "
+                                 f"SELECT %(ns)s, k, nextval('{self._t('memcore_seq')}') "
+                                 f"FROM unnest(%(keys)s::text[]) AS k ON CONFLICT (namespace, key) "
+                                 f"DO UPDATE SET seq = excluded.seq", {**q, "keys": keys})
+                    conn.execute(f"UPDATE {self._t('memcore_namespaces')} SET live = live - "
+                                 f"%(n)s WHERE namespace = %(ns)s", {**q, "n": len(keys)})
+                return len(keys)
+            swept += self._run(run)
+        return swept
+
+    def compact(self, namespace: NamespaceLike | None = None) -> int:
+        """Delete expired memories (:meth:`sweep`; the server's VACUUM reclaims the space);
+        returns how many rows were dropped."""
+        return self.sweep(namespace)
 
     # ------------------------------------------------------------------ search
     def signals(self, rq: ResolvedQuery):
@@ -794,7 +969,7 @@ class PostgresMemory(MemoryStore):
         t = self._t("memcore_memories")
         scan = (f"SELECT key, seq, last_accessed_at, importance, "
                 f"(-(embedding <#> %(q)s))::float8 AS sim FROM {t} "
-                f"WHERE namespace = %(ns)s AND {where}")
+                f"WHERE namespace = %(ns)s AND {_VISIBLE} AND {where}")
         if candidates is not None:
             scan += " ORDER BY embedding <#> %(q)s LIMIT %(c)s"
             conn.execute(f"SET LOCAL hnsw.ef_search = {int(candidates)}; "
@@ -822,13 +997,14 @@ class PostgresMemory(MemoryStore):
         if sim_c < rq.threshold:
             return self._hits(rq, hits)     # no memory outside the candidates qualifies
         bound = w.w_similarity * sim_c + w.w_recency + w.w_importance
-        if len(hits) == rq.top_k and hits[-1][10] >= bound:
+        if len(hits) == rq.top_k and hits[-1][_NCOLS + 2] >= bound:
             return self._hits(rq, hits)
         return None
 
     def _hits(self, rq: ResolvedQuery, rows: list) -> list[MemoryHit]:
         hl = rq.weights.half_life
-        return [MemoryHit(key=r[0], text=r[1], score=float(r[10]), similarity=float(r[9]),
+        return [MemoryHit(key=r[0], text=r[1], score=float(r[_NCOLS + 2]),
+                          similarity=float(r[_NCOLS + 1]),
                           recency=0.5 ** (max(rq.now - r[6], 0.0) / hl), importance=r[2],
                           tier=self.tier, metadata=r[3], namespace=rq.namespace,
                           created_at=r[4], last_accessed_at=r[6]) for r in rows]
@@ -853,13 +1029,15 @@ class PostgresMemory(MemoryStore):
         """
         self._check_read()
 
-        def rows():
-            for ns in self.namespaces():
+        def rows():        # every row, an expired one with its expiry (as the embedded store)
+            held = self._run(lambda conn: conn.execute(
+                f"SELECT namespace FROM {self._t('memcore_namespaces')} WHERE live > 0").fetchall())
+            for ns in sorted(tuple(json.loads(r[0])) for r in held):
                 got = self._run(lambda conn: conn.execute(
                     f"SELECT {_COLS}, embedding FROM {self._t('memcore_memories')} "
                     f"WHERE namespace = %s ORDER BY seq", [_ns_text(ns)]).fetchall())
                 for r in got:
-                    yield self._memory(ns, r), _np(r[8])
+                    yield self._memory(ns, r), _np(r[_NCOLS])
         return storage.export_jsonl(path, self.embedder_name, self.dim, rows())
 
     def import_jsonl(self, path: Any, *, batch_size: int = 4096) -> int:
@@ -914,7 +1092,8 @@ class _Replica:
                             f"AND seq > %s", [nst, self.dseq]).fetchall()
         new = conn.execute(f"SELECT {_COLS}, embedding, seq, tseq FROM {t} WHERE namespace = %s "
                            f"AND seq > %s ORDER BY seq", [nst, self.seq]).fetchall()
-        touched = conn.execute(f"SELECT key, last_accessed_at, access_count, tseq FROM {t} "
+        touched = conn.execute(f"SELECT key, last_accessed_at, access_count, tseq, expires_at, "
+                               f"ttl FROM {t} "
                                f"WHERE namespace = %s AND seq <= %s AND tseq > %s",
                                [nst, self.seq, self.tseq]).fetchall()
         for key, seq in gone:      # a delete older than the row held was followed by a put
@@ -924,15 +1103,18 @@ class _Replica:
             self.dseq = max(self.dseq, seq)
         if new:
             mems = [o._memory(self.ns, r) for r in new]
-            self.store.put_stored(mems, np.stack([_np(r[8]) for r in new]))
-            self.seqs.update((r[0], r[9]) for r in new)
-            self.seq = max(self.seq, new[-1][9])
-            self.tseq = max(self.tseq, max(r[10] for r in new))
+            self.store.put_stored(mems, np.stack([_np(r[_NCOLS]) for r in new]))
+            self.seqs.update((r[0], r[_NCOLS + 1]) for r in new)
+            self.seq = max(self.seq, new[-1][_NCOLS + 1])
+            self.tseq = max(self.tseq, max(r[_NCOLS + 2] for r in new))
         if touched:
             table = self.store._tables[self.ns]
             cols = table.columns
-            for key, last, count, tseq in touched:
+            for key, last, count, tseq, expires, ttl in touched:
                 row = table.keys[key]
                 cols.last_accessed_at[row] = last
                 cols.access_count[row] = count
+                if ttl > 0:
+                    table.set_expiry(np.asarray([row], np.int64), np.asarray([expires]),
+                                     np.asarray([ttl]))
                 self.tseq = max(self.tseq, tseq)
