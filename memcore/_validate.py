@@ -630,15 +630,16 @@ def column_mask(values: np.ndarray, cond: Any) -> np.ndarray:
     [False, True, False]
     """
     cast = values.dtype.type
-    if not isinstance(cond, Mapping):
-        return values == cast(cond)
-    out = np.ones(values.shape[0], np.bool_)
-    for op, x in cond.items():
-        if op in _SETS:
-            hit = np.isin(values, np.asarray(x, values.dtype))
-            out &= hit if op == "$in" else ~hit
-            continue
-        out &= _COMPARE[op](values, cast(x))
+    with np.errstate(over="ignore"):     # an operand beyond float32 rounds to +-inf: exact order
+        if not isinstance(cond, Mapping):
+            return values == cast(cond)
+        out = np.ones(values.shape[0], np.bool_)
+        for op, x in cond.items():
+            if op in _SETS:
+                hit = np.isin(values, np.asarray(x, np.float64).astype(values.dtype))
+                out &= hit if op == "$in" else ~hit
+                continue
+            out &= _COMPARE[op](values, cast(x))
     return out
 
 
