@@ -50,6 +50,7 @@ import numpy as np
 
 from memcore.errors import InvalidArgumentError, MissingDependencyError, StoreIOError
 from memcore.kernels.topk import rerank
+from memcore.storage.checkpoint import file_crc32
 
 __all__ = ["ApproximateSearch", "AnnIndex", "load_faiss"]
 
@@ -224,7 +225,7 @@ class AnnIndex:
             faiss.write_index(self.index, tmp)
             os.replace(tmp, path)
             meta = dict(rows=self.rows, factory=self.factory, fingerprint=self.fingerprint,
-                        crc=_file_crc(path))
+                        crc=file_crc32(path))
             with open(tmp, "w") as f:
                 json.dump(meta, f)
             os.replace(tmp, path + ".json")
@@ -238,7 +239,7 @@ class AnnIndex:
         try:
             with open(path + ".json") as f:
                 meta = json.load(f)
-            if _file_crc(path) != meta["crc"]:
+            if file_crc32(path) != meta["crc"]:
                 log.warning("approximate index %s is damaged (CRC); rebuilding it", path)
                 return None
             index = faiss.read_index(path)
@@ -330,10 +331,3 @@ class AnnIndex:
             log.debug("approximate search returned with the bound open at %d candidates", count)
         return ids_out[:m], sc_out[:m], si_out[:m], closed
 
-
-def _file_crc(path: str) -> int:
-    crc = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            crc = zlib.crc32(chunk, crc)
-    return crc
