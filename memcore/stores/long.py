@@ -1000,8 +1000,8 @@ class LongTermMemory(MemoryStore):
         """Rewrite namespaces keeping only live rows; returns how many dead rows were dropped.
 
         Expired memories are swept first (:meth:`sweep`), so their rows are dropped too and
-        the survivors keep their time to live. Crash-safe on disk: the new generation's files are complete and fsynced before the
-        header naming them replaces the old one. A namespace left without live rows is
+        the survivors keep their time to live. Crash-safe on disk: the new generation's files
+        are complete and fsynced before the header naming them replaces the old one. A namespace left without live rows is
         removed. Every live vector is checked against its record's CRC before it is copied.
 
         Parameters
