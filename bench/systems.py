@@ -201,10 +201,9 @@ class SemanticMemorySystem(TickSystem):
     :meth:`ready` runs :meth:`SemanticMemory.warmup`, which builds the hybrid index (as an
     application opening a stored memory does). A tick: **encode** -- the embedder on the text
     ``retrieve`` embeds (``tiers.dense_query``), which also fills the MiniLM embedder's
-    exact-text cache; **recall** -- ``retrieve(text, mode)``: the search, plus the embedding of
-    the raw input in one encoder call with the (cached) query form, for the store to reuse;
-    **store** -- ``store(text, response, mode)`` (reuses that vector; every 32 stores
-    consolidation runs, as by default).
+    exact-text cache; **recall** -- ``retrieve(text, mode)`` (its encode is then a cache hit, so
+    this is the search); **store** -- ``store(text, response, mode)`` (reuses the vector; every
+    32 stores consolidation runs, as by default).
     """
 
     MODE = "tick"

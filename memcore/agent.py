@@ -320,7 +320,7 @@ class SemanticMemory:
             self.long.close()
             raise
         self._lock = threading.Lock()
-        self._cache: dict[str, np.ndarray] = {}      # the last retrieve's texts -> vectors
+        self._cache: tuple[str, np.ndarray] | None = None
         self._since_consolidate = 0
         self._stored = 0
         self._consolidations = 0
@@ -371,17 +371,13 @@ class SemanticMemory:
             raise InvalidNamespaceError(f"mode must be a str, got {type(mode).__name__}")
         return _validate.namespace(self.prefix + (mode,))
 
-    def _encode(self, text: str, also: str | None = None) -> np.ndarray:
-        """The vector of ``text``, from the cache of the last retrieve or one encoder call.
-        ``also`` (the raw input, when recall embeds a prepared form of it) is embedded in the
-        same call and cached, so the tick's :meth:`store` reuses it instead of a second call."""
-        cached = self._cache.get(text)
-        if cached is not None:
-            return cached
-        texts = [text] if also is None or also == text else [text, also]
-        vecs = np.ascontiguousarray(self.embedder.encode(texts), dtype=np.float32)
-        self._cache = dict(zip(texts, vecs))
-        return vecs[0]
+    def _encode(self, text: str) -> np.ndarray:
+        cached = self._cache
+        if cached is not None and cached[0] == text:
+            return cached[1]
+        vec = np.ascontiguousarray(self.embedder.encode([text])[0], dtype=np.float32)
+        self._cache = (text, vec)
+        return vec
 
     def warmup(self) -> None:
         """Load the model and compile the kernels a tick uses, leaving no trace in the store.
@@ -467,8 +463,7 @@ class SemanticMemory:
         rq = self.tiers.resolve(   # validated, prepared and embedded once (cached for store())
             self.prefix + (mode,), inputs, top_k=self.top_k if top_k is None else top_k,
             threshold=self.threshold if threshold is None else threshold, weights=self.weights,
-            filter=filter, touch=touch,
-            encode=lambda texts: self._encode(texts[0], inputs)[None, :])
+            filter=filter, touch=touch, encode=lambda texts: self._encode(texts[0])[None, :])
         hits = [] if rq is None else self.tiers.search(rq)
         with self._lock:
             self._retrieve_ms.append((time.perf_counter() - t0) * 1e3)
@@ -547,9 +542,9 @@ class SemanticMemory:
                               metadata=pair.metadata)
         extra = [it for ex in self._extractors for it in ex.extract(turn)]
         items = [pair] + extra
-        cached = self._cache.get(input)
-        vectors: list[np.ndarray | None] = [cached if cached is not None and np.any(cached)
-                                            else None]
+        cached = self._cache
+        vectors: list[np.ndarray | None] = [cached[1] if cached is not None and cached[0] == input
+                                            and np.any(cached[1]) else None]
         vectors += [None] * len(extra)
         write = _Write(ns, items, vectors)
         if background:
