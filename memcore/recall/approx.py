@@ -8,7 +8,9 @@ trades exactness for a bounded candidate set, and says so:
    ``faiss.index_factory`` string over inner product; default ``"IVF{nlist},SQ8"`` with
    ``nlist ~ sqrt(n)``: 384 bytes per row in RAM, trained on a sample of the rows).
 2. **Exact re-rank** of the candidates: their float64 similarities from the stored float32
-   vectors, then the fused decay score (Park et al. 2023, as :func:`memcore.kernels.topk.rerank`),
+   vectors, then the fused decay score (Park et al. 2023), by the kernel that scores the hybrid
+   path's candidates (:func:`memcore.kernels.candidates.hybrid_rows_topk` with the own
+   similarity only: the exact similarity preset's arithmetic, bit for bit),
    filter and threshold -- scores and similarities are those of the exact path.
 3. **The bound.** If the index ranked every row correctly by similarity, no row outside the
    candidates could score above ``w_sim * s_c + w_rec + w_imp`` (``s_c`` the lowest candidate
@@ -49,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from memcore.errors import InvalidArgumentError, MissingDependencyError, StoreIOError
-from memcore.kernels.topk import rerank
+from memcore.kernels.candidates import hybrid_rows_topk
 from memcore.storage.checkpoint import file_crc32
 
 __all__ = ["ApproximateSearch", "AnnIndex", "load_faiss"]
@@ -302,8 +304,11 @@ class AnnIndex:
             Whether the bound closed (module notes).
         """
         self.stats["searches"] += 1
-        q64 = query.astype(np.float64)
         count = config.candidates
+        # the similarity preset as the exact path scores it: the own similarity, weight w_sim,
+        # no window, no sparse signal (HybridIndex.search_similarity)
+        dense = np.array([float(w_sim), 0.0, 1.0, 0.0, 0.0, 0.0])
+        none_i, none_f = np.zeros(0, np.int64), np.zeros(0, np.float64)
         ids_out = np.empty(top_k, np.int64)
         sc_out = np.empty(top_k, np.float32)
         si_out = np.empty(top_k, np.float32)
@@ -311,10 +316,11 @@ class AnnIndex:
         while True:
             ids, approx = self.candidates(query, count, config.nprobe)
             ids = ids[ids < alive.shape[0]]
-            exact = (vectors[ids].astype(np.float64) @ q64).astype(np.float32)
-            m = rerank(ids, exact, last_accessed_at, importance, alive, float(now),
-                       float(half_life), float(w_sim), float(w_rec), float(w_imp),
-                       float(threshold), ids_out, sc_out, si_out)
+            m = hybrid_rows_topk(ids, query, vectors, none_i, none_i, none_i, 1.0, dense,
+                                 np.zeros(1, np.int64), none_i, none_f, none_f, none_f, none_f,
+                                 last_accessed_at, importance, alive, float(now),
+                                 float(half_life), float(w_rec), float(w_imp), float(threshold),
+                                 ids_out, sc_out, si_out)
             exhausted = len(ids) < count or count >= self.rows
             # no row outside the candidates has a similarity above the lowest candidate's
             # (the index's order), nor recency or importance above 1
