@@ -111,6 +111,15 @@ def _clean_evidence(raw) -> tuple:
     return tuple(out)
 
 
+def _turn_text(turn: dict) -> str:
+    # A turn that shares a photo carries the photo's BLIP-2 caption ("blip_caption"): the LoCoMo
+    # paper's QA and retrieval runs read it after the turn ("... and shared <caption>."). The
+    # "query" field (the image search that found the photo) is generation metadata: left out.
+    text = turn["text"]
+    caption = str(turn.get("blip_caption") or "").strip()
+    return f"{text} and shared {caption}." if caption else text
+
+
 @lru_cache(maxsize=4)
 def locomo_conversations(data=None) -> tuple:
     """LoCoMo dev conversations from ``<data>/data/locomo/locomo_dev.json``.
@@ -134,7 +143,7 @@ def locomo_conversations(data=None) -> tuple:
         for s in sessions:
             dates[s] = parse_locomo_date(conv[f"session_{s}_date_time"])
             for i, t in enumerate(conv[f"session_{s}"]):
-                turns.append(LocomoTurn(t["dia_id"], t["speaker"], t["text"], s, i,
+                turns.append(LocomoTurn(t["dia_id"], t["speaker"], _turn_text(t), s, i,
                                         dates[s] + float(i)))
         questions = tuple(
             LocomoQuestion(q["question"], _clean_evidence(q.get("evidence")), int(q["category"]))
