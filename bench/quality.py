@@ -35,6 +35,7 @@ import importlib.util
 import shutil
 import sys
 import tempfile
+import time
 from collections import defaultdict
 
 import numpy as np
@@ -194,11 +195,16 @@ def _memcore_store(kind: str, weights_name: str, clock: Clock, emb: Embeddings):
     return LongTermMemory(embedder=embedder, weights=weights, clock=clock, hybrid=hybrid)
 
 
-def _memcore_rank(store, namespace, queries, qvecs, keys_k: int) -> list:
+def _memcore_rank(store, namespace, queries, qvecs, keys_k: int, times=None) -> list:
+    """Ranked keys per query; ``times`` (a list), when given, receives each search's wall
+    seconds -- query preparation and the scan, not the encode (the vector is supplied)."""
     out = []
     for q, v in zip(queries, qvecs):
+        t0 = time.perf_counter()
         hits = store.search(namespace, q, top_k=keys_k, threshold=-1.0, touch=False,
                             query_vector=v) if q.strip() else []
+        if times is not None:
+            times.append(time.perf_counter() - t0)
         out.append([h.key for h in hits])
     return out
 
@@ -222,8 +228,10 @@ def _dense_queries(store, namespace, queries: list, weights_name: str) -> list:
 
 # --- LoCoMo --------------------------------------------------------------------------------
 
-def locomo_rankings(run: str, convs, emb: Embeddings, k: int = max(LOCOMO_KS)) -> list:
-    """Per question (in conversation order, questions with evidence only): ranked dialog ids."""
+def locomo_rankings(run: str, convs, emb: Embeddings, k: int = max(LOCOMO_KS),
+                    times: list | None = None) -> list:
+    """Per question (in conversation order, questions with evidence only): ranked dialog ids.
+    ``times`` receives each memcore search's wall seconds (see :func:`_memcore_rank`)."""
     out = []
     for conv in convs:
         qs = [q for q in conv.questions if q.evidence]
@@ -261,7 +269,7 @@ def locomo_rankings(run: str, convs, emb: Embeddings, k: int = max(LOCOMO_KS)) -
             kind, weights = _run_spec(run)
             store, ns, _ = locomo_store(conv, kind, weights, emb)
             qvecs = emb(kind, _dense_queries(store, ns, questions, weights))
-            out += _memcore_rank(store, ns, questions, qvecs, k)
+            out += _memcore_rank(store, ns, questions, qvecs, k, times)
     return out
 
 
@@ -365,7 +373,14 @@ def run_locomo(args: argparse.Namespace) -> int:
     results = {}
     for run in tqdm(runs, desc="locomo runs", unit="run"):
         try:
-            results[run] = locomo_scores(locomo_rankings(run, convs, emb), questions)
+            times: list = []
+            results[run] = locomo_scores(locomo_rankings(run, convs, emb, times=times),
+                                         questions)
+            if times:   # memcore runs: recall latency at a conversation's size, no encode
+                ms = np.asarray(times) * 1e3
+                results[run]["recall_ms"] = {
+                    "p50": float(np.percentile(ms, 50)), "p99": float(np.percentile(ms, 99)),
+                    "memories": float(np.mean([len(c.turns) for c in convs]))}
         except Exception as err:  # noqa: BLE001 -- a peer that cannot run: its row says why
             notes.append(f"{run}: failed ({type(err).__name__}: "
                          f"{str(err).splitlines()[0][:200] if str(err) else ''})")
@@ -400,15 +415,55 @@ def _locomo_targets(results: dict) -> dict:
     return out
 
 
+def _mean_memories(results: dict) -> str:
+    n = [s["recall_ms"]["memories"] for s in results.values() if "recall_ms" in s]
+    return f"{n[0]:.0f}" if n else "?"
+
+
+#: Recall-quality targets (issue 18): (run, category or "all", k, at least).
+LOCOMO_TARGETS = (("memcore-hybrid", "all", "R@10", 0.86), ("memcore-hybrid", "all", "R@5", 0.77),
+                  ("memcore-hybrid-hashing", "all", "R@10", 0.81),
+                  ("memcore-hybrid", "1", "R@10", 0.58), ("memcore-hybrid", "3", "R@10", 0.58))
+
+
+def _issue18_targets(results: dict) -> list:
+    """One line per target: the measured figure, the bar, met or missed; then whether the
+    default (``memcore-hybrid``) is ahead of every other run on R@5 and R@10."""
+    out = []
+    for run, cat, k, bar in LOCOMO_TARGETS:
+        s = results.get(run, {}).get(cat if cat == "all" else int(cat))
+        if s is None:
+            continue
+        label = "overall" if cat == "all" else f"category {cat}"
+        out.append(f"{run} {label} {k} {s[k]:.3f} (target >= {bar}: "
+                   f"{'met' if s[k] >= bar else 'missed'})")
+    if "memcore-hybrid" in results:
+        me = results["memcore-hybrid"]["all"]
+        for k in ("R@5", "R@10"):
+            behind = [r for r, s in results.items() if r != "memcore-hybrid"
+                      and s["all"][k] >= me[k]]
+            out.append(f"memcore-hybrid ahead of every other run on {k}: "
+                       f"{'yes' if not behind else 'no, ' + ', '.join(behind)}")
+    return out
+
+
 def _locomo_markdown(payload, results, cats) -> str:
     from bench.report import env_markdown, fmt, markdown_table
 
+    def ms(s):
+        t = s.get("recall_ms")
+        return "—" if t is None else f"{t['p50']:.2f} / {t['p99']:.2f}"
+
     rows = [[r, fmt(s["all"]["R@5"], 3), fmt(s["all"]["R@10"], 3), fmt(s["all"]["R@25"], 3),
-             s["all"]["questions"]] for r, s in results.items()]
+             s["all"]["questions"], ms(s)] for r, s in results.items()]
     parts = [f"# LoCoMo turn retrieval ({', '.join(payload['conversations'])})", "",
              "The paper's recall accuracy (fraction of a question's evidence turns in the top k), "
              "averaged over questions with evidence.", "",
-             markdown_table(["run", "R@5", "R@10", "R@25", "questions"], rows), "",
+             markdown_table(["run", "R@5", "R@10", "R@25", "questions",
+                             "recall p50 / p99 ms (no encode)"], rows), "",
+             "Recall ms: memcore runs only, each search with its query vector supplied "
+             "(query preparation + scan), one conversation's store (~"
+             f"{_mean_memories(results)} memories).", "",
              "Per category, R@5 / R@10 / R@25:", ""]
     header = ["run"] + [f"{c} {name} (n)" for c, name in cats.items()]
     crow = []
@@ -422,6 +477,8 @@ def _locomo_markdown(payload, results, cats) -> str:
     parts += [markdown_table(header, crow), ""]
     for k, v in payload["targets"].items():
         parts.append(f"- {k}: {v:+.3f} (target: within 0.01)")
+    for line in _issue18_targets(results):
+        parts.append(f"- {line}")
     for n in payload["notes"]:
         parts.append(f"- note: {n}")
     parts += ["", f"Embedders: {payload['embedders']}.", "", env_markdown(payload["env"])]
