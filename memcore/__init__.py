@@ -24,9 +24,20 @@ from memcore import errors as _errors
 __version__ = "0.1.0"
 
 __all__ = [
-    "SemanticMemory", "LongTermMemory", "ShortTermMemory", "TwoTierMemory",
+    "SemanticMemory", "LongTermMemory", "ShortTermMemory", "TwoTierMemory", "PostgresMemory",
     "MiniLMEmbedder", "HashingEmbedder", "LexicalScorer",
     "DecayWeights", "HybridWeights", "ApproximateSearch", "PromotionPolicy",
     "MemoryItem", "StoredMemory", "MemoryQuery", "MemoryHit", "MemoryTier", "Clock",
     *_errors.__all__,
 ]
+
+
+def __getattr__(name: str):
+    # PostgresMemory on first use (PEP 562): its module is cheap, but keeping it out of
+    # `import memcore` keeps the import path of embedded users unchanged; psycopg itself
+    # loads only when a PostgresMemory connects (and names the extra when it is missing).
+    if name == "PostgresMemory":
+        from memcore.stores.postgres import PostgresMemory
+
+        return PostgresMemory
+    raise AttributeError(f"module 'memcore' has no attribute {name!r}")
