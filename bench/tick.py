@@ -13,8 +13,9 @@ MiniLM variant, hybrid recall, both tiers); ``memcore-minilm-similarity`` and
 Peer rows: ``om1`` (the seed ChromaDB + sentence-transformers stack), ``faiss``, ``numpy`` and
 the LoCoMo peers ``langgraph``, ``om1-hybrid``, ``mem0`` (:mod:`bench.systems`). The report
 divides every row by ``memcore-minilm-hybrid``'s at the same n. A run whose prefill would
-exceed ``--prefill-budget`` at the ingest rate its system measured at a smaller n is not run;
-the report says why, with the rate.
+exceed ``--prefill-budget`` at the ingest rate its system measured at a smaller n is not run,
+and a run whose ticks outlast ``--tick-budget`` stops early (after at least 20 timed ticks);
+the report says which, with the rate or the number of ticks.
 
 Memories are LoCoMo dialog turns repeated with seeded variations (:func:`bench.datasets.
 tick_memories`); tick inputs are LoCoMo questions, responses their evidence turn. Each tick's
@@ -45,6 +46,10 @@ PREFILL_CHUNK = 100_000
 #: Seconds a prefill may take, projected from a smaller n of the same run (mem0's one-by-one
 #: ingest makes n = 1e5 take most of an hour).
 PREFILL_BUDGET_S = 1200.0
+#: Seconds of ticks (warm-up included) per run before the timed ticks stop early, once at least
+#: MIN_TIMED_TICKS ran (LangGraph's InMemoryStore at n = 1e5 takes seconds per search).
+TICK_BUDGET_S = 240.0
+MIN_TIMED_TICKS = 20
 
 #: What each system needs importable, beyond numpy (checked before planning).
 REQUIRES = {
@@ -79,6 +84,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip a (system, n) run whose prefill, at the ingest rate the same "
                         "system measured at a smaller n in this run, would take longer than "
                         f"this many seconds; the report says why (default {PREFILL_BUDGET_S:.0f})")
+    p.add_argument("--tick-budget", type=float, default=TICK_BUDGET_S,
+                   help="seconds of ticks (warm-up included) per run; past it a run stops after "
+                        f"at least {MIN_TIMED_TICKS} timed ticks and the report says how many "
+                        f"ran (default {TICK_BUDGET_S:.0f})")
     p.add_argument("--embed-limit", type=int, default=None,
                    help="model-embed (and cache) at most this many memory texts per model; "
                         "rows beyond are seeded variations of those vectors (default 10000; "
@@ -173,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
             proc = _subprocess(["--worker", s, "--n", str(n), "--ticks", str(ticks),
                                 "--warmup", str(warmup), "--threads", str(args.threads),
                                 "--embed-limit", str(embed_limit),
+                                "--tick-budget", str(args.tick_budget),
                                 "--seed", str(args.seed), "--result", str(out), *data], args.threads)
             if proc.returncode != 0 or not out.exists():
                 notes.append(f"{s} n={n}: failed (exit {proc.returncode}); see stderr above")
@@ -180,6 +190,9 @@ def run(args: argparse.Namespace) -> int:
                 continue
             results.append(json.loads(out.read_text()))
             notes += [x for x in results[-1].get("notes", []) if x not in notes]
+            if results[-1]["tick"]["n"] < ticks:
+                notes.append(f"{s} n={n:,}: {results[-1]['tick']['n']} of {ticks} timed ticks, "
+                             f"the {args.tick_budget:.0f} s tick budget (--tick-budget)")
     payload = {"suite": "tick", "env": environment(args.threads), "ticks": ticks,
                "warmup": warmup, "embed_limit": embed_limit, "quick": bool(args.quick), "notes": notes,
                "results": results, "skipped": skipped, "targets": targets(results)}
@@ -333,7 +346,7 @@ def prepare(kind: str, n: int, seed: int, threads: int, data) -> None:
 
 
 def worker(system: str, n: int, ticks: int, warmup: int, threads: int, seed: int, data,
-           result: Path, embed_limit: int) -> None:
+           result: Path, embed_limit: int, tick_budget: float = TICK_BUDGET_S) -> None:
     import numpy as np
     from tqdm.auto import tqdm
 
@@ -380,8 +393,12 @@ def worker(system: str, n: int, ticks: int, warmup: int, threads: int, seed: int
     pairs = tick_inputs(warmup + ticks, seed, data)
     phases = {"encode": [], "recall": [], "store": [], "tick": []}
     hits = []
+    t_ticks = time.perf_counter()
     for i, (text, response) in enumerate(tqdm(pairs, desc=f"ticks {system} n={n}", unit="tick",
                                                leave=False)):
+        if (len(hits) >= MIN_TIMED_TICKS
+                and time.perf_counter() - t_ticks > tick_budget):
+            break
         e, r, s_, h = sysobj.tick(i, text, response)
         if i >= warmup:
             phases["encode"].append(e)
@@ -390,7 +407,7 @@ def worker(system: str, n: int, ticks: int, warmup: int, threads: int, seed: int
             phases["tick"].append(e + r + s_)
             hits.append(h)
     gc.collect()
-    out = {"system": system, "n": n, "ticks": ticks, "warmup": warmup,
+    out = {"system": system, "n": n, "ticks": len(hits), "warmup": warmup,
            **{k: percentiles(v) for k, v in phases.items()},
            "hits_mean": sum(hits) / max(len(hits), 1),
            "rss_mb": _rss_mb(), "rss_loaded_mb": rss_loaded,
@@ -416,12 +433,13 @@ def _worker_main(argv=None) -> int:
     p.add_argument("--data", default=None)
     p.add_argument("--result", type=Path)
     p.add_argument("--embed-limit", type=int, default=10_000)
+    p.add_argument("--tick-budget", type=float, default=TICK_BUDGET_S)
     a = p.parse_args(argv)
     if a.prepare:
         prepare(a.prepare, a.n, a.seed, a.threads, a.data)
     else:
         worker(a.worker, a.n, a.ticks, a.warmup, a.threads, a.seed, a.data, a.result,
-               a.embed_limit)
+               a.embed_limit, a.tick_budget)
     return 0
 
 
