@@ -23,6 +23,10 @@ cache), so what a tick costs is measured, not the bulk load.
   (top 32) re-ranked with the decay formula in NumPy.
 - ``numpy``: memcore's int8 MiniLM + NumPy brute force: one matrix-vector product, the decay
   formula over the rows above the threshold, ``argpartition`` for the top 3.
+- ``langgraph``, ``om1-hybrid``, ``mem0``: the LoCoMo peers of :mod:`bench.peers` in the robot
+  loop, each over memcore's int8 MiniLM: LangGraph's ``InMemoryStore`` with an index (search,
+  then put), OM1's current retrieval re-implemented (:class:`bench.peers.OM1Hybrid`), mem0 OSS
+  with ``infer=False`` (search, then add). See their classes for what each phase times.
 """
 
 from __future__ import annotations
@@ -69,6 +73,9 @@ EMBEDDER_OF = {
     "om1": "st-fp32",
     "faiss": "minilm-int8",
     "numpy": "minilm-int8",
+    "langgraph": "minilm-int8",
+    "om1-hybrid": "minilm-int8",
+    "mem0": "minilm-int8",
 }
 
 
@@ -133,6 +140,8 @@ class TickSystem:
     """Base: ``prefill(texts, vectors, offset)`` per chunk, then ``tick(i, text, response)``."""
 
     name = "?"
+    #: What the report should say about how this row runs (one sentence each).
+    notes: tuple = ()
 
     def prefill(self, texts: list, vectors: np.ndarray, offset: int) -> None:
         """Store a chunk of memories with keys ``m{offset + i}`` from precomputed vectors."""
@@ -413,8 +422,193 @@ class NumpySystem(TickSystem, _ColumnsMixin):
         return t1 - t0, t2 - t1, t3 - t2, int(top.shape[0])
 
 
+class _PrefillEmbed:
+    """``embed(list_of_str) -> list of 384-float lists`` over memcore's int8 MiniLM for the
+    peers that embed inside their own ``put``/``add`` (LangGraph, mem0): while :attr:`pending`
+    maps a prefill chunk's texts to their cached vectors those are served (the prefill is the
+    embedding cache's vectors, as for every system), anything else is encoded. A text seen
+    twice in a chunk gets its first row (the peers embed a repeated text once).
+
+    Lists, not arrays: LangChain's ``Embeddings`` contract, what LangGraph and mem0 store.
+    """
+
+    def __init__(self, threads: int):
+        from memcore.embedders import MiniLMEmbedder
+
+        self.embedder = MiniLMEmbedder(variant="packaged", intra_op_num_threads=threads).load()
+        self.pending: dict = {}
+
+    def serve(self, texts: list, vectors: np.ndarray) -> None:
+        self.pending = {}
+        for t, v in zip(texts, vectors):
+            self.pending.setdefault(t, v)
+
+    def __call__(self, texts) -> list:
+        texts = list(texts)
+        if self.pending and all(t in self.pending for t in texts):
+            return [self.pending[t].tolist() for t in texts]
+        return self.embedder.encode(texts).tolist()
+
+
+class LangGraphSystem(TickSystem):
+    """LangGraph's ``InMemoryStore`` with an index config (``dims=384``, ``fields=["text"]``)
+    whose ``embed`` is memcore's int8 MiniLM: what a LangGraph agent does per tick.
+
+    Prefill: ``batch`` of ``PutOp`` per :attr:`BATCH` memories (one ``embed`` call each,
+    served from the embedding cache). A tick: **encode** -- the embedder on the input, which
+    fills its exact-text cache; **recall** -- ``search(namespace, query=input, limit=3)``
+    (its ``embed_query`` is then a cache hit), the hits with ``score`` >= 0.3 kept (the store
+    takes no threshold; the 3 returned are filtered as OM1 filters Chroma's);
+    **store** -- ``put`` of ``{"text": input + response}``, which LangGraph embeds.
+    """
+
+    name = "langgraph"
+    BATCH = 1000
+    notes = ("langgraph: InMemoryStore.search has no threshold: its top 3 are filtered to "
+             "score >= 0.3 after the call",)
+
+    def __init__(self, threads: int):
+        try:
+            from langgraph.store.memory import InMemoryStore
+        except ImportError as err:
+            raise _require("langgraph", err) from err
+        self.embed = _PrefillEmbed(threads)
+        self.embedder = self.embed.embedder
+        self.store = InMemoryStore(index={"dims": self.embedder.dim, "embed": self.embed,
+                                          "fields": ["text"]})
+
+    def prefill(self, texts, vectors, offset):
+        from langgraph.store.base import PutOp
+
+        for s in range(0, len(texts), self.BATCH):
+            part = texts[s:s + self.BATCH]
+            self.embed.serve(part, vectors[s:s + len(part)])
+            self.store.batch([PutOp(NAMESPACE, f"m{offset + s + i}", {"text": t})
+                              for i, t in enumerate(part)])
+        self.embed.pending = {}
+
+    def tick(self, i, text, response):
+        t0 = time.perf_counter_ns()
+        self.embedder.encode([text])
+        t1 = time.perf_counter_ns()
+        hits = [h for h in self.store.search(NAMESPACE, query=text, limit=TOP_K)
+                if h.score is not None and h.score >= THRESHOLD]
+        t2 = time.perf_counter_ns()
+        self.store.put(NAMESPACE, f"tick-{i}", {"text": f"{text}\n{response}"})
+        t3 = time.perf_counter_ns()
+        return t1 - t0, t2 - t1, t3 - t2, len(hits)
+
+
+class OM1HybridSystem(TickSystem):
+    """OM1's current retrieval re-implemented (:class:`bench.peers.OM1Hybrid`: FAISS HNSW +
+    bm25s BM25, min-max fused 0.7 / 0.3, +0.1 same user, cosine >= 0.3, top 3) over memcore's
+    int8 MiniLM.
+
+    Prefill: one :meth:`OM1Hybrid.add` per chunk with the memories' speakers
+    (:func:`bench.datasets.tick_metadata`; a question naming one is that user's). A tick:
+    **encode** the input; **recall** -- :meth:`OM1Hybrid.search`; **store** -- encode the
+    stored document (input + response, as OM1 stores its pairs) and ``add`` it (HNSW insert,
+    the small BM25 index over the memories added since the full build rebuilt).
+    """
+
+    name = "om1-hybrid"
+    notes = ("om1-hybrid: bm25s has no incremental add: memories stored during the ticks sit in "
+             "a second BM25 index rebuilt per store (its own IDF) until 1024 of them, then the "
+             "full index is rebuilt",)
+
+    def __init__(self, threads: int, data=None, seed: int = 0):
+        try:
+            import faiss
+
+            from bench.peers import OM1Hybrid
+        except ImportError as err:
+            raise _require("faiss / bm25s", err) from err
+        faiss.omp_set_num_threads(threads)
+        from memcore.embedders import MiniLMEmbedder
+
+        self.embedder = MiniLMEmbedder(variant="packaged", intra_op_num_threads=threads).load()
+        self.index = OM1Hybrid(self.embedder.dim)
+        self.data, self.seed = data, seed
+
+    def prefill(self, texts, vectors, offset):
+        from bench.datasets import tick_metadata
+
+        meta = tick_metadata(offset + len(texts), self.seed, self.data)[offset:]
+        self.index.add(texts, vectors, [m["speaker"] for m in meta])
+
+    def tick(self, i, text, response):
+        t0 = time.perf_counter_ns()
+        v = self.embedder.encode([text])[0]
+        t1 = time.perf_counter_ns()
+        ids, _ = self.index.search(text, v, TOP_K)
+        t2 = time.perf_counter_ns()
+        doc = f"{text}\n{response}"
+        self.index.add([doc], self.embedder.encode([doc]), [""])
+        t3 = time.perf_counter_ns()
+        return t1 - t0, t2 - t1, t3 - t2, int(ids.shape[0])
+
+
+class Mem0System(TickSystem):
+    """mem0 OSS (:func:`bench.peers.mem0_memory`: local Qdrant, the ``langchain`` embedder
+    provider over memcore's int8 MiniLM) with ``infer=False`` (no LLM).
+
+    Prefill: ``add`` of a list of :attr:`BATCH` messages per call (mem0 stores each message of
+    an ``infer=False`` add as a memory: one embed, one Qdrant upsert, one history row each;
+    mem0 has no bulk insert), vectors from the embedding cache. A tick: **encode** -- the
+    embedder on the input (fills its exact-text cache); **recall** -- ``search(input,
+    filters={"user_id"}, top_k=3, threshold=0.3)`` (mem0 gates the semantic score at the
+    threshold); **store** -- ``add`` of the pair as one message (embedded by mem0).
+    """
+
+    name = "mem0"
+    BATCH = 1000
+    USER = "robot"
+
+    def __init__(self, threads: int):
+        try:
+            from bench.peers import mem0_capabilities, mem0_memory
+        except ImportError as err:
+            raise _require("mem0ai", err) from err
+        self.dir = tempfile.mkdtemp(prefix="memcore-bench-mem0-")
+        self.embed = _PrefillEmbed(threads)
+        self.embedder = self.embed.embedder
+        try:
+            self.mem = mem0_memory(self.dir, self.embed, collection="tick")
+        except ImportError as err:
+            raise _require("mem0ai / qdrant-client / langchain", err) from err
+        self.notes = tuple(mem0_capabilities())
+
+    def _add(self, texts):
+        return self.mem.add([{"role": "user", "content": t} for t in texts], user_id=self.USER,
+                            infer=False)
+
+    def prefill(self, texts, vectors, offset):
+        for s in range(0, len(texts), self.BATCH):
+            part = texts[s:s + self.BATCH]
+            self.embed.serve(part, vectors[s:s + len(part)])
+            self._add(part)
+        self.embed.pending = {}
+
+    def tick(self, i, text, response):
+        t0 = time.perf_counter_ns()
+        self.embedder.encode([text])
+        t1 = time.perf_counter_ns()
+        res = self.mem.search(text, filters={"user_id": self.USER}, top_k=TOP_K,
+                              threshold=THRESHOLD)
+        t2 = time.perf_counter_ns()
+        self._add([f"{text}\n{response}"])
+        t3 = time.perf_counter_ns()
+        return t1 - t0, t2 - t1, t3 - t2, len(res["results"])
+
+    def close(self):
+        from bench.peers import mem0_close
+
+        mem0_close(self.mem)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 SYSTEMS = ("memcore-minilm-hybrid", "memcore-minilm-similarity", "memcore-hashing-similarity",
-           "om1", "faiss", "numpy")
+           "om1", "faiss", "numpy", "langgraph", "om1-hybrid", "mem0")
 
 
 def make_system(name: str, threads: int, data=None, seed: int = 0) -> TickSystem:
@@ -439,4 +633,10 @@ def make_system(name: str, threads: int, data=None, seed: int = 0) -> TickSystem
         return FaissSystem(threads)
     if name == "numpy":
         return NumpySystem(threads)
+    if name == "langgraph":
+        return LangGraphSystem(threads)
+    if name == "om1-hybrid":
+        return OM1HybridSystem(threads, data, seed)
+    if name == "mem0":
+        return Mem0System(threads)
     raise ValueError(f"unknown system {name!r}; expected one of {', '.join(SYSTEMS)}")

@@ -1,7 +1,9 @@
-"""Smoke tests of the LoCoMo peers (bench/peers.py) and the LOO selection (bench/loo.py).
+"""Smoke tests of the LoCoMo peers (bench/peers.py), their tick benchmark rows
+(bench/systems.py) and the LOO selection (bench/loo.py).
 
-The peers run on a slice of one dev conversation with the hashing embedder (seconds); mem0
-and LangGraph are skipped where the ``bench`` extra is not installed.
+The peers run on a slice of one dev conversation with the hashing embedder (seconds); their
+tick rows on 60 memories with memcore's int8 MiniLM. A peer whose package is not installed is
+skipped with the missing modules and the ``bench`` extra as the reason.
 """
 
 from __future__ import annotations
@@ -68,6 +70,48 @@ def test_langgraph_and_mem0_rows_run_offline(shared, monkeypatch, tmp_path):
     pytest.importorskip("mem0")
     pytest.importorskip("langchain")
     _check(mem0_rankings(conv, 5, _embed()), conv, 5)
+
+
+def _stored(sysobj) -> int:
+    if sysobj.name == "langgraph":
+        from bench.systems import NAMESPACE
+
+        return len(sysobj.store.search(NAMESPACE, limit=10_000))
+    if sysobj.name == "om1-hybrid":
+        return len(sysobj.index)
+    return sysobj.mem.vector_store.client.count("tick").count
+
+
+@pytest.mark.data("locomo")
+@pytest.mark.parametrize("name", ["langgraph", "om1-hybrid", "mem0"])
+def test_peer_tick_rows_recall_and_store(shared, name, monkeypatch, tmp_path):
+    """Each LoCoMo peer's tick row: a chunked prefill from given vectors, ticks that time all
+    three phases, recall an input identical to a stored memory, and store their pair."""
+    from bench.tick import _missing
+
+    missing = _missing(name)
+    if missing:
+        pytest.skip(f"the {name} tick row needs {', '.join(missing)}: pip install -e '.[bench]'")
+    monkeypatch.setenv("MEM0_TELEMETRY", "False")
+    monkeypatch.setenv("MEM0_DIR", str(tmp_path))
+    from bench.systems import make_system
+
+    sysobj = make_system(name, 1, str(shared), 0)
+    try:
+        texts = datasets.tick_memories(60, 0, str(shared))
+        vectors = sysobj.embedder.encode(texts)
+        for off in (0, 30):
+            sysobj.prefill(texts[off:off + 30], vectors[off:off + 30], off)
+        sysobj.ready()
+        assert _stored(sysobj) == 60
+        pairs = datasets.tick_inputs(3, 0, str(shared)) + [(texts[7], "ok")]
+        for i, (text, response) in enumerate(pairs):
+            e, r, s, hits = sysobj.tick(i, text, response)
+            assert e > 0 and r > 0 and s > 0 and 0 <= hits <= 3
+        assert hits >= 1  # the last input is a stored memory: cosine 1
+        assert _stored(sysobj) == 64
+    finally:
+        sysobj.close()
 
 
 def test_loo_picks_on_the_other_conversations():

