@@ -524,15 +524,20 @@ def candidates(grid: str, kind: str) -> dict:
             out[f"session both {w}"] = {"hybrid": base, "extra": {"session_bm25": w / 2,
                                                                  "session_dense": w / 2}}
     if grid == "temporal":  # idea 2: relative dates resolved (lexical) / question dates matched
+        plain = replace(base, dates=False)    # the harness's date words, not the library's
+        out = {"preset dates=False": {"hybrid": plain}}
         for tv in ("resolved", "dated", "both"):
-            out[f"texts {tv}"] = {"hybrid": base, "texts": tv}
+            out[f"texts {tv}"] = {"hybrid": plain, "texts": tv}
         for w in (0.25, 0.5, 1.0, 2.0):
-            out[f"date match {w}"] = {"hybrid": base, "extra": {"date": w}}
-        out["texts dated-month"] = {"hybrid": base, "texts": "dated-month"}
+            out[f"date match {w}"] = {"hybrid": plain, "extra": {"date": w}}
+        out["texts dated-month"] = {"hybrid": plain, "texts": "dated-month"}
         for tv in ("resolved", "dated"):
             for w in (0.5, 1.0):
-                out[f"texts {tv} + date match {w}"] = {"hybrid": base, "texts": tv,
+                out[f"texts {tv} + date match {w}"] = {"hybrid": plain, "texts": tv,
                                                        "extra": {"date": w}}
+    if grid == "dates":     # the library's HybridWeights.dates (created_at day words in BM25)
+        out["dates=False"] = {"hybrid": replace(base, dates=False)}
+        out["dates + resolved relative dates"] = {"hybrid": base, "texts": "resolved"}
     if grid == "recency":   # idea 3: recency cue words raise a z(created_at) signal
         for w in (0.1, 0.25, 0.5, 1.0):
             out[f"recency cue {w}"] = {"hybrid": base, "extra": {"recency": w}}
@@ -554,7 +559,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--kind", default="minilm-int8", choices=("minilm-int8", "hashing"))
     p.add_argument("--grid", default="weights", choices=("default", "weights", "prf", "full", "diverse", "diversity", "rm3", "qform", "combo",
-                            "session", "temporal", "recency", "entity"))
+                            "session", "temporal", "recency", "entity", "dates"))
     p.add_argument("--data", default=None)
     p.add_argument("--json", default=None, help="write the per-question rows here")
     args = p.parse_args(argv)
