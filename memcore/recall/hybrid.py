@@ -358,10 +358,10 @@ def date_words(created_at: Sequence[float] | np.ndarray) -> list[str]:
     >>> date_words([1683554160.0, float("nan")])
     ['8 may 2023', '']
     """
-    t = np.asarray(created_at, np.float64).reshape(-1)
-    ok = np.isfinite(t) & (np.abs(t) < 1e15)
-    days = np.floor(np.where(ok, t, 0.0) / 86400.0).astype(np.int64)
-    return [_day_words(d) if k else "" for d, k in zip(days.tolist(), ok.tolist())]
+    if isinstance(created_at, np.ndarray):
+        created_at = created_at.reshape(-1).tolist()
+    return [_day_words(math.floor(t / 86400.0)) if math.isfinite(t) and abs(t) < 1e15 else ""
+            for t in map(float, created_at)]
 
 
 class HybridIndex:
