@@ -475,12 +475,13 @@ def summary(results: dict) -> dict:
     return out
 
 
-def candidates(grid: str, kind: str) -> dict:
+def candidates(grid: str, kind: str, dates: bool = True) -> dict:
     """Named candidate settings: ``default`` (the preset alone), ``weights`` (one field at a
     time around the preset), ``prf`` (Rocchio feedback strengths), ``full`` (both)."""
     from memcore.recall.hybrid import HybridWeights
 
     base = HybridWeights.hybrid() if kind == "minilm-int8" else HybridWeights.no_model()
+    base = replace(base, dates=dates)
     out = {"preset": {"hybrid": base}}
     if grid in ("weights", "full"):
         steps = {"dense": (1.0, 2.0, 2.5), "lexical": (0.0, 0.5), "lexical_context": (0.5, 1.0, 1.5),
@@ -560,17 +561,20 @@ def main(argv=None) -> int:
     p.add_argument("--kind", default="minilm-int8", choices=("minilm-int8", "hashing"))
     p.add_argument("--grid", default="weights", choices=("default", "weights", "prf", "full", "diverse", "diversity", "rm3", "qform", "combo",
                             "session", "temporal", "recency", "entity", "dates"))
+    p.add_argument("--dates", default="on", choices=("on", "off"),
+                   help="HybridWeights.dates of the preset every candidate starts from")
     p.add_argument("--data", default=None)
     p.add_argument("--json", default=None, help="write the per-question rows here")
     args = p.parse_args(argv)
     convs = locomo_conversations(args.data)
     emb = Embeddings(1)
-    settings = candidates(args.grid, args.kind)
+    settings = candidates(args.grid, args.kind, args.dates == "on")
     t0 = time.perf_counter()
     res = evaluate(convs, args.kind, settings, emb)
     loo = loo_select(res)
     summ = summary(res)
-    print(f"# LOO over {len(convs)} conversations, {args.kind}, grid {args.grid} "
+    print(f"# LOO over {len(convs)} conversations, {args.kind}, grid {args.grid}, dates "
+          f"{args.dates} "
           f"({len(settings)} candidates, {time.perf_counter() - t0:.0f} s)\n")
     print("| candidate | R@5 (all six) | R@10 (all six) | multi-hop R@10 | temporal R@10 | "
           "open-domain R@10 |")
