@@ -24,7 +24,8 @@ No context matrix and no second index of window texts: the context vector
 :mod:`memcore.kernels.scan`), and the BM25 of the window document (the window's texts
 concatenated) follows from the own postings (tf and length summed over the window, df over
 window documents; :func:`memcore.kernels.bm25.bm25_context_scores_sparse`). So alpha, the
-window radii and BM25's k1/b are query-time parameters; only ``stem`` fixes the content.
+window radii and BM25's k1/b are query-time parameters; only ``stem`` and ``dates`` (the
+memory's day as words in its BM25 document) fix the content.
 
 The score (:func:`memcore.kernels.scan.hybrid_exact_topk`, computed by
 :func:`~memcore.kernels.scan.hybrid_scan_topk` from the codes with exact rerank)::
@@ -135,9 +136,10 @@ class HybridWeights:
         "on 13 October, 2023", "in 2022") matches what was stored then, in its own text and
         in its episode window's. Idea of issue 18 (relative dates grounded in the session
         date, as LoCoMo's temporal questions ask). Measured on LoCoMo dev, question-weighted
-        leave-one-conversation-out (``bench/results/loo-ideas-20261202.md``): MiniLM R@5 / R@10
-        0.732 / 0.822 -> 0.748 / 0.836 (temporal R@10 0.856 -> 0.894), hashing embedder
-        0.693 / 0.788 -> 0.712 / 0.795; so on by default. Part of the index's content
+        leave-one-conversation-out (``bench/results/loo-ideas-20261202.md``; on chosen in
+        every fold): MiniLM R@5 / R@10 0.732 / 0.822 -> 0.748 / 0.836 (temporal R@10 0.856 ->
+        0.894, single-hop 0.916 -> 0.930), hashing embedder 0.693 / 0.788 -> 0.714 / 0.797;
+        so on by default. Part of the index's content
         (:meth:`structure`): stores read ``created_at`` from their column; a
         :class:`HybridIndex` of its own takes ``created_at=`` in :meth:`HybridIndex.put`.
 
@@ -385,7 +387,8 @@ class HybridIndex:
     dim : int
         Embedding dim.
     weights : HybridWeights, optional
-        The default weights of :meth:`search` (only ``stem`` fixes the index's content).
+        The default weights of :meth:`search` (only ``stem`` and ``dates`` fix the index's
+        content).
     query_preparer : callable, optional
         ``(text, entities) -> PreparedQuery``; :class:`~memcore.recall.prep.DefaultQueryPreparer`
         by default.
