@@ -546,6 +546,11 @@ def candidates(grid: str, kind: str, dates: bool = True) -> dict:
         for w in (0.25, 0.5, 1.0):
             for m in (3, 5):
                 out[f"entity w={w} m={m}"] = {"hybrid": base, "extra": {"entity": (w, m, 5)}}
+    if grid == "entity2":   # idea 4, stronger and less rare links
+        for w in (1.0, 1.5, 2.0):
+            for df in (10, 20):
+                out[f"entity w={w} m=5 df<={df}"] = {"hybrid": base,
+                                                     "extra": {"entity": (w, 5, df)}}
     if grid in ("prf", "full"):
         for beta in (0.3, 0.6, 1.0):
             for m in (1, 3):
@@ -560,7 +565,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--kind", default="minilm-int8", choices=("minilm-int8", "hashing"))
     p.add_argument("--grid", default="weights", choices=("default", "weights", "prf", "full", "diverse", "diversity", "rm3", "qform", "combo",
-                            "session", "temporal", "recency", "entity", "dates"))
+                            "session", "temporal", "recency", "entity", "entity2", "dates"))
     p.add_argument("--dates", default="on", choices=("on", "off"),
                    help="HybridWeights.dates of the preset every candidate starts from")
     p.add_argument("--data", default=None)
