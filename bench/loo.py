@@ -99,6 +99,257 @@ def _expansion(hits, spec, idf, question, names) -> str:
     return " ".join(sorted(score, key=lambda w: -score[w])[:t])
 
 
+# --- issue 18 ideas: extra per-turn signals added to the preset's raw fused score --------------
+# A setting ``{"hybrid": hw, "extra": {...}, "texts": variant}`` ranks every turn by the preset's
+# raw fused score (``store.scan``: the z-sum before the (0, 1) map) plus the extra signals below,
+# each either z-normalised over the conversation's turns (session signals, recency) or added in
+# z units (date and entity matches). ``texts`` ("resolved", "dated", "both") rebuilds the store
+# with date words appended to the lexical text of the turns (the vectors stay the plain turn's).
+
+_MONTHS = ("january february march april may june july august september october november "
+           "december").split()
+_DAY = 86400.0
+_REL = re.compile(
+    r"\b(yesterday|today|tonight|this morning|this afternoon|this evening|last night|"
+    r"tomorrow|last weekend|this weekend|last week|this week|next week|last month|this month|"
+    r"next month|last year|this year|next year|"
+    r"last (?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)|"
+    r"(?:a|one|two|three|four|five|six|a few|few|a couple of|couple of|couple)\s+"
+    r"(?:days?|weeks?|months?|years?)\s+ago)\b", re.IGNORECASE)
+_NUM = {"a": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "a few": 3,
+        "few": 3, "a couple of": 2, "couple of": 2, "couple": 2}
+_WEEKDAYS = ("monday tuesday wednesday thursday friday saturday sunday").split()
+
+
+def _utc(ts: float):
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc)
+
+
+def _day_words(ts: float) -> str:
+    d = _utc(ts)
+    return f"{d.day} {_MONTHS[d.month - 1]} {d.year}"
+
+
+def _month_words(ts: float) -> str:
+    d = _utc(ts)
+    return f"{_MONTHS[d.month - 1]} {d.year}"
+
+
+def _resolve_relative(text: str, when: float) -> list:
+    """``[(start, end, words)]``: each relative time expression of ``text`` resolved against
+    ``when`` (Unix s) to an absolute span and its words ("7 may 2023", "may 2023")."""
+    out = []
+    for m in _REL.finditer(text):
+        e = " ".join(m.group(1).casefold().split())
+        d = _utc(when)
+        if e in ("today", "tonight", "this morning", "this afternoon", "this evening"):
+            t0, t1, w = when, when, _day_words(when)
+        elif e in ("yesterday", "last night"):
+            t0 = t1 = when - _DAY
+            w = _day_words(t0)
+        elif e == "tomorrow":
+            t0 = t1 = when + _DAY
+            w = _day_words(t0)
+        elif e.startswith("last ") and e[5:] in _WEEKDAYS:
+            back = (d.weekday() - _WEEKDAYS.index(e[5:])) % 7 or 7
+            t0 = t1 = when - back * _DAY
+            w = _day_words(t0)
+        elif e in ("last week", "last weekend"):
+            t0, t1 = when - 9 * _DAY, when - 2 * _DAY
+            w = f"{_day_words(t0)} {_month_words(t1)}"
+        elif e in ("this week", "this weekend"):
+            t0, t1 = when - 6 * _DAY, when
+            w = _day_words(when)
+        elif e == "next week":
+            t0, t1 = when + 5 * _DAY, when + 12 * _DAY
+            w = _month_words(t0)
+        elif e.endswith(("month", "year")):
+            step = {"last": -1, "this": 0, "next": 1}[e.split()[0]]
+            if e.endswith("month"):
+                mo = d.month - 1 + step
+                y, mo = d.year + mo // 12, mo % 12
+                t0, t1 = when + step * 30 * _DAY, when + step * 30 * _DAY
+                w = f"{_MONTHS[mo]} {y}"
+            else:
+                t0 = t1 = when + step * 365 * _DAY
+                w = str(d.year + step)
+        else:                                              # "<n> <unit>s ago"
+            parts = e.rsplit(" ", 2)
+            n, unit = _NUM.get(parts[0], 1), parts[1].rstrip("s")
+            span = {"day": 1, "week": 7, "month": 30, "year": 365}[unit] * _DAY
+            t0 = t1 = when - n * span
+            w = _day_words(t0) if unit in ("day", "week") else (
+                _month_words(t0) if unit == "month" else str(_utc(t0).year))
+        out.append((t0, t1, w))
+    return out
+
+
+_QDATE_DAY = re.compile(
+    r"\b(?:(\d{1,2})\s+(%s),?\s+(\d{4})|(%s)\s+(\d{1,2}),?\s+(\d{4}))\b"
+    % ("|".join(_MONTHS), "|".join(_MONTHS)), re.IGNORECASE)
+_QDATE_MONTH = re.compile(r"\b(?:in|during|of|early|late|mid)\s+(%s)(?:,?\s+(\d{4}))?\b"
+                          % "|".join(_MONTHS), re.IGNORECASE)
+_QDATE_YEAR = re.compile(r"\b(?:in|during|of)\s+((?:19|20)\d\d)\b", re.IGNORECASE)
+
+
+def _question_span(question: str):
+    """The absolute time span a question names, ``(start, end)`` Unix s, or None: a day
+    ("on 13 October, 2023" / "October 13, 2023": that day to 10 days after, when it is talked
+    about), a month ("in June", "in July 2023": that month and 10 days after), a year."""
+    import calendar
+    import datetime as dt
+
+    def ts(y, mo, day):
+        return dt.datetime(y, mo, day, tzinfo=dt.timezone.utc).timestamp()
+    m = _QDATE_DAY.search(question)
+    if m:
+        if m.group(1):
+            day, mon, y = int(m.group(1)), m.group(2), int(m.group(3))
+        else:
+            mon, day, y = m.group(4), int(m.group(5)), int(m.group(6))
+        mo = _MONTHS.index(mon.casefold()) + 1
+        try:
+            t = ts(y, mo, day)
+        except ValueError:
+            return None
+        return t - _DAY, t + 10 * _DAY
+    m = _QDATE_MONTH.search(question)
+    if m:
+        mo = _MONTHS.index(m.group(1).casefold()) + 1
+        y = int(m.group(2)) if m.group(2) else None
+        return ("month", mo, y)
+    m = _QDATE_YEAR.search(question)
+    if m:
+        y = int(m.group(1))
+        return ts(y, 1, 1), ts(y + 1, 1, 1)
+    return None
+
+
+def _in_span(span, times: np.ndarray) -> np.ndarray:
+    """bool per time: inside the span (a month span matches any year unless one is named;
+    10 days of grace after its end, as events are talked about after they happen)."""
+    if span is None:
+        return np.zeros(times.shape, bool)
+    if span[0] == "month":
+        _, mo, y = span
+        out = np.zeros(times.shape, bool)
+        for i, t in enumerate(times.tolist()):
+            for back in (0.0, 10 * _DAY):
+                d = _utc(t - back)
+                if d.month == mo and (y is None or d.year == y):
+                    out[i] = True
+        return out
+    return (times >= span[0]) & (times <= span[1])
+
+
+_RECENT = re.compile(r"\b(recent|recently|latest|last time|now|currently|current|lately)\b",
+                     re.IGNORECASE)
+_CAP = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-zA-Z'-]{2,})")
+
+
+def _lexical_variant(conv, variant: str) -> list:
+    """Turn texts with date words appended: ``resolved`` (each relative expression's absolute
+    date), ``dated`` (the session's date), ``both``."""
+    out = []
+    for t in conv.turns:
+        add = []
+        if variant in ("resolved", "both"):
+            add += [w for _, _, w in _resolve_relative(t.text, t.created_at)]
+        if variant in ("dated", "both"):
+            add.append(_day_words(conv.session_dates[t.session]))
+        if variant == "dated-month":
+            add.append(_month_words(conv.session_dates[t.session]))
+        out.append(f"{t.text} ({'; '.join(add)})" if add else t.text)
+    return out
+
+
+def _variant_store(conv, kind: str, vecs: np.ndarray, texts: list, emb):
+    """:func:`bench.quality.locomo_store` with other lexical texts, the same vectors."""
+    from bench.quality import Clock, _memcore_store
+
+    clock = Clock()
+    store = _memcore_store(kind, "hybrid" if kind == "minilm-int8" else "no_model", clock, emb)
+    ns = ("locomo", conv.sample_id)
+    for t, text, v in zip(conv.turns, texts, vecs):
+        clock.now = t.created_at
+        store.put(ns, t.dia_id, text, vector=v, metadata={"speaker": t.speaker,
+                                                         "episode": t.session})
+    clock.now = conv.end_time
+    return store, ns
+
+
+def _z(x: np.ndarray) -> np.ndarray:
+    sd = float(x.std())
+    return (x - x.mean()) / sd if sd > 0 else np.zeros_like(x)
+
+
+class _Extras:
+    """One conversation's per-turn context for the extra signals."""
+
+    def __init__(self, conv, vecs: np.ndarray, stem):
+        from memcore.recall.lexical import LexicalIndex
+
+        turns = conv.turns
+        self.n = len(turns)
+        self.keys = [t.dia_id for t in turns]
+        self.index = {k: i for i, k in enumerate(self.keys)}
+        sessions = sorted({t.session for t in turns})
+        sid = {s: j for j, s in enumerate(sessions)}
+        self.sess = np.array([sid[t.session] for t in turns], np.int64)
+        docs = [" ".join(stem(f"{t.speaker}: {t.text}") for t in turns if t.session == s)
+                for s in sessions]
+        self.slex = LexicalIndex(1.2, 0.75)
+        self.slex.add_many(list(range(len(sessions))), docs)
+        self.stem = stem
+        mean = np.stack([vecs[self.sess == j].mean(axis=0) for j in range(len(sessions))])
+        self.svec = mean / np.linalg.norm(mean, axis=1, keepdims=True)
+        self.created = np.array([t.created_at for t in turns], np.float64)
+        self.session_time = np.array([conv.session_dates[t.session] for t in turns], np.float64)
+        self.resolved = [_resolve_relative(t.text, t.created_at) for t in turns]
+        names = {t.speaker.casefold() for t in turns}
+        caps = [{w.casefold() for w in _CAP.findall(t.text)} - names for t in turns]
+        df: dict = {}
+        for c in caps:
+            for w in c:
+                df[w] = df.get(w, 0) + 1
+        self.caps, self.cap_df = caps, df
+
+    def signal(self, name: str, arg, question: str, prepared, v: np.ndarray,
+               base: np.ndarray) -> np.ndarray:
+        if name == "session_bm25":
+            s = self.slex.scores(self.stem(prepared.lexical))[:len(self.svec)]
+            return arg * _z(s[self.sess])
+        if name == "session_dense":
+            return arg * _z((self.svec @ v)[self.sess])
+        if name == "session_top":      # a session's mean of its best 3 turns' fused scores
+            top = np.array([np.sort(base[self.sess == j])[-3:].mean()
+                            for j in range(len(self.svec))])
+            return arg * _z(top[self.sess])
+        if name == "date":             # turns of a session (or resolved date) the span names
+            span = _question_span(question)
+            if span is None:
+                return np.zeros(self.n)
+            hit = _in_span(span, self.session_time)
+            for i, res in enumerate(self.resolved):
+                if res and not hit[i]:
+                    hit[i] = _in_span(span, np.array([r[0] for r in res])).any()
+            return arg * hit
+        if name == "recency":
+            if not _RECENT.search(question):
+                return np.zeros(self.n)
+            return arg * _z(self.created)
+        if name == "entity":           # one hop from the top m hits over rare capitalised words
+            w, m, max_df = arg
+            top = np.argsort(-base, kind="stable")[:m]
+            rare = {e for i in top for e in self.caps[i] if self.cap_df[e] <= max_df}
+            if not rare:
+                return np.zeros(self.n)
+            return w * np.array([bool(c & rare) for c in self.caps], np.float64)
+        raise ValueError(name)
+
+
 def evaluate(convs, kind: str, settings: dict, emb, top_k: int = 25) -> dict:
     """Per setting name: ``{sample_id: [(R@5, R@10, category), ...]}`` over questions with
     evidence. A setting is ``{"hybrid": HybridWeights, "prf": (beta, m) or None}``."""
@@ -127,8 +378,41 @@ def evaluate(convs, kind: str, settings: dict, emb, top_k: int = 25) -> dict:
                     prep = DefaultQueryPreparer(names=st["qform"])
                     spk = sorted({t.speaker for t in conv.turns})
                     forms[st["qform"]] = emb(kind, [prep(q.question, spk).dense for q in qs])
+        extras, bases = None, {}
+        for name, st in settings.items():
+            if not (st.get("extra") or st.get("texts")):
+                continue
+            if extras is None:
+                from memcore.recall.hybrid import _stemmer
+
+                extras = _Extras(conv, vecs, _stemmer())
+                preps = [store.prepare(ns, q.question) for q in qs]
+            tv = st.get("texts")
+            if (tv, st["hybrid"]) not in bases:
+                st_, ns_ = (store, ns) if tv is None else _variant_store(
+                    conv, kind, vecs, _lexical_variant(conv, tv), emb)
+                got = []
+                for q, v in zip(qs, qvecs):
+                    rq = st_.resolve(ns_, q.question, top_k=extras.n, threshold=-1.0,
+                                     touch=False, query_vector=v, hybrid=st["hybrid"])
+                    raw = np.full(extras.n, -np.inf)
+                    for h in st_.scan(rq):
+                        raw[extras.index[h.key]] = h.score
+                    got.append(raw)
+                bases[(tv, st["hybrid"])] = got
         for name, st in settings.items():
             rows = []
+            if st.get("extra") or st.get("texts"):
+                for i, (q, v) in enumerate(zip(qs, qvecs)):
+                    base = bases[(st.get("texts"), st["hybrid"])][i]
+                    total = base.copy()
+                    for sig, arg in (st.get("extra") or {}).items():
+                        total += extras.signal(sig, arg, q.question, preps[i], v, base)
+                    ranked = [extras.keys[j] for j in np.argsort(-total, kind="stable")[:top_k]]
+                    rows.append(tuple(recall_accuracy(ranked, q.evidence, k) for k in KS)
+                                + (q.category,))
+                out[name][conv.sample_id] = rows
+                continue
             for q, v in zip(qs, forms[st["qform"]] if st.get("qform") else qvecs):
                 hits = store.search(ns, q.question, top_k=top_k, threshold=-1.0, touch=False,
                                     query_vector=v, hybrid=st["hybrid"])
@@ -191,12 +475,13 @@ def summary(results: dict) -> dict:
     return out
 
 
-def candidates(grid: str, kind: str) -> dict:
+def candidates(grid: str, kind: str, dates: bool = True) -> dict:
     """Named candidate settings: ``default`` (the preset alone), ``weights`` (one field at a
     time around the preset), ``prf`` (Rocchio feedback strengths), ``full`` (both)."""
     from memcore.recall.hybrid import HybridWeights
 
     base = HybridWeights.hybrid() if kind == "minilm-int8" else HybridWeights.no_model()
+    base = replace(base, dates=dates)
     out = {"preset": {"hybrid": base}}
     if grid in ("weights", "full"):
         steps = {"dense": (1.0, 2.0, 2.5), "lexical": (0.0, 0.5), "lexical_context": (0.5, 1.0, 1.5),
@@ -230,6 +515,42 @@ def candidates(grid: str, kind: str) -> dict:
         for m in (3, 5):
             for t in (3, 6):
                 out[f"rm3 m={m} t={t}"] = {"hybrid": base, "rm3": (m, t)}
+    if grid == "session":   # issue 18 idea 1: the question against each session as a whole
+        out["preset rescored"] = {"hybrid": base, "extra": {"session_bm25": 0.0}}
+        for w in (0.1, 0.25, 0.5):
+            out[f"session top3 {w}"] = {"hybrid": base, "extra": {"session_top": w}}
+        for w in (0.1, 0.15, 0.25, 0.5, 1.0):
+            out[f"session bm25 {w}"] = {"hybrid": base, "extra": {"session_bm25": w}}
+            out[f"session dense {w}"] = {"hybrid": base, "extra": {"session_dense": w}}
+            out[f"session both {w}"] = {"hybrid": base, "extra": {"session_bm25": w / 2,
+                                                                 "session_dense": w / 2}}
+    if grid == "temporal":  # idea 2: relative dates resolved (lexical) / question dates matched
+        plain = replace(base, dates=False)    # the harness's date words, not the library's
+        out = {"preset dates=False": {"hybrid": plain}}
+        for tv in ("resolved", "dated", "both"):
+            out[f"texts {tv}"] = {"hybrid": plain, "texts": tv}
+        for w in (0.25, 0.5, 1.0, 2.0):
+            out[f"date match {w}"] = {"hybrid": plain, "extra": {"date": w}}
+        out["texts dated-month"] = {"hybrid": plain, "texts": "dated-month"}
+        for tv in ("resolved", "dated"):
+            for w in (0.5, 1.0):
+                out[f"texts {tv} + date match {w}"] = {"hybrid": plain, "texts": tv,
+                                                       "extra": {"date": w}}
+    if grid == "dates":     # the library's HybridWeights.dates (created_at day words in BM25)
+        out["dates=False"] = {"hybrid": replace(base, dates=False)}
+        out["dates + resolved relative dates"] = {"hybrid": base, "texts": "resolved"}
+    if grid == "recency":   # idea 3: recency cue words raise a z(created_at) signal
+        for w in (0.1, 0.25, 0.5, 1.0):
+            out[f"recency cue {w}"] = {"hybrid": base, "extra": {"recency": w}}
+    if grid == "entity":    # idea 4: one hop over rare capitalised words of the top hits
+        for w in (0.25, 0.5, 1.0):
+            for m in (3, 5):
+                out[f"entity w={w} m={m}"] = {"hybrid": base, "extra": {"entity": (w, m, 5)}}
+    if grid == "entity2":   # idea 4, stronger and less rare links
+        for w in (1.0, 1.5, 2.0):
+            for df in (10, 20):
+                out[f"entity w={w} m=5 df<={df}"] = {"hybrid": base,
+                                                     "extra": {"entity": (w, 5, df)}}
     if grid in ("prf", "full"):
         for beta in (0.3, 0.6, 1.0):
             for m in (1, 3):
@@ -243,24 +564,29 @@ def main(argv=None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--kind", default="minilm-int8", choices=("minilm-int8", "hashing"))
-    p.add_argument("--grid", default="weights", choices=("default", "weights", "prf", "full", "diverse", "diversity", "rm3", "qform", "combo"))
+    p.add_argument("--grid", default="weights", choices=("default", "weights", "prf", "full", "diverse", "diversity", "rm3", "qform", "combo",
+                            "session", "temporal", "recency", "entity", "entity2", "dates"))
+    p.add_argument("--dates", default="on", choices=("on", "off"),
+                   help="HybridWeights.dates of the preset every candidate starts from")
     p.add_argument("--data", default=None)
     p.add_argument("--json", default=None, help="write the per-question rows here")
     args = p.parse_args(argv)
     convs = locomo_conversations(args.data)
     emb = Embeddings(1)
-    settings = candidates(args.grid, args.kind)
+    settings = candidates(args.grid, args.kind, args.dates == "on")
     t0 = time.perf_counter()
     res = evaluate(convs, args.kind, settings, emb)
     loo = loo_select(res)
     summ = summary(res)
-    print(f"# LOO over {len(convs)} conversations, {args.kind}, grid {args.grid} "
+    print(f"# LOO over {len(convs)} conversations, {args.kind}, grid {args.grid}, dates "
+          f"{args.dates} "
           f"({len(settings)} candidates, {time.perf_counter() - t0:.0f} s)\n")
-    print("| candidate | R@5 (all six) | R@10 (all six) | multi-hop R@10 | open-domain R@10 |")
-    print("|:---|---:|---:|---:|---:|")
+    print("| candidate | R@5 (all six) | R@10 (all six) | multi-hop R@10 | temporal R@10 | "
+          "open-domain R@10 |")
+    print("|:---|---:|---:|---:|---:|---:|")
     for name, s in sorted(summ.items(), key=lambda kv: -kv[1]["R@10"]):
         print(f"| {name} | {s['R@5']:.3f} | {s['R@10']:.3f} | {s.get('c1', (0, 0))[1]:.3f} | "
-              f"{s.get('c3', (0, 0))[1]:.3f} |")
+              f"{s.get('c2', (0, 0))[1]:.3f} | {s.get('c3', (0, 0))[1]:.3f} |")
     print(f"\nLOO: R@5 {loo['R@5']:.3f}  R@10 {loo['R@10']:.3f}; chosen: {loo['chosen']}")
     print("LOO per category (R@5 / R@10 / n): " + ", ".join(
         f"{k}: {a:.3f} / {b:.3f} ({n})" for k, (a, b, n) in loo["per_category"].items()))

@@ -46,12 +46,12 @@ def _fill(store, ns="conv", start=0, n=len(TURNS)):
                   metadata={"speaker": sp, "episode": f"s{i // 4}"})
 
 
-def _oracle(store_rows, vecs, metas, texts, hw, query, emb, decay, now, last, imp, k):
+def _oracle(store_rows, vecs, metas, texts, hw, query, emb, decay, now, last, imp, k, created):
     """A HybridIndex built from scratch over the rows in insertion order."""
     idx = HybridIndex(DIM, hw)
     for r, t, v, m in zip(store_rows, texts, vecs, metas):
         ep, sp = episode_speaker(m)
-        idx.put(r, t, v, episode=ep, speaker=sp)
+        idx.put(r, t, v, episode=ep, speaker=sp, created_at=created[r])
     prep = idx.prepare(query)
     qv = emb.encode([prep.dense])[0]
     n = idx.n_rows
@@ -80,7 +80,7 @@ def test_long_store_hybrid_search_equals_index_oracle(hw, weights):
         got = ltm.search("conv", q, top_k=5, touch=False)
         want_rows, want_scores = _oracle(
             rows, c.vectors[rows], [sp.meta(r) for r in rows], [sp.texts[r] for r in rows],
-            hw, q, emb, weights, clock(), c.last_accessed_at, c.importance, 5)
+            hw, q, emb, weights, clock(), c.last_accessed_at, c.importance, 5, c.created_at)
         assert [h.key for h in got] == [sp.key_of[r] for r in want_rows]
         # the returned score is the calibrated fused score (memcore.recall.score)
         np.testing.assert_array_equal([h.score for h in got], calibrate(want_scores, hw))
@@ -105,7 +105,7 @@ def test_short_store_hybrid_search_equals_index_oracle():
         want_rows, _ = _oracle(rows, c.vectors[rows], [table.meta(r) for r in rows],
                                [table.texts[r] for r in rows], hw, q, emb,
                                DecayWeights.similarity(), clock(), c.last_accessed_at,
-                               c.importance, 4)
+                               c.importance, 4, c.created_at)
         assert [h.key for h in got] == [table.key_of[r] for r in want_rows]
 
 
@@ -138,7 +138,8 @@ def test_episode_windows_through_the_store_equal_recomputation(ops, build_first)
     rows = list(table.keys.values())
     texts, vecs = [table.texts[r] for r in rows], table.columns.vectors[rows]
     metas = [table.meta(r) for r in rows]
-    fresh.put_many(rows, texts, vecs, [episode_speaker(m) for m in metas])
+    fresh.put_many(rows, texts, vecs, [episode_speaker(m) for m in metas],
+                   table.columns.created_at[rows])
     assert index_state(got) == index_state(fresh)
     assert_same_signals(got, fresh, hw, ("dog beagle", "paint robot", "kettle cupboard left"),
                         emb.encode(["dog", "robot red", "kettle"]))

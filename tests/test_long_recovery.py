@@ -507,9 +507,10 @@ def test_repair_finds_a_damaged_checkpoint_file_of_an_open_store(tmp_path):
         assert {k: s.get("ns", k).text for k in s.keys("ns")} == ref
 
 
-@pytest.mark.parametrize("pattern,how", [("hx1.lex.bsize.*", "flip"), ("hx1.lex.doc_row.*", "flip"),
-                                         ("hx1.lex.df.*", "zero"), ("hx1.state.*", "cut"),
-                                         ("hx1.state.*", "flip"), ("hx1.lex.bstart.*", "gone")])
+# hx3: the default index structure, stemmed BM25 with date words (memcore.storage.mapped)
+@pytest.mark.parametrize("pattern,how", [("hx3.lex.bsize.*", "flip"), ("hx3.lex.doc_row.*", "flip"),
+                                         ("hx3.lex.df.*", "zero"), ("hx3.state.*", "cut"),
+                                         ("hx3.state.*", "flip"), ("hx3.lex.bstart.*", "gone")])
 def test_damaged_hybrid_index_file_is_rebuilt_never_a_wrong_ranking(tmp_path, caplog, pattern,
                                                                      how):
     root = tmp_path / "m"

@@ -223,7 +223,8 @@ class Table:
                      preparer: Callable | None) -> HybridIndex:
         """The hybrid index for ``weights``' structure, built from the live rows on first use."""
         if self.recall is None:
-            self.recall = NamespaceRecall(dim, preparer, vectors=lambda: self.columns.vectors)
+            self.recall = NamespaceRecall(dim, preparer, vectors=lambda: self.columns.vectors,
+                                         created_at=lambda: self.columns.created_at)
         return self.recall.index(weights, self._recall_source)
 
     def _recall_source(self) -> tuple:
@@ -477,11 +478,13 @@ class DiskTable(Table):
         checkpoint (then kept current by every write), else built from the live rows on first
         use (and written at the next checkpoint)."""
         if self.recall is None:
-            self.recall = NamespaceRecall(dim, preparer, vectors=lambda: self.columns.vectors)
+            self.recall = NamespaceRecall(dim, preparer, vectors=lambda: self.columns.vectors,
+                                         created_at=lambda: self.columns.created_at)
         key = weights.structure()
         idx = self.recall.indexes.get(key)
         if idx is None:                       # built in chunks: bounded memory at any size
-            idx = HybridIndex(dim, weights, preparer, vectors=self.recall.vectors)
+            idx = HybridIndex(dim, weights, preparer, vectors=self.recall.vectors,
+                              created_at=self.recall.created_at)
             rows = self.live_rows()
             vecs = self.columns.vectors
             for s in range(0, rows.shape[0], BUILD_CHUNK):
@@ -500,7 +503,8 @@ class DiskTable(Table):
         """Adopt hybrid indexes restored from a checkpoint (``{structure: HybridIndex}``)
         and bring them up to date with the log tail (``events``: ``(row, killed)`` per PUT,
         ``(-1, row)`` per DEL, in log order; ``offsets`` of the tail's PUT records)."""
-        self.recall = NamespaceRecall(dim, preparer, vectors=lambda: self.columns.vectors)
+        self.recall = NamespaceRecall(dim, preparer, vectors=lambda: self.columns.vectors,
+                                         created_at=lambda: self.columns.created_at)
         self.recall.indexes.update(indexes)
         if not len(events):
             return

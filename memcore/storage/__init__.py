@@ -34,7 +34,7 @@ Files
           keyhash.<g>.c<c>.u64  (live,) uint64, ascending: key index at checkpoint c
           keyrow.<g>.c<c>.i64   (live,) int64: the row of each key hash
           hx<s>.<name>.<g>.i<c>.<dtype>  one array of the hybrid index of structure s
-                                (1: stemmed BM25, 0: not) as of checkpoint c
+                                (bit 0: stemmed BM25, bit 1: date words) as of checkpoint c
           hx<s>.state.<g>.i<c>.npz       that index's small state (counters, sums, speakers)
 
 The directory name is injective (the hash covers the exact namespace; the header stores the

@@ -8,7 +8,8 @@ dict (``small_state()``). A checkpoint writes both under new names::
     hx<s>.<name>.<g>.i<i>.<dtype>    one array (raw little-endian, its whole capacity)
     hx<s>.state.<g>.i<i>.npz         the small state (numpy .npz)
 
-``s`` is the index structure (1: stemmed BM25, 0: not), ``g`` the generation and ``i`` the
+``s`` is the index structure (bit 0: stemmed BM25; bit 1: date words, ``HybridWeights.dates``),
+``g`` the generation and ``i`` the
 index checkpoint; the namespace header's ``"index"`` entry names ``i`` and each array's dtype
 and shape. Files are never modified after they are written, so a crash leaves the header's
 index files intact; an index changed since is re-derived from the log tail at open.
@@ -30,8 +31,10 @@ __all__ = ["MappedArrays", "index_prefix", "write_index", "read_index", "index_f
 
 
 def index_prefix(structure: tuple) -> str:
-    """``"hx1"`` / ``"hx0"``: the file prefix of an index structure (``(stem,)``)."""
-    return f"hx{int(bool(structure[0]))}"
+    """``"hx<s>"``: the file prefix of an index structure ``(stem, dates)``, ``s = stem + 2 *
+    dates`` (``"hx1"``: stemmed, no date words, as written before date words existed)."""
+    dates = bool(structure[1]) if len(structure) > 1 else False
+    return f"hx{int(bool(structure[0])) + 2 * int(dates)}"
 
 
 def _suffix(dtype: np.dtype) -> str:
@@ -208,4 +211,4 @@ def index_file_names(generation: int, entry: dict | None) -> set[str]:
 def structures(entry: dict | None) -> Iterable[tuple]:
     """``(structure, manifest)`` of each index a header's ``"index"`` entry names."""
     for s, manifest in (entry or {}).get("structures", {}).items():
-        yield (bool(int(s)),), manifest
+        yield (bool(int(s) & 1), bool(int(s) & 2)), manifest

@@ -20,7 +20,6 @@ is kept, and the vectors are stored once.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import gc
 import json
@@ -675,8 +674,9 @@ class LongTermMemory(MemoryStore):
                                                    entry.get("crc"))
                 indexes[structure] = HybridIndex.restore(
                     self.dim, arrays, state,
-                    dataclasses.replace(HybridWeights(), stem=structure[0]),
-                    self.query_preparer, vectors=lambda t=t: t.columns.vectors)
+                    HybridWeights.for_structure(structure),
+                    self.query_preparer, vectors=lambda t=t: t.columns.vectors,
+                    created_at=lambda t=t: t.columns.created_at)
             except Exception as err:   # derived state: any damage -> rebuilt from the log
                 log = logger.info if self.read_only and _replaced(t.files) else logger.warning
                 log("the hybrid index of namespace %r could not be restored (%s); "
@@ -969,7 +969,7 @@ class LongTermMemory(MemoryStore):
         """``t`` with the hybrid indexes of ``structures`` built and checkpointed (a new
         generation's row ids differ: its indexes are built once here, not on a search)."""
         for structure in structures:
-            t.recall_index(dataclasses.replace(HybridWeights(), stem=structure[0]), self.dim,
+            t.recall_index(HybridWeights.for_structure(structure), self.dim,
                            self.query_preparer)
         if structures and isinstance(t, DiskTable):
             self._checkpoint_step(t)
