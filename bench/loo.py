@@ -288,10 +288,11 @@ def _z(x: np.ndarray) -> np.ndarray:
 class _Extras:
     """One conversation's per-turn context for the extra signals."""
 
-    def __init__(self, conv, vecs: np.ndarray, stem):
+    def __init__(self, conv, vecs: np.ndarray, stem, embed=None):
         from memcore.recall.lexical import LexicalIndex
 
         turns = conv.turns
+        self.turns, self.embed, self.window_vecs = turns, embed, {}
         self.n = len(turns)
         self.keys = [t.dia_id for t in turns]
         self.index = {k: i for i, k in enumerate(self.keys)}
@@ -336,6 +337,16 @@ class _Extras:
                 if res and not hit[i]:
                     hit[i] = _in_span(span, np.array([r[0] for r in res])).any()
             return arg * hit
+        if name == "window":           # the question against an embedding of the turn's window
+            w, back, ahead = arg        # (the turn and its neighbours in its session, one text)
+            if (back, ahead) not in self.window_vecs:
+                texts = []
+                for i, t in enumerate(self.turns):
+                    part = [u for u in self.turns[max(0, i - back):i + ahead + 1]
+                            if u.session == t.session]
+                    texts.append(" ".join(f"{u.speaker}: {u.text}" for u in part))
+                self.window_vecs[(back, ahead)] = np.asarray(self.embed(texts))
+            return w * _z(self.window_vecs[(back, ahead)] @ v)
         if name == "recency":
             if not _RECENT.search(question):
                 return np.zeros(self.n)
@@ -385,7 +396,7 @@ def evaluate(convs, kind: str, settings: dict, emb, top_k: int = 25) -> dict:
             if extras is None:
                 from memcore.recall.hybrid import _stemmer
 
-                extras = _Extras(conv, vecs, _stemmer())
+                extras = _Extras(conv, vecs, _stemmer(), lambda texts: emb(kind, texts))
                 preps = [store.prepare(ns, q.question) for q in qs]
             tv = st.get("texts")
             if (tv, st["hybrid"]) not in bases:
@@ -539,6 +550,11 @@ def candidates(grid: str, kind: str, dates: bool = True) -> dict:
     if grid == "dates":     # the library's HybridWeights.dates (created_at day words in BM25)
         out["dates=False"] = {"hybrid": replace(base, dates=False)}
         out["dates + resolved relative dates"] = {"hybrid": base, "texts": "resolved"}
+    if grid == "window":    # a second vector per memory: its window's text embedded as one
+        for back, ahead in ((1, 0), (2, 0), (1, 1)):
+            for w in (0.25, 0.5, 1.0):
+                out[f"window -{back}/+{ahead} w={w}"] = {"hybrid": base,
+                                                          "extra": {"window": (w, back, ahead)}}
     if grid == "recency":   # idea 3: recency cue words raise a z(created_at) signal
         for w in (0.1, 0.25, 0.5, 1.0):
             out[f"recency cue {w}"] = {"hybrid": base, "extra": {"recency": w}}
@@ -565,7 +581,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--kind", default="minilm-int8", choices=("minilm-int8", "hashing"))
     p.add_argument("--grid", default="weights", choices=("default", "weights", "prf", "full", "diverse", "diversity", "rm3", "qform", "combo",
-                            "session", "temporal", "recency", "entity", "entity2", "dates"))
+                            "session", "temporal", "recency", "entity", "entity2", "dates", "window"))
     p.add_argument("--dates", default="on", choices=("on", "off"),
                    help="HybridWeights.dates of the preset every candidate starts from")
     p.add_argument("--data", default=None)
