@@ -246,6 +246,29 @@ def _in_span(span, times: np.ndarray) -> np.ndarray:
 
 _RECENT = re.compile(r"\b(recent|recently|latest|last time|now|currently|current|lately)\b",
                      re.IGNORECASE)
+_NOT_PLURAL = frozenset("is was does has his this us its hers yours ours theirs as always perhaps "
+                        "whereas news across various".split())
+
+
+def _list_cue(question: str) -> bool:
+    """A question asking for several things ("What books has John read?", "What are some
+    ..."): "some"/"ways"/"kinds"/"types", or a plural-looking word within three words after
+    what/which (before its verb). Catches 72 of 172 multi-hop questions, 41 of 480 single-hop."""
+    t = re.findall(r"[a-z]+", question.lower())
+    if {"some", "ways", "kinds", "types"} & set(t):
+        return True
+    for i, w in enumerate(t):
+        if w in ("what", "which"):
+            for x in t[i + 1:i + 4]:
+                if x in ("is", "was", "did", "does", "do", "has", "had", "are", "were"):
+                    break
+                if x.endswith("s") and len(x) > 3 and x not in _NOT_PLURAL \
+                        and not x.endswith("ss"):
+                    return True
+            break
+    return False
+
+
 _CAP = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-zA-Z'-]{2,})")
 
 
@@ -425,8 +448,12 @@ def evaluate(convs, kind: str, settings: dict, emb, top_k: int = 25) -> dict:
                 out[name][conv.sample_id] = rows
                 continue
             for q, v in zip(qs, forms[st["qform"]] if st.get("qform") else qvecs):
+                hw = st["hybrid"]
+                if st.get("listcue") and _list_cue(q.question):
+                    lam, r = st["listcue"]
+                    hw = replace(hw, diversity=lam, diversity_window=r)
                 hits = store.search(ns, q.question, top_k=top_k, threshold=-1.0, touch=False,
-                                    query_vector=v, hybrid=st["hybrid"])
+                                    query_vector=v, hybrid=hw)
                 if st.get("diverse"):
                     hits = _diverse(store, ns, q.question, v, st["hybrid"], st["diverse"],
                                     vec_of, top_k)
@@ -555,6 +582,11 @@ def candidates(grid: str, kind: str, dates: bool = True) -> dict:
             for w in (0.25, 0.5, 1.0):
                 out[f"window -{back}/+{ahead} w={w}"] = {"hybrid": base,
                                                           "extra": {"window": (w, back, ahead)}}
+    if grid == "listcue":   # episode diversity only for questions asking for several things
+        for lam in (0.5, 1.0, 1.5, 2.0):
+            for r in (1, 2):
+                out[f"list cue: diversity={lam} window={r}"] = {"hybrid": base,
+                                                                 "listcue": (lam, r)}
     if grid == "recency":   # idea 3: recency cue words raise a z(created_at) signal
         for w in (0.1, 0.25, 0.5, 1.0):
             out[f"recency cue {w}"] = {"hybrid": base, "extra": {"recency": w}}
@@ -581,7 +613,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--kind", default="minilm-int8", choices=("minilm-int8", "hashing"))
     p.add_argument("--grid", default="weights", choices=("default", "weights", "prf", "full", "diverse", "diversity", "rm3", "qform", "combo",
-                            "session", "temporal", "recency", "entity", "entity2", "dates", "window"))
+                            "session", "temporal", "recency", "entity", "entity2", "dates", "window", "listcue"))
     p.add_argument("--dates", default="on", choices=("on", "off"),
                    help="HybridWeights.dates of the preset every candidate starts from")
     p.add_argument("--data", default=None)
