@@ -128,7 +128,10 @@ class BM25:
         """BM25 of every document for each query: (n_queries, n) float32."""
         toks = self._bm25s.tokenize(list(queries), stopwords="en", stemmer=self.stemmer,
                                     show_progress=False, return_ids=False)
-        return np.stack([np.asarray(self.retriever.get_scores(t), np.float32) for t in toks])
+        # A query of stop words only has no tokens: every document scores 0 (bm25s would
+        # read the missing first token).
+        return np.stack([np.asarray(self.retriever.get_scores(t), np.float32) if len(t)
+                         else np.zeros(self.n, np.float32) for t in toks])
 
     def rank(self, queries: list, k: int) -> np.ndarray:
         """Row indices (n_queries, min(k, n)), best first."""
