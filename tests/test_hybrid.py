@@ -156,6 +156,36 @@ def test_context_windows_equal_recomputation(seq, sums_first):
                             _unit(rng, 3))
 
 
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 11), st.sampled_from([None, "a", "b"]),
+                          st.lists(st.sampled_from(WORDS), min_size=1, max_size=4)),
+                max_size=30),
+       st.lists(st.integers(0, 13), max_size=12), st.booleans())
+def test_delete_many_equals_deletes_in_turn(puts, gone, sums_first):
+    """One delete_many (repeats and absent rows included) leaves the index as deleting the
+    rows one by one does: windows, codes, BM25, window-document lengths, and the moment
+    sums (updated once for the batch) to 1e-9."""
+    rng = np.random.default_rng(len(puts) + 7 * len(gone))
+    w = HybridWeights(stem=False)
+    a, b = HybridIndex(DIM, w), HybridIndex(DIM, w)
+    if sums_first:
+        for r in (0, 1, 2, 3, 4):
+            a._moment_sums(0.4, r)
+            b._moment_sums(0.4, r)
+    for row, ep, words in puts:
+        vec = _unit(rng, 1)[0]
+        a.put(row, " ".join(words), vec, episode=ep)
+        b.put(row, " ".join(words), vec, episode=ep)
+    expect = sum(b.delete(r) for r in dict.fromkeys(gone))
+    assert a.delete_many(gone) == expect
+    assert index_state(a) == index_state(b)
+    for ws in ({}, {"dense_window": 0, "lexical_window": 4, "alpha": 0.3},
+               {"dense_window": 4, "lexical_window": 1}):
+        wq = HybridWeights(stem=False, **ws)
+        assert_same_signals(a, b, wq, ("robot dock", "apple red noon", "kitchen"),
+                            _unit(rng, 3))
+
+
 def test_hybrid_search_uses_every_signal():
     idx = HybridIndex(4, query_preparer=DefaultQueryPreparer())
     e = np.eye(4, dtype=np.float32)

@@ -266,8 +266,7 @@ class Table:
         idx = np.asarray(rows, np.int64)
         imps = [batch.importance[j] for j in sel]
         if self.recall is not None:                  # the index reads a row's old vector
-            for r in rows:                           # when it leaves: before overwriting
-                self.recall.delete(r)
+            self.recall.delete_many(rows)            # when it leaves: before overwriting
         if columns:
             if batch.vectors is not None:
                 c.vectors[idx] = batch.vectors[sel] if pick is not None else batch.vectors
@@ -328,8 +327,7 @@ class Table:
         for r in rows:
             key_of[r] = texts[r] = metas[r] = None
         if self.recall is not None:
-            for r in rows:
-                self.recall.delete(r)
+            self.recall.delete_many(rows)
         if self.reuse:
             self.free.extend(rows)
 
@@ -606,8 +604,7 @@ class DiskTable(Table):
             m[idx[idx < m.shape[0]]] = False
         if self.recall is not None:
             self.index_dirty = self.index_dirty or bool(self.recall.indexes)
-            for r in rows:
-                self.recall.delete(r)
+            self.recall.delete_many(rows)
 
     def checkpoint(self) -> None:
         """Write a checkpoint (:meth:`NamespaceFiles.checkpoint`), the hybrid indexes
