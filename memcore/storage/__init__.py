@@ -114,9 +114,10 @@ record.
 
 Commit protocol
 ---------------
-A write (``put``, ``put_many``, ``put_stored``, ``delete``) first writes vectors and columns of
-*new* rows into the memory maps (never touching a committed row's vector), then appends its
-records to the log with one ``write`` -- the commit point. ``put_many`` commits once: a
+A write (``put``, ``put_many``, ``put_stored``, ``delete``, ``delete_many``) first writes
+vectors and columns of *new* rows into the memory maps (never touching a committed row's
+vector), then appends its records to the log with one ``write`` -- the commit point. ``put_many`` commits once (as do
+``delete_many`` and a namespace's ``sweep``, their DEL records one batch): a
 batch of several records is written with its first record's magic pending (first byte 0,
 :data:`~memcore.storage.records.PENDING_MAGIC`), then committed by writing that one byte
 (``"fsync"``: after syncing the records). A process killed mid-batch leaves an intact
