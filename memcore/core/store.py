@@ -27,8 +27,9 @@ another. Semantics every store keeps (and the state-machine tests check):
 The **tier protocol** (:class:`Tier`) is what :class:`~memcore.TwoTierMemory` needs of a tier
 beyond the public API, for a query it resolved once: ``signals``/``scan`` it, ``refresh``
 what was returned; ``write`` validated :class:`~memcore.core.rows.Rows`; read ``lifecycle``,
-``key_list`` and ``speakers`` of a canonical namespace. These trust their input: it was
-validated when the query or rows were built.
+``key_list`` and ``speakers`` of a canonical namespace, ``delete_keys`` of it (validated
+distinct keys). These trust their input: it was validated when the query, rows or keys were
+built.
 """
 
 from __future__ import annotations
