@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -228,3 +229,31 @@ def test_an_exception_at_any_step_is_all_or_nothing(tmp_path):
         step += 2
     s.close()
     assert step > 10
+
+
+@pytest.mark.parametrize("op", ["delete_many", "sweep"])
+def test_an_os_error_raises_store_io_error_and_deletes_nothing(tmp_path, op):
+    """A failing log write (the log's fd made read-only underneath the store) is a
+    StoreIOError (a MemcoreError and an OSError) for delete_many and a disk sweep alike,
+    and the reopened store still holds every key."""
+    from memcore import StoreIOError
+
+    clock = FakeClock()
+    with disk(tmp_path / "m", clock) as s:
+        fill(s, clock, set(KEYS), set(KEYS[:4]))
+    s = disk(tmp_path / "m", clock)
+    files = s._tables[("ns",)].files
+    ro = os.open(os.devnull, os.O_RDONLY)
+    try:
+        os.dup2(ro, files._fd)
+        with pytest.raises(StoreIOError) as info:
+            s.delete_many("ns", KEYS[:6]) if op == "delete_many" else s.sweep()
+        assert isinstance(info.value, OSError)
+    finally:
+        os.close(ro)
+        s._release()                                # the store is as a killed process left it
+        s._closed = True
+    with disk(tmp_path / "m", clock, read_only=True) as r:
+        assert sorted(r.keys("ns")) == sorted(KEYS[4:])
+        assert r.count("ns") == 8
+        assert r.stats()[("ns",)]["live"] == 12     # the expired ones: not swept either

@@ -919,6 +919,7 @@ class LongTermMemory(MemoryStore):
                 self._checkpoint_step(t)
         return live
 
+    @_disk
     def _remove(self, ns: Namespace, table: Table, found: Sequence[tuple[str, int]]) -> None:
         """On disk: commit the DEL records of ``found`` (one append), then remove the keys in
         RAM, as one step (:meth:`_step`). Lock held."""
