@@ -3,7 +3,7 @@ one log commit (one write, one fdatasync with "fsync") instead of one per key, a
 saves SemanticMemory's journal trim at each consolidation.
 
 Both sides alternate in the same run (the ratio is the figure, never an absolute bound);
-smoke mode runs 5 rounds, ``--benchmark-enable`` 40. Figures land in ``benchmark.extra_info``
+smoke mode runs 2 rounds, ``--benchmark-enable`` 40. Figures land in ``benchmark.extra_info``
 (printed with ``-s``).
 """
 
@@ -47,7 +47,7 @@ def test_delete_many_vs_deletes(benchmark, tmp_path, bench_enabled, durability):
         assert gone == N
         return took
 
-    med = _alternate(40 if bench_enabled else 5, run)
+    med = _alternate(40 if bench_enabled else 2, run)
     benchmark.pedantic(run, args=("batch", -1), rounds=1, iterations=1)
     s.close()
     report(benchmark, durability=durability, keys=N, deletes_ms=med["loop"] * 1e3,
@@ -89,7 +89,7 @@ def test_journal_trim(benchmark, tmp_path, bench_enabled, durability):
         assert sum(mem.long.count(j) for j in mem.long.namespaces(journal)) == 0
         return took
 
-    med = _alternate(40 if bench_enabled else 5, run)
+    med = _alternate(40 if bench_enabled else 2, run)
     benchmark.pedantic(run, args=("batch", -1), rounds=1, iterations=1)
     mem.close()
     tl, tb = (float(np.median(trims[w][:-1] if w == "batch" else trims[w])) for w in trims)
