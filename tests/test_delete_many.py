@@ -190,7 +190,7 @@ def test_a_torn_batch_is_cut_whole_never_a_prefix(tmp_path, durability):
     full = log.read_bytes()
     assert len(full) > l0 + 8 * 12 and full[l0] == storage.records.MAGIC & 0xFF
     for cut in sorted({l0 + 1, l0 + 12, l0 + 20, len(full) - 1, len(full),
-                       *range(l0 + 1, len(full), 7)}):
+                       *range(l0 + 1, len(full), 11)}):
         root = tmp_path / f"c{cut}"
         shutil.copytree(src, root)
         (ns_dir(root) / "log.0").write_bytes(full[:l0] + b"\0" + full[l0 + 1:cut])
