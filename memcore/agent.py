@@ -577,9 +577,9 @@ class SemanticMemory:
         """Drop from the journal what the short tier no longer holds (promoted or evicted)."""
         for jns in self.long.namespaces((SHORT_JOURNAL,) + self.prefix):
             held = set(self.short.keys(jns[1:]))
-            for k in self.long.keys(jns):
-                if k not in held:
-                    self.long.delete(jns, k)
+            gone = [k for k in self.long.keys(jns) if k not in held]
+            if gone:
+                self.long.delete_many(jns, gone)      # one commit (log append) per namespace
 
     # ------------------------------------------------------------------ writing
     def _write(self, writes: list[_Write]) -> None:

@@ -355,12 +355,13 @@ class TwoTierMemory(MemoryStore):
                 self.long.touch(namespace, [k for k in keys if k not in in_short])
 
     # ------------------------------------------------------------------ removal
-    def delete(self, namespace: NamespaceLike, key: str) -> bool:
-        """Remove ``key`` from both tiers; True when either held it."""
+    def delete_keys(self, namespace: Namespace, keys: Sequence[str]) -> list[str]:
+        """Remove ``keys`` from both tiers (so ``delete``/``delete_many`` act on both); the
+        keys either tier held live (tier protocol)."""
         with self._lock:
-            a = self.short.delete(namespace, key)
-            b = self.long.delete(namespace, key)
-            return a or b
+            a = self.short.delete_keys(namespace, keys)
+            b = self.long.delete_keys(namespace, keys)
+            return list(dict.fromkeys(a + b))
 
     def clear(self, namespace: NamespaceLike) -> int:
         """Remove every memory of ``namespace`` from both tiers; returns how many distinct keys."""

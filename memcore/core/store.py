@@ -27,8 +27,9 @@ another. Semantics every store keeps (and the state-machine tests check):
 The **tier protocol** (:class:`Tier`) is what :class:`~memcore.TwoTierMemory` needs of a tier
 beyond the public API, for a query it resolved once: ``signals``/``scan`` it, ``refresh``
 what was returned; ``write`` validated :class:`~memcore.core.rows.Rows`; read ``lifecycle``,
-``key_list`` and ``speakers`` of a canonical namespace. These trust their input: it was
-validated when the query or rows were built.
+``key_list`` and ``speakers`` of a canonical namespace, ``delete_keys`` of it (validated
+distinct keys). These trust their input: it was validated when the query, rows or keys were
+built.
 """
 
 from __future__ import annotations
@@ -151,6 +152,7 @@ class Tier(Protocol):
     def vector(self, namespace: NamespaceLike, key: str) -> np.ndarray | None: ...
     def touch(self, namespace: NamespaceLike, keys: Iterable[str]) -> int: ...
     def delete(self, namespace: NamespaceLike, key: str) -> bool: ...
+    def delete_keys(self, namespace: Namespace, keys: Sequence[str]) -> list[str]: ...
     def clear(self, namespace: NamespaceLike) -> int: ...
     def count(self, namespace: NamespaceLike) -> int: ...
     def namespaces(self, prefix: NamespaceLike | None = None) -> list[Namespace]: ...
@@ -215,9 +217,6 @@ class MemoryStore:
     def _apply(self, rows: Rows) -> None:
         """Apply a batch with vectors and lifecycle set. Lock held."""
         raise NotImplementedError
-
-    def _deleting(self, table: Table, key: str, row: int) -> None:
-        """Called before ``key`` (at ``row``) is deleted. Lock held."""
 
     def _discard(self, table: Table) -> None:
         """Called when ``clear`` drops a namespace's table. Lock held."""
@@ -557,22 +556,71 @@ class MemoryStore:
         """
         self._check_write()
         ns, key = _validate.namespace(namespace), _validate.key(key)
+        return bool(self.delete_keys(ns, [key]))
+
+    def delete_many(self, namespace: NamespaceLike, keys: Iterable[str]) -> int:
+        """Remove ``keys`` of ``namespace`` at once; returns how many existed (as a loop of
+        :meth:`delete`: an expired memory is removed and not counted, a repeated key counts
+        once, an unknown namespace gives 0).
+
+        Every key is validated before anything is removed: bad input deletes nothing. On
+        disk (:class:`~memcore.LongTermMemory`) the batch is one log commit, all or nothing
+        after a crash, as a ``put_many``.
+
+        Parameters
+        ----------
+        namespace : str or tuple of str
+        keys : iterable of str
+            Not a str itself.
+
+        Returns
+        -------
+        int
+            How many of ``keys`` were live memories (0..number of distinct keys).
+
+        Raises
+        ------
+        InvalidNamespaceError, InvalidTextError
+            A malformed namespace or key (nothing deleted).
+        InvalidArgumentTypeError
+            If ``keys`` is a str, bytes or not iterable.
+        ReadOnlyStoreError
+
+        Examples
+        --------
+        >>> from memcore import ShortTermMemory
+        >>> stm = ShortTermMemory(capacity=5)
+        >>> _ = stm.put("robot", "a", "red door"); _ = stm.put("robot", "b", "blue door")
+        >>> stm.delete_many("robot", ["a", "b", "a", "missing"]), stm.keys("robot")
+        (2, [])
+        """
+        self._check_write()
+        ns = _validate.namespace(namespace)
+        if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
+            raise InvalidArgumentTypeError(
+                f"keys must be an iterable of str (a list, not one str), got {keys!r}")
+        return len(self.delete_keys(ns, list(dict.fromkeys(_validate.key(k) for k in keys))))
+
+    def delete_keys(self, namespace: Namespace, keys: Sequence[str]) -> list[str]:
+        """Remove distinct validated ``keys`` of a canonical namespace; returns those that
+        were live (tier protocol, :meth:`delete_many`)."""
         with self._lock:
             self._check_write()
-            table = self._tables.get(ns)
-            row = None if table is None else table.keys.get(key)
-            if row is None:
-                return False
-            expired = table.expiry is not None and table.row_expired(
-                row, _query.now(self.clock))
-            self._remove(ns, table, [(key, row)])
-            return not expired
+            table = self._tables.get(namespace)
+            if table is None:
+                return []
+            get = table.keys.get
+            found = [(k, r) for k, r in zip(keys, map(get, keys)) if r is not None]
+            if not found:
+                return []
+            now = _query.now(self.clock) if table.expiry is not None else 0.0
+            live = [k for k, r in found if not table.row_expired(r, now)]
+            self._remove(namespace, table, found)
+            return live
 
     def _remove(self, ns: Namespace, table: Table, found: Sequence[tuple[str, int]]) -> None:
         """Delete live ``(key, row)`` pairs of ``table``. Lock held."""
-        for key, row in found:
-            self._deleting(table, key, row)
-            table.remove([key])
+        table.remove([key for key, _ in found])
         if self.drop_empty and not table.keys:
             del self._tables[ns]
 

@@ -114,15 +114,16 @@ record.
 
 Commit protocol
 ---------------
-A write (``put``, ``put_many``, ``put_stored``, ``delete``) first writes vectors and columns of
-*new* rows into the memory maps (never touching a committed row's vector), then appends its
-records to the log with one ``write`` -- the commit point. ``put_many`` commits once: a
-batch of several records is written with its first record's magic pending (first byte 0,
-:data:`~memcore.storage.records.PENDING_MAGIC`), then committed by writing that one byte
-(``"fsync"``: after syncing the records). A process killed mid-batch leaves an intact
-pending record followed by some of the batch: recovery cuts the log there like a torn tail,
-so the batch is all or nothing (a single record is atomic by its CRC). The bytes of a
-committed batch are the same as before: format 2 is unchanged.
+A write (``put``, ``put_many``, ``put_stored``, ``delete``, ``delete_many``) first writes
+vectors and columns of *new* rows into the memory maps (never touching a committed row's
+vector), then appends its records to the log with one ``write`` -- the commit point.
+``put_many`` commits once (as do ``delete_many`` and a namespace's ``sweep``, their DEL
+records one batch): a batch of several records is written with its first record's magic
+pending (first byte 0, :data:`~memcore.storage.records.PENDING_MAGIC`), then committed by
+writing that one byte (``"fsync"``: after syncing the records). A process killed mid-batch
+leaves an intact pending record followed by some of the batch: recovery cuts the log there
+like a torn tail, so the batch is all or nothing (a single record is atomic by its CRC). The
+bytes of a committed batch are the same as before: format 2 is unchanged.
 
 - ``durability="flush"`` (default): the records are written to the OS before the call returns.
   An acknowledged write survives the process being killed (the memory maps and the log share

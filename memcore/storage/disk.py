@@ -624,10 +624,12 @@ class NamespaceFiles:
         self.records += len(keys)
         return offsets
 
-    def delete(self, cols: Columns, row: int, key: str) -> None:
-        """Commit a DEL record of ``key`` at ``row``."""
-        self.append(encode_delete(row, key.encode("utf-8")), cols)
-        self.records += 1
+    def delete(self, cols: Columns, rows: Sequence[int], keys: Sequence[str]) -> None:
+        """Commit the DEL records of ``keys`` at their ``rows`` with one append (several
+        records: one batch, all or nothing after a crash, see :meth:`_write_batch`)."""
+        self.append(b"".join(encode_delete(row, key.encode("utf-8"))
+                             for row, key in zip(rows, keys)), cols)
+        self.records += len(keys)
 
     def verified_log(self, vectors: np.ndarray, rows: Sequence[int], offsets: np.ndarray,
                      cols: Columns, what: str) -> bytes:

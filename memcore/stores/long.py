@@ -907,25 +907,28 @@ class LongTermMemory(MemoryStore):
         t.write(t.take(m), rows, columns=False)
 
     @_disk
-    def delete(self, namespace: NamespaceLike, key: str) -> bool:
-        """As :meth:`MemoryStore.delete`; a delete that brings the log past the checkpoint
-        interval writes a checkpoint (as a put does)."""
-        if self.path is None:
-            return super().delete(namespace, key)
-        ns = _validate.namespace(namespace)
+    def delete_keys(self, namespace: Namespace, keys: Sequence[str]) -> list[str]:
+        """As :meth:`MemoryStore.delete_keys` (so :meth:`~MemoryStore.delete` and
+        :meth:`~MemoryStore.delete_many`); on disk the DEL records of the keys are one log
+        commit (all or nothing after a crash, as a ``put_many``), and a delete that brings the
+        log past the checkpoint interval writes a checkpoint (as a put does)."""
         with self._lock:
-            found = super().delete(namespace, key)
-            self._stale.discard(ns)         # marked by _deleting: the DEL and its removal done
-            t = self._tables.get(ns)
-            if found and isinstance(t, DiskTable) and t.files.checkpoint_due(t.rows):
+            live = super().delete_keys(namespace, keys)
+            t = self._tables.get(namespace)
+            if live and isinstance(t, DiskTable) and t.files.checkpoint_due(t.rows):
                 self._checkpoint_step(t)
-        return found
+        return live
 
     @_disk
-    def _deleting(self, table: Table, key: str, row: int) -> None:
-        if table.files is not None:
-            self._stale.add(table.namespace)   # until delete() has removed the key in RAM
-            table.files.delete(table.columns, row, key)
+    def _remove(self, ns: Namespace, table: Table, found: Sequence[tuple[str, int]]) -> None:
+        """On disk: commit the DEL records of ``found`` (one append), then remove the keys in
+        RAM, as one step (:meth:`_step`). Lock held."""
+        if table.files is None or not found:
+            super()._remove(ns, table, found)
+            return
+        with self._step(ns):
+            table.files.delete(table.columns, [r for _, r in found], [k for k, _ in found])
+            table.remove([k for k, _ in found])
 
     @_disk
     def _discard(self, table: Table) -> None:

@@ -721,26 +721,28 @@ class PostgresMemory(MemoryStore):
             rows.created_at = np.asarray([r[0] for r in out], np.float64)
             rows.access_count = np.asarray([r[1] for r in out], np.int64)
 
-    def delete(self, namespace: NamespaceLike, key: str) -> bool:
-        """As :meth:`MemoryStore.delete`."""
+    def delete_keys(self, namespace: Namespace, keys: Sequence[str]) -> list[str]:
+        """As :meth:`MemoryStore.delete_keys` (so :meth:`~MemoryStore.delete` and
+        :meth:`~MemoryStore.delete_many`): one transaction, each deleted key recorded in
+        ``memcore_deleted`` for the replicas."""
         self._check_write()
-        ns, key = _validate.namespace(namespace), _validate.key(key)
         now = _query.now(self.clock)
+        nst = _ns_text(namespace)
 
         def run(conn):
-            if not self._lock_ns(conn, ns, create=False):
-                return False
-            row = conn.execute(f"DELETE FROM {self._t('memcore_memories')} WHERE namespace = %s "
-                               f"AND key = %s RETURNING expires_at", [_ns_text(ns), key]
-                               ).fetchone()
-            gone = int(row is not None)
-            if gone:
-                conn.execute(f"INSERT INTO {self._t('memcore_deleted')} AS d VALUES (%s, %s, "
-                             f"nextval('{self._t('memcore_seq')}')) ON CONFLICT (namespace, key) "
-                             f"DO UPDATE SET seq = excluded.seq", [_ns_text(ns), key])
+            if not self._lock_ns(conn, namespace, create=False):
+                return []
+            rows = conn.execute(f"DELETE FROM {self._t('memcore_memories')} WHERE namespace = %s "
+                                f"AND key = ANY(%s) RETURNING key, expires_at",
+                                [nst, list(keys)]).fetchall()
+            if rows:
+                conn.execute(f"INSERT INTO {self._t('memcore_deleted')} AS d "
+                             f"SELECT %s, k, nextval('{self._t('memcore_seq')}') "
+                             f"FROM unnest(%s::text[]) AS k ON CONFLICT (namespace, key) "
+                             f"DO UPDATE SET seq = excluded.seq", [nst, [r[0] for r in rows]])
             conn.execute(f"UPDATE {self._t('memcore_namespaces')} SET live = live - %s "
-                         f"WHERE namespace = %s", [gone, _ns_text(ns)])
-            return row is not None and not 0 < row[0] <= now
+                         f"WHERE namespace = %s", [len(rows), nst])
+            return [k for k, expires_at in rows if not 0 < expires_at <= now]
         return self._run(run)
 
     def clear(self, namespace: NamespaceLike) -> int:
