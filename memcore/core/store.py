@@ -1051,6 +1051,17 @@ tier=<MemoryTier.SHORT: 'short'>, expires_at=None, ttl=None), [('r',)]]
         """
         return await asyncio.to_thread(self.delete, namespace, key)
 
+    async def adelete_many(self, namespace: NamespaceLike, keys: Iterable[str]) -> int:
+        """:meth:`delete_many` on a worker thread (same arguments, result and errors).
+
+        Examples
+        --------
+        >>> import asyncio; from memcore import ShortTermMemory
+        >>> asyncio.run(ShortTermMemory(capacity=5).adelete_many("robot", ["a", "b"]))
+        0
+        """
+        return await asyncio.to_thread(self.delete_many, namespace, keys)
+
     async def asearch(self, query: Any, text: str | None = None, **kwargs: Any
                       ) -> list[MemoryHit]:
         """:meth:`search` on a worker thread (same arguments, result and errors).
