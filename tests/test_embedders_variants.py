@@ -89,6 +89,7 @@ def test_build_is_reproducible(tmp_path, default_build, caplog, capfd):
     assert m1["variant"] == DEFAULT_VARIANT and m1["recipe_version"] == variants.RECIPE_VERSION
 
 
+@pytest.mark.slow   # four builds; broken_build relies on a valid cached build being reused
 def test_cached_build_is_reused_and_verified(tmp_path, monkeypatch):
     path = build("fused", tmp_path)
     sha = json.loads((path.parent / "manifest.json").read_text())["sha256"]
