@@ -21,7 +21,7 @@ embedding cache) is served by a real ``memcore mcp`` subprocess; the SDK's stdio
   server's writer thread): writes must not block a recall.
 
 Sizes: 300 as a smoke test (a fresh checkout embeds them); 1e3 and 1e4 under
-``--benchmark-enable``. Figures in ``benchmark.extra_info``:
+``--benchmark-enable``. ``writing`` is marked ``slow`` (a second server and store). Figures in ``benchmark.extra_info``:
 ``python -m pytest bench/test_bench_mcp.py --benchmark-enable -s``.
 """
 
@@ -121,7 +121,7 @@ def _p50_ms(samples):
 
 
 @pytest.mark.data("locomo")
-@pytest.mark.parametrize("writes", ["idle", "writing"])
+@pytest.mark.parametrize("writes", ["idle", pytest.param("writing", marks=pytest.mark.slow)])
 def test_mcp_recall_latency(benchmark, n_items, writes, tmp_path, shared, bench_enabled):
     require("mcp", "mcp")
     from memcore import LongTermMemory

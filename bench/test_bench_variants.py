@@ -9,7 +9,8 @@ and runs each measurement on a few texts. Real numbers::
 - ``test_tick_latency[variant]``: one ~30-word-piece text, 1 intra-op thread, LRU cache off;
   ``extra_info["median_ms"]``.
 - ``test_batch_throughput[variant]``: LoCoMo dialog turns, batch 32, 1 thread;
-  ``extra_info["texts_per_s"]``.
+  ``extra_info["texts_per_s"]``. The smoke run keeps ``packaged`` and the default variant;
+  the others are marked ``slow``.
 - ``test_speed_table``: every variant and sentence-transformers fp32 on PyTorch (1 thread)
   measured interleaved in one run, so the ratios are fair on a noisy shared machine;
   ``extra_info["rows"]`` and a printed table. The sentence-transformers row is skipped, with the
@@ -89,7 +90,9 @@ def test_tick_latency(benchmark, embedders, variant, full_run):
 
 
 @pytest.mark.data("locomo")
-@pytest.mark.parametrize("variant", ALL)
+@pytest.mark.parametrize("variant", [v if v in ("packaged", DEFAULT_VARIANT)   # the others:
+                                     else pytest.param(v, marks=pytest.mark.slow)  # in the
+                                     for v in ALL])     # speed table and tick latency smokes
 def test_batch_throughput(benchmark, embedders, variant, full_run):
     emb = embedders[variant]
     texts = locomo_turns()[: 1024 if full_run else 64]

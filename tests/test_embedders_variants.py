@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
 
 import numpy as np
 import pytest
@@ -38,6 +39,12 @@ def default_embedder(cache_root):
     return MiniLMEmbedder(cache_size=0).load()
 
 
+@pytest.fixture(scope="module")
+def default_build(cache_root):
+    """The default variant's ``model.onnx``, built once for the module (in ``cache_root``)."""
+    return build(DEFAULT_VARIANT, cache_root)
+
+
 @pytest.mark.data("minilm-reference")
 def test_default_variant_passes_agreement_gate(default_embedder, reference):
     texts, expected = reference
@@ -66,14 +73,15 @@ def test_per_call_scale_variants_are_named():
     assert not {"packaged", "fused"} & variants.PER_CALL_SCALES
 
 
-def test_build_is_reproducible(tmp_path, cache_root, caplog, capfd):
+def test_build_is_reproducible(tmp_path, default_build, caplog, capfd):
     handlers = list(logging.getLogger().handlers)
     with caplog.at_level(logging.DEBUG):
         first = build(DEFAULT_VARIANT, tmp_path / "a")
     assert not [r for r in caplog.records if "pre-processing" in r.getMessage()]
     assert "pre-processing" not in capfd.readouterr().err
     assert logging.getLogger().handlers == handlers           # no basicConfig side effect
-    second = build(DEFAULT_VARIANT, tmp_path / "b")
+    second = default_build                                    # another build, in cache_root
+    assert second.parent != first.parent
     m1 = json.loads((first.parent / "manifest.json").read_text())
     m2 = json.loads((second.parent / "manifest.json").read_text())
     assert m1["sha256"] == m2["sha256"]
@@ -81,6 +89,7 @@ def test_build_is_reproducible(tmp_path, cache_root, caplog, capfd):
     assert m1["variant"] == DEFAULT_VARIANT and m1["recipe_version"] == variants.RECIPE_VERSION
 
 
+@pytest.mark.slow   # four builds; broken_build relies on a valid cached build being reused
 def test_cached_build_is_reused_and_verified(tmp_path, monkeypatch):
     path = build("fused", tmp_path)
     sha = json.loads((path.parent / "manifest.json").read_text())["sha256"]
@@ -146,7 +155,7 @@ def test_self_check_verdict_is_cached_beside_the_build(default_embedder):
 
 
 @pytest.fixture
-def broken_build(tmp_path, monkeypatch):
+def broken_build(tmp_path, monkeypatch, default_build):
     """A private cache whose default-variant build is damaged (one weight matrix scaled by 3)
     with a consistent manifest, so it is accepted as built and only the self-check can tell."""
     import onnx
@@ -154,7 +163,12 @@ def broken_build(tmp_path, monkeypatch):
 
     monkeypatch.setenv(variants.CACHE_DIR_ENV, str(tmp_path))
     monkeypatch.setattr(onnx_mod, "_warned_fallback", set())
+    folder = variants.variant_dir(DEFAULT_VARIANT, tmp_path)
+    folder.mkdir(parents=True)
+    for name in (default_build.name, "manifest.json"):    # the module's build, copied (no verdict)
+        shutil.copyfile(default_build.parent / name, folder / name)
     path = build(DEFAULT_VARIANT)
+    assert path == folder / default_build.name and variants.read_verdict(path) is None
     model = onnx.load(str(path))
     scales = [t for t in model.graph.initializer if t.name.endswith("_scale")
               and numpy_helper.to_array(t).size == 384]

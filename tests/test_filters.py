@@ -169,9 +169,20 @@ def filters(draw, t0, t1):
 
 
 CASES = [c for c in STORE_CASES if c.vectors] + ["disk"]
+PG_CASES = [c for c in STORE_CASES if c.id == "postgres"]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c if isinstance(c, str) else c.id)
+def pg_slow(cases):
+    """``cases`` with the PostgreSQL one in the slow tier (a fresh schema per example is the
+    cost); each property below runs it with a few examples in the default run as well."""
+    return [pytest.param(c, marks=pytest.mark.slow) if c in PG_CASES else c for c in cases]
+
+
+def case_id(c):
+    return c if isinstance(c, str) else c.id
+
+
+@pytest.mark.parametrize("case", pg_slow(CASES), ids=case_id)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_filtered_search_matches_brute_force_oracle(case, data):
@@ -207,6 +218,14 @@ def test_filtered_search_matches_brute_force_oracle(case, data):
         if tmp is not None:
             store.close()
             tmp.cleanup()
+
+
+@pytest.mark.parametrize("case", PG_CASES, ids=case_id)
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_filtered_search_matches_brute_force_oracle_quick(case, data):
+    """The PostgreSQL case of the property above with 8 examples (60 in the slow tier)."""
+    test_filtered_search_matches_brute_force_oracle.hypothesis.inner_test(case, data)
 
 
 def test_filter_is_a_mask_inside_ranking_on_the_codes_path():
@@ -317,7 +336,7 @@ def test_compiled_predicate_equals_the_matcher_and_the_oracle(meta, flt):
     assert _validate.filter_predicate(flt)(meta) == want
 
 
-@pytest.mark.parametrize("case", [c for c in STORE_CASES if c.vectors], ids=lambda c: c.id)
+@pytest.mark.parametrize("case", pg_slow([c for c in STORE_CASES if c.vectors]), ids=case_id)
 @settings(max_examples=25, deadline=None)
 @given(data=st.data())
 def test_kept_filter_masks_follow_writes_deletes_and_evictions(case, data):
@@ -344,3 +363,11 @@ def test_kept_filter_masks_follow_writes_deletes_and_evictions(case, data):
             hits = store.search("ns", "red door dock", top_k=4, filter=flt, weights=W,
                                 touch=False)
             check_against_oracle(hits, want, 4)
+
+
+@pytest.mark.parametrize("case", PG_CASES, ids=case_id)
+@settings(max_examples=4, deadline=None)
+@given(data=st.data())
+def test_kept_filter_masks_follow_writes_deletes_and_evictions_quick(case, data):
+    """The PostgreSQL case of the property above with 4 examples (25 in the slow tier)."""
+    test_kept_filter_masks_follow_writes_deletes_and_evictions.hypothesis.inner_test(case, data)

@@ -178,8 +178,11 @@ def test_ties_go_to_the_lower_row_and_the_threshold_row_is_kept():
         assert c == 3 and out[0].tolist() == [0, 2, 3]
 
 
+@pytest.mark.slow   # all-read-only int64-window signatures: 10-20 s of cold compilation
 @pytest.mark.parametrize("name", list(SCANS))
 def test_read_only_inputs(name):
+    """Read-only arrays give the same results (searches of read-only stores, e.g.
+    tests/test_hybrid_stores.py's reopen, stay in the default run)."""
     v, win = _clustered_problem(600, 16, 3)
     n = v.shape[0]
     rng = np.random.default_rng(1)

@@ -227,7 +227,8 @@ def test_k_zero_and_empty_store():
 
 # ----------------------------------------------------------------------------- layouts
 @pytest.mark.parametrize("layout", ["read_only", "memmap"])
-@pytest.mark.parametrize("name", ["serial", "parallel", "rerank"])
+@pytest.mark.parametrize("name", ["serial", pytest.param("parallel", marks=pytest.mark.slow),
+                                  "rerank"])   # parallel: its own read-only compile, slow tier
 def test_read_only_and_memmap_inputs(layout, name, tmp_path):
     rng = np.random.default_rng(5)
     n, dim, k = 1200, 16, 7

@@ -402,20 +402,30 @@ class DiskLongMachine(StoreMachine):
             assert hits == self.store.search(ns, "robot door", top_k=3, weights=W, touch=False)
 
 
-MACHINE_SETTINGS = settings(max_examples=40, stateful_step_count=50, deadline=None)
-TestShortStore = ShortMachine.TestCase
-TestShortStore.settings = MACHINE_SETTINGS
-TestShortLexicalStore = ShortLexicalMachine.TestCase
-TestShortLexicalStore.settings = MACHINE_SETTINGS
-TestTwoTierStore = TwoTierMachine.TestCase
-TestTwoTierStore.settings = MACHINE_SETTINGS
-TestLongStore = LongMachine.TestCase
-TestLongStore.settings = MACHINE_SETTINGS
-TestHybridTwoTierStore = HybridTwoTierMachine.TestCase
-TestHybridTwoTierStore.settings = MACHINE_SETTINGS
-TestDiskLongStore = DiskLongMachine.TestCase
-TestDiskLongStore.settings = settings(max_examples=15, stateful_step_count=40, deadline=None)
+def tiers(machine, full: settings, quick: settings):
+    """The machine's test case for the default run with ``quick`` settings (a few short runs:
+    every store still meets the model), and a subclass with the ``full`` settings in the
+    ``slow`` tier (CI runs both)."""
+    case = machine.TestCase
+    case.settings = quick
+    name = machine.__name__.replace("Machine", "")
+    full_case = type(f"Test{name}StoreFull", (case,),
+                     {"settings": full, "pytestmark": [pytest.mark.slow]})
+    return case, full_case
 
+
+MACHINE_SETTINGS = settings(max_examples=40, stateful_step_count=50, deadline=None)
+QUICK_SETTINGS = settings(max_examples=8, stateful_step_count=30, deadline=None)
+TestShortStore, TestShortStoreFull = tiers(ShortMachine, MACHINE_SETTINGS, QUICK_SETTINGS)
+TestShortLexicalStore, TestShortLexicalStoreFull = tiers(ShortLexicalMachine, MACHINE_SETTINGS,
+                                                         QUICK_SETTINGS)
+TestTwoTierStore, TestTwoTierStoreFull = tiers(TwoTierMachine, MACHINE_SETTINGS, QUICK_SETTINGS)
+TestLongStore, TestLongStoreFull = tiers(LongMachine, MACHINE_SETTINGS, QUICK_SETTINGS)
+TestHybridTwoTierStore, TestHybridTwoTierStoreFull = tiers(HybridTwoTierMachine,
+                                                           MACHINE_SETTINGS, QUICK_SETTINGS)
+TestDiskLongStore, TestDiskLongStoreFull = tiers(
+    DiskLongMachine, settings(max_examples=15, stateful_step_count=40, deadline=None),
+    settings(max_examples=3, stateful_step_count=25, deadline=None))
 
 def test_model_filter_agrees_with_validate():
     from memcore import _validate
@@ -451,7 +461,8 @@ class HybridPostgresTwoTierMachine(HybridTwoTierMachine):
 
 
 PG_SETTINGS = settings(max_examples=8, stateful_step_count=40, deadline=None)
-TestPostgresLongStore = PostgresLongMachine.TestCase
-TestPostgresLongStore.settings = PG_SETTINGS
-TestHybridPostgresTwoTierStore = HybridPostgresTwoTierMachine.TestCase
-TestHybridPostgresTwoTierStore.settings = PG_SETTINGS
+PG_QUICK_SETTINGS = settings(max_examples=2, stateful_step_count=25, deadline=None)
+TestPostgresLongStore, TestPostgresLongStoreFull = tiers(PostgresLongMachine, PG_SETTINGS,
+                                                         PG_QUICK_SETTINGS)
+TestHybridPostgresTwoTierStore, TestHybridPostgresTwoTierStoreFull = tiers(
+    HybridPostgresTwoTierMachine, PG_SETTINGS, PG_QUICK_SETTINGS)
