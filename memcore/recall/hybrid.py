@@ -366,6 +366,10 @@ def date_words(created_at: Sequence[float] | np.ndarray) -> list[str]:
             for t in map(float, created_at)]
 
 
+#: Rows up to which a moment-sum update is an einsum rather than a BLAS product.
+_SMALL_UPDATE = 16
+
+
 class HybridIndex:
     """One namespace's hybrid-recall state, keyed by the store's row ids, in flat arrays.
 
@@ -844,7 +848,10 @@ class HybridIndex:
             for a in range(0, these.shape[0], 16384):
                 C = self._context_vectors(V, these[a:a + 16384], alpha, r)
                 c1 += sign * C.sum(axis=0)
-                c2 += sign * (C.T @ C)
+                # A write's few rows: einsum, not BLAS (OpenBLAS wakes its threads even
+                # for a (k, 384) product, and on a busy machine they spin: 2-10x slower puts).
+                c2 += sign * (C.T @ C if C.shape[0] > _SMALL_UPDATE
+                              else np.einsum("ki,kj->ij", C, C))
 
     def _context_vectors(self, V: np.ndarray, rows: np.ndarray, alpha: float, r: int
                          ) -> np.ndarray:
