@@ -237,7 +237,9 @@ def assert_topk_matches(got, ref, full, tol, exact_sims=False, threshold=-np.inf
 def episode_windows(episode_of: np.ndarray, radius: int) -> tuple[np.ndarray, np.ndarray]:
     """CSR episode windows as hybrid recall builds them: rows of one episode in row order,
     row ``i``'s window the members within ``radius`` positions of it (itself included); a row
-    with episode -1 is its own window. Returns (win_ptr (n+1,) int64, win_rows int64)."""
+    with episode -1 is its own window. Returns (win_start (n,) int64, win_len (n,) int64,
+    win_rows int32): the dtypes the store passes, so the kernel tests compile no signature of
+    their own (int64 window rows: test_kernels_scan.py::test_int64_window_rows_rank_as_int32)."""
     n = episode_of.shape[0]
     members: dict = {}
     for i, e in enumerate(episode_of.tolist()):
@@ -249,7 +251,7 @@ def episode_windows(episode_of: np.ndarray, radius: int) -> tuple[np.ndarray, np
     size = np.array([len(w) for w in wins], np.int64)
     start = np.zeros(n, np.int64)
     start[1:] = np.cumsum(size)[:-1]
-    flat = np.array([j for w in wins for j in w], np.int64)
+    flat = np.array([j for w in wins for j in w], np.int32)
     return start, size, flat
 
 

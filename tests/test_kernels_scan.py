@@ -103,6 +103,27 @@ def _clustered_problem(n=3000, dim=64, seed=0):
     return v, episode_windows(np.repeat(np.arange(n // 20), 20)[:n], 2)
 
 
+@pytest.mark.slow   # int64 window rows (stores before int32 postings): their own compilation
+def test_int64_window_rows_rank_as_int32():
+    v, (start, size, rows) = _clustered_problem(n=600)
+    n = v.shape[0]
+    z, e = np.zeros(0), np.zeros(0, np.int64)
+    dense = np.array([0.0, 0.0, 1.0, 1.5, 0.1, 8.0])
+    got = []
+    for win_rows in (rows, rows.astype(np.int64)):
+        for fn in (scan.hybrid_scan_topk_serial, scan.hybrid_exact_topk):
+            out = _out(10)
+            lead = (v[5], *_encoded(v), v) if fn is scan.hybrid_scan_topk_serial else (v[5], v)
+            tail = (np.zeros(2, np.int64),) if fn is scan.hybrid_scan_topk_serial else ()
+            fn(*lead, start, size, win_rows, 0.4, dense, np.zeros(1, np.int64), e, z, z, z, z,
+               np.zeros(n), np.zeros(n, np.float32), np.ones(n, bool), NOW, 3600.0, 0.0, 0.0,
+               -np.inf, *out, *tail)
+            got.append(out)
+    for other in got[1:]:
+        for x, y in zip(got[0], other):
+            np.testing.assert_array_equal(x, y)
+
+
 def test_candidates_are_a_small_fraction_on_clustered_rows():
     # Not a speed claim: on clustered rows with a clear match the bounds prune nearly all rows.
     v, win = _clustered_problem()
