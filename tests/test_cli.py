@@ -121,7 +121,7 @@ def test_second_writer_is_told_what_to_do(store, cli):
             "s.close()\n")
     with subprocess.Popen([sys.executable, "-c", code, str(store)], stdin=subprocess.PIPE,
                           stdout=subprocess.PIPE, text=True,
-                          env={**os.environ, "NUMBA_CACHE_DIR": "/tmp/numba_cache"}) as holder:
+                          env={"NUMBA_CACHE_DIR": "/tmp/numba_cache", **os.environ}) as holder:
         try:
             assert holder.stdout.readline().strip() == "ready"
             err = one_line_error(cli("--store", str(store), "--embedder", "hashing", "put", NS, "x"),
