@@ -599,7 +599,7 @@ def test_5_put_many_is_all_or_nothing_under_sigkill(tmp_path):
 
 @pytest.mark.slow
 def test_5_put_many_is_all_or_nothing_under_sigkill_long(tmp_path):
-    res = _batch_rounds(tmp_path, 30, 600, 64_000, 6)     # 38 MB batches: mostly the write
+    res = _batch_rounds(tmp_path, 16, 600, 64_000, 6)     # 38 MB batches: mostly the write
     print(res)
     assert (res["lost"], res["mixed"]) == (0, 0)
 
