@@ -25,6 +25,7 @@ from dataclasses import asdict, replace
 import numpy as np
 
 from bench.metrics import recall_accuracy
+from memcore.recall.hybrid import _MONTHS, date_words   # the words the index uses
 
 __all__ = ["candidates", "evaluate", "loo_select", "main"]
 
@@ -106,8 +107,6 @@ def _expansion(hits, spec, idf, question, names) -> str:
 # z units (date and entity matches). ``texts`` ("resolved", "dated", "both") rebuilds the store
 # with date words appended to the lexical text of the turns (the vectors stay the plain turn's).
 
-_MONTHS = ("january february march april may june july august september october november "
-           "december").split()
 _DAY = 86400.0
 _REL = re.compile(
     r"\b(yesterday|today|tonight|this morning|this afternoon|this evening|last night|"
@@ -128,13 +127,11 @@ def _utc(ts: float):
 
 
 def _day_words(ts: float) -> str:
-    d = _utc(ts)
-    return f"{d.day} {_MONTHS[d.month - 1]} {d.year}"
+    return date_words([ts])[0]          # the words HybridWeights.dates indexes
 
 
 def _month_words(ts: float) -> str:
-    d = _utc(ts)
-    return f"{_MONTHS[d.month - 1]} {d.year}"
+    return _day_words(ts).split(" ", 1)[1]
 
 
 def _resolve_relative(text: str, when: float) -> list:

@@ -780,7 +780,7 @@ class HybridIndex:
                 seen.add(row)
         if not gone:
             return 0
-        win, pos, cnt = self._a("win"), self._a("win_pos"), self._a("win_cnt")
+        win, cnt = self._a("win"), self._a("win_cnt")
         near = set(seen)
         for row in gone:
             near.update(win[row, :int(cnt[row])].tolist())

@@ -924,11 +924,10 @@ class LongTermMemory(MemoryStore):
         """On disk: commit the DEL records of ``found`` (one append), then remove the keys in
         RAM, as one step (:meth:`_step`). Lock held."""
         if table.files is None or not found:
-            super()._remove(ns, table, found)
-            return
+            return super()._remove(ns, table, found)
         with self._step(ns):
             table.files.delete(table.columns, [r for _, r in found], [k for k, _ in found])
-            table.remove([k for k, _ in found])
+            super()._remove(ns, table, found)
 
     @_disk
     def _discard(self, table: Table) -> None:
