@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -51,6 +53,48 @@ def in_ci() -> bool:
 def shared_root() -> Path:
     """``$MEMCORE_SHARED``, else ``shared/`` beside the checkout."""
     return evaldata.data_root(REPO.parent / "shared")
+
+
+def tree_status() -> frozenset[str] | None:
+    """``git status --porcelain`` lines of the checkout (untracked files listed one by one).
+
+    None when the tests do not run from a git checkout (an sdist, a copied tree) or git is
+    absent: then the check below has nothing to compare.
+    """
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        return None
+    out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=REPO,
+                         capture_output=True, text=True, check=False)
+    return frozenset(out.stdout.splitlines()) if out.returncode == 0 else None
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):          # the controller only (xdist)
+        session.config.stash[TREE_BEFORE] = tree_status()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when it created, changed or deleted a file of the checkout.
+
+    Tests write only under ``tmp_path`` (and gitignored caches): a store opened in the working
+    directory once left ``LOCK`` and ``memcore.json`` tracked at the repository root.
+    """
+    before = session.config.stash.get(TREE_BEFORE, None)
+    after = tree_status() if before is not None else None
+    if after is None or after == before:
+        return
+    changed = sorted(after ^ before)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("")
+        reporter.write_sep("=", "the test run changed the repository tree", red=True)
+        for line in changed:
+            reporter.write_line(f"  {line}")
+    if session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+TREE_BEFORE = pytest.StashKey[frozenset]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
