@@ -1,0 +1,11 @@
+"""``python -m memcore ...``: the ``memcore`` command line, for when its script is not on PATH.
+
+An MCP client started outside the virtual environment can run
+``/path/to/venv/bin/python -m memcore mcp --store PATH``.
+"""
+
+import sys
+
+from memcore.cli import main
+
+sys.exit(main())
