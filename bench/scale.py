@@ -691,7 +691,7 @@ def _embedder(vectors: str):
 
 
 def _hybrid(vectors: str):
-    from memcore.recall.hybrid import HybridWeights
+    from memcore.recall.weights import HybridWeights
 
     return HybridWeights.no_model() if vectors == "hashing" else HybridWeights.hybrid()
 
@@ -702,7 +702,7 @@ def warm_kernels(emb, hw) -> float:
     seconds it took, reported apart so open and first-search times measure the store only."""
     import tempfile
 
-    from memcore.recall.hybrid import HybridWeights
+    from memcore.recall.weights import HybridWeights
     from memcore.stores.long import LongTermMemory
     from memcore.types import MemoryItem
 
@@ -740,7 +740,7 @@ def _timed_presets(store, emb, hw, questions: list) -> tuple:
     """Every question searched with the hybrid preset ``hw`` (the store's prepared dense form,
     embedded up front) and then with the similarity preset (the question embedded up front):
     ``(hybrid hits, hybrid ns, similarity hits, similarity ns)``."""
-    from memcore.recall.hybrid import HybridWeights
+    from memcore.recall.weights import HybridWeights
 
     prepare = getattr(store, "prepare", None)
     dense = [prepare(NAMESPACE, q, hybrid=hw).dense if prepare else q for q in questions]
@@ -784,7 +784,7 @@ def worker(a: argparse.Namespace) -> dict:
     now = T0 + calls * STEP + 60.0
     if phase == "approximate":
         from memcore.recall.approx import ApproximateSearch
-        from memcore.recall.hybrid import HybridWeights
+        from memcore.recall.weights import HybridWeights
         from memcore.stores.long import LongTermMemory
 
         emb = _embedder(a.vectors)
@@ -817,7 +817,7 @@ def worker(a: argparse.Namespace) -> dict:
                 "hybrid": percentiles(hyb_ns), "stats": stats, "ids": _hit_ids(hits),
                 "hybrid_ids": _hit_ids(hyb), "peak_rss_mb": _peak_rss_mb(), "threads": pinned}
     if phase in ("ingest", "memcore", "open-warm"):
-        from memcore.recall.hybrid import HybridWeights
+        from memcore.recall.weights import HybridWeights
         from memcore.stores.long import LongTermMemory
 
         emb = _embedder(a.vectors)

@@ -181,7 +181,7 @@ class MemcoreSystem(TickSystem):
             from memcore.stores.long import LongTermMemory
         except ImportError as err:
             raise _require("memcore.stores.long.LongTermMemory", err, "test") from err
-        from memcore.recall.hybrid import HybridWeights
+        from memcore.recall.weights import HybridWeights
         from memcore.types import DecayWeights
 
         minilm = encoder.startswith("minilm")

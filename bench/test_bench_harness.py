@@ -169,7 +169,7 @@ def test_tick_semantic_memory_row_runs_the_defaults(shared):
     with speaker/episode metadata; each tick stores its pair."""
     from bench.datasets import tick_inputs, tick_memories
     from bench.systems import SemanticMemorySystem
-    from memcore.recall.hybrid import default_for
+    from memcore.recall.weights import default_for
 
     sysobj = SemanticMemorySystem("hashing", 1, str(shared))
     try:

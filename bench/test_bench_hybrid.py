@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from bench.datasets import locomo_conversations, tick_memories
-from memcore.recall.hybrid import HybridIndex, HybridWeights
+from memcore.recall.index import HybridIndex
+from memcore.recall.weights import HybridWeights
 
 DIM = 384
 

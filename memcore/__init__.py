@@ -11,7 +11,7 @@ from memcore.types import (  # noqa: F401
     PromotionPolicy,
     StoredMemory,
 )
-from memcore.recall.hybrid import HybridWeights  # noqa: F401
+from memcore.recall.weights import HybridWeights  # noqa: F401
 from memcore.recall.approx import ApproximateSearch  # noqa: F401
 from memcore.embedders import HashingEmbedder, LexicalScorer, MiniLMEmbedder  # noqa: F401
 from memcore.stores.short import ShortTermMemory  # noqa: F401

@@ -251,7 +251,8 @@ class SemanticMemory:
                  threads: int = 1, approximate: Any = None) -> None:
         from memcore.stores.long import LongTermMemory
         from memcore.stores.short import ShortTermMemory
-        from memcore.recall.hybrid import HybridWeights, check_threads, default_for
+        from memcore.recall.threads import check_threads
+        from memcore.recall.weights import HybridWeights, default_for
         from memcore.tiered import TwoTierMemory
 
         self.threads = check_threads(threads)

@@ -8,12 +8,13 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from memcore import _validate, query as _query
+from memcore import _validate
+from memcore.core import query as _query
 from memcore.core.rows import Rows
 from memcore.core.store import MemoryStore, Tier
 from memcore.errors import EmbedderMismatchError, InvalidArgumentError, InvalidArgumentTypeError
-from memcore.query import ResolvedQuery
-from memcore.recall.hybrid import HybridWeights, default_for, pooled_weights
+from memcore.core.query import ResolvedQuery
+from memcore.recall.weights import HybridWeights, default_for, pooled_weights
 from memcore.recall.score import calibrated
 from memcore.stores.short import ShortTermMemory
 from memcore.types import (

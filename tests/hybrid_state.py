@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from memcore.recall.hybrid import MAX_WINDOW, HybridIndex, HybridWeights
+from memcore.recall.index import HybridIndex
+from memcore.recall.weights import MAX_WINDOW, HybridWeights
 from memcore.recall.prep import PreparedQuery
 
 

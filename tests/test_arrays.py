@@ -1,9 +1,9 @@
-"""memcore.core.arrays: the RamArrays side of the Arrays contract."""
+"""memcore.arrays: the RamArrays side of the Arrays contract."""
 
 import numpy as np
 import pytest
 
-from memcore.core.arrays import Arrays, RamArrays, grown_capacity
+from memcore.arrays import Arrays, RamArrays, grown_capacity
 from memcore.errors import InvalidArgumentError, MemcoreError
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from memcore import HashingEmbedder, HybridWeights, LongTermMemory
 from memcore.errors import MemcoreError
 from memcore.recall.diversity import diversify
-from memcore.recall.hybrid import HybridIndex
+from memcore.recall.index import HybridIndex
 from store_helpers import FakeClock
 
 

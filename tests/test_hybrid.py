@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hybrid_state import assert_same_signals, index_state
-from memcore.recall.hybrid import HybridIndex, HybridWeights
+from memcore.recall.index import HybridIndex
+from memcore.recall.weights import HybridWeights
 from memcore.kernels import hybrid as kh
 from memcore.kernels import reference as ref
 from memcore.kernels import topk
@@ -286,7 +287,7 @@ def test_batch_build_equals_per_row(weights, seed):
 
 
 def test_stem_many_equals_per_text():
-    from memcore.recall.hybrid import _stem_many, _stemmer
+    from memcore.recall.words import stem_many as _stem_many, stemmer as _stemmer
 
     stem = _stemmer()
     texts = (TEXTS + ["  ", "a_b c__d", "İstanbul ǅ ﬁne", "x\u0301y Σ\u0301 ΟΔΟΣ.", "tab\there\nnl",
@@ -438,7 +439,7 @@ def test_search_equals_numpy_oracle_after_random_writes(seq, preset, thr_kind, k
 def test_small_state_restore_round_trip(sums):
     """restore(arrays, small_state()) resumes the index exactly: same state and searches,
     and later writes keep it equal to the original (what a store's checkpoint relies on)."""
-    from memcore.core.arrays import RamArrays
+    from memcore.arrays import RamArrays
 
     rng = np.random.default_rng(7)
     w = HybridWeights()

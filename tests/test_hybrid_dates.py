@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from memcore import HashingEmbedder, HybridWeights, LongTermMemory, storage
 from memcore.errors import MemcoreError
-from memcore.recall.hybrid import HybridIndex, date_words
+from memcore.recall.index import HybridIndex
+from memcore.recall.words import date_words
 from store_helpers import FakeClock
 
 DIM = 64

@@ -18,7 +18,8 @@ from memcore import (
     ShortTermMemory,
     TwoTierMemory,
 )
-from memcore.recall.hybrid import HybridIndex, episode_speaker
+from memcore.recall.index import HybridIndex
+from memcore.recall.namespace import episode_speaker
 from memcore.recall.score import calibrate
 from hybrid_state import assert_same_signals, index_state
 from store_helpers import FakeClock
@@ -377,7 +378,7 @@ def test_similarity_preset_from_codes_equals_the_exact_fused_ranking():
 def test_an_index_written_with_int64_arrays_reopens_and_grows_as_written(tmp_path, monkeypatch):
     # Format-2 stores written before the int32 postings hold int64 index arrays: reopened,
     # they keep them (and grow them as int64) and rank exactly like a store written now.
-    from memcore.recall import hybrid as hmod
+    from memcore.recall import index as hmod
     from memcore.recall import lexical as lmod
 
     wide = {k: np.int64 for k in ("pdoc", "doc_row", "doc_len", "doc_nterm", "dt_term",

@@ -249,7 +249,7 @@ def test_crash_while_writing_the_index_keeps_the_previous_checkpoint(tmp_path, m
 
 
 def test_mapped_arrays_keep_the_files_as_written(tmp_path):
-    from memcore.core.arrays import Arrays, RamArrays
+    from memcore.arrays import Arrays, RamArrays
     from memcore.storage import MappedArrays, read_index, write_index
 
     ram = RamArrays()

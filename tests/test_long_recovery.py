@@ -459,7 +459,7 @@ def test_sigkill_fault_injection_never_loses_an_acknowledged_write(tmp_path):
 # ---------------------------------------------------------------------- checkpoint CRCs
 
 def _hybrid_store(root, **kw):
-    from memcore.recall.hybrid import HybridWeights
+    from memcore.recall.weights import HybridWeights
     return store(root, hybrid=HybridWeights.no_model(), **kw)
 
 
@@ -580,7 +580,7 @@ def test_read_only_open_racing_a_compacting_writer_rebuilds_the_replaced_index(t
     writer = textwrap.dedent(f"""
         import sys
         from memcore import HashingEmbedder, LongTermMemory
-        from memcore.recall.hybrid import HybridWeights
+        from memcore.recall.weights import HybridWeights
         s = LongTermMemory(sys.argv[1], HashingEmbedder(dim={DIM}), clock=lambda: {T0},
                            hybrid=HybridWeights.no_model())
         s.compact()

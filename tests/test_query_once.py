@@ -13,7 +13,7 @@ import collections
 import pytest
 
 from memcore import MemoryTier, SemanticMemory, _validate
-from memcore.recall import hybrid, prep
+from memcore.recall import index, prep
 from store_helpers import FakeClock, embedder
 
 TURNS = [("Ann adopted a beagle puppy called Max", "Lovely!"),
@@ -39,7 +39,7 @@ def counted(monkeypatch):
     wrap(_validate, "namespace", "namespace")
     wrap(_validate, "text", "text")
     wrap(prep.DefaultQueryPreparer, "__call__", "prepare")
-    wrap(hybrid.HybridIndex, "lexical_signals", "bm25")
+    wrap(index.HybridIndex, "lexical_signals", "bm25")
     return counts
 
 

@@ -3,7 +3,7 @@
 Four paths, one contract (:mod:`memcore.kernels.reference`): the similarity preset from the
 hybrid index's int8 codes with exact rerank (from :data:`SCAN_MIN_ROWS` rows) or the fused
 top-k kernel over the vectors (below), the rerank kernel over a lexical scorer's similarities
-(a store without embedder), and the hybrid index's scan (:mod:`memcore.recall.hybrid`). For hybrid
+(a store without embedder), and the hybrid index's scan (:mod:`memcore.recall.index`). For hybrid
 recall the per-query signals -- the candidate mask and the BM25 of the text and of its episode
 window -- are computed once per table (:func:`signals`) and shared by the z statistics
 (:attr:`Signals.moments`) and the ranking.
@@ -18,9 +18,10 @@ import numpy as np
 
 from memcore.core.table import Table
 from memcore.kernels.topk import fused_topk, rerank
-from memcore.query import ResolvedQuery
+from memcore.core.query import ResolvedQuery
 from memcore.recall.diversity import diversify, pool_size
-from memcore.recall.hybrid import HybridIndex, HybridWeights, LexicalSignals
+from memcore.recall.index import HybridIndex, LexicalSignals
+from memcore.recall.weights import HybridWeights
 
 __all__ = ["Signals", "signals", "rank", "SCAN_MIN_ROWS"]
 

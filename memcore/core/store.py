@@ -41,13 +41,15 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from memcore import _validate, query as _query
+from memcore import _validate
+from memcore.core import query as _query
 from memcore.core.rank import Signals, rank, signals
 from memcore.core.rows import Rows, encoded
 from memcore.core.table import Table, copy_metadata
 from memcore.errors import InvalidArgumentTypeError, InvalidVectorError
-from memcore.query import ResolvedQuery
-from memcore.recall.hybrid import HybridWeights, check_threads
+from memcore.core.query import ResolvedQuery
+from memcore.recall.threads import check_threads
+from memcore.recall.weights import HybridWeights
 from memcore.recall.prep import PreparedQuery, identity_preparer
 from memcore.recall.score import calibrated
 from memcore.types import (

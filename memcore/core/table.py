@@ -18,7 +18,9 @@ import numpy as np
 
 from memcore import _validate
 from memcore.core.rows import Rows
-from memcore.recall.hybrid import HybridIndex, HybridWeights, NamespaceRecall, episode_speaker
+from memcore.recall.index import HybridIndex
+from memcore.recall.namespace import NamespaceRecall, episode_speaker
+from memcore.recall.weights import HybridWeights
 from memcore.types import MemoryHit, MemoryTier, Namespace, StoredMemory
 
 __all__ = ["DiskTable", "Table", "copy_metadata"]

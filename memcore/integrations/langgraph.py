@@ -78,7 +78,7 @@ except ImportError as err:  # pragma: no cover - exercised on a clone without th
 from memcore import _validate
 from memcore.core.store import MemoryStore
 from memcore.errors import InvalidArgumentError, InvalidArgumentTypeError
-from memcore.recall.hybrid import HybridWeights
+from memcore.recall.weights import HybridWeights
 from memcore.types import DecayWeights, MemoryItem, StoredMemory
 
 __all__ = ["MemcoreStore"]

@@ -50,9 +50,9 @@ from typing import Any
 
 import numpy as np
 
+from memcore._crc import file_crc32
 from memcore.errors import InvalidArgumentError, MissingDependencyError, StoreIOError
 from memcore.kernels.candidates import hybrid_rows_topk
-from memcore.storage.checkpoint import file_crc32
 
 __all__ = ["ApproximateSearch", "AnnIndex", "load_faiss"]
 

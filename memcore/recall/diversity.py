@@ -1,6 +1,6 @@
 """Episode diversity for hybrid recall: spread the hits over the conversation.
 
-The episode-context signals of hybrid recall (:mod:`memcore.recall.hybrid`) give a memory's
+The episode-context signals of hybrid recall (:mod:`memcore.recall.index`) give a memory's
 neighbours in its episode nearly its own score, so the top hits of a question whose answer is
 spread over several sessions ("what activities does Melanie do?") are often one session's
 adjacent turns. :func:`diversify` re-ranks the fused top candidates greedily: each pick is
@@ -48,7 +48,7 @@ def diversify(rows: np.ndarray, scores: np.ndarray, sims: np.ndarray, win_start:
         Their fused scores and own similarities.
     win_start, win_len : ndarray of shape (n_rows,), int64
     win_rows : ndarray, int32
-        The episode windows (:meth:`memcore.recall.hybrid.HybridIndex.windows`).
+        The episode windows (:meth:`memcore.recall.index.HybridIndex.windows`).
     weight : float
         Penalty per picked hit in a candidate's window, in score units (>= 0).
     top_k : int

@@ -30,6 +30,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from memcore import _text
+from memcore.arrays import RamArrays
 from memcore.kernels import bm25 as _k
 
 __all__ = ["LexicalIndex", "bm25_idf"]
@@ -71,7 +72,7 @@ def _check_param(name: str, value, lo: float, hi: float) -> float:
 
 
 #: The flat arrays of a lexical index (name -> (dtype, trailing shape)), allocated through an
-#: :class:`~memcore.core.arrays.Arrays` under the index's prefix. Per term: its 64-bit token
+#: :class:`~memcore.arrays.Arrays` under the index's prefix. Per term: its 64-bit token
 #: hash, document frequency and postings chain (head/tail block, fill of the tail); per block:
 #: start, size, next; the postings pool (document, tf); per document (one per add: a replaced
 #: row gets a new one): row, length, liveness and its (term, tf) list in the document-term
@@ -111,9 +112,9 @@ class LexicalIndex:
         Term-frequency saturation, in [0, 100].
     b : float, default 0.75
         Length normalisation, in [0, 1]. Hybrid recall uses a low ``b`` (see
-        :class:`memcore.recall.hybrid.HybridWeights`).
+        :class:`memcore.recall.weights.HybridWeights`).
     arrays : Arrays, optional
-        Where the arrays live (:class:`~memcore.core.arrays.RamArrays` when None).
+        Where the arrays live (:class:`~memcore.arrays.RamArrays` when None).
     prefix : str, default ""
         Prepended to every array name (several indexes can share one ``arrays``).
 
@@ -140,8 +141,6 @@ class LexicalIndex:
     """
 
     def __init__(self, k1: float = 1.2, b: float = 0.75, *, arrays=None, prefix: str = ""):
-        from memcore.core.arrays import RamArrays
-
         self.k1 = _check_param("k1", k1, 0.0, 100.0)
         self.b = _check_param("b", b, 0.0, 1.0)
         self.arrays = arrays if arrays is not None else RamArrays()

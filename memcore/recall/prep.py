@@ -1,7 +1,7 @@
 """Query preparation for hybrid recall: one query text, one form per signal.
 
-Hybrid recall (:mod:`memcore.recall.hybrid`) scores a query with BM25 and with a dense embedder; each
-works best on a different form of the question. A *query preparer* is any callable
+Hybrid recall (:mod:`memcore.recall.index`) scores a query with BM25 and with a dense embedder;
+each works best on a different form of the question. A *query preparer* is any callable
 
     preparer(text: str, entities: Collection[str]) -> PreparedQuery
 
@@ -17,7 +17,7 @@ implements the rules measured on LoCoMo dev (issue 9):
   rarely in the memory's text while it dominates a small model's embedding of the question.
 - **Entities**: the known names found in the query, for the speaker boost.
 
-Pass ``query_preparer=`` to :class:`memcore.recall.hybrid.HybridWeights`-using stores to replace it
+Pass ``query_preparer=`` to :class:`memcore.recall.weights.HybridWeights`-using stores to replace it
 (e.g. a language-specific stop list, or an LLM rewrite).
 """
 

@@ -1,6 +1,6 @@
 """The hit score of hybrid recall, mapped into (0, 1).
 
-Hybrid recall ranks by a fused z-score (:mod:`memcore.recall.hybrid`): a weighted sum of
+Hybrid recall ranks by a fused z-score (:mod:`memcore.recall.index`): a weighted sum of
 signals z-normalised over the namespace's memories, plus the speaker boost and the decay
 terms; unbounded, and scaled by the weights. What a search *returns* as
 :attr:`memcore.MemoryHit.score` is a monotone transform of it, applied to the ranked hits,
@@ -37,7 +37,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from memcore.recall.hybrid import HybridWeights
+from memcore.recall.weights import HybridWeights
 
 __all__ = ["weight_scale", "calibrate", "calibrated"]
 

@@ -11,6 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
+from memcore._crc import crc32_of
 from memcore.errors import StoreCorruptedError
 from memcore.storage.layout import CHECKPOINT_FILES, checkpoint_path, fsync_dir
 from memcore.storage.log import (
@@ -322,25 +323,6 @@ def scan_tail(data: bytes, base: int, path: str, first_row: int) -> Tail:
 
 
 # ---------------------------------------------------------------------------------- files
-
-def crc32_of(data) -> int:
-    """CRC-32 (zlib) of a bytes-like object or array, in 16 MiB chunks."""
-    mv = memoryview(np.ascontiguousarray(data) if isinstance(data, np.ndarray) else data)
-    mv = mv.cast("B") if mv.ndim != 1 or mv.itemsize != 1 else mv
-    crc, step = 0, 16 << 20
-    for i in range(0, len(mv), step):
-        crc = zlib.crc32(mv[i:i + step], crc)
-    return crc
-
-
-def file_crc32(path: str) -> int:
-    """CRC-32 (zlib) of a whole file, read in 16 MiB chunks."""
-    crc = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(16 << 20):
-            crc = zlib.crc32(chunk, crc)
-    return crc
-
 
 def write_checkpoint_files(directory: str, generation: int, checkpoint: int, alive: np.ndarray,
                            hashes: np.ndarray, rows: np.ndarray, *, durable: bool) -> dict:

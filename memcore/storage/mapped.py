@@ -1,8 +1,8 @@
 """The hybrid index on disk: :class:`MappedArrays` and its checkpoint files (see
 :mod:`memcore.storage`, Hybrid index).
 
-A namespace's hybrid index (:class:`memcore.recall.hybrid.HybridIndex`) keeps its state in
-named flat arrays (through the :class:`memcore.core.arrays.Arrays` protocol) plus a small
+A namespace's hybrid index (:class:`memcore.recall.index.HybridIndex`) keeps its state in
+named flat arrays (through the :class:`memcore.arrays.Arrays` protocol) plus a small
 dict (``small_state()``). A checkpoint writes both under new names::
 
     hx<s>.<name>.<g>.i<i>.<dtype>    one array (raw little-endian, its whole capacity)
@@ -23,9 +23,9 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from memcore.core.arrays import RamArrays
+from memcore._crc import crc32_of, file_crc32
+from memcore.arrays import RamArrays
 from memcore.errors import StoreCorruptedError
-from memcore.storage.checkpoint import crc32_of, file_crc32
 
 __all__ = ["MappedArrays", "index_prefix", "write_index", "read_index", "index_file_names"]
 
@@ -52,12 +52,12 @@ def _state_path(directory: str, prefix: str, generation: int, ic: int) -> str:
 
 
 class MappedArrays(RamArrays):
-    """:class:`memcore.core.arrays.Arrays` over the array files of an index checkpoint.
+    """:class:`memcore.arrays.Arrays` over the array files of an index checkpoint.
 
     Each array is a private copy-on-write memory map of its file (``mmap`` ``MAP_PRIVATE``):
     reading costs nothing until touched, writes stay in the process (the files keep the
     checkpoint's bytes), and growing past a file's capacity moves that array to RAM (doubling,
-    as :class:`~memcore.core.arrays.RamArrays`, whose ``alloc``/``grow``/``get``/``names``
+    as :class:`~memcore.arrays.RamArrays`, whose ``alloc``/``grow``/``get``/``names``
     it keeps). The next checkpoint writes every array to new files.
 
     Examples

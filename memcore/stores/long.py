@@ -32,7 +32,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from memcore import _validate, storage
-from memcore.query import now as _now
+from memcore.core.query import now as _now
 from memcore.core.rows import Rows, encoded
 from memcore.core.store import MemoryStore, check_embedder
 from memcore.core.table import DiskTable, Table
@@ -46,7 +46,8 @@ from memcore.errors import (
     StoreCorruptedError,
 )
 from memcore.recall.approx import AnnIndex, ApproximateSearch, load_faiss
-from memcore.recall.hybrid import HybridIndex, HybridWeights
+from memcore.recall.index import HybridIndex
+from memcore.recall.weights import HybridWeights
 from memcore.recall.prep import QueryPreparer
 from memcore.types import (
     Clock,

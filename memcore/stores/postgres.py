@@ -93,7 +93,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
-from memcore import _validate, query as _query, storage
+from memcore import _validate, storage
+from memcore.core import query as _query
 from memcore.core.rows import Rows
 from memcore.core.store import MemoryStore, check_embedder, sorted_namespaces
 from memcore.core.table import copy_metadata
@@ -105,8 +106,8 @@ from memcore.errors import (
     MemcoreError,
     StoreClosedError,
 )
-from memcore.query import ResolvedQuery
-from memcore.recall.hybrid import HybridWeights
+from memcore.core.query import ResolvedQuery
+from memcore.recall.weights import HybridWeights
 from memcore.types import (
     Clock,
     DecayWeights,

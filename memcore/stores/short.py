@@ -14,8 +14,8 @@ from memcore.core.rows import Rows
 from memcore.core.store import MemoryStore, check_embedder
 from memcore.core.table import Table, copy_metadata
 from memcore.errors import InvalidArgumentError, InvalidArgumentTypeError
-from memcore.query import ResolvedQuery
-from memcore.recall.hybrid import HybridWeights
+from memcore.core.query import ResolvedQuery
+from memcore.recall.weights import HybridWeights
 from memcore.recall.prep import QueryPreparer
 from memcore.storage import Columns
 from memcore.types import Clock, DecayWeights, MemoryTier, Namespace, NamespaceLike, StoredMemory, system_clock

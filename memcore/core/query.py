@@ -12,7 +12,7 @@ import numpy as np
 from memcore import _validate
 from memcore.core.rows import encoded
 from memcore.errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidVectorError
-from memcore.recall.hybrid import HybridWeights
+from memcore.recall.weights import HybridWeights
 from memcore.recall.prep import DefaultQueryPreparer, PreparedQuery, QueryPreparer
 from memcore.types import Clock, DecayWeights, MemoryQuery, Namespace
 

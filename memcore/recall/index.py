@@ -1,7 +1,7 @@
-"""Hybrid recall: BM25 + dense similarity + episodic context, fused exactly from int8 codes.
+"""The hybrid index: BM25 + dense similarity + episodic context, fused exactly from int8 codes.
 
 A :class:`HybridIndex` holds one namespace's recall state beside the store's own columns, as
-flat arrays allocated through an :class:`~memcore.core.arrays.Arrays` (RAM, or memory-mapped
+flat arrays allocated through an :class:`~memcore.arrays.Arrays` (RAM, or memory-mapped
 files in a long-term store), with no per-row Python objects:
 
 - the own-text BM25 postings (:class:`~memcore.recall.lexical.LexicalIndex`) of each memory's
@@ -38,32 +38,22 @@ float64 moment sums kept under put/delete (``sum c`` and ``sum c c^T`` of the co
 ``c`` for each (alpha, radius) a normalised search has used; the own vectors for radius 0),
 built by one pass the first time and O(window) per write after: O(dim^2) per query, no
 pass; :mod:`memcore.kernels.moments`), BM25's from its sparse scores; a metadata filter takes
-one exact pass instead. Weights and presets: :class:`HybridWeights` (``hybrid()``,
-``no_model()`` for the hashing embedder, and ``similarity()``, the pure-cosine OM1 contract).
-
-In the stores (``hybrid=`` on :class:`~memcore.ShortTermMemory`,
-:class:`~memcore.LongTermMemory`, :class:`~memcore.TwoTierMemory`,
-:class:`~memcore.SemanticMemory`; the last two default to hybrid recall) each namespace keeps
-a :class:`NamespaceRecall`: its :class:`HybridIndex` is built from the stored texts, vectors
-and ``episode``/``speaker`` metadata on the first hybrid search (or restored from a store's
-files, :meth:`HybridIndex.restore`), then kept current by every put/replace/delete.
+one exact pass instead. Weights and presets: :mod:`memcore.recall.weights`; a store
+namespace's indexes: :mod:`memcore.recall.namespace`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import hashlib
 import json
 import math
-import numbers
-import re
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 
 from memcore import _text
+from memcore.arrays import RamArrays
 from memcore.errors import DimensionMismatchError, InvalidArgumentError, InvalidVectorError
 from memcore.kernels import bm25 as _kb
 from memcore.kernels import codes as _kc
@@ -72,166 +62,12 @@ from memcore.kernels import candidates as _kcand
 from memcore.kernels import scan as _ks
 from memcore.recall.lexical import LexicalIndex
 from memcore.recall.prep import DefaultQueryPreparer, PreparedQuery, QueryPreparer
+from memcore.recall.threads import check_threads, numba_threads
+from memcore.recall.weights import MAX_WINDOW, HybridWeights
+from memcore.recall.words import date_words, stem_many, stemmer
 from memcore.types import DecayWeights
 
-__all__ = ["HybridWeights", "HybridIndex", "HybridResult", "LexicalSignals", "NamespaceRecall",
-           "episode_speaker", "default_for", "pooled_weights", "check_threads", "MAX_WINDOW",
-           "date_words"]
-
-#: Largest episode window radius (neighbours on each side) a query may ask for; the window
-#: column holds every row's radius-MAX_WINDOW neighbourhood in episode order.
-MAX_WINDOW = 4
-
-
-#: Fields of :meth:`HybridWeights.no_model` (tuned on LoCoMo dev with the hashing embedder).
-NO_MODEL_FIELDS = dict(dense=0.5, lexical=0.25, lexical_context=1.0, speaker=2.0, alpha=0.4,
-                       dense_window=2, lexical_window=2, k1=2.0, b=0.75, stem=True)
-
-
-@dataclass(frozen=True)
-class HybridWeights:
-    """Weights of hybrid recall. Decay terms (recency, importance) come from
-    :class:`~memcore.DecayWeights`.
-
-    Defaults (``HybridWeights.hybrid()``, for MiniLM) were tuned on the six LoCoMo dev
-    conversations only (coordinate search over the fields below, as in
-    the coordinate search of issue 9 (bench.hybrid_tuning, retired), with stemmed BM25 over ``"speaker:
-    text"``): dense weighs most, the BM25 of the +-2 context window three times the memory's
-    own BM25, a strong speaker boost (added in z units), stemmed BM25 with ``k1 = 0.6`` and
-    ``b = 0.5``, and a context similarity with ``alpha = 0.4`` of the memory's own
-    similarity and 0.6 of the mean over its +-2 neighbours'. ``HybridWeights.no_model()`` is
-    the same search for the hashing embedder (BM25 weighs more). ``HybridWeights.similarity()``
-    is pure cosine (the OM1 contract): ranking identical to :class:`~memcore.DecayWeights`
-    alone.
-
-    Parameters
-    ----------
-    dense, lexical, lexical_context, speaker : float
-        Non-negative finite weights.
-    alpha : float
-        Share of the memory's own similarity in its context similarity, in [0, 1] (the
-        context vector ``alpha * v + (1 - alpha) * window mean``, never stored).
-    dense_window, lexical_window : int
-        Episode neighbours on each side in the dense window mean and the lexical window
-        document, in [0, :data:`MAX_WINDOW`]. Like alpha, k1 and b, a query-time choice.
-    k1, b : float
-        BM25 parameters (k1 in [0, 100], b in [0, 1]).
-    normalize : bool
-        z-normalise each signal per query (True) or use raw values (the similarity preset).
-    stem : bool
-        BM25 over Snowball-stemmed English words (documents and queries; PyStemmer), so
-        "adopted" matches "adopt". Measured on LoCoMo dev: +0.028 R@10 without a model,
-        +0.009 with MiniLM.
-    diversity : float
-        Episode diversity (:mod:`memcore.recall.diversity`): each hit's fused score less
-        this much per better hit already within its episode window; 0 (the default) turns it
-        off. LoCoMo dev, MiniLM, 0.5 / window 1: multi-hop R@10 +0.011, open-domain +0.049,
-        overall R@5 -0.010, R@10 +0.002, leave-one-conversation-out R@5 -0.011 (no gain), so
-        off by default (``bench/results/loo-20261202.md``).
-    diversity_window : int
-        That window's radius, in [0, :data:`MAX_WINDOW`].
-    dates : bool
-        Index each memory's ``created_at`` day as words in its BM25 document (``"8 may
-        2023"``, UTC; :func:`date_words`), so a query naming a day, month or year ("in June",
-        "on 13 October, 2023", "in 2022") matches what was stored then, in its own text and
-        in its episode window's. Idea of issue 18 (relative dates grounded in the session
-        date, as LoCoMo's temporal questions ask). Measured on LoCoMo dev, question-weighted
-        leave-one-conversation-out (``bench/results/loo-ideas-20261202.md``; on chosen in
-        every fold): MiniLM R@5 / R@10 0.732 / 0.822 -> 0.748 / 0.836 (temporal R@10 0.856 ->
-        0.894, single-hop 0.916 -> 0.930), hashing embedder 0.693 / 0.788 -> 0.714 / 0.797;
-        so on by default. Part of the index's content
-        (:meth:`structure`): stores read ``created_at`` from their column; a
-        :class:`HybridIndex` of its own takes ``created_at=`` in :meth:`HybridIndex.put`.
-
-    Raises
-    ------
-    ValueError
-        Naming the field, for a negative/non-finite weight or an out-of-range parameter (a
-        window above :data:`MAX_WINDOW` included).
-
-    Examples
-    --------
-    >>> HybridWeights.similarity().lexical
-    0.0
-    """
-
-    dense: float = 1.5
-    lexical: float = 0.25
-    lexical_context: float = 0.75
-    speaker: float = 2.0
-    alpha: float = 0.4
-    dense_window: int = 2
-    lexical_window: int = 2
-    k1: float = 0.6
-    b: float = 0.5
-    normalize: bool = True
-    stem: bool = True
-    diversity: float = 0.0
-    diversity_window: int = 1
-    dates: bool = True
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.name in ("normalize", "stem", "dates"):
-                if not isinstance(v, bool):
-                    raise InvalidArgumentError(f"HybridWeights.{f.name} must be a bool, got {v!r}")
-                continue
-            if f.name in ("dense_window", "lexical_window", "diversity_window"):
-                if isinstance(v, bool) or not isinstance(v, (int, np.integer)) \
-                        or not 0 <= v <= MAX_WINDOW:
-                    raise InvalidArgumentError(
-                        f"HybridWeights.{f.name} must be an int in [0, {MAX_WINDOW}] (the "
-                        f"episode window radius the index stores), got {v!r}")
-                continue
-            hi = {"alpha": 1.0, "b": 1.0, "k1": 100.0}.get(f.name, math.inf)
-            if (isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v)
-                    or not 0.0 <= v <= hi):
-                raise InvalidArgumentError(f"HybridWeights.{f.name} must be finite and in [0, {hi}], "
-                                 f"got {v!r}")
-
-    @classmethod
-    def hybrid(cls) -> "HybridWeights":
-        """The default: BM25 + dense + episodic context + speaker boost, z-normalised."""
-        return cls()
-
-    @classmethod
-    def similarity(cls) -> "HybridWeights":
-        """Pure cosine of the memory's own embedding (plus the DecayWeights terms)."""
-        return cls(dense=1.0, lexical=0.0, lexical_context=0.0, speaker=0.0, alpha=1.0,
-                   dense_window=0, lexical_window=0, normalize=False, stem=False, dates=False)
-
-    @classmethod
-    def no_model(cls) -> "HybridWeights":
-        """For the hashing embedder (no neural model): BM25 and its context weigh more.
-
-        Tuned on the six LoCoMo dev conversations with ``HashingEmbedder(dim=384)``
-        (the coordinate search of issue 9).
-        """
-        return cls(**NO_MODEL_FIELDS)
-
-    @property
-    def is_similarity(self) -> bool:
-        """True when only the memory's own cosine counts (no lexical, context, boost or z):
-        stores then rank exactly as with :class:`~memcore.DecayWeights` alone."""
-        return (self.lexical == 0.0 and self.lexical_context == 0.0 and self.speaker == 0.0
-                and self.alpha == 1.0 and not self.normalize and self.diversity == 0.0)
-
-    def structure(self) -> tuple:
-        """The fields fixing a :class:`HybridIndex`'s content: ``(stem, dates)`` (alpha,
-        windows up to :data:`MAX_WINDOW`, k1 and b are query-time)."""
-        return (bool(self.stem), bool(self.dates))
-
-    @classmethod
-    def for_structure(cls, structure: tuple) -> "HybridWeights":
-        """The default weights with a :meth:`structure` (a restored or rebuilt index's).
-
-        Examples
-        --------
-        >>> HybridWeights.for_structure((True, False)).structure()
-        (True, False)
-        """
-        return cls(stem=bool(structure[0]), dates=bool(structure[1]))
+__all__ = ["HybridIndex", "HybridResult", "LexicalSignals", "ROW_ARRAYS", "EPISODE_ARRAYS"]
 
 
 @dataclass(frozen=True)
@@ -248,7 +84,7 @@ class HybridResult:
 _STRIDE = 2 * MAX_WINDOW + 1
 
 #: Per-row arrays of a :class:`HybridIndex` (name -> dtype, trailing shape), allocated through
-#: its :class:`~memcore.core.arrays.Arrays`; ``D`` stands for dim.
+#: its :class:`~memcore.arrays.Arrays`; ``D`` stands for dim.
 ROW_ARRAYS = {
     "alive": (np.bool_, ()), "codes": (np.int8, ("D",)), "scale": (np.float32, ()),
     "cnorm": (np.float32, ()), "rnorm": (np.float32, ()),
@@ -281,40 +117,6 @@ def _check_rows(rows: Any) -> list:
     return [LexicalIndex._check_row(r) for r in rows]
 
 
-@contextlib.contextmanager
-def _threads(n: int):
-    """numba's thread count set to ``n`` inside the block (restored after)."""
-    if n <= 1:
-        yield
-        return
-    import numba
-
-    old = numba.get_num_threads()
-    numba.set_num_threads(min(int(n), numba.config.NUMBA_NUM_THREADS))
-    try:
-        yield
-    finally:
-        numba.set_num_threads(old)
-
-
-def check_threads(threads: Any) -> int:
-    """``threads`` as an int >= 1.
-
-    Raises
-    ------
-    InvalidArgumentError
-        If it is not an int >= 1 (bools refused).
-
-    Examples
-    --------
-    >>> check_threads(2)
-    2
-    """
-    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
-        raise InvalidArgumentError(f"threads must be an int >= 1, got {threads!r}")
-    return int(threads)
-
-
 @dataclass(frozen=True)
 class LexicalSignals:
     """A query's sparse BM25 signals over one index: the rows that score (int64, ascending)
@@ -328,43 +130,6 @@ class LexicalSignals:
 
 _EMPTY_I = np.zeros(0, np.int64)
 _EMPTY_F = np.zeros(0, np.float64)
-
-_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august",
-           "september", "october", "november", "december")
-
-
-@functools.lru_cache(maxsize=4096)
-def _day_words(day: int) -> str:
-    t = np.datetime64(day, "D")
-    month = t.astype("datetime64[M]")
-    m = int(month.astype(np.int64))
-    return (f"{int((t - month).astype(np.int64)) + 1} {_MONTHS[m % 12]} "
-            f"{1970 + m // 12}")
-
-
-def date_words(created_at: Sequence[float] | np.ndarray) -> list[str]:
-    """Each time's UTC day as words, ``"8 may 2023"`` ("" for a non-finite time): what
-    ``HybridWeights(dates=True)`` adds to a memory's BM25 document.
-
-    Parameters
-    ----------
-    created_at : sequence of float
-        Unix seconds.
-
-    Returns
-    -------
-    list of str
-
-    Examples
-    --------
-    >>> date_words([1683554160.0, float("nan")])
-    ['8 may 2023', '']
-    """
-    if isinstance(created_at, np.ndarray):
-        created_at = created_at.reshape(-1).tolist()
-    return [_day_words(math.floor(t / 86400.0)) if math.isfinite(t) and abs(t) < 1e15 else ""
-            for t in map(float, created_at)]
-
 
 #: Rows up to which a moment-sum update is an einsum rather than a BLAS product.
 _SMALL_UPDATE = 16
@@ -381,7 +146,7 @@ class HybridIndex:
     index of window texts: window BM25 is computed from the own postings); per episode its key
     hash and last row. Small state: the term / episode / speaker dicts, counters, and the
     float64 moment sums of the dense signals (built on the first normalised search, then kept
-    current by every write). All arrays go through ``arrays`` (:mod:`memcore.core.arrays`).
+    current by every write). All arrays go through ``arrays`` (:mod:`memcore.arrays`).
 
     Weights, alpha, window radii (<= :data:`MAX_WINDOW`) and BM25's k1/b are all query-time;
     only ``stem`` and ``dates`` fix what is indexed.
@@ -397,7 +162,7 @@ class HybridIndex:
         ``(text, entities) -> PreparedQuery``; :class:`~memcore.recall.prep.DefaultQueryPreparer`
         by default.
     arrays : Arrays, optional
-        Where the flat arrays live; a fresh :class:`~memcore.core.arrays.RamArrays` when None.
+        Where the flat arrays live; a fresh :class:`~memcore.arrays.RamArrays` when None.
     vectors : callable, optional
         ``vectors() -> ndarray (>= n_rows, dim) float32``: the store's vector column, indexed
         by row (read for exact reranking and the moment sums). None: the index keeps its own
@@ -426,8 +191,6 @@ class HybridIndex:
                  query_preparer: QueryPreparer | None = None, *, arrays: Any = None,
                  vectors: Callable[[], np.ndarray] | None = None,
                  created_at: Callable[[], np.ndarray] | None = None):
-        from memcore.core.arrays import RamArrays
-
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
             raise InvalidArgumentError(f"HybridIndex dim must be an int >= 1, got {dim!r}")
         self.dim = int(dim)
@@ -435,7 +198,7 @@ class HybridIndex:
         if not isinstance(self.weights, HybridWeights):
             raise InvalidArgumentError(f"weights must be HybridWeights, got {type(self.weights).__name__}")
         self.query_preparer = query_preparer or DefaultQueryPreparer()
-        self._stem = _stemmer() if self.weights.stem else None
+        self._stem = stemmer() if self.weights.stem else None
         self.arrays = arrays if arrays is not None else RamArrays()
         self._vsrc = vectors
         self._tsrc = created_at
@@ -898,14 +661,14 @@ class HybridIndex:
     def _lexical_texts(self, texts: Sequence[str], speakers: Sequence,
                        created_at: Sequence[float] | None = None) -> list:
         """What BM25 indexes for each memory: ``"speaker: text"`` (the speaker is a field of
-        the memory: a question naming them matches), then its day's :func:`date_words` when
-        given, stemmed when the weights say so."""
+        the memory: a question naming them matches), then its day's
+        :func:`~memcore.recall.words.date_words` when given, stemmed when the weights say so."""
         ts = [f"{sp}: {t}" if sp else t for t, sp in zip(texts, speakers)]
         if created_at is not None:
             ts = [f"{t}\n{d}" if d else t for t, d in zip(ts, date_words(created_at))]
         if self._stem is None:
             return ts
-        return _stem_many(ts, self._stem)
+        return stem_many(ts, self._stem)
 
     # ------------------------------------------------------------------ reads
     def entities(self) -> list[str]:
@@ -1111,7 +874,7 @@ class HybridIndex:
                 float(threshold), ids, scores, sims)
             return HybridResult(ids, scores, sims, int(count))
         st = np.zeros(4, np.int64)
-        with _threads(threads):
+        with numba_threads(threads):
             count = _ks.hybrid_scan_topk(
                 q, self._a("codes")[:n], self._a("scale")[:n], self._a("cnorm")[:n],
                 self._a("rnorm")[:n], self._vectors()[:n], ws, wl, wr, float(w.alpha), dense,
@@ -1175,7 +938,7 @@ class HybridIndex:
         if n == 0:
             return HybridResult(ids, scores, sims, 0)
         ws, wl, wr = self.windows(0)
-        with _threads(threads):
+        with numba_threads(threads):
             count = _ks.hybrid_scan_topk(
                 q, self._a("codes")[:n], self._a("scale")[:n], self._a("cnorm")[:n],
                 self._a("rnorm")[:n], self._vectors()[:n], ws, wl, wr, 1.0,
@@ -1221,8 +984,9 @@ class HybridIndex:
                 lexical: LexicalSignals | None = None) -> np.ndarray:
         """Count, mean and sum of squared deviations of each z-normalised signal over the
         live rows: what :meth:`search` normalises by, for pooling several indexes' statistics
-        (:func:`pooled_weights`). Without ``alive`` from the moment sums (no pass over the
-        rows: O(dim^2)); with it (a filter) by one exact pass over those rows.
+        (:func:`~memcore.recall.weights.pooled_weights`). Without ``alive`` from the moment
+        sums (no pass over the rows: O(dim^2)); with it (a filter) by one exact pass over those
+        rows.
 
         Parameters
         ----------
@@ -1310,254 +1074,3 @@ class HybridIndex:
         if a.shape != (n,):
             raise InvalidArgumentError(f"{name} must have shape ({n},), got {a.shape}")
         return a
-
-
-_MISSING = object()
-
-
-_WORDS = re.compile(r"\w+")
-
-
-@functools.lru_cache(maxsize=1)
-def _stemmer() -> Callable[[str], str]:
-    """``text -> stemmed words joined by spaces`` (Snowball English, PyStemmer)."""
-    try:
-        import Stemmer
-    except ImportError as err:
-        raise ImportError("HybridWeights(stem=True) needs PyStemmer: pip install PyStemmer "
-                          "(or pass stem=False)") from err
-    stem_words = Stemmer.Stemmer("english").stemWords
-    findall = _WORDS.findall
-
-    def stem(text: str) -> str:
-        return " ".join(stem_words(findall(text.lower())))
-    return stem
-
-
-def _stem_many(texts: list, stem: Callable[[str], str]) -> list:
-    """``[stem(t) for t in texts]`` in one pass: the texts are lower-cased joined by NUL
-    (neither a word character nor cased, so each text lower-cases alone), split at white
-    space (never inside a word), and each distinct piece's words stemmed once. Texts holding a
-    NUL (or non-str) take the per-text path."""
-    try:
-        big = "\x00".join(texts)
-    except TypeError:
-        return [stem(t) for t in texts]
-    if big.count("\x00") != len(texts) - 1 or len(texts) < 64:
-        return [stem(t) for t in texts]
-    import Stemmer
-
-    pieces = big.lower().replace("\x00", " \x00 ").split()
-    pieces.append("\x00")
-    distinct = list(set(pieces))
-    findall = _WORDS.findall
-    words = [findall(p) for p in distinct]
-    stems = iter(Stemmer.Stemmer("english").stemWords([w for ws in words for w in ws]))
-    table = {p: " ".join([next(stems) for _ in ws]) for p, ws in zip(distinct, words)}
-    table["\x00"] = "\x00"
-    out = " ".join(filter(None, map(table.__getitem__, pieces))).split("\x00")
-    out.pop()                                     # after the closing NUL
-    return [t.strip(" ") for t in out]
-
-
-def episode_speaker(metadata: dict | None) -> tuple[Hashable, str | None]:
-    """The ``episode`` and ``speaker`` a store's hybrid index reads from a memory's metadata.
-
-    ``metadata["episode"]`` may be any JSON value (a str or int session id is typical; lists
-    and dicts are keyed by their canonical JSON); ``metadata["speaker"]`` counts when it is a
-    non-empty str.
-
-    Parameters
-    ----------
-    metadata : dict or None
-
-    Returns
-    -------
-    episode : hashable or None
-    speaker : str or None
-
-    Examples
-    --------
-    >>> episode_speaker({"episode": 3, "speaker": "Ann"})
-    (3, 'Ann')
-    """
-    if not metadata:
-        return None, None
-    ep = metadata.get("episode")
-    if ep is not None and not isinstance(ep, (str, int, float)):
-        import json
-
-        ep = json.dumps(ep, sort_keys=True, ensure_ascii=False)
-    sp = metadata.get("speaker")
-    return ep, (sp if isinstance(sp, str) and sp.strip() else None)
-
-
-class NamespaceRecall:
-    """A store namespace's hybrid indexes: one per index structure (``stem``), built on
-    first use.
-
-    Stores keep one of these per namespace. :meth:`index` builds the index a search's
-    :class:`HybridWeights` need from the namespace's live rows the first time, in row order
-    (the insertion order of the rows that source yields); afterwards :meth:`put`/:meth:`delete`
-    keep every built index current (O(window) each). A namespace that is only ever searched
-    with the similarity preset builds nothing.
-
-    Parameters
-    ----------
-    dim : int
-    query_preparer : callable, optional
-        Passed to each :class:`HybridIndex`.
-    vectors : callable, optional
-        ``vectors() -> (>= rows, dim) float32``: the store's vector column (the indexes then
-        keep no copy; see :class:`HybridIndex`).
-    arrays : callable, optional
-        ``arrays(structure) -> Arrays`` for a new index (RAM when None).
-    created_at : callable, optional
-        ``created_at() -> (>= rows,) float64``: the store's ``created_at`` column (the date
-        words of ``HybridWeights(dates=True)``; none when None).
-
-    Examples
-    --------
-    >>> rec = NamespaceRecall(4)
-    >>> idx = rec.index(HybridWeights(), lambda: ([0], ["hi"], np.eye(4, dtype=np.float32)[:1],
-    ...                                           [{}]))
-    >>> len(idx)
-    1
-    """
-
-    __slots__ = ("dim", "query_preparer", "indexes", "vectors", "arrays", "created_at")
-
-    def __init__(self, dim: int, query_preparer: QueryPreparer | None = None, *,
-                 vectors: Callable[[], np.ndarray] | None = None,
-                 arrays: Callable[[tuple], Any] | None = None,
-                 created_at: Callable[[], np.ndarray] | None = None):
-        self.dim = int(dim)
-        self.query_preparer = query_preparer
-        self.indexes: dict[tuple, HybridIndex] = {}
-        self.vectors = vectors
-        self.arrays = arrays
-        self.created_at = created_at
-
-    def index(self, weights: HybridWeights,
-              source: Callable[[], tuple]) -> HybridIndex:
-        """The index for ``weights``' structure, built from ``source()`` when missing.
-
-        ``source() -> (rows, texts, vectors, metadata)``: the live rows in insertion order,
-        their texts, (n, dim) float32 vectors and metadata dicts.
-        """
-        key = weights.structure()
-        idx = self.indexes.get(key)
-        if idx is None:
-            idx = HybridIndex(self.dim, weights, self.query_preparer,
-                              arrays=None if self.arrays is None else self.arrays(key),
-                              vectors=self.vectors, created_at=self.created_at)
-            rows, texts, vectors, metadata = source()
-            idx.put_many(np.asarray(rows, np.int64), texts, vectors,
-                         [episode_speaker(m) for m in metadata])
-            self.indexes[key] = idx
-        return idx
-
-    def put(self, row: int, text: str, vector: np.ndarray, metadata: dict | None) -> None:
-        """Add or replace a row in every built index (a replaced row moves to the end of its
-        episode, as a rebuild in insertion order would place it)."""
-        if not self.indexes:
-            return
-        ep, sp = episode_speaker(metadata)
-        for idx in self.indexes.values():
-            idx.put(row, text, vector, episode=ep, speaker=sp)
-
-    def put_many(self, rows: Sequence[int], texts: Sequence[str], vectors: np.ndarray,
-                 metadata: Sequence[dict | None]) -> None:
-        """:meth:`put` for a batch of new rows (one tokeniser call per index)."""
-        if not self.indexes or not len(rows):
-            return
-        es = [episode_speaker(m) for m in metadata]
-        rows = np.asarray(rows, np.int64)
-        for idx in self.indexes.values():
-            idx.delete_many(rows.tolist())
-            idx.put_many(rows, texts, vectors, es)
-
-    def delete(self, row: int) -> None:
-        """Remove a row from every built index."""
-        self.delete_many([row])
-
-    def delete_many(self, rows: Sequence[int]) -> None:
-        """Remove rows from every built index (:meth:`HybridIndex.delete_many`)."""
-        for idx in self.indexes.values():
-            idx.delete_many(rows)
-
-    def clear(self) -> None:
-        """Forget every index (they are rebuilt on the next hybrid search)."""
-        self.indexes.clear()
-
-
-def default_for(embedder: Any) -> HybridWeights:
-    """The default hybrid weights for an embedder: :meth:`HybridWeights.no_model` for the
-    hashing embedder (no neural model), :meth:`HybridWeights.hybrid` otherwise.
-
-    Examples
-    --------
-    >>> from memcore.embedders import HashingEmbedder
-    >>> default_for(HashingEmbedder()) == HybridWeights.no_model()
-    True
-    """
-    from memcore.embedders.hashing import HashingEmbedder
-
-    return HybridWeights.no_model() if isinstance(embedder, HashingEmbedder) \
-        else HybridWeights.hybrid()
-
-
-def pooled_weights(weights: HybridWeights, moments: Sequence[np.ndarray],
-                   w_similarity: float = 1.0) -> tuple[HybridWeights, float]:
-    """Weights that rank several indexes (e.g. two tiers) as one, z over their union.
-
-    ``z(x) = (x - mean) / std`` with the pooled mean and population std is affine, so
-    ``weights`` with ``normalize=True`` over the union equals un-normalised weights
-    ``w_s / std_s`` on the raw signals plus one constant, ``-sum_s w_s mean_s / std_s``, the
-    same for every memory: each index ranks with the returned weights, and adding the
-    constant to their scores gives the union's z-scores.
-
-    Parameters
-    ----------
-    weights : HybridWeights
-        With ``normalize=True`` (else returned unchanged with offset 0.0).
-    moments : sequence of ndarray of shape (3, 3), float64
-        :meth:`HybridIndex.moments` of each index.
-    w_similarity : float, default 1.0
-        The DecayWeights factor the stores apply to the dense weight (enters the offset).
-
-    Returns
-    -------
-    weights : HybridWeights
-        ``normalize=False``, signal weights divided by the pooled std (0 where std is 0).
-    offset : float
-        Add to each returned score.
-
-    Examples
-    --------
-    >>> m = np.array([[2, 0.5, 0.02], [2, 1.0, 2.0], [2, 1.0, 2.0]], np.float64)
-    >>> w, off = pooled_weights(HybridWeights(), [m])
-    >>> round(w.dense, 3), round(off, 3)        # -(1.5 * 0.5 / 0.1 + 0.25 + 0.75)
-    (15.0, -8.5)
-    """
-    if not weights.normalize:
-        return weights, 0.0
-    n = np.zeros(3)
-    mean = np.zeros(3)
-    m2 = np.zeros(3)
-    for mo in moments:                       # Chan et al.'s parallel update
-        nb, mb, m2b = mo[:, 0], mo[:, 1], mo[:, 2]
-        tot = n + nb
-        delta = mb - mean
-        with np.errstate(invalid="ignore", divide="ignore"):
-            frac = np.where(tot > 0, nb / np.where(tot > 0, tot, 1.0), 0.0)
-        mean = mean + delta * frac
-        m2 = m2 + m2b + delta * delta * n * frac
-        n = tot
-    std = np.sqrt(np.where(n > 0, m2 / np.where(n > 0, n, 1.0), 0.0))
-    base = np.array([weights.dense * w_similarity, weights.lexical, weights.lexical_context])
-    scale = np.where(std > 0, 1.0 / np.where(std > 0, std, 1.0), 0.0)
-    offset = -float((base * mean * scale).sum())
-    raw = np.array([weights.dense, weights.lexical, weights.lexical_context]) * scale
-    return replace(weights, dense=float(raw[0]), lexical=float(raw[1]),
-                   lexical_context=float(raw[2]), normalize=False), offset

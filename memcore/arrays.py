@@ -1,6 +1,6 @@
 """Where an index's flat arrays live: one small protocol, so recall code never knows.
 
-The hybrid index (:class:`memcore.recall.hybrid.HybridIndex`) keeps its whole per-row,
+The hybrid index (:class:`memcore.recall.index.HybridIndex`) keeps its whole per-row,
 per-term and pool state in named NumPy arrays whose first axis is a capacity that grows by
 doubling. It allocates and grows them only through an :class:`Arrays`:
 
