@@ -221,11 +221,21 @@ def _mismatch_message(args: argparse.Namespace, where: str, given: Any) -> str:
 
 
 def _no_memories(opened: _Opened, ns: tuple[str, ...]) -> str:
-    """``namespace NS`` plus, when NS holds nothing, the nearest namespaces that do."""
+    """``namespace NS`` plus, when NS holds nothing, where its memories may be: in
+    SemanticMemory's short-tier journal (not consolidated yet), or in the nearest namespaces
+    that hold some (did you mean ...?)."""
+    label = f"namespace {format_namespace(ns)}"
     if opened.store.count(ns):
-        return f"namespace {format_namespace(ns)}"
-    hint = namespace_hint(ns, opened.visible_namespaces())
-    return f"namespace {format_namespace(ns)}" + (f"; {hint}" if hint else "")
+        return label
+    every = opened.store.namespaces()
+    journal = (INTERNAL_PREFIX,) + ns
+    if journal in every:
+        return (f"{label}; SemanticMemory's short tier holds {opened.store.count(journal)} "
+                f"memories of it, not consolidated into the long tier yet (they are in the "
+                f"internal journal namespace {format_namespace(journal)})")
+    known = sorted({k[1:] if k[0] == INTERNAL_PREFIX else k for k in every})
+    hint = namespace_hint(ns, known)
+    return label + (f"; {hint}" if hint else "")
 
 
 def _json_default(value: Any) -> Any:
@@ -615,16 +625,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return 1 if bad else 0
     journal = [ns for ns in report if _internal(ns)]
     for ns, r in report.items():
-        if ns in bad or not _internal(ns):          # a damaged journal namespace is listed
+        if ns in bad or not _internal(ns):          # a damaged journal namespace is listed too
             name = format_namespace(ns) if isinstance(ns, tuple) else ns
             state = ("ok" if ns not in bad else "; ".join(r["errors"])
                      or f"{len(r['bad_rows'])} rows fail their checksum")
             print(f"{name}: {r['live']} live of {r['rows']} rows: {state}")
-    if journal:
-        print(f"(and SemanticMemory's short-tier journal: {len(journal)} internal namespaces, "
-              f"{sum(ns not in bad for ns in journal)} intact)")
     shown = len(report) - len(journal)
     print(f"{path}: {shown - sum(not _internal(ns) for ns in bad)} of {shown} namespaces intact"
+          + (f", and {sum(ns not in bad for ns in journal)} of {len(journal)} namespaces of "
+             f"SemanticMemory's short-tier journal (internal, not listed)" if journal else "")
           + ("" if not bad else "; `memcore repair` rewrites the damaged ones"))
     return 1 if bad else 0
 
@@ -790,7 +799,7 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     json_flag(p)
 
-    p = sub("mcp", "serve the store to MCP clients over stdio (pip install memcore[mcp])",
+    p = sub("mcp", "serve the store to MCP clients over stdio (pip install 'memcore[mcp]')",
             cmd_mcp)
     p.add_argument("--no-warmup", action="store_true",
                    help="start serving at once (the first recall then loads the model)")

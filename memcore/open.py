@@ -206,7 +206,8 @@ def store_embedder(path: Any, *, notify: Notify | None = None) -> Any:
 
 
 def open_store(where: Any = None, embedder: Any = AUTO, *, read_only: bool = False,
-               create: bool = True, notify: Notify | None = None, **options: Any) -> Any:
+               create: bool = True, lock_timeout: float | None = None,
+               notify: Notify | None = None, **options: Any) -> Any:
     """Open (or create) the store at ``where`` with the embedder rule of the module notes.
 
     Parameters
@@ -223,6 +224,10 @@ def open_store(where: Any = None, embedder: Any = AUTO, *, read_only: bool = Fal
     create : bool, default True
         Whether a writable open may create a missing store; False raises
         :class:`StoreNotFoundError` instead.
+    lock_timeout : float, optional
+        Seconds a store directory waits for its writer lock (the store's default, 1.0, when
+        None). PostgreSQL has no writer lock (the server serialises concurrent writers), so
+        it does not apply there, as ``read_only``.
     notify : callable(str), optional
         Receives one-line notes: a store being created, the MiniLM model being prepared.
         Default: the ``memcore`` logger at INFO.
@@ -258,6 +263,8 @@ def open_store(where: Any = None, embedder: Any = AUTO, *, read_only: bool = Fal
     ['dock']
     """
     notify = notify or logger.info
+    if lock_timeout is not None and not is_url(where):
+        options["lock_timeout"] = lock_timeout
     if isinstance(embedder, str):
         if embedder != AUTO:
             embedder = build_embedder(embedder, notify=notify)
