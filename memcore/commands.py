@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
 import itertools
 import json
 import math
@@ -57,6 +56,7 @@ from memcore.errors import (
 )
 from memcore.integrations.mcp_server import serve
 from memcore.open import AUTO, build_embedder, describe, is_url, matching_embedder, open_store
+from memcore.stores.long import LongTermMemory
 from memcore.views import format_namespace, hit_dict, memory_dict, namespace_hint, text_key
 
 __all__ = ["add_global_options", "add_commands", "store_path", "parse_namespace", "UsageError",
@@ -589,8 +589,6 @@ def _store_arg(args: argparse.Namespace) -> Path:
 
 @_guard
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from memcore.stores.long import LongTermMemory
-
     path = _store_arg(args)
     n = LongTermMemory.migrate(path, progress=not args.quiet)
     _summary(args, {"migrated": n, "store": str(path)},
@@ -611,8 +609,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
     SemanticMemory's journal namespaces are checked like any other; the text output sums them
     up in one line instead of listing them (``--json`` lists them, ``"internal": true``).
     """
-    from memcore.stores.long import LongTermMemory
-
     path = _store_arg(args)
     with LongTermMemory.open(path, read_only=True) as store:
         report = store.verify()
@@ -641,8 +637,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
 @_guard
 def cmd_repair(args: argparse.Namespace) -> int:
     """Rebuild what is damaged (store header, namespaces) keeping every intact record."""
-    from memcore.stores.long import LongTermMemory
-
     path = _store_arg(args)
     note = _note(args)
     try:                                       # re-embeds damaged vectors exactly when it can

@@ -24,7 +24,9 @@ import logging
 import os
 from typing import Any, Callable
 
+from memcore import embedders, storage
 from memcore.errors import EmbedderMismatchError, InvalidArgumentError, StoreNotFoundError
+from memcore.stores.long import LongTermMemory
 
 __all__ = ["EMBEDDERS", "AUTO", "open_store", "build_embedder", "matching_embedder",
            "store_embedder", "is_url", "describe", "store_exists"]
@@ -41,6 +43,9 @@ Notify = Callable[[str], None]
 
 def is_url(where: Any) -> bool:
     """True for a ``postgresql://`` or ``postgres://`` URL (a PostgreSQL store).
+
+    (:mod:`memcore.stores.postgres` is imported on first use, here and below, so that
+    ``import memcore`` does not load the PostgreSQL backend.)
 
     Examples
     --------
@@ -75,8 +80,6 @@ def store_exists(path: Any) -> bool:
     False only when there is certainly no store there; anything odd (a file in the way, a lost
     header, no permission) is True, so the store's own open reports it.
     """
-    from memcore import storage
-
     try:
         storage.StoreRoot.require(os.path.abspath(os.fspath(path)))
     except StoreNotFoundError:
@@ -127,8 +130,6 @@ def build_embedder(name: str | None = None, *, notify: Notify | None = None) -> 
     >>> build_embedder("hashing").name
     'hashing-unicode-v1'
     """
-    from memcore import embedders
-
     if name == "hashing":
         return embedders.HashingEmbedder(dim=384, mode="unicode")
     if name not in (None, "minilm"):
@@ -155,8 +156,6 @@ def matching_embedder(store: Any, *, notify: Notify | None = None) -> Any:
     ...     matching_embedder(ltm).dim
     32
     """
-    from memcore import embedders
-
     name, dim = store.embedder_name, store.dim
     candidate = None
     if name.startswith("hashing-"):
@@ -199,8 +198,6 @@ def store_embedder(path: Any, *, notify: Notify | None = None) -> Any:
     >>> store_embedder(path).dim
     16
     """
-    from memcore.stores.long import LongTermMemory
-
     with LongTermMemory.open(path, None, read_only=True) as probe:
         return matching_embedder(probe, notify=notify)
 
@@ -270,8 +267,6 @@ def open_store(where: Any = None, embedder: Any = AUTO, *, read_only: bool = Fal
             embedder = build_embedder(embedder, notify=notify)
     if is_url(where):
         return _open_postgres(where, embedder, create and not read_only, notify, options)
-    from memcore.stores.long import LongTermMemory
-
     if where is None:
         if read_only or not create:
             raise InvalidArgumentError("read_only and create=False need a path; a store in "
