@@ -24,6 +24,13 @@ Conventions
   ``import -`` reads stdin and ``export -`` writes stdout.
 - Only commands that embed text (``put``, ``search``, ``import``) build an embedder; the others
   (``get``, ``delete``, ``namespaces``, ``stats``, ``export``) ignore ``--embedder``.
+- Stores are opened by :func:`memcore.open.open_store`. Only ``put`` and ``import`` create a
+  missing store, and say so on stderr (``memcore put: note: no store at PATH: creating a new
+  one ...``); the first MiniLM load on a machine also prints a note (about 15 s). Under
+  ``--json`` a note is one JSON object on stderr, ``{"note": ..., "command": ...}``.
+- A ``search`` that finds nothing in a namespace holding nothing, or a ``get`` of a missing
+  key there, names the nearest namespaces that do hold memories (``did you mean 'notes'?``,
+  SemanticMemory's ``["agent", MODE]`` prefix) or SemanticMemory's short-tier journal.
 - Reads (``search``, ``get``, ``namespaces``, ``stats``, ``export``) open the store read-only,
   so they work while another process writes, and peek (``touch=False``): a look from the
   command line does not change what the agent recalls.
@@ -43,6 +50,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from memcore import _validate
+from memcore.agent import SHORT_JOURNAL
 from memcore.errors import (
     EmbedderMismatchError,
     InvalidArgumentError,
@@ -65,8 +73,8 @@ __all__ = ["add_global_options", "add_commands", "store_path", "parse_namespace"
 DEFAULT_STORE = "memcore-data"
 
 #: The first segment of the namespaces where SemanticMemory journals its short tier: internal,
-#: checked by ``verify`` but not listed, never offered as a did-you-mean.
-INTERNAL_PREFIX = "memcore-short-journal"
+#: checked by ``verify`` but not listed there, and named as such by ``search``/``get`` hints.
+INTERNAL_PREFIX = SHORT_JOURNAL
 
 
 class UsageError(MemcoreError, ValueError):

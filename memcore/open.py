@@ -231,7 +231,7 @@ def open_store(where: Any = None, embedder: Any = AUTO, *, read_only: bool = Fal
     **options
         Keywords of :class:`~memcore.LongTermMemory` or
         :class:`~memcore.stores.postgres.PostgresMemory` (weights, clock, hybrid, threads,
-        lock_timeout, ...).
+        durability, schema, ...); one the backend does not take raises its TypeError.
 
     Returns
     -------
@@ -262,19 +262,19 @@ def open_store(where: Any = None, embedder: Any = AUTO, *, read_only: bool = Fal
     notify = notify or logger.info
     if lock_timeout is not None and not is_url(where):
         options["lock_timeout"] = lock_timeout
-    if isinstance(embedder, str):
-        if embedder != AUTO:
-            embedder = build_embedder(embedder, notify=notify)
+    if isinstance(embedder, str) and embedder != AUTO:
+        embedder = build_embedder(embedder, notify=notify)
+    auto = isinstance(embedder, str)
     if is_url(where):
-        return _open_postgres(where, embedder, create and not read_only, notify, options)
+        return _open_postgres(where, embedder, auto, create and not read_only, notify, options)
     if where is None:
         if read_only or not create:
             raise InvalidArgumentError("read_only and create=False need a path; a store in "
                                        "RAM (where=None) is always new")
-        if embedder == AUTO:
+        if auto:
             embedder = build_embedder(notify=notify)
         return LongTermMemory(None, embedder, **options)
-    if embedder == AUTO:
+    if auto:
         try:
             embedder = store_embedder(where, notify=notify)
         except StoreNotFoundError:
@@ -289,7 +289,7 @@ def open_store(where: Any = None, embedder: Any = AUTO, *, read_only: bool = Fal
     return LongTermMemory(where, embedder, **options)
 
 
-def _open_postgres(url: str, embedder: Any, may_create: bool, notify: Notify,
+def _open_postgres(url: str, embedder: Any, auto: bool, may_create: bool, notify: Notify,
                    options: dict) -> Any:
     """``open_store`` on a URL. PostgreSQL creates a store whenever it is given an embedder,
     so the schema is first opened without one: a missing store is created only when
@@ -301,13 +301,13 @@ def _open_postgres(url: str, embedder: Any, may_create: bool, notify: Notify,
     except InvalidArgumentError as err:     # no store in the schema (or a bad option)
         if not may_create or embedder is None:
             raise StoreNotFoundError(str(err)) from err
-        if embedder == AUTO:
+        if auto:
             embedder = build_embedder(notify=notify)
         notify(f"no store at {describe(url)}: creating a new one (embedder {embedder.name})")
         return PostgresMemory(url, embedder, **options)
     if embedder is None:
         return store
     with store:
-        if embedder == AUTO:
+        if auto:
             embedder = matching_embedder(store, notify=notify)
     return PostgresMemory(url, embedder, **options)

@@ -43,8 +43,9 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from memcore import _validate
-from memcore.errors import InvalidArgumentTypeError, InvalidTextError, MemoryNotFoundError
+from memcore import __version__, _validate
+from memcore.errors import (InvalidArgumentTypeError, InvalidTextError, MemcoreError,
+                            MemoryNotFoundError)
 from memcore.open import AUTO, open_store
 from memcore.views import hit_dict, memory_dict, text_key
 
@@ -233,9 +234,6 @@ def build_server(tools: MemoryTools) -> Any:
     _check_sdk()
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
-
-    from memcore import __version__
-    from memcore.errors import MemcoreError
 
     def run(method: Any, *args: Any) -> Any:
         """``method(*args)``; bad input becomes a ToolError carrying memcore's message (the
