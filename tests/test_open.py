@@ -82,3 +82,24 @@ def test_the_first_minilm_preparation_is_announced_once(tmp_path, monkeypatch):
 def test_describe_never_shows_a_password():
     assert factory.describe("postgresql://ann:s3cret@db:5432/mem") == "postgresql://ann:***@db:5432/mem"
     assert factory.describe(None) == "<in memory>"
+
+
+def test_a_postgres_url_follows_the_same_rule():
+    import pg_server
+
+    url = f"{pg_server.url()}?schema={pg_server.new_schema()}"
+    with pytest.raises(StoreNotFoundError, match="holds no memcore store"):
+        open_store(url, "hashing", read_only=True)               # reads never create
+    with pytest.raises(StoreNotFoundError):
+        open_store(url, None)
+    notes: list[str] = []
+    with open_store(url, "hashing", notify=notes.append, lock_timeout=1.0) as pg:
+        pg.put("robot", "dock", "the charging dock is in the hallway")
+    assert len(notes) == 1 and notes[0].startswith("no store at postgresql://")
+    assert "creating a new one (embedder hashing-unicode-v1)" in notes[0]
+    with open_store(url, notify=notes.append) as pg:             # its own embedder, rebuilt
+        assert pg.embedder.name == "hashing-unicode-v1"
+        assert [h.key for h in pg.search("robot", "where is the dock?")] == ["dock"]
+    with pytest.raises(EmbedderMismatchError):
+        open_store(url, HashingEmbedder(dim=16))
+    assert len(notes) == 1
