@@ -493,14 +493,15 @@ def cmd_stats(args: argparse.Namespace) -> int:
 IMPORT_CHUNK = 2048
 
 
-def _import_with_progress(store: Any, src: Path, progress: bool) -> int:
-    """``store.import_jsonl`` in chunks of :data:`IMPORT_CHUNK` lines, with a tqdm bar.
+def _export_header(src: Path) -> tuple[str, int]:
+    """The header line of the JSONL export ``src`` and how many memory lines follow it,
+    checked before the store is opened (so a bad file creates no store).
 
-    Each chunk is a temporary file holding the export's header line and the chunk's lines,
-    so the store's own import (vector reuse or re-embedding, lifecycle fields) does the work.
+    Raises
+    ------
+    InvalidArgumentError
+        If ``src`` is not UTF-8 text or is empty.
     """
-    from tqdm import tqdm
-
     try:
         with src.open("r", encoding="utf-8") as f:
             header = f.readline()
@@ -510,6 +511,19 @@ def _import_with_progress(store: Any, src: Path, progress: bool) -> int:
             from None
     if not header.strip():
         raise InvalidArgumentError(f"{src} is empty; expected a memcore JSONL export")
+    return header, total
+
+
+def _import_with_progress(store: Any, src: Path, header: str, total: int,
+                          progress: bool) -> int:
+    """``store.import_jsonl`` in chunks of :data:`IMPORT_CHUNK` lines, with a tqdm bar (drawn
+    only on a terminal).
+
+    Each chunk is a temporary file holding the export's header line and the chunk's lines,
+    so the store's own import (vector reuse or re-embedding, lifecycle fields) does the work.
+    """
+    from tqdm import tqdm
+
     done = 0
     with src.open("r", encoding="utf-8") as f, tempfile.TemporaryDirectory(prefix="memcore-import-") as tmp, \
             tqdm(total=total, unit="mem", desc=f"import {src.name}",
@@ -551,8 +565,9 @@ def cmd_import(args: argparse.Namespace) -> int:
             src = Path(args.file)
             if not src.is_file():
                 raise FileNotFoundError(f"no file {src}")
+        header, total = _export_header(src)
         with _open(args, write=True, embeds=True, encoder=True) as opened:  # an import may re-embed
-            n = _import_with_progress(opened.store, src, progress=not args.quiet)
+            n = _import_with_progress(opened.store, src, header, total, progress=not args.quiet)
     name = "stdin" if args.file == "-" else str(src)
     _summary(args, {"imported": n}, f"imported {n} memories from {name} into {store_label(args)}",
              to_stderr=False)

@@ -399,6 +399,11 @@ def test_a_new_store_is_created_with_a_note_and_reads_never_create(tmp_path, cli
                                     f"(embedder hashing-unicode-v1)")
     again = cli("--store", str(path), "put", "notes", "the door is red")
     assert again.returncode == 0 and again.stderr == ""              # it exists now: no note
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b"\xff\xfe not text")
+    one_line_error(cli("--store", str(tmp_path / "fresh"), "--embedder", "hashing", "import",
+                       str(bad)), 1, "not UTF-8")
+    assert not (tmp_path / "fresh").exists()           # a bad file is refused before creating
     quiet = cli("--store", str(tmp_path / "other"), "--embedder", "hashing", "put", "n", "x", "--json")
     assert json.loads(quiet.stdout)["key"] and json.loads(quiet.stderr)["note"].startswith("no store")
 
