@@ -79,6 +79,12 @@ def store_exists(path: Any) -> bool:
 
     False only when there is certainly no store there; anything odd (a file in the way, a lost
     header, no permission) is True, so the store's own open reports it.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> store_exists(tempfile.mkdtemp()), store_exists("no/such/dir")
+    (False, False)
     """
     try:
         storage.StoreRoot.require(os.path.abspath(os.fspath(path)))

@@ -21,7 +21,15 @@ __all__ = ["memory_dict", "hit_dict", "text_key", "format_namespace", "namespace
 
 
 def memory_dict(m: Any) -> dict[str, Any]:
-    """A :class:`~memcore.StoredMemory` as a JSON-ready dict (times in Unix seconds)."""
+    """A :class:`~memcore.StoredMemory` as a JSON-ready dict (times in Unix seconds).
+
+    Examples
+    --------
+    >>> from memcore import HashingEmbedder, LongTermMemory
+    >>> with LongTermMemory(None, HashingEmbedder(dim=32)) as ltm:
+    ...     sorted(memory_dict(ltm.put(("agent", "chat"), "k", "hello")))[:4]
+    ['access_count', 'created_at', 'importance', 'key']
+    """
     return {"namespace": list(m.namespace), "key": m.key, "text": m.text,
             "importance": m.importance, "metadata": dict(m.metadata), "created_at": m.created_at,
             "updated_at": m.updated_at, "last_accessed_at": m.last_accessed_at,
@@ -29,7 +37,16 @@ def memory_dict(m: Any) -> dict[str, Any]:
 
 
 def hit_dict(h: Any) -> dict[str, Any]:
-    """A :class:`~memcore.MemoryHit` as a JSON-ready dict (its score and the signals shown)."""
+    """A :class:`~memcore.MemoryHit` as a JSON-ready dict (its score and the signals shown).
+
+    Examples
+    --------
+    >>> from memcore import HashingEmbedder, LongTermMemory
+    >>> with LongTermMemory(None, HashingEmbedder(dim=32)) as ltm:
+    ...     _ = ltm.put("notes", "k", "the red door")
+    ...     [(d["key"], d["namespace"], d["tier"]) for d in map(hit_dict, ltm.search("notes", "red door"))]
+    [('k', ['notes'], 'long')]
+    """
     return {"key": h.key, "text": h.text, "score": h.score, "similarity": h.similarity,
             "recency": h.recency, "importance": h.importance, "tier": h.tier.value,
             "metadata": dict(h.metadata), "namespace": list(h.namespace),
