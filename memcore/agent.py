@@ -52,8 +52,11 @@ from memcore.errors import (
     InvalidArgumentTypeError,
     InvalidNamespaceError,
     MemoryClosedError,
+    UnknownNamespaceError,
 )
 from memcore.extractors import MemoryExtractor, PairExtractor, Turn
+from memcore.open import build_embedder, describe, is_url, open_store
+from memcore.views import namespace_hint
 from memcore.types import (
     Clock,
     DecayWeights,
@@ -177,9 +180,12 @@ class SemanticMemory:
     path : str or os.PathLike, optional
         Directory of the persistent long tier (:class:`~memcore.LongTermMemory`); in memory
         when None. A ``postgresql://`` URL keeps it in PostgreSQL
-        (:class:`~memcore.stores.postgres.PostgresMemory`, ``memcore[postgres]``).
+        (:class:`~memcore.stores.postgres.PostgresMemory`, ``memcore[postgres]``). Opened by
+        :func:`memcore.open.open_store`: a directory without a store is created, and the
+        ``memcore`` logger says so at INFO (a typo'd path shows there).
     embedder : Embedder, optional
-        ``memcore.embedders.default()`` when None.
+        ``memcore.embedders.default()`` when None (the first MiniLM use on a machine logs at
+        INFO that it prepares the model, about 15 s).
     top_k : int, default 3
         Hits per :meth:`retrieve`.
     threshold : float, default 0.3
@@ -249,7 +255,6 @@ class SemanticMemory:
                  clock: Clock | None = None, durability: str | None = None,
                  lock_timeout: float | None = None, batch_size: int = 64, warmup: bool = True,
                  threads: int = 1, approximate: Any = None) -> None:
-        from memcore.stores.long import LongTermMemory
         from memcore.stores.short import ShortTermMemory
         from memcore.recall.threads import check_threads
         from memcore.recall.weights import HybridWeights, default_for
@@ -284,8 +289,7 @@ class SemanticMemory:
         self._pair = PairExtractor(max_input_chars=max_input_chars, max_response_chars=max_response_chars)
         self._extractors = list(extractors)
         if embedder is None:
-            from memcore.embedders import default
-            embedder = default()
+            embedder = build_embedder()
         self.embedder = embedder
         self.hybrid = hybrid if hybrid is not None else default_for(embedder)
         self.path = path
@@ -295,20 +299,17 @@ class SemanticMemory:
             long_kwargs["durability"] = durability
         if lock_timeout is not None:
             long_kwargs["lock_timeout"] = lock_timeout
-        from memcore.stores.postgres import PostgresMemory, is_postgres_url, redact
-        if is_postgres_url(path):      # a PostgreSQL + pgvector server (memcore[postgres])
+        if is_url(path):      # a PostgreSQL + pgvector server (memcore[postgres])
             if durability is not None or lock_timeout is not None:
                 raise InvalidArgumentError("durability and lock_timeout apply to the embedded "
                                            "store; PostgreSQL commits every write")
             if approximate is not None:
                 raise InvalidArgumentError("approximate applies to the embedded store; "
                                            "PostgreSQL ranks from its own HNSW index")
-            self.long = PostgresMemory(path, embedder, **long_kwargs)
-            self.path = redact(path)   # never echo the password (repr, stats)
-        else:
-            if approximate is not None:
-                long_kwargs["approximate"] = approximate
-            self.long = LongTermMemory(path, embedder, **long_kwargs)
+            self.path = describe(path)   # never echo the password (repr, stats)
+        elif approximate is not None:
+            long_kwargs["approximate"] = approximate
+        self.long = open_store(path, embedder, **long_kwargs)   # a new store is logged (INFO)
         try:
             self.short = ShortTermMemory(capacity=short_capacity, embedder=embedder, clock=self.clock,
                                          weights=self.weights, hybrid=self.hybrid,
@@ -416,7 +417,7 @@ class SemanticMemory:
     # ------------------------------------------------------------------ the tick
     def retrieve(self, inputs: str, mode: str, *, top_k: int | None = None,
                  threshold: float | None = None, filter: Mapping[str, Any] | None = None,
-                 touch: bool = True) -> list[MemoryHit]:
+                 touch: bool = True, missing_ok: bool = True) -> list[MemoryHit]:
         """The memories of ``mode`` most relevant to ``inputs``: top_k above the threshold.
 
         Encodes ``inputs`` once -- its dense form for hybrid recall
@@ -437,6 +438,11 @@ class SemanticMemory:
         touch : bool, default True
             Refresh the returned memories' ``last_accessed_at``/``access_count`` (which counts
             toward promotion); False peeks.
+        missing_ok : bool, default True
+            Whether a mode that holds no memories (see :meth:`modes`; queued background
+            writes count once written) returns []. False raises
+            :class:`UnknownNamespaceError` instead, naming the nearest modes: a strict mode
+            that catches a typo'd mode.
 
         Returns
         -------
@@ -444,6 +450,9 @@ class SemanticMemory:
 
         Raises
         ------
+        UnknownNamespaceError
+            (a ValueError) If ``missing_ok`` is False and ``mode`` holds no memories; the
+            message lists the modes that do and the nearest of them.
         InvalidNamespaceError, InvalidTextError, ValueError
             On a bad mode, text, top_k, threshold or filter.
         BackgroundWriteError
@@ -456,11 +465,22 @@ class SemanticMemory:
         >>> _ = mem.store("The kettle is in the left cupboard.", "Noted.", mode="kitchen")
         >>> mem.retrieve("Where is the kettle?", mode="kitchen")[0].text
         'The kettle is in the left cupboard.'
+        >>> mem.retrieve("Where is the kettle?", mode="kitchn", missing_ok=False)
+        Traceback (most recent call last):
+        ...
+        memcore.errors.UnknownNamespaceError: mode 'kitchn' holds no memories; did you mean 'kitchen'? (modes with memories: kitchen)
         """
         self._check()
         t0 = time.perf_counter()
         if not isinstance(mode, str):
             raise InvalidNamespaceError(f"mode must be a str, got {type(mode).__name__}")
+        if not missing_ok:
+            known = self.modes()
+            if mode not in known:
+                hint = namespace_hint((mode,), [(m,) for m in known])
+                raise UnknownNamespaceError(
+                    f"mode {mode!r} holds no memories" + (f"; {hint}" if hint else "")
+                    + f" (modes with memories: {', '.join(known) or 'none yet'})")
         rq = self.tiers.resolve(   # validated, prepared and embedded once (cached for store())
             self.prefix + (mode,), inputs, top_k=self.top_k if top_k is None else top_k,
             threshold=self.threshold if threshold is None else threshold, weights=self.weights,

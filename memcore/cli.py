@@ -14,6 +14,7 @@ import sys
 from typing import Sequence
 
 from memcore import __version__
+from memcore.commands import add_commands, add_global_options, report_error
 
 __all__ = ["build_parser", "main"]
 
@@ -26,8 +27,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # type: ignore[override]
         if not self.json_errors:
             super().error(message)
-        from memcore.commands import report_error
-
         command = self.prog.removeprefix("memcore").strip() or "memcore"
         sys.exit(report_error(command, message, 2, as_json=True))
 
@@ -37,8 +36,6 @@ def build_parser(*, json_errors: bool = False) -> argparse.ArgumentParser:
 
     With ``json_errors`` a usage error is one JSON object on stderr (``--json`` was given).
     """
-    from memcore.commands import add_commands, add_global_options
-
     parser_class = type("Parser", (_Parser,), {"json_errors": json_errors})
     parser = parser_class(
         prog="memcore", description="Long-term semantic memory for agents and robots.")

@@ -24,6 +24,13 @@ Conventions
   ``import -`` reads stdin and ``export -`` writes stdout.
 - Only commands that embed text (``put``, ``search``, ``import``) build an embedder; the others
   (``get``, ``delete``, ``namespaces``, ``stats``, ``export``) ignore ``--embedder``.
+- Stores are opened by :func:`memcore.open.open_store`. Only ``put`` and ``import`` create a
+  missing store, and say so on stderr (``memcore put: note: no store at PATH: creating a new
+  one ...``); the first MiniLM load on a machine also prints a note (about 15 s). Under
+  ``--json`` a note is one JSON object on stderr, ``{"note": ..., "command": ...}``.
+- A ``search`` that finds nothing in a namespace holding nothing, or a ``get`` of a missing
+  key there, names the nearest namespaces that do hold memories (``did you mean 'notes'?``,
+  SemanticMemory's ``["agent", MODE]`` prefix) or SemanticMemory's short-tier journal.
 - Reads (``search``, ``get``, ``namespaces``, ``stats``, ``export``) open the store read-only,
   so they work while another process writes, and peek (``touch=False``): a look from the
   command line does not change what the agent recalls.
@@ -33,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
 import itertools
 import json
 import math
@@ -43,26 +49,36 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+from memcore import _validate
+from memcore.agent import SHORT_JOURNAL
 from memcore.errors import (
+    EmbedderMismatchError,
     InvalidArgumentError,
     InvalidArgumentTypeError,
     InvalidNamespaceError,
     InvalidTextError,
     MemcoreError,
+    MemoryNotFoundError,
     StoreLockedError,
+    StoreNotFoundError,
 )
+from memcore.integrations.mcp_server import serve
+from memcore.open import AUTO, build_embedder, describe, is_url, matching_embedder, open_store
+from memcore.stores.long import LongTermMemory
+from memcore.views import format_namespace, hit_dict, memory_dict, namespace_hint, text_key
 
-__all__ = ["add_global_options", "add_commands", "store_path", "parse_namespace", "UsageError"]
+__all__ = ["add_global_options", "add_commands", "store_path", "parse_namespace", "UsageError",
+           "MemoryNotFoundError", "text_key", "format_namespace"]
 
 DEFAULT_STORE = "memcore-data"
+
+#: The first segment of the namespaces where SemanticMemory journals its short tier: internal,
+#: checked by ``verify`` but not listed there, and named as such by ``search``/``get`` hints.
+INTERNAL_PREFIX = SHORT_JOURNAL
 
 
 class UsageError(MemcoreError, ValueError):
     """A command-line argument is malformed (exit status 2)."""
-
-
-class MemoryNotFoundError(MemcoreError, LookupError):
-    """A key the command needs is absent (exit status 1)."""
 
 
 # ------------------------------------------------------------------ options and parsing
@@ -76,16 +92,27 @@ def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool = Fals
     default = argparse.SUPPRESS if suppress else None
     parser.add_argument("--store", metavar="PATH", default=default,
                         help="store directory or postgresql:// URL (default: $MEMCORE_HOME, else "
-                             "./memcore-data)")
+                             "./memcore-data); a directory without a store is created by put and "
+                             "import (with a note on stderr)")
     parser.add_argument("--embedder", choices=("minilm", "hashing"), default=default,
-                        help="embedder (default: minilm when its model loads, else hashing)")
+                        help="embedder (default: the store's own; for a new store minilm when "
+                             "its model loads, else hashing)")
+
+
+def _where(args: argparse.Namespace) -> str:
+    """``--store``, else ``$MEMCORE_HOME``, else ``./memcore-data`` (a URL keeps its password)."""
+    return getattr(args, "store", None) or os.environ.get("MEMCORE_HOME") or DEFAULT_STORE
 
 
 def store_path(args: argparse.Namespace) -> Path:
-    """``--store``, else ``$MEMCORE_HOME``, else ``./memcore-data``."""
-    chosen = getattr(args, "store", None) or os.environ.get("MEMCORE_HOME") or DEFAULT_STORE
-    from memcore.stores.postgres import is_postgres_url, redact
-    return Path(redact(chosen) if is_postgres_url(chosen) else chosen)   # never the password
+    """``--store``, else ``$MEMCORE_HOME``, else ``./memcore-data`` (a URL without its password;
+    :func:`store_label` keeps a URL's ``//``)."""
+    return Path(describe(_where(args)))
+
+
+def store_label(args: argparse.Namespace) -> str:
+    """The store as messages name it: a path as given, a URL without its password."""
+    return describe(_where(args))
 
 
 def parse_namespace(text: str) -> tuple[str, ...]:
@@ -102,8 +129,6 @@ def parse_namespace(text: str) -> tuple[str, ...]:
     >>> parse_namespace("agent/patrol"), parse_namespace('["agent", "patrol"]')
     (('agent/patrol',), ('agent', 'patrol'))
     """
-    from memcore import _validate
-
     if text.startswith("["):
         try:
             segments = json.loads(text)
@@ -115,79 +140,41 @@ def parse_namespace(text: str) -> tuple[str, ...]:
     return _validate.namespace(text)
 
 
-def format_namespace(ns: tuple[str, ...]) -> str:
-    """Inverse of :func:`parse_namespace`: a one-segment namespace as itself, else a JSON list."""
-    if len(ns) == 1 and not ns[0].startswith("["):
-        return ns[0]
-    return json.dumps(list(ns), ensure_ascii=False)
+def _note(args: argparse.Namespace) -> Callable[[str], None]:
+    """Where the store factory's notes go: one line on stderr (a JSON object under --json)."""
 
+    def note(message: str) -> None:
+        if getattr(args, "json", False):
+            json.dump({"note": message, "command": args.command}, sys.stderr, ensure_ascii=False)
+            sys.stderr.write("\n")
+        else:
+            print(f"memcore {args.command}: note: {message}", file=sys.stderr)
 
-def _embedder(args: argparse.Namespace) -> Any:
-    """The embedder named by ``--embedder``, else the default (MiniLM, or hashing)."""
-    choice = getattr(args, "embedder", None)
-    if choice == "hashing":
-        from memcore.embedders import HashingEmbedder
-        return HashingEmbedder(dim=384, mode="unicode")
-    if choice == "minilm":
-        from memcore.embedders import MiniLMEmbedder
-        return MiniLMEmbedder().load()
-    from memcore.embedders import default
-    return default()
-
-
-def _matching_embedder(store: Any) -> Any:
-    """An embedder equal to the one a store was written with (by its recorded name and dim).
-
-    Raises
-    ------
-    EmbedderMismatchError
-        If memcore cannot build that embedder here; the message says what to pass.
-    """
-    from memcore.embedders import HashingEmbedder, MiniLMEmbedder
-    from memcore.errors import EmbedderMismatchError
-
-    name, dim = store.embedder_name, store.dim
-    candidate = None
-    if name.startswith("hashing-"):
-        mode = name.split("-")[1]
-        if mode in ("unicode", "classic"):
-            candidate = HashingEmbedder(dim=dim, mode=mode)
-    elif name.startswith("minilm"):
-        candidate = MiniLMEmbedder().load()
-    if candidate is None or candidate.name != name or candidate.dim != dim:
-        if candidate is None:
-            raise EmbedderMismatchError(
-                f"{store_path_of(store)} was written with embedder {name!r} (dim {dim}), which the "
-                f"command line cannot build (it has minilm and hashing); search it from Python "
-                f"with that embedder (get, stats, namespaces and export work here)")
-        raise EmbedderMismatchError(
-            f"{store_path_of(store)} was written with embedder {name!r} (dim {dim}); the command "
-            f"line's is {candidate.name!r} (dim {candidate.dim}); pass the --embedder the store "
-            f"was written with")
-    return candidate
-
-
-def store_path_of(store: Any) -> str:
-    return str(getattr(store, "path", None) or "the store")
+    return note
 
 
 class _Opened:
     """An open store plus the embedder that encodes for it (built only when needed)."""
 
-    def __init__(self, store: Any, given: Any) -> None:
+    def __init__(self, store: Any, given: Any, note: Callable[[str], None]) -> None:
         self.store = store
         self._embedder = given
+        self._note = note
 
     @property
     def embedder(self) -> Any:
         if self._embedder is None:
-            self._embedder = _matching_embedder(self.store)
+            self._embedder = matching_embedder(self.store, notify=self._note)
         return self._embedder
 
     def vector(self, text: str) -> Any:
         """The embedding of ``text`` (1-D float32), or None when it has no content."""
         vec = self.embedder.encode([text])[0]
         return vec if vec.any() else None
+
+    def visible_namespaces(self) -> list:
+        """The store's namespaces but SemanticMemory's internal journal."""
+        return [ns for ns in self.store.namespaces() if ns[0] != INTERNAL_PREFIX]
 
     def __enter__(self) -> "_Opened":
         return self
@@ -198,50 +185,65 @@ class _Opened:
 
 def _open(args: argparse.Namespace, *, write: bool, embeds: bool = False,
           encoder: bool = False) -> _Opened:
-    """Open the store read-only (it must exist) or for writing.
+    """Open the store read-only (it must exist) or for writing, through :func:`open_store`.
 
     ``embeds``: the command encodes text. Only then is ``--embedder`` built (and checked by the
-    store against the one it was written with) and may a write create a new store; otherwise
-    no embedder is built or checked. Without ``--embedder`` an existing store's own embedder
-    is used, built only if a text must be encoded (``encoder=True`` builds it up front and
-    hands it to the store, for an import that re-embeds).
+    store against the one it was written with) and may a write create a new store (with a note
+    on stderr); otherwise no embedder is built or checked. Without ``--embedder`` an existing
+    store's own embedder is used, built only if a text must be encoded (``encoder=True``
+    builds it up front and hands it to the store, for an import that re-embeds).
     """
-    from memcore.stores.long import LongTermMemory
-    from memcore.stores.postgres import is_postgres_url
-
-    given = _embedder(args) if embeds and getattr(args, "embedder", None) else None
-    url = getattr(args, "store", None) or os.environ.get("MEMCORE_HOME")
-    if is_postgres_url(url):
-        return _open_postgres(url, given, embeds, args)
-    path = store_path(args)
-    if not write:
-        return _Opened(LongTermMemory.open(path, given, read_only=True), given)
-    if given is None:
-        try:
-            probe = LongTermMemory.open(path, None, read_only=encoder, lock_timeout=1.0)
-        except FileNotFoundError:
-            if not embeds:
-                raise
-            given = _embedder(args)  # a new store: the default embedder
-        else:
-            if not encoder:
-                return _Opened(probe, None)
-            with probe:
-                given = _matching_embedder(probe)
-    return _Opened(LongTermMemory(path, given, lock_timeout=1.0), given)
-
-
-def _open_postgres(url: str, given: Any, embeds: bool, args: argparse.Namespace) -> _Opened:
-    """``--store postgresql://...``: the PostgreSQL backend (created by a write that embeds)."""
-    from memcore.stores.postgres import PostgresMemory
-
+    note = _note(args)
+    where = _where(args)
+    name = getattr(args, "embedder", None) if embeds else None
+    given = build_embedder(name, notify=note) if name else None
     try:
-        return _Opened(PostgresMemory(url, given), given)
-    except InvalidArgumentError:
-        if not embeds or given is not None:
+        if not write:
+            return _Opened(open_store(where, given, read_only=True, notify=note), given, note)
+        if given is None and not encoder:
+            try:
+                return _Opened(open_store(where, None, create=False, lock_timeout=1.0,
+                                          notify=note), None, note)
+            except StoreNotFoundError:
+                if not embeds:
+                    raise
+        store = open_store(where, given or AUTO, lock_timeout=1.0, notify=note)
+    except EmbedderMismatchError as err:
+        if given is None:
             raise
-    given = _embedder(args)  # a new store: the default embedder
-    return _Opened(PostgresMemory(url, given), given)
+        raise EmbedderMismatchError(_mismatch_message(args, where, given)) from err
+    return _Opened(store, given or store.embedder, note)
+
+
+def _mismatch_message(args: argparse.Namespace, where: str, given: Any) -> str:
+    """What to do when ``--embedder`` is not the store's: drop it (the store's own is used)."""
+    try:
+        with open_store(where, None, read_only=True) as probe:
+            theirs = f"{probe.embedder_name!r} (dim {probe.dim})"
+    except (MemcoreError, OSError):
+        theirs = "another embedder"
+    return (f"the store {describe(where)} was written with embedder {theirs}, not "
+            f"{given.name!r} (dim {given.dim}) of --embedder {args.embedder}; drop --embedder "
+            f"(the command line then uses the store's own), or use another --store for "
+            f"{args.embedder} vectors")
+
+
+def _no_memories(opened: _Opened, ns: tuple[str, ...]) -> str:
+    """``namespace NS`` plus, when NS holds nothing, where its memories may be: in
+    SemanticMemory's short-tier journal (not consolidated yet), or in the nearest namespaces
+    that hold some (did you mean ...?)."""
+    label = f"namespace {format_namespace(ns)}"
+    if opened.store.count(ns):
+        return label
+    every = opened.store.namespaces()
+    journal = (INTERNAL_PREFIX,) + ns
+    if journal in every:
+        return (f"{label}; SemanticMemory's short tier holds {opened.store.count(journal)} "
+                f"memories of it, not consolidated into the long tier yet (they are in the "
+                f"internal journal namespace {format_namespace(journal)})")
+    known = sorted({k[1:] if k[0] == INTERNAL_PREFIX else k for k in every})
+    hint = namespace_hint(ns, known)
+    return label + (f"; {hint}" if hint else "")
 
 
 def _json_default(value: Any) -> Any:
@@ -267,20 +269,6 @@ def _print_json(obj: Any) -> None:
     sys.stdout.write("\n")
 
 
-def _memory_dict(m: Any) -> dict[str, Any]:
-    return {"namespace": list(m.namespace), "key": m.key, "text": m.text,
-            "importance": m.importance, "metadata": dict(m.metadata), "created_at": m.created_at,
-            "updated_at": m.updated_at, "last_accessed_at": m.last_accessed_at,
-            "access_count": m.access_count, "tier": m.tier.value}
-
-
-def _hit_dict(h: Any) -> dict[str, Any]:
-    return {"key": h.key, "text": h.text, "score": h.score, "similarity": h.similarity,
-            "recency": h.recency, "importance": h.importance, "tier": h.tier.value,
-            "metadata": dict(h.metadata), "namespace": list(h.namespace),
-            "created_at": h.created_at, "last_accessed_at": h.last_accessed_at}
-
-
 def report_error(command: str, message: str, status: int, *, as_json: bool,
                  kind: str = "error") -> int:
     """Print one error on stderr (one line, or one JSON object under ``--json``); return status."""
@@ -294,7 +282,7 @@ def report_error(command: str, message: str, status: int, *, as_json: bool,
 
 
 def _locked_message(args: argparse.Namespace) -> str:
-    return (f"another process is writing to the store {store_path(args)} (it holds the writer "
+    return (f"another process is writing to the store {store_label(args)} (it holds the writer "
             f"lock); close that process or wait until it is done, then retry. Reads (search, "
             f"get, namespaces, stats, export) work meanwhile")
 
@@ -339,8 +327,6 @@ def _json_arg(text: str) -> dict:
 def _filter_arg(text: str) -> dict:
     """``--filter``: a JSON object the store accepts as a metadata filter (checked by the same
     validator as the library's, so a malformed filter is a usage error, never ``[]``)."""
-    from memcore import _validate
-
     value = _json_arg(text)
     try:
         _validate.metadata_filter(value)
@@ -375,18 +361,6 @@ def _finite_float(text: str) -> float:
 
 # ------------------------------------------------------------------ commands
 
-def text_key(text: str, prefix: str) -> str:
-    """The default key of a memory: ``prefix:`` + 16 hex digits of the SHA-1 of its text, so
-    storing the same text twice keeps one memory.
-
-    Examples
-    --------
-    >>> text_key("hello", "cli")
-    'cli:aaf4c61ddcc5e8a2'
-    """
-    return f"{prefix}:" + hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
 def _put_text(args: argparse.Namespace) -> str:
     """The text of ``put``: the argument, stdin for ``-``, or the file of ``--file`` (UTF-8).
 
@@ -419,7 +393,7 @@ def cmd_put(args: argparse.Namespace) -> int:
         stored = opened.store.put(ns, key, text, importance=args.importance,
                                   metadata=args.metadata, vector=vec)
     if args.json:
-        _print_json(_memory_dict(stored))
+        _print_json(memory_dict(stored))
     else:
         print(f"stored {format_namespace(ns)} {stored.key}")
     return 0
@@ -435,13 +409,13 @@ def cmd_search(args: argparse.Namespace) -> int:
             threshold=-1.0 if args.threshold is None else args.threshold, filter=args.filter)
         why = ("(empty query: nothing to search for)" if not args.query.strip()
                else f"(the query has no content for embedder {opened.embedder.name!r})" if vec is None
-               else f"(no memories in namespace {format_namespace(ns)})"
+               else f"(no memories in {_no_memories(opened, ns)})"
                if args.threshold is None and args.filter is None
                else f"(no memories above the threshold {args.threshold:g})" if args.filter is None
                else "(no memories matching the filter" + (
                    "" if args.threshold is None else f" above the threshold {args.threshold:g}") + ")")
     if args.json:
-        _print_json([_hit_dict(h) for h in hits])
+        _print_json([hit_dict(h) for h in hits])
         return 0
     if not hits:
         print(why)
@@ -455,8 +429,8 @@ def _on_key(args: argparse.Namespace, write: bool, act: Callable[..., Any]) -> t
     ns = parse_namespace(args.namespace)
     with _open(args, write=write) as opened:
         found = act(opened.store, ns, args.key)
-    if found is None:
-        raise MemoryNotFoundError(f"no memory {args.key!r} in namespace {format_namespace(ns)}")
+        if found is None:
+            raise MemoryNotFoundError(f"no memory {args.key!r} in {_no_memories(opened, ns)}")
     return ns, found
 
 
@@ -464,7 +438,7 @@ def _on_key(args: argparse.Namespace, write: bool, act: Callable[..., Any]) -> t
 def cmd_get(args: argparse.Namespace) -> int:
     _, m = _on_key(args, False, lambda store, ns, key: store.get(ns, key))
     if args.json:
-        _print_json(_memory_dict(m))
+        _print_json(memory_dict(m))
     else:
         print(m.text)
         if m.metadata:
@@ -497,18 +471,20 @@ def cmd_namespaces(args: argparse.Namespace) -> int:
 
 @_guard
 def cmd_stats(args: argparse.Namespace) -> int:
-    path = store_path(args)
+    where = _where(args)
     with _open(args, write=False) as opened:
         per_ns = {format_namespace(ns): opened.store.count(ns) for ns in opened.store.namespaces()}
         embedder = opened.store.embedder_name
-    disk = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-    out = {"store": str(path), "embedder": embedder, "namespaces": len(per_ns),
+    disk = None if is_url(where) else sum(f.stat().st_size for f in Path(where).rglob("*")
+                                          if f.is_file())
+    out = {"store": describe(where), "embedder": embedder, "namespaces": len(per_ns),
            "memories": sum(per_ns.values()), "disk_bytes": disk, "per_namespace": per_ns}
     if args.json:
         _print_json(out)
     else:
+        size = "" if disk is None else f"  {disk / 1e6:.2f} MB on disk"
         print(f"store {out['store']}  embedder {embedder}  {out['memories']} memories in "
-              f"{out['namespaces']} namespaces  {disk / 1e6:.2f} MB on disk")
+              f"{out['namespaces']} namespaces{size}")
         for ns, n in per_ns.items():
             print(f"  {ns}\t{n}")
     return 0
@@ -517,14 +493,15 @@ def cmd_stats(args: argparse.Namespace) -> int:
 IMPORT_CHUNK = 2048
 
 
-def _import_with_progress(store: Any, src: Path, progress: bool) -> int:
-    """``store.import_jsonl`` in chunks of :data:`IMPORT_CHUNK` lines, with a tqdm bar.
+def _export_header(src: Path) -> tuple[str, int]:
+    """The header line of the JSONL export ``src`` and how many memory lines follow it,
+    checked before the store is opened (so a bad file creates no store).
 
-    Each chunk is a temporary file holding the export's header line and the chunk's lines,
-    so the store's own import (vector reuse or re-embedding, lifecycle fields) does the work.
+    Raises
+    ------
+    InvalidArgumentError
+        If ``src`` is not UTF-8 text or is empty.
     """
-    from tqdm import tqdm
-
     try:
         with src.open("r", encoding="utf-8") as f:
             header = f.readline()
@@ -534,9 +511,23 @@ def _import_with_progress(store: Any, src: Path, progress: bool) -> int:
             from None
     if not header.strip():
         raise InvalidArgumentError(f"{src} is empty; expected a memcore JSONL export")
+    return header, total
+
+
+def _import_with_progress(store: Any, src: Path, header: str, total: int,
+                          progress: bool) -> int:
+    """``store.import_jsonl`` in chunks of :data:`IMPORT_CHUNK` lines, with a tqdm bar (drawn
+    only on a terminal).
+
+    Each chunk is a temporary file holding the export's header line and the chunk's lines,
+    so the store's own import (vector reuse or re-embedding, lifecycle fields) does the work.
+    """
+    from tqdm import tqdm
+
     done = 0
     with src.open("r", encoding="utf-8") as f, tempfile.TemporaryDirectory(prefix="memcore-import-") as tmp, \
-            tqdm(total=total, unit="mem", desc=f"import {src.name}", disable=not progress,
+            tqdm(total=total, unit="mem", desc=f"import {src.name}",
+                 disable=None if progress else True,     # None: only on a terminal
                  file=sys.stderr) as bar:
         next(f)  # the header, repeated in every chunk
         chunk_path = Path(tmp) / "chunk.jsonl"
@@ -574,10 +565,11 @@ def cmd_import(args: argparse.Namespace) -> int:
             src = Path(args.file)
             if not src.is_file():
                 raise FileNotFoundError(f"no file {src}")
+        header, total = _export_header(src)
         with _open(args, write=True, embeds=True, encoder=True) as opened:  # an import may re-embed
-            n = _import_with_progress(opened.store, src, progress=not args.quiet)
+            n = _import_with_progress(opened.store, src, header, total, progress=not args.quiet)
     name = "stdin" if args.file == "-" else str(src)
-    _summary(args, {"imported": n}, f"imported {n} memories from {name} into {store_path(args)}",
+    _summary(args, {"imported": n}, f"imported {n} memories from {name} into {store_label(args)}",
              to_stderr=False)
     return 0
 
@@ -595,16 +587,32 @@ def cmd_export(args: argparse.Namespace) -> int:
                     sys.stdout.write(line)
             sys.stdout.flush()
     _summary(args, {"exported": n},
-             f"exported {n} memories from {store_path(args)} to {'stdout' if to_stdout else dest}",
+             f"exported {n} memories from {store_label(args)} to {'stdout' if to_stdout else dest}",
              to_stderr=to_stdout)
     return 0
 
 
+def _store_arg(args: argparse.Namespace) -> Path:
+    """The embedded store a maintenance command works on: ``PATH``, else the global store.
+
+    Raises
+    ------
+    UsageError
+        If it is a PostgreSQL URL: the server keeps its own checksums and write-ahead log, so
+        ``migrate``, ``verify`` and ``repair`` (which read and rewrite store files) do not apply.
+    """
+    where = args.path if args.path is not None else _where(args)
+    if is_url(where):
+        raise UsageError(
+            f"{args.command} works on a store directory, and {describe(where)} is a PostgreSQL "
+            f"store: the server checks and recovers its own data (its write-ahead log; "
+            f"pg_amcheck checks the tables), and its schema is upgraded when it is opened")
+    return Path(where)
+
+
 @_guard
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from memcore.stores.long import LongTermMemory
-
-    path = Path(args.path) if args.path is not None else store_path(args)
+    path = _store_arg(args)
     n = LongTermMemory.migrate(path, progress=not args.quiet)
     _summary(args, {"migrated": n, "store": str(path)},
              f"migrated {n} memories of {path} to on-disk format "
@@ -613,15 +621,17 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _store_arg(args: argparse.Namespace) -> Path:
-    return Path(args.path) if args.path is not None else store_path(args)
+def _internal(ns: Any) -> bool:
+    return isinstance(ns, tuple) and ns[0] == INTERNAL_PREFIX
 
 
 @_guard
 def cmd_verify(args: argparse.Namespace) -> int:
-    """Check every checksum of a store (read-only); exit 1 when anything is damaged."""
-    from memcore.stores.long import LongTermMemory
+    """Check every checksum of a store (read-only); exit 1 when anything is damaged.
 
+    SemanticMemory's journal namespaces are checked like any other; the text output sums them
+    up in one line instead of listing them (``--json`` lists them, ``"internal": true``).
+    """
     path = _store_arg(args)
     with LongTermMemory.open(path, read_only=True) as store:
         report = store.verify()
@@ -629,30 +639,35 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"store": str(path), "ok": not bad, "namespaces": [
             {"namespace": list(ns) if isinstance(ns, tuple) else None,
-             "directory": None if isinstance(ns, tuple) else ns, **r}
+             "directory": None if isinstance(ns, tuple) else ns, "internal": _internal(ns), **r}
             for ns, r in report.items()]})
-    else:
-        for ns, r in report.items():
-            name = "/".join(ns) if isinstance(ns, tuple) else ns
-            state = "ok" if not (r["errors"] or r["bad_rows"]) else "; ".join(r["errors"])
+        return 1 if bad else 0
+    journal = [ns for ns in report if _internal(ns)]
+    for ns, r in report.items():
+        if ns in bad or not _internal(ns):          # a damaged journal namespace is listed too
+            name = format_namespace(ns) if isinstance(ns, tuple) else ns
+            state = ("ok" if ns not in bad else "; ".join(r["errors"])
+                     or f"{len(r['bad_rows'])} rows fail their checksum")
             print(f"{name}: {r['live']} live of {r['rows']} rows: {state}")
-        print(f"{path}: {len(report) - len(bad)} of {len(report)} namespaces intact"
-              + ("" if not bad else "; `memcore repair` rewrites the damaged ones"))
+    shown = len(report) - len(journal)
+    print(f"{path}: {shown - sum(not _internal(ns) for ns in bad)} of {shown} namespaces intact"
+          + (f", and {sum(ns not in bad for ns in journal)} of {len(journal)} namespaces of "
+             f"SemanticMemory's short-tier journal (internal, not listed)" if journal else "")
+          + ("" if not bad else "; `memcore repair` rewrites the damaged ones"))
     return 1 if bad else 0
 
 
 @_guard
 def cmd_repair(args: argparse.Namespace) -> int:
     """Rebuild what is damaged (store header, namespaces) keeping every intact record."""
-    from memcore.errors import StoreCorruptedError
-    from memcore.stores.long import LongTermMemory
-
     path = _store_arg(args)
+    note = _note(args)
     try:                                       # re-embeds damaged vectors exactly when it can
         with LongTermMemory.open(path, read_only=True) as probe:
-            embedder = _matching_embedder(probe)
-    except (StoreCorruptedError, MemcoreError):     # e.g. a lost store header
-        embedder = _embedder(args) if getattr(args, "embedder", None) else None
+            embedder = matching_embedder(probe, notify=note)
+    except MemcoreError:                       # e.g. a lost store header
+        name = getattr(args, "embedder", None)
+        embedder = build_embedder(name, notify=note) if name else None
     with LongTermMemory(path, embedder, repair=True, lock_timeout=1.0) as store:
         report = store.repair_report + store.repair()
     if args.json:
@@ -691,7 +706,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     clock = ManualClock()
     with tempfile.TemporaryDirectory(prefix="memcore-demo-") as tmp:
         path = store_path(args) if args.keep else Path(tmp) / "store"
-        embedder = _embedder(args)
+        embedder = build_embedder(getattr(args, "embedder", None), notify=_note(args))
         weights = DecayWeights.similarity() if args.similarity_only else None
         if args.locomo:
             conv = load_locomo(args.locomo, args.conversation)
@@ -714,10 +729,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 @_guard
 def cmd_mcp(args: argparse.Namespace) -> int:
-    from memcore.integrations.mcp_server import serve
-
-    return serve(store_path(args), embedder=getattr(args, "embedder", None),
-                 warmup=not args.no_warmup)
+    try:
+        return serve(_where(args), embedder=getattr(args, "embedder", None),
+                     warmup=not args.no_warmup)
+    except EmbedderMismatchError as err:
+        if not getattr(args, "embedder", None):
+            raise
+        raise EmbedderMismatchError(_mismatch_message(args, _where(args), build_embedder(
+            args.embedder))) from err
 
 
 def _json_safe(obj: Any) -> Any:
@@ -797,7 +816,7 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     json_flag(p)
 
-    p = sub("mcp", "serve the store to MCP clients over stdio (pip install memcore[mcp])",
+    p = sub("mcp", "serve the store to MCP clients over stdio (pip install 'memcore[mcp]')",
             cmd_mcp)
     p.add_argument("--no-warmup", action="store_true",
                    help="start serving at once (the first recall then loads the model)")

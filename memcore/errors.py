@@ -9,6 +9,8 @@ from __future__ import annotations
 __all__ = [
     "MemcoreError",
     "InvalidNamespaceError",
+    "UnknownNamespaceError",
+    "MemoryNotFoundError",
     "InvalidTextError",
     "InvalidVectorError",
     "DimensionMismatchError",
@@ -51,6 +53,15 @@ class StoreClosedError(MemcoreError, RuntimeError):
 
 class InvalidNamespaceError(MemcoreError, ValueError):
     """A namespace is empty, has an empty segment, a NUL, or cannot be stored safely."""
+
+
+class UnknownNamespaceError(InvalidNamespaceError):
+    """A strict lookup (``missing_ok=False``) named a namespace that holds nothing; the message
+    names the nearest ones that do."""
+
+
+class MemoryNotFoundError(MemcoreError, LookupError):
+    """A key the caller needs is absent (the command line's ``get``/``delete``, MCP's ``get``)."""
 
 
 class InvalidTextError(MemcoreError, ValueError):

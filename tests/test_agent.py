@@ -412,3 +412,36 @@ def test_tick_loop_end_to_end_minilm(clock, tmp_path):
         assert emb.calls == [["What is my name?"]]  # the tick encoded once
         kettle = mem.retrieve("I need the kettle", "kitchen")
         assert kettle and "kettle" in kettle[0].text
+
+
+# ---------------------------------------------------------------- hints instead of silence
+
+def test_a_new_store_path_is_logged_at_info(tmp_path, caplog):
+    path = tmp_path / "robot-memry"
+    with caplog.at_level("INFO", logger="memcore"):
+        SemanticMemory(path, HashingEmbedder(dim=64), warmup=False).close()
+    created = [r for r in caplog.records if r.name == "memcore" and "creating a new one" in r.message]
+    assert len(created) == 1 and created[0].levelname == "INFO" and str(path) in created[0].message
+    caplog.clear()
+    with caplog.at_level("INFO", logger="memcore"):
+        SemanticMemory(path, HashingEmbedder(dim=64), warmup=False).close()   # it exists now
+    assert not [r for r in caplog.records if "creating" in r.message]
+
+
+def test_strict_retrieve_names_the_modes_that_hold_memories():
+    from memcore.errors import MemcoreError, UnknownNamespaceError
+
+    with SemanticMemory(embedder=HashingEmbedder(), warmup=False) as mem:
+        assert mem.retrieve("anything", mode="chat") == []                 # lenient by default
+        with pytest.raises(UnknownNamespaceError, match=r"none yet"):
+            mem.retrieve("anything", mode="chat", missing_ok=False)
+        mem.store("My name is Ada.", "Hello Ada!", mode="chat")
+        mem.store("Battery at 18 percent.", "Docking.", mode="patrol")
+        assert mem.retrieve("What is my name?", mode="caht") == []
+        with pytest.raises(UnknownNamespaceError) as err:
+            mem.retrieve("What is my name?", mode="caht", missing_ok=False)
+        assert isinstance(err.value, MemcoreError) and isinstance(err.value, ValueError)
+        assert str(err.value) == ("mode 'caht' holds no memories; did you mean 'chat'? (modes "
+                                  "with memories: chat, patrol)")
+        hits = mem.retrieve("What is my name?", mode="chat", missing_ok=False)
+        assert [h.text for h in hits] == ["My name is Ada."]

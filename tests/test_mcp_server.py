@@ -127,7 +127,7 @@ def test_mcp_without_the_sdk_names_the_extra(tmp_path, monkeypatch, capfd):
 
     monkeypatch.setitem(sys.modules, "mcp.server.mcpserver", None)   # import raises ImportError
     status = main(["--store", str(tmp_path / "store"), "mcp"])
-    assert status == 1 and "pip install memcore[mcp]" in capfd.readouterr().err
+    assert status == 1 and "pip install 'memcore[mcp]'" in capfd.readouterr().err
     assert not (tmp_path / "store").exists()      # checked before anything is created
 
 
@@ -213,3 +213,19 @@ def test_a_recall_never_waits_for_a_write_being_embedded(tmp_path):
         release.set()
         writer.join(timeout=60)
         assert done and len(tools.recall("kettle descaler note", "home")) == 2
+
+
+def test_memory_tools_open_a_postgres_url_through_the_store_factory():
+    import pg_server
+    from memcore.errors import MemoryNotFoundError
+    from memcore.integrations.mcp_server import MemoryTools
+
+    url = f"{pg_server.url()}?schema={pg_server.new_schema()}"
+    with MemoryTools(url, embedder="hashing") as tools:
+        assert type(tools.store).__name__ == "PostgresMemory"
+        stored = tools.remember("The spare key is under the blue pot.", "home")
+    with MemoryTools(url) as tools:                       # the store's own embedder, rebuilt
+        hits = tools.recall("where is the spare key?", "home")
+        assert [h["key"] for h in hits] == [stored["key"]] and hits[0]["namespace"] == ["home"]
+        with pytest.raises(MemoryNotFoundError):
+            tools.get("nope", "home")

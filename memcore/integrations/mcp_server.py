@@ -1,4 +1,4 @@
-"""memcore as an MCP server: ``memcore mcp --store PATH`` (``pip install memcore[mcp]``).
+"""memcore as an MCP server: ``memcore mcp --store PATH`` (``pip install 'memcore[mcp]'``).
 
 Serves five tools over stdio with the official MCP Python SDK (``mcp`` 2.x, ``MCPServer``):
 
@@ -36,16 +36,18 @@ Client configuration (Claude Desktop's ``claude_desktop_config.json``)::
 
 from __future__ import annotations
 
-import argparse
 import logging
+import os
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
-from memcore import _validate
-from memcore.errors import InvalidArgumentTypeError, InvalidTextError
+from memcore import __version__, _validate
+from memcore.errors import (InvalidArgumentTypeError, InvalidTextError, MemcoreError,
+                            MemoryNotFoundError)
+from memcore.open import AUTO, open_store
+from memcore.views import hit_dict, memory_dict, text_key
 
 __all__ = ["MemoryTools", "build_server", "serve"]
 
@@ -71,8 +73,6 @@ def _lower_priority() -> None:
     """Run the calling thread (the writer) at a lower CPU priority, so on a busy machine
     a recall's embedding gets the CPU before a background write's (Linux: the niceness of
     one thread; elsewhere nothing)."""
-    import os
-
     if sys.platform.startswith("linux") and hasattr(os, "setpriority"):
         try:
             tid = threading.get_native_id()
@@ -90,7 +90,8 @@ class MemoryTools:
     Parameters
     ----------
     path : str or os.PathLike
-        The store directory; created (with the default embedder) when absent.
+        The store directory or ``postgresql://`` URL; created (with the default embedder, and
+        a log line at INFO) when absent (:func:`memcore.open.open_store`).
     embedder : {"minilm", "hashing"} or Embedder, optional
         A name as ``memcore --embedder``, or any embedder object (e.g. a
         :class:`~memcore.embedders.CallableEmbedder`; the store checks it against the one it
@@ -111,15 +112,7 @@ class MemoryTools:
     """
 
     def __init__(self, path: Any, *, embedder: Any = None) -> None:
-        from memcore import commands
-        from memcore.stores.long import LongTermMemory
-
-        self._commands = commands
-        if embedder is None or isinstance(embedder, str):
-            args = argparse.Namespace(store=str(path), embedder=embedder)
-            self.store = commands._open(args, write=True, embeds=True, encoder=True).store
-        else:
-            self.store = LongTermMemory(path, embedder, lock_timeout=1.0)
+        self.store = open_store(path, AUTO if embedder is None else embedder, lock_timeout=1.0)
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memcore-mcp-writer",
                                           initializer=_lower_priority)
         self._closed = threading.Event()
@@ -141,9 +134,7 @@ class MemoryTools:
     def warmup(self) -> None:
         """Load the model, compile the ranking kernels and build every namespace's hybrid
         index, without changing the store (searches peek with ``touch=False``)."""
-        from memcore import LongTermMemory
-
-        with LongTermMemory(None, self.store.embedder) as scratch:
+        with open_store(None, self.store.embedder) as scratch:
             scratch.put("warmup", "a", "the robot warms up its memory")
             scratch.put("warmup", "b", "warm up")
             scratch.search("warmup", "warm up", top_k=1, touch=False)
@@ -168,9 +159,9 @@ class MemoryTools:
             Also if the text has no content for the embedder (it could never be recalled).
         """
         ns = _namespace(namespace)
-        key = key if key is not None else self._commands.text_key(text, "mcp")
+        key = key if key is not None else text_key(text, "mcp")
         future = self._writer.submit(self._put, ns, key, text, importance, metadata)
-        return self._commands._memory_dict(future.result())
+        return memory_dict(future.result())
 
     def _put(self, ns: tuple, key: str, text: str, importance: float, metadata: Any) -> Any:
         """On the writer thread: embed (outside the store's lock), refuse a text without
@@ -203,7 +194,7 @@ class MemoryTools:
                                  threshold=-1.0 if threshold is None else threshold)
         if hits:   # the access refresh is a write: the writer thread does it, after answering
             self._writer.submit(self.store.touch, ns, [h.key for h in hits])
-        return [self._commands._hit_dict(h) for h in hits]
+        return [hit_dict(h) for h in hits]
 
     def get(self, key: str, namespace: Namespace = "default") -> dict:
         """One memory by key.
@@ -216,9 +207,8 @@ class MemoryTools:
         ns = _namespace(namespace)
         found = self.store.get(ns, key)
         if found is None:
-            raise self._commands.MemoryNotFoundError(
-                f"no memory {key!r} in namespace {list(ns)}")
-        return self._commands._memory_dict(found)
+            raise MemoryNotFoundError(f"no memory {key!r} in namespace {list(ns)}")
+        return memory_dict(found)
 
     def forget(self, key: str, namespace: Namespace = "default") -> dict:
         """Delete one memory; ``deleted`` says whether it existed."""
@@ -239,14 +229,11 @@ def build_server(tools: MemoryTools) -> Any:
     Raises
     ------
     ImportError
-        If the MCP SDK is not installed (``pip install memcore[mcp]``).
+        If the MCP SDK is not installed (``pip install 'memcore[mcp]'``).
     """
     _check_sdk()
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
-
-    from memcore import __version__
-    from memcore.errors import MemcoreError
 
     def run(method: Any, *args: Any) -> Any:
         """``method(*args)``; bad input becomes a ToolError carrying memcore's message (the
@@ -308,7 +295,8 @@ def serve(path: Any, *, embedder: Any = None, warmup: bool = True) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="memcore mcp: %(levelname)s: %(message)s", force=True)
     _check_sdk()   # before the store is opened and the model loaded
-    with MemoryTools(Path(path), embedder=embedder) as tools:
+    with MemoryTools(path if isinstance(path, str) else os.fspath(path),
+                     embedder=embedder) as tools:
         server = build_server(tools)
         if warmup:
             tools.warmup()
@@ -323,4 +311,4 @@ def _check_sdk() -> None:
         import mcp.server.mcpserver  # noqa: F401
     except ImportError as err:
         raise ImportError("memcore mcp needs the MCP Python SDK 2.x: pip install "
-                          "memcore[mcp]") from err
+                          "'memcore[mcp]'") from err

@@ -32,7 +32,8 @@ import threading
 from typing import Any, Mapping
 
 from memcore import _validate
-from memcore.errors import InvalidArgumentTypeError
+from memcore.errors import InvalidArgumentTypeError, StoreNotFoundError
+from memcore.open import store_embedder
 
 __all__ = ["SemanticMemoryProvider", "MAX_TEXT_LENGTH", "CONFIG_KEYS", "PATH_ENV"]
 
@@ -223,7 +224,7 @@ class SemanticMemoryProvider:
             try:
                 os.makedirs(self.path, exist_ok=True)
                 self._memory = SemanticMemory(
-                    self.path, self._embedder or _store_embedder(self.path), top_k=self.top_k,
+                    self.path, self._embedder or _own_embedder(self.path), top_k=self.top_k,
                     threshold=self.similarity_threshold, namespace=self.namespace_prefix(),
                     max_input_chars=MAX_TEXT_LENGTH, max_response_chars=MAX_TEXT_LENGTH)
             except Exception as err:   # OM1: a memory that cannot start disables itself
@@ -322,18 +323,13 @@ class SemanticMemoryProvider:
         self._close_memory()
 
 
-def _store_embedder(path: str) -> Any:
+def _own_embedder(path: str) -> Any:
     """The embedder an existing store at ``path`` was written with (as the command line
     rebuilds it), or None for a new store (then SemanticMemory takes the default)."""
-    from memcore.commands import _matching_embedder
-    from memcore.stores.long import LongTermMemory
-
     try:
-        probe = LongTermMemory.open(path, None, read_only=True)
-    except FileNotFoundError:
+        return store_embedder(path)
+    except StoreNotFoundError:
         return None
-    with probe:
-        return _matching_embedder(probe)
 
 
 def _document(hit: Any) -> str:
