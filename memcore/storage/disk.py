@@ -7,7 +7,6 @@ import errno
 import json
 import mmap
 import os
-import shutil
 import time
 import zlib
 from dataclasses import dataclass
@@ -36,7 +35,9 @@ from memcore.storage.layout import (
     log_path,
     namespace_dirname,
     namespace_identity,
+    owned_name,
     read_json,
+    remove_owned,
     write_namespace_identity,
 )
 from memcore.storage.checkpoint import (
@@ -296,7 +297,7 @@ class NamespaceFiles:
         name = namespace_dirname(ns)
         final = os.path.join(parent, name)
         tmp = os.path.join(parent, f"{TMP_PREFIX}{name}-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_owned(tmp, "namespace")
         os.makedirs(tmp)
         durable = durability != "none"
         cols = Columns(dim, INITIAL_CAPACITY, tmp, 0)
@@ -1261,12 +1262,10 @@ def remove_stale(directory: str, generation: int, checkpoint: int | None = None,
         keep |= checkpoint_names(generation, checkpoint)
     keep |= index_file_names(generation, index)
     for entry in os.listdir(directory):
-        if entry not in keep:
+        if entry not in keep and owned_name("namespace", entry):    # never a user's file
             try:
                 os.unlink(os.path.join(directory, entry))
-            except IsADirectoryError:
-                shutil.rmtree(os.path.join(directory, entry), ignore_errors=True)
-            except FileNotFoundError:
+            except (IsADirectoryError, FileNotFoundError):
                 pass
 
 
@@ -1282,11 +1281,11 @@ def drop_namespace(files: "NamespaceFiles", cols: Columns) -> None:
     close_namespace(files, cols)
     parent = os.path.dirname(files.directory)
     trash = os.path.join(parent, TRASH_PREFIX + os.path.basename(files.directory))
-    shutil.rmtree(trash, ignore_errors=True)
+    remove_owned(trash, "namespace")
     os.rename(files.directory, trash)
     if files.durability != "none":
         fsync_dir(parent)
-    shutil.rmtree(trash, ignore_errors=True)
+    remove_owned(trash, "namespace")
 
 
 def retire_generation(files: "NamespaceFiles", cols: Columns) -> None:
