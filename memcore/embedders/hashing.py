@@ -139,6 +139,7 @@ class HashingEmbedder:
         return out
 
     def _encode_into(self, texts: list, out: np.ndarray, parallel: bool | None = None) -> None:
+        _text.load_numba()           # interrupt-safe first load of numba's registries
         if parallel is None:
             parallel = _text.use_parallel(len(texts), self.parallel)
         if self.mode == "classic":
