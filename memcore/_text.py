@@ -29,10 +29,7 @@ import functools
 import hashlib
 import logging
 import os
-import signal
-import sys
 import tempfile
-import threading
 import unicodedata
 from pathlib import Path
 from typing import Any, Sequence
@@ -40,7 +37,7 @@ from typing import Any, Sequence
 import numba
 import numpy as np
 
-from memcore import _validate
+from memcore import _numba, _validate
 from memcore.errors import InvalidTextError
 from memcore.kernels import hashing as _k
 
@@ -51,7 +48,6 @@ __all__ = [
     "char_class_table",
     "class_table",
     "check_texts",
-    "load_numba",
     "normalize",
     "pack",
     "pack_utf8",
@@ -407,90 +403,6 @@ def pack(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, bool]:
     return np.frombuffer(blob, np.uint8), offsets, non_ascii.size == 0
 
 
-_numba_lock = threading.Lock()
-_numba_loaded = False
-
-
-def load_numba() -> None:
-    """Load numba's compiler registries (what its first kernel call does) once, so that an
-    interrupt cannot cut the load short.
-
-    numba imports about 70 modules on its first compile or cache load; each registers boxing
-    functions in registries that refuse a second registration, so a ``KeyboardInterrupt``
-    inside one of those imports left every later kernel call raising
-    ``KeyError("duplicate registration for ...")``. Here the load runs under a lock, with
-    the main thread's Python signal handlers deferred (a Ctrl-C arriving meanwhile is raised
-    right after the load completes, about 0.3 s); if it fails anyway, the registrations of
-    modules whose import did not complete are forgotten, so the next call loads cleanly.
-    Later calls return at once.
-
-    Raises
-    ------
-    KeyboardInterrupt
-        A Ctrl-C (or another signal's handler's exception) that arrived during the load.
-
-    Examples
-    --------
-    >>> load_numba()
-    """
-    global _numba_loaded
-    if _numba_loaded:
-        return
-    with _numba_lock:
-        if _numba_loaded:
-            return
-        from numba.core.compiler_lock import global_compiler_lock
-        from numba.core.registry import cpu_target
-
-        with _deferred_signals():
-            try:
-                with global_compiler_lock:
-                    cpu_target.target_context.refresh()
-            except BaseException:
-                _forget_partial_registrations()
-                raise
-            _numba_loaded = True
-
-
-@contextlib.contextmanager
-def _deferred_signals():
-    """Hold back the main thread's Python signal handlers (Ctrl-C's included) for the
-    duration, then run those whose signal arrived, in order (other threads never run
-    Python signal handlers: nothing to defer there)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list = []
-    saved = {}
-    for sig in signal.valid_signals():
-        try:
-            handler = signal.getsignal(sig)
-            if callable(handler):
-                saved[sig] = handler
-                signal.signal(sig, lambda signum, frame: caught.append((signum, frame)))
-        except (OSError, ValueError, RuntimeError):
-            pass
-    try:
-        yield
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
-        for signum, frame in caught:
-            saved[signum](signum, frame)
-
-
-def _forget_partial_registrations() -> None:
-    """Drop numba's box/unbox/reflect registrations made by modules whose import was cut
-    short (no longer in ``sys.modules``): importing them again registers them anew."""
-    from numba.core import pythonapi
-
-    for name in ("_boxers", "_unboxers", "_reflectors"):
-        functions = getattr(getattr(pythonapi, name, None), "functions", {})
-        for typeclass, func in list(functions.items()):
-            if getattr(func, "__module__", None) not in sys.modules:
-                del functions[typeclass]
-
-
 def use_parallel(n_texts: int, parallel: bool | None) -> bool:
     """Whether a batch of n_texts should use the ``*_parallel`` kernels.
 
@@ -537,7 +449,7 @@ def token_hashes(texts: Sequence[str], *, parallel: bool | None = None
 def unicode_token_hashes(texts: list, *, parallel: bool
                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`token_hashes` of already checked texts, with the kernel chosen by the caller."""
-    load_numba()
+    _numba.load()
     data, offsets, is_ascii = pack([t.lower() if t.isascii() else normalize(t) for t in texts])
     hashes = np.empty(data.shape[0], np.uint64)
     counts = np.empty(len(texts), np.int64)

@@ -4,7 +4,8 @@ numba's first kernel call (a compile or a cache load) imports its registries; a
 KeyboardInterrupt inside one of those imports used to leave every later put/search raising
 ``KeyError("duplicate registration for ...")``. Each case runs in a fresh process, interrupts
 the load inside the import of ``numba.typed.typeddict`` right after it registered its boxing
-functions (the spot that broke), then embeds again.
+functions (the spot that broke), then embeds again, or (a store with an embedder that uses
+no numba) constructs, writes and searches again.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import pytest
 from memcore import HashingEmbedder
 
 CHILD = r"""
-import os, signal, sys
-from memcore import HashingEmbedder
+import os, signal, sys, tempfile
+import numpy as np
+from memcore import HashingEmbedder, LongTermMemory, ShortTermMemory
 
-how = sys.argv[1]
+how, what = sys.argv[1:3]
 target = os.path.join("numba", "typed", "typeddict.py")
 
 
@@ -43,28 +45,55 @@ def tracer(frame, event, arg):
     return None
 
 
+class Toy:                  # an embedder without numba: the stores' kernels load it first
+    name, dim = "toy-v1", 8
+
+    def encode(self, texts, batch_size=32):
+        out = np.zeros((len(texts), 8), np.float32)
+        for i, t in enumerate(texts):
+            out[i, len(t) % 8] = 1.0
+        return out
+
+
+path = tempfile.mkdtemp()
 emb = HashingEmbedder(dim=16)
+
+
+def use():
+    if what == "hashing":
+        return emb.encode(["the dock is in the hallway"]).tobytes().hex()
+    store = ShortTermMemory(embedder=Toy()) if what == "short" else LongTermMemory(path, Toy())
+    store.put("ns", "dock", "the dock is in the hallway")
+    hits = [h.key for h in store.search("ns", "the dock is in the hallway")]
+    getattr(store, "close", lambda: None)()
+    return ",".join(hits)
+
+
 sys.settrace(tracer)
 try:
-    emb.encode(["the dock is in the hallway"])
+    use()
     print("first: done")
 except KeyboardInterrupt:
     print("first: interrupted")
 sys.settrace(None)
 for _ in range(2):
-    print("retry:", emb.encode(["the dock is in the hallway"]).tobytes().hex())
+    print("retry:", use())
 """
 
 
+@pytest.mark.parametrize("what", ["hashing", "short", "long"])
 @pytest.mark.parametrize("how", ["signal", "raise"])
-def test_an_interrupted_first_kernel_load_leaves_the_process_working(how):
-    out = subprocess.run([sys.executable, "-c", CHILD, how], capture_output=True, text=True,
-                         timeout=300, env=dict(os.environ))
+def test_an_interrupted_first_kernel_load_leaves_the_process_working(how, what):
+    out = subprocess.run([sys.executable, "-c", CHILD, how, what], capture_output=True,
+                         text=True, timeout=300, env=dict(os.environ))
     assert out.returncode == 0, out.stderr
     lines = out.stdout.split("\n")
     assert lines[0] == "first: interrupted", out.stdout        # the Ctrl-C is not swallowed
-    want = HashingEmbedder(dim=16).encode(["the dock is in the hallway"])
     retries = [ln.split(": ")[1] for ln in lines if ln.startswith("retry:")]
     assert len(retries) == 2
-    for got in retries:
-        assert np.array_equal(np.frombuffer(bytes.fromhex(got), np.float32), want[0])
+    if what == "hashing":
+        want = HashingEmbedder(dim=16).encode(["the dock is in the hallway"])[0]
+        for got in retries:
+            assert np.array_equal(np.frombuffer(bytes.fromhex(got), np.float32), want)
+    else:
+        assert retries == ["dock", "dock"]
