@@ -16,7 +16,6 @@ import numpy as np
 
 from memcore.core.rows import MAX_ABS_TIME, MAX_ACCESS_COUNT
 from memcore.errors import StoreCorruptedError
-from memcore.storage.salvage import lost_rows, quarantine_rows
 from memcore.storage.layout import (
     TMP_PREFIX,
     TRASH_PREFIX,
@@ -41,6 +40,7 @@ from memcore.storage.layout import (
     remove_owned,
     write_namespace_identity,
 )
+from memcore.storage.salvage import lost_rows, quarantine_rows
 from memcore.storage.checkpoint import (
     _REPAIR as _REPAIR_HINT,
     CHECKPOINT_BYTES,
@@ -1203,8 +1203,9 @@ def _repair(directory: str, ns: tuple, dim: int, gen: int, h: dict, embed=None) 
     aside, aside_vecs = quarantine_rows(lost)
     qpath = None
     if quarantine or aside:
-        qpath = _write_quarantine(directory, ns, dim, gen, [row_of(i) for i in quarantine] + aside,
-                                  np.concatenate([vectors_of(quarantine)] + [v[None] for v in aside_vecs]))
+        qpath = _write_quarantine(
+            directory, ns, dim, gen, [row_of(i) for i in quarantine] + aside,
+            np.concatenate([vectors_of(quarantine)] + [v[None] for v in aside_vecs]))
     rows = [row_of(i) for i in keep]
     new_vecs = vectors_of(keep)
     cols, _, _ = write_generation(directory, ns, dim, gen + 1, rows, new_vecs)
