@@ -37,7 +37,7 @@ from typing import Any, Sequence
 import numba
 import numpy as np
 
-from memcore import _validate
+from memcore import _numba, _validate
 from memcore.errors import InvalidTextError
 from memcore.kernels import hashing as _k
 
@@ -449,6 +449,7 @@ def token_hashes(texts: Sequence[str], *, parallel: bool | None = None
 def unicode_token_hashes(texts: list, *, parallel: bool
                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`token_hashes` of already checked texts, with the kernel chosen by the caller."""
+    _numba.load()
     data, offsets, is_ascii = pack([t.lower() if t.isascii() else normalize(t) for t in texts])
     hashes = np.empty(data.shape[0], np.uint64)
     counts = np.empty(len(texts), np.int64)

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import operator
+import reprlib
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from memcore.errors import (
     DimensionMismatchError,
+    EmbedderMismatchError,
     InvalidArgumentError,
     InvalidArgumentTypeError,
     InvalidNamespaceError,
@@ -38,6 +41,7 @@ __all__ = [
     "threshold",
     "vector",
     "vectors",
+    "embedded",
     "metadata_filter",
     "split_filter",
     "matches_filter",
@@ -138,17 +142,15 @@ def key(value: Any) -> str:
 
 
 def _bounded(value: Any, name: str, lo: float, hi: float, what: str = "a number") -> float:
-    """``float(value)`` in [lo, hi] (NaN and bools refused)."""
-    try:
-        f = float(value)
-    except (TypeError, ValueError) as err:
-        f, cause = math.nan, err
-    else:
-        cause = None
-    if isinstance(value, bool) or not lo <= f <= hi:
-        raise InvalidArgumentError(f"{name} must be {what} in [{lo:g}, {hi:g}], got {value!r}") \
-            from cause
-    return f
+    """``float(value)`` in [lo, hi] for a real number (int, float, NumPy's, Fraction); a
+    bool, a str (``"0.5"``: refused as :func:`top_k` refuses ``"5"``), NaN or anything else
+    raises."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) \
+            or not lo <= float(value) <= hi:
+        kind = "" if isinstance(value, numbers.Real) else f" (a {type(value).__name__})"
+        raise InvalidArgumentError(f"{name} must be {what} in [{lo:g}, {hi:g}], got "
+                                   f"{value!r}{kind}")
+    return float(value)
 
 
 def importance(value: Any) -> float:
@@ -284,14 +286,10 @@ def vectors(value: Any, dim: int, *, name: str = "vectors", allow_zero: bool = F
     DimensionMismatchError
         If the shape is not (n, dim).
     InvalidVectorError
-        If a row holds NaN/inf or has zero norm.
+        If a row holds NaN/inf or has zero norm, or the values are not real numbers
+        (complex, strings, ...; see :func:`_real_array`).
     """
-    try:
-        src = np.asarray(value)
-        if src.dtype.kind not in "fiub":
-            src = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError) as err:
-        raise InvalidVectorError(f"{name} must be numeric, got {type(value).__name__}") from err
+    src = _real_array(value, name)
     if src.ndim != 2 or src.shape[1] != dim:
         got = src.shape[-1] if src.ndim >= 1 else "a scalar"
         raise DimensionMismatchError(
@@ -329,6 +327,96 @@ def vectors(value: Any, dim: int, *, name: str = "vectors", allow_zero: bool = F
     return out
 
 
+def _describe(value: Any) -> str:
+    """``"str 'oops'"``: a value's type and a short repr, for messages."""
+    return f"{type(value).__name__} {reprlib.repr(value)}"
+
+
+def _real_array(value: Any, what: str) -> np.ndarray:
+    """``value`` as an ndarray of real numbers (bool, int or float dtype; an object array of
+    real numbers becomes float64), never converted from complex numbers or strings.
+
+    Raises
+    ------
+    InvalidVectorError
+        Complex numbers (NumPy would drop the imaginary part with only a warning), strings
+        (``"0.5"``: parsed silently), ragged nesting or any other non-number, naming
+        ``what`` and what it got.
+    """
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as err:          # ragged nesting, ...
+        raise InvalidVectorError(f"{what} must be an array of real numbers, got "
+                                 f"{_describe(value)} ({err})") from err
+    kind = arr.dtype.kind
+    if kind in "fiub":
+        return arr
+    real = kind == "O" and all(isinstance(x, numbers.Real) for x in arr.flat)
+    if real:
+        return arr.astype(np.float64)
+    bad = next((x for x in arr.flat if not isinstance(x, numbers.Real)), None) \
+        if kind == "O" else None
+    if kind == "c" or isinstance(bad, (complex, np.complexfloating)):
+        raise InvalidVectorError(f"{what} holds complex numbers ({_describe(value)}); memcore "
+                                 "stores real vectors and never drops an imaginary part: pass "
+                                 "the real vectors (e.g. x.real)")
+    if kind in "SU" or isinstance(bad, (str, bytes)):
+        raise InvalidVectorError(f"{what} holds strings, not numbers: got {_describe(value)}")
+    raise InvalidVectorError(f"{what} must be an array of real numbers, got {_describe(value)}")
+
+
+def embedded(vectors: Any, n: int, dim: int, name: str) -> np.ndarray:
+    """An embedder's output checked once: ndarray (n, dim) float32, C-contiguous, finite,
+    unit rows.
+
+    The protocol asks for L2-normalised rows; a user embedder that returns other norms (or
+    float64) is normalised here, so similarity stays a cosine in [-1, 1]. Rows already of unit
+    norm within 1e-6 are kept bit for bit; all-zero rows (a text without content) stay zero.
+
+    Parameters
+    ----------
+    vectors : array-like
+        What ``embedder.encode(texts)`` returned.
+    n : int
+        ``len(texts)``.
+    dim : int
+        The store's (or embedder's) dim.
+    name : str
+        The embedder's name, for messages.
+
+    Returns
+    -------
+    ndarray of shape (n, dim), float32
+
+    Raises
+    ------
+    InvalidVectorError
+        If it returned no array of real numbers (a str, None, complex numbers, ...: the
+        message names the embedder and what it returned), or NaN or inf (a broken model would
+        otherwise be stored and surface much later).
+    EmbedderMismatchError
+        On another shape.
+
+    Examples
+    --------
+    >>> embedded([[3.0, 4.0]], 1, 2, "toy").tolist()
+    [[0.6000000238418579, 0.800000011920929]]
+    """
+    src = _real_array(vectors, f"the output of embedder {name!r}")
+    enc = np.ascontiguousarray(src, dtype=np.float32)
+    if enc.shape != (n, dim):
+        raise EmbedderMismatchError(f"embedder {name!r} returned shape {enc.shape}, expected "
+                                    f"({n}, {dim})")
+    if not np.isfinite(enc).all():
+        raise InvalidVectorError(f"embedder {name!r} returned NaN or inf")
+    norms = np.linalg.norm(enc.astype(np.float64), axis=1)
+    off = (np.abs(norms - 1.0) >= 1e-6) & (norms > 0)
+    if off.any():
+        enc = enc.copy() if enc is vectors else enc
+        enc[off] = (enc[off].astype(np.float64) / norms[off, None]).astype(np.float32)
+    return enc
+
+
 def vector(value: Any, dim: int, *, name: str = "vector") -> np.ndarray:
     """Validate and L2-normalise one (dim,) vector; returns float32 (dim,).
 
@@ -336,7 +424,7 @@ def vector(value: Any, dim: int, *, name: str = "vector") -> np.ndarray:
     ------
     DimensionMismatchError, InvalidVectorError
     """
-    arr = np.asarray(value)
+    arr = _real_array(value, name)
     if arr.ndim != 1:
         raise DimensionMismatchError(f"{name} must be 1-D of length {dim}, got shape {arr.shape}")
     return vectors(arr[None, :], dim, name=name)[0]

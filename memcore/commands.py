@@ -681,10 +681,20 @@ def cmd_repair(args: argparse.Namespace) -> int:
             if "namespace" not in r:
                 print(f"{path}: store header rebuilt (epoch {r['epoch']})")
                 continue
-            print(f"{'/'.join(r['namespace'])}: kept {r['kept']}, dropped {r['dropped']}, "
-                  f"re-embedded {r['reembedded']}, damaged stretches {r['skipped']}"
-                  + (f"; not vouched for: {', '.join(r['uncertain'])}" if r["uncertain"]
-                     else ""))
+            name = "/".join(r["namespace"])
+            print(f"{name}: kept {r['kept']}, dropped {r['dropped']}, "
+                  f"re-embedded {r['reembedded']}, damaged stretches {r['skipped']}")
+            lost = r.get("lost_keys", [])
+            for key in r["uncertain"]:        # dropped from the store: nothing vouches for it
+                why = "its record is damaged" if key in lost else "a damaged record may have " \
+                      "deleted or replaced it, or its vector is damaged"
+                print(f"  not vouched for: {name} {key!r} ({why})")
+            if None in lost:
+                print(f"  not vouched for: {lost.count(None)} memory(ies) of {name} whose "
+                      "damaged record no longer names its key")
+            if r.get("quarantine"):
+                print(f"  set aside in {r['quarantine']}: inspect it; `memcore import FILE` "
+                      "brings back what is still wanted")
     return 0
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "StoreClosedError",
     "StoreIOError",
     "StorePathError",
+    "ForeignDirectoryError",
     "StorePermissionError",
     "StoreNotFoundError",
     "BackgroundWriteError",
@@ -118,6 +119,12 @@ class StoreIOError(MemcoreError, OSError):
 
 class StorePathError(StoreIOError, FileExistsError):
     """A store path exists but is not a directory (e.g. a file where the store should be)."""
+
+
+class ForeignDirectoryError(StorePathError):
+    """A store path is a non-empty directory that is not a memcore store (it holds files
+    memcore did not write, and no store header): memcore creates a store only in an empty or
+    missing directory, and refuses before creating anything there."""
 
 
 class StorePermissionError(StoreIOError, PermissionError):

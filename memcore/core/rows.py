@@ -9,7 +9,6 @@ import numpy as np
 
 from memcore import _validate
 from memcore.errors import (
-    EmbedderMismatchError,
     InvalidArgumentError,
     InvalidArgumentTypeError,
     InvalidVectorError,
@@ -22,33 +21,8 @@ _new = object.__new__
 _setattr = object.__setattr__
 
 
-def encoded(vectors: Any, n: int, dim: int, name: str) -> np.ndarray:
-    """An embedder's output checked once: ndarray (n, dim) float32, C-contiguous, finite,
-    unit rows.
-
-    The protocol asks for L2-normalised rows; a user embedder that returns other norms (or
-    float64) is normalised here, so similarity stays a cosine in [-1, 1]. Rows already of unit
-    norm within 1e-6 are kept bit for bit; all-zero rows (a text without content) stay zero.
-
-    Raises
-    ------
-    EmbedderMismatchError
-        On another shape.
-    InvalidVectorError
-        On NaN or inf (a broken model would otherwise be stored and surface much later).
-    """
-    enc = np.ascontiguousarray(vectors, dtype=np.float32)
-    if enc.shape != (n, dim):
-        raise EmbedderMismatchError(f"embedder {name!r} returned shape {enc.shape}, expected "
-                                    f"({n}, {dim})")
-    if not np.isfinite(enc).all():
-        raise InvalidVectorError(f"embedder {name!r} returned NaN or inf")
-    norms = np.linalg.norm(enc.astype(np.float64), axis=1)
-    off = (np.abs(norms - 1.0) >= 1e-6) & (norms > 0)
-    if off.any():
-        enc = enc.copy() if enc is vectors else enc
-        enc[off] = (enc[off].astype(np.float64) / norms[off, None]).astype(np.float32)
-    return enc
+#: An embedder's output checked once (the check lives with the other input checks).
+encoded = _validate.embedded
 
 
 #: Timestamps (Unix seconds) must be finite and within +-1e11 s (about 3,000 years); a

@@ -41,7 +41,7 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from memcore import _validate
+from memcore import _numba, _validate
 from memcore.core import query as _query
 from memcore.core.rank import Signals, rank, signals
 from memcore.core.rows import Rows, encoded
@@ -197,6 +197,7 @@ class MemoryStore:
         self.threads = check_threads(threads)
         self._tables: dict[Namespace, Table] = {}
         self._lock = threading.RLock()
+        _numba.load()             # numba's first load, before any kernel: interrupt-safe
 
     # ------------------------------------------------------------------ subclass hooks
     def _check_read(self) -> None:

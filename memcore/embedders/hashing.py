@@ -8,7 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
-from memcore import _text
+from memcore import _numba, _text
 from memcore.kernels import hashing as _k
 
 __all__ = ["HashingEmbedder"]
@@ -139,6 +139,7 @@ class HashingEmbedder:
         return out
 
     def _encode_into(self, texts: list, out: np.ndarray, parallel: bool | None = None) -> None:
+        _numba.load()                # interrupt-safe first load of numba's registries
         if parallel is None:
             parallel = _text.use_parallel(len(texts), self.parallel)
         if self.mode == "classic":

@@ -7,7 +7,6 @@ import errno
 import json
 import mmap
 import os
-import shutil
 import time
 import zlib
 from dataclasses import dataclass
@@ -36,9 +35,12 @@ from memcore.storage.layout import (
     log_path,
     namespace_dirname,
     namespace_identity,
+    owned_name,
     read_json,
+    remove_owned,
     write_namespace_identity,
 )
+from memcore.storage.salvage import lost_rows, quarantine_rows
 from memcore.storage.checkpoint import (
     _REPAIR as _REPAIR_HINT,
     CHECKPOINT_BYTES,
@@ -296,7 +298,7 @@ class NamespaceFiles:
         name = namespace_dirname(ns)
         final = os.path.join(parent, name)
         tmp = os.path.join(parent, f"{TMP_PREFIX}{name}-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_owned(tmp, "namespace")
         os.makedirs(tmp)
         durable = durability != "none"
         cols = Columns(dim, INITIAL_CAPACITY, tmp, 0)
@@ -1069,7 +1071,9 @@ def repair_namespace(directory: str, dim: int, embed=None) -> dict:
     from the store and listed in ``"uncertain"``; when it may still be current (past the
     checkpoint) its last intact version (with its vector) is written to ``quarantine.<n>.jsonl`` in the store's root directory (an
     :meth:`~memcore.LongTermMemory.export_jsonl` file: inspect it, ``import_jsonl`` what is
-    still wanted).
+    still wanted). A row the checkpoint holds live whose record was lost is listed by key
+    when the checkpoint's key hash confirms the key its damaged record still holds, and its
+    last version is set aside too when its vector matches (:mod:`memcore.storage.salvage`).
 
     Returns
     -------
@@ -1077,8 +1081,10 @@ def repair_namespace(directory: str, dim: int, embed=None) -> dict:
         ``{"namespace": tuple, "kept": live keys kept, "dropped": live keys dropped,
         "skipped": damaged log stretches skipped, "uncertain": sorted keys dropped because
         nothing vouches for them (a damaged record may have deleted or replaced them, or
-        their vector is damaged), "lost_rows": rows the checkpoint holds live whose record
-        was lost (their keys are unknown)}``.
+        their vector is damaged, or their record was lost), "lost_rows": rows the checkpoint
+        holds live whose record was lost, "lost_keys": their keys (None where nothing
+        confirms one), "quarantine": the path of the quarantine file written, or None,
+        "reembedded": damaged vectors re-embedded exactly}``.
 
     Raises
     ------
@@ -1097,7 +1103,7 @@ def repair_namespace(directory: str, dim: int, embed=None) -> dict:
     >>> ns_dir = StoreRoot.open(root, read_only=True, lock_timeout=0).namespace_dirs()[0]
     >>> repair_namespace(ns_dir, 8)    # doctest: +NORMALIZE_WHITESPACE
     {'namespace': ('ns',), 'kept': 1, 'dropped': 0, 'skipped': 0, 'uncertain': [],
-     'lost_rows': 0, 'reembedded': 0}
+     'lost_rows': 0, 'lost_keys': [], 'quarantine': None, 'reembedded': 0}
     """
     hpath = os.path.join(directory, NAMESPACE_HEADER)
     try:
@@ -1170,9 +1176,10 @@ def _repair(directory: str, ns: tuple, dim: int, gen: int, h: dict, embed=None) 
             uncertain.append(key)
         else:
             keep.append(idx)
-    seen = {rep.file_rows[i] for i in range(rep.rows)}
-    lost_rows = 0 if ck_alive is None else sum(
-        1 for r in np.flatnonzero(ck_alive).tolist() if r not in seen)
+    lost = [] if ck_alive is None else lost_rows(  # keys confirmed by the checkpoint's hashes
+        directory, gen, h, data, ck_alive,
+        {rep.file_rows[i]: rep.key_of[i] for i in range(rep.rows)}, vecs)
+    uncertain += [lr.key for lr in lost if lr.key is not None and lr.key not in uncertain]
 
     def row_of(idx):
         fr = rep.file_rows[idx]
@@ -1193,16 +1200,21 @@ def _repair(directory: str, ns: tuple, dim: int, gen: int, h: dict, embed=None) 
             return np.zeros((0, dim), np.float32)
         return np.stack([fixed[i] if i in fixed else vecs[rep.file_rows[i]] for i in idxs])
 
-    if quarantine:
-        _write_quarantine(directory, ns, dim, gen, [row_of(i) for i in quarantine],
-                          vectors_of(quarantine))
+    aside, aside_vecs = quarantine_rows(lost)
+    qpath = None
+    if quarantine or aside:
+        qpath = _write_quarantine(
+            directory, ns, dim, gen, [row_of(i) for i in quarantine] + aside,
+            np.concatenate([vectors_of(quarantine)] + [v[None] for v in aside_vecs]))
     rows = [row_of(i) for i in keep]
     new_vecs = vectors_of(keep)
     cols, _, _ = write_generation(directory, ns, dim, gen + 1, rows, new_vecs)
     cols.release()
     remove_stale(directory, gen + 1, 0)
-    return {"namespace": ns, "kept": len(keep), "dropped": len(uncertain),
-            "skipped": rep.skipped, "uncertain": uncertain, "lost_rows": lost_rows,
+    unknown = sum(lr.key is None for lr in lost)
+    return {"namespace": ns, "kept": len(keep), "dropped": len(uncertain) + unknown,
+            "skipped": rep.skipped, "uncertain": uncertain, "lost_rows": len(lost),
+            "lost_keys": [lr.key for lr in lost], "quarantine": qpath,
             "reembedded": len(fixed)}
 
 
@@ -1261,12 +1273,10 @@ def remove_stale(directory: str, generation: int, checkpoint: int | None = None,
         keep |= checkpoint_names(generation, checkpoint)
     keep |= index_file_names(generation, index)
     for entry in os.listdir(directory):
-        if entry not in keep:
+        if entry not in keep and owned_name("namespace", entry):    # never a user's file
             try:
                 os.unlink(os.path.join(directory, entry))
-            except IsADirectoryError:
-                shutil.rmtree(os.path.join(directory, entry), ignore_errors=True)
-            except FileNotFoundError:
+            except (IsADirectoryError, FileNotFoundError):
                 pass
 
 
@@ -1282,11 +1292,11 @@ def drop_namespace(files: "NamespaceFiles", cols: Columns) -> None:
     close_namespace(files, cols)
     parent = os.path.dirname(files.directory)
     trash = os.path.join(parent, TRASH_PREFIX + os.path.basename(files.directory))
-    shutil.rmtree(trash, ignore_errors=True)
+    remove_owned(trash, "namespace")
     os.rename(files.directory, trash)
     if files.durability != "none":
         fsync_dir(parent)
-    shutil.rmtree(trash, ignore_errors=True)
+    remove_owned(trash, "namespace")
 
 
 def retire_generation(files: "NamespaceFiles", cols: Columns) -> None:

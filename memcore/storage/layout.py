@@ -7,12 +7,12 @@ import hashlib
 import json
 import os
 import re
-import shutil
 from typing import Any, Sequence
 
 import numpy as np
 
 from memcore.errors import (
+    ForeignDirectoryError,
     FormatVersionError,
     MemcoreError,
     StoreCorruptedError,
@@ -62,6 +62,190 @@ CHECKPOINT_FILES = (
     ("keyhash", np.uint64, "u64"),      # (live,) key hashes, ascending
     ("keyrow", np.int64, "i64"),        # (live,) the row of each hash's key
 )
+
+
+# ---------------------------------------------------------------------------------- owned names
+#
+# The owned-file rule: memcore creates, modifies and deletes only the names below (and a
+# directory only once nothing but those is left in it). A user's file in a store directory,
+# its epoch directories or its namespace directories is never touched; a non-empty directory
+# that is not a store is refused before anything is created in it (:func:`claim_store_dir`).
+
+_NS_DIR = r"n-[a-z0-9_-]{0,40}-[0-9a-f]{32}"          # :func:`namespace_dirname`
+_COLUMN_STEMS = "|".join(sorted({c[0] for c in COLUMNS + COLUMNS_V2} | {"vectors", "expiry"}))
+_OWNED = {
+    # the store's root: headers (and their temp files), the lock, epochs, quarantine files
+    # (export files: a temp file, then renamed)
+    "root": re.compile(r"(memcore(\.copy)?\.json(\.tmp)?|" + re.escape(LOCK_FILE)
+                       + r"|ns\.\d+|quarantine\.\d+\.jsonl(\.tmp)?)\Z"),
+    # an epoch directory: namespaces, one being created (tmp-...-<pid>) or deleted (trash-)
+    "epoch": re.compile(rf"({_NS_DIR}|tmp-{_NS_DIR}-\d+|trash-{_NS_DIR})\Z"),
+    # a namespace directory: headers, log, columns (+ TTL column), checkpoint files, the
+    # hybrid index's arrays and state, the approximate index and its sidecar
+    "namespace": re.compile(
+        r"((header|namespace)\.json(\.tmp)?|log\.\d+"
+        rf"|({_COLUMN_STEMS})\.\d+\.(f32|f64|i64|u8)"
+        r"|(" + "|".join(c[0] for c in CHECKPOINT_FILES) + r")\.\d+\.c\d+\.(u8|u64|i64)"
+        r"|hx\d+\.[a-z0-9_]+\.\d+\.i\d+\.[a-z0-9]+"
+        r"|ann\.\d+\.faiss(\.json)?(\.tmp)?)\Z"),
+}
+_INSIDE = {"root": "epoch", "epoch": "namespace"}   # what an owned directory holds
+
+
+def owned_name(kind: str, name: str) -> bool:
+    """Whether ``name`` is one memcore gives an entry of a ``kind`` directory.
+
+    Parameters
+    ----------
+    kind : {"root", "epoch", "namespace"}
+        The store's root, an epoch directory ``ns.<e>/`` or a namespace directory.
+    name : str
+        An entry's base name.
+
+    Examples
+    --------
+    >>> owned_name("root", "ns.3"), owned_name("root", "ns.backup")
+    (True, False)
+    >>> owned_name("namespace", "log.0"), owned_name("namespace", "important.txt")
+    (True, False)
+    """
+    return _OWNED[kind].match(name) is not None
+
+
+def remove_owned(path: str, kind: str) -> bool:
+    """Delete what memcore owns in directory ``path`` (a ``kind`` directory, see
+    :func:`owned_name`; owned subdirectories likewise), then ``path`` itself once it is empty.
+    Anything else stays, byte for byte; errors are ignored (cleanup retries on the next open).
+
+    Returns
+    -------
+    bool
+        Whether ``path`` is gone.
+    """
+    if os.path.islink(path):          # never follow a link out of the store
+        return False
+    try:
+        entries = os.listdir(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    for entry in entries:
+        if not owned_name(kind, entry):
+            continue
+        full = os.path.join(path, entry)
+        try:
+            if os.path.isdir(full) and not os.path.islink(full):
+                if kind in _INSIDE:
+                    remove_owned(full, _INSIDE[kind])
+            else:
+                os.unlink(full)
+        except OSError:
+            pass
+    try:
+        os.rmdir(path)
+        return True
+    except OSError:
+        return False
+
+
+def _is_store_header(path: str) -> bool | None:
+    """True: a memcore store header (any version); False: a JSON object of something else
+    (a user's file that happens to have the name); None: missing or unreadable (a damaged
+    header is still memcore's name)."""
+    try:
+        obj = read_json(path, "store header")
+    except (OSError, StoreCorruptedError):
+        return None
+    return obj.get("format") == STORE_FORMAT
+
+
+def store_dir_kind(path: str) -> str:
+    """What a store path is, for the owned-file rule.
+
+    Returns
+    -------
+    str
+        ``"missing"`` (nothing there), ``"empty"`` (an empty directory), ``"store"`` (it has
+        memcore's store header or its copy, or a namespace directory whose name and
+        ``namespace.json`` agree: a store whose headers were lost), ``"memcore"`` (every entry
+        is a name memcore gives, nothing foreign: a store whose creation was cut short, or a
+        damaged header), ``"foreign"`` (anything else) or ``"file"`` (not a directory).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> root = tempfile.mkdtemp()
+    >>> store_dir_kind(root)
+    'empty'
+    >>> open(os.path.join(root, "notes.txt"), "w").close(); store_dir_kind(root)
+    'foreign'
+    """
+    try:
+        entries = os.listdir(path)
+    except FileNotFoundError:
+        return "missing"
+    except NotADirectoryError:
+        return "file"
+    if not entries:
+        return "empty"
+    headers = [_is_store_header(os.path.join(path, h)) for h in (STORE_HEADER, STORE_HEADER_COPY)]
+    if any(headers) or any(namespace_identity(os.path.join(path, f"{EPOCH_PREFIX}{e}", n))
+                           for e, n in _epoch_namespaces(path)):
+        return "store"
+    ours = False not in headers and all(owned_name("root", e) for e in entries)
+    for entry in entries:
+        if ours and entry.startswith(EPOCH_PREFIX):
+            try:
+                ours = all(owned_name("epoch", n) for n in os.listdir(os.path.join(path, entry)))
+            except OSError:
+                ours = False
+    return "memcore" if ours else "foreign"
+
+
+def claim_store_dir(path: str) -> None:
+    """Check that a writable open may use ``path``: a missing or empty directory, or a
+    memcore store (:func:`store_dir_kind`). Creates nothing.
+
+    Raises
+    ------
+    ForeignDirectoryError
+        If ``path`` is a non-empty directory that is not a memcore store (a FileExistsError).
+    StorePathError
+        If ``path`` is a file.
+    """
+    kind = store_dir_kind(path)
+    if kind == "file":
+        raise StorePathError(f"{path} is a file (the store path must be a directory)")
+    if kind == "foreign":
+        names = sorted(e for e in os.listdir(path)
+                       if not owned_name("root", e) or e.startswith(EPOCH_PREFIX))
+        raise ForeignDirectoryError(
+            f"{path} is a non-empty directory that is not a memcore store (no valid "
+            f"{STORE_HEADER}; it holds {', '.join(map(repr, names[:5]))}"
+            f"{', ...' if len(names) > 5 else ''}); memcore creates a store only in an empty "
+            f"or missing directory and touches nothing else: pass a new path, e.g. "
+            f"{os.path.join(path, 'memcore')}")
+
+
+def _epoch_namespaces(root: str) -> list[tuple[int, str]]:
+    """``(epoch, namespace directory name)`` of every ``ns.<e>/n-...`` entry of ``root``
+    whose names are memcore's (nothing read but the directory listings)."""
+    out = []
+    try:
+        entries = os.listdir(root)
+    except OSError:
+        return out
+    for entry in entries:
+        if entry.startswith(EPOCH_PREFIX) and owned_name("root", entry):
+            try:
+                names = os.listdir(os.path.join(root, entry))
+            except OSError:
+                continue
+            e = int(entry[len(EPOCH_PREFIX):])
+            out.extend((e, n) for n in names
+                       if n.startswith(NAMESPACE_PREFIX) and owned_name("epoch", n))
+    return out
 
 
 # ---------------------------------------------------------------------------------- names
@@ -216,21 +400,7 @@ def write_store_header(root: str, embedder: str, dim: int, epoch: int, *, durabl
 
 def store_epochs(root: str) -> list[int]:
     """The epochs ``ns.<e>`` directories of ``root`` hold namespaces of, ascending."""
-    out = []
-    try:
-        entries = os.listdir(root)
-    except (FileNotFoundError, NotADirectoryError):
-        return out
-    for entry in entries:
-        tail = entry[len(EPOCH_PREFIX):]
-        if entry.startswith(EPOCH_PREFIX) and tail.isdigit():
-            try:
-                if any(n.startswith(NAMESPACE_PREFIX)
-                       for n in os.listdir(os.path.join(root, entry))):
-                    out.append(int(tail))
-            except OSError:
-                pass
-    return sorted(out)
+    return sorted({e for e, _ in _epoch_namespaces(root)})
 
 
 def missing_header_error(root: str) -> StoreCorruptedError:
@@ -355,6 +525,7 @@ class StoreRoot:
         import filelock
 
         with os_errors(path):
+            claim_store_dir(path)          # a foreign directory: refused, nothing created
             os.makedirs(path, exist_ok=True)
             lock = filelock.FileLock(os.path.join(path, LOCK_FILE), timeout=lock_timeout)
             try:
@@ -393,7 +564,7 @@ class StoreRoot:
     def namespace_dirs(self) -> list[str]:
         """The namespace directories of the current epoch, sorted; a writable open first
         removes other epochs (an interrupted reindex) and half-created or half-deleted
-        namespaces.
+        namespaces -- only the names memcore gives (:func:`remove_owned`).
 
         Raises
         ------
@@ -405,8 +576,9 @@ class StoreRoot:
             if self.lock is not None:
                 os.makedirs(edir, exist_ok=True)
                 for entry in os.listdir(self.path):
-                    if entry.startswith(EPOCH_PREFIX) and entry != os.path.basename(edir):
-                        shutil.rmtree(os.path.join(self.path, entry), ignore_errors=True)
+                    if entry.startswith(EPOCH_PREFIX) and owned_name("root", entry) \
+                            and entry != os.path.basename(edir):
+                        remove_owned(os.path.join(self.path, entry), "epoch")
             if not os.path.isdir(edir):
                 raise StoreCorruptedError(f"{edir} is missing (the store header names epoch "
                                           f"{self.epoch})")
@@ -415,15 +587,19 @@ class StoreRoot:
                 full = os.path.join(edir, entry)
                 if entry.startswith(NAMESPACE_PREFIX):
                     out.append(full)
-                elif self.lock is not None and entry.startswith((TMP_PREFIX, TRASH_PREFIX)):
-                    shutil.rmtree(full, ignore_errors=True)
+                elif self.lock is not None and entry.startswith((TMP_PREFIX, TRASH_PREFIX)) \
+                        and owned_name("epoch", entry):
+                    remove_owned(full, "namespace")
             return out
 
     def begin_epoch(self) -> str:
-        """An empty directory for the next epoch (``reindex``)."""
+        """An empty directory for the next epoch (``reindex``): the first ``ns.<e>`` after
+        the current one that is missing or holds nothing but memcore's leftovers (removed;
+        a directory holding a user's file is skipped, never emptied)."""
         self._next = self.epoch + 1
+        while not remove_owned(os.path.join(self.path, f"{EPOCH_PREFIX}{self._next}"), "epoch"):
+            self._next += 1
         edir = os.path.join(self.path, f"{EPOCH_PREFIX}{self._next}")
-        shutil.rmtree(edir, ignore_errors=True)
         os.makedirs(edir)
         return edir
 
@@ -441,14 +617,14 @@ class StoreRoot:
         return head is not None and self._next is not None and head["epoch"] == self._next
 
     def abort_epoch(self) -> None:
-        shutil.rmtree(os.path.join(self.path, f"{EPOCH_PREFIX}{self._next}"), ignore_errors=True)
+        remove_owned(os.path.join(self.path, f"{EPOCH_PREFIX}{self._next}"), "epoch")
         self._next = None
 
     def finish_epoch(self) -> None:
         """After :meth:`commit_epoch` and closing the old files: delete the old epoch."""
         old = self.epoch_dir
         self.epoch, self._next = self._next, None
-        shutil.rmtree(old, ignore_errors=True)
+        remove_owned(old, "epoch")
 
 
 class os_errors:
