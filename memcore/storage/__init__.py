@@ -3,6 +3,21 @@
 Everything a store persists lives under its root directory; no namespace string ever becomes
 a path by itself.
 
+Modules
+-------
+- :mod:`~memcore.storage.layout`: file names, headers, the store root (lock, epochs).
+- :mod:`~memcore.storage.records`: the record layout (encode, copy, vector CRCs).
+- :mod:`~memcore.storage.log`: scanning a whole log (replay, salvage).
+- :mod:`~memcore.storage.checkpoint`: checkpoint files, the key index, reading the log tail.
+- :mod:`~memcore.storage.columns`: the memory-mapped column files and their value checks.
+- :mod:`~memcore.storage.generations`: a generation's files and the commit protocol
+  (commits, checkpoints, writing and retiring generations).
+- :mod:`~memcore.storage.recovery`: opening a namespace (recovery from checkpoint and tail).
+- :mod:`~memcore.storage.repair`: verify (a scrub) and repair (a new generation from every
+  intact record).
+- :mod:`~memcore.storage.mapped`: the hybrid index files; :mod:`~memcore.storage.jsonl`:
+  export and import.
+
 Files
 -----
 ::
@@ -239,25 +254,28 @@ from memcore.storage.checkpoint import (  # noqa: F401
     PutRecord,
     key_hashes,
 )
-from memcore.storage.disk import (  # noqa: F401
+from memcore.storage.columns import (  # noqa: F401
     INITIAL_CAPACITY,
     Columns,
-    OpenState,
-    new_key_index,
-    adopt_replay,
-    bad_rows,
-    embedder_reproduces,
+    expiry_path,
     invalid_stats,
-    verify_namespace,
+)
+from memcore.storage.generations import (  # noqa: F401
     NamespaceFiles,
     close_namespace,
     drop_namespace,
-    expiry_path,
-    namespace_intact,
-    repair_namespace,
+    new_key_index,
     retire_generation,
     write_generation,
     write_namespace,
+)
+from memcore.storage.recovery import OpenState, adopt_replay, open_namespace  # noqa: F401
+from memcore.storage.repair import (  # noqa: F401
+    bad_rows,
+    embedder_reproduces,
+    namespace_intact,
+    repair_namespace,
+    verify_namespace,
 )
 from memcore.storage.mapped import (  # noqa: F401
     MappedArrays,

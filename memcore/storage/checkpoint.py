@@ -30,7 +30,7 @@ from memcore.storage.records import (DEL_FIXED, FRAME, MAGIC, OP_DEL, OP_PUT, PU
 CHECKPOINT_BYTES = 64 << 20
 CHECKPOINT_ROWS = 65_536
 
-_REPAIR = ("store.repair() or LongTermMemory(..., repair=True) rewrites it keeping every "
+REPAIR_HINT = ("store.repair() or LongTermMemory(..., repair=True) rewrites it keeping every "
            "intact record")
 
 
@@ -165,7 +165,7 @@ def read_put(fd: int, offset: int, path: str) -> PutRecord:
     except (_BadRecord, UnicodeDecodeError) as err:
         reason = err.reason if isinstance(err, _BadRecord) else f"invalid UTF-8: {err}"
         raise StoreCorruptedError(f"{path} is corrupted at offset {offset} ({reason}); "
-                                  f"{_REPAIR}") from None
+                                  f"{REPAIR_HINT}") from None
 
 
 def decode_puts(log: np.ndarray, offsets: np.ndarray, path: str, *, keys: bool = True,
@@ -197,7 +197,7 @@ def decode_puts(log: np.ndarray, offsets: np.ndarray, path: str, *, keys: bool =
     if n and int(offsets.max()) + FRAME.size + PUT_FIXED.size > log.shape[0]:
         bad = int(offsets[np.argmax(offsets)])
         raise StoreCorruptedError(f"{path} is corrupted at offset {bad} (the log ends inside "
-                                  f"the record); {_REPAIR}")
+                                  f"the record); {REPAIR_HINT}")
     fixed = _fixed_fields(log, offsets + FRAME.size, PUT_DTYPE)
     frame = _fixed_fields(log, offsets, np.dtype([("magic", "<u4"), ("length", "<u4"),
                                                   ("crc", "<u4")]))
@@ -217,7 +217,7 @@ def decode_puts(log: np.ndarray, offsets: np.ndarray, path: str, *, keys: bool =
     if not ok.all():
         bad = int(offsets[np.argmin(ok)])
         raise StoreCorruptedError(f"{path} is corrupted at offset {bad} (not an intact PUT "
-                                  f"record); {_REPAIR}")
+                                  f"record); {REPAIR_HINT}")
     k0 = offsets + FRAME.size + PUT_FIXED.size
     out: dict = {"importance": np.asarray(fixed["importance"], np.float64)}
     for want, name, start, lens, text in ((keys, "keys", k0, kl, True),
@@ -227,7 +227,7 @@ def decode_puts(log: np.ndarray, offsets: np.ndarray, path: str, *, keys: bool =
             got = _decode_segments(log, start, lens, text)
             if got is None:
                 raise StoreCorruptedError(f"{path} holds invalid UTF-8 in a PUT record; "
-                                          f"{_REPAIR}")
+                                          f"{REPAIR_HINT}")
             out[name] = got
     return out
 
@@ -287,18 +287,18 @@ def scan_tail(data: bytes, base: int, path: str, first_row: int) -> Tail:
         else:                            # never cut a record the exact parser accepts
             raise StoreCorruptedError(
                 f"{path}: the frame scan stopped at offset {base + stop}, where the exact "
-                f"parser reads a valid record; {_REPAIR}")
+                f"parser reads a valid record; {REPAIR_HINT}")
         later = _valid_record_after(data, stop, size)
         if later is not None:
             raise StoreCorruptedError(
                 f"{path} is corrupted at offset {base + stop} ({reason}), followed by a valid "
-                f"record at offset {base + later}; {_REPAIR}")
+                f"record at offset {base + later}; {REPAIR_HINT}")
     payload = offsets + FRAME.size
     ops = buf[payload] if count else np.zeros(0, np.uint8)
     if not np.isin(ops, (OP_PUT, OP_DEL)).all():
         bad = int(offsets[np.argmin(np.isin(ops, (OP_PUT, OP_DEL)))])
         raise StoreCorruptedError(f"{path} is corrupted at offset {base + bad} (unknown record "
-                                  f"op); {_REPAIR}")
+                                  f"op); {REPAIR_HINT}")
     is_put = ops == OP_PUT
     put_at = payload[is_put]
     fixed = _fixed_fields(buf, put_at, PUT_DTYPE)
@@ -307,7 +307,7 @@ def scan_tail(data: bytes, base: int, path: str, first_row: int) -> Tail:
     if not np.array_equal(fixed["row"].astype(np.int64), expect):
         bad = int(offsets[is_put][np.argmin(fixed["row"].astype(np.int64) == expect)])
         raise StoreCorruptedError(f"{path} is corrupted at offset {base + bad} (a PUT record "
-                                  f"names the wrong row); {_REPAIR}")
+                                  f"names the wrong row); {REPAIR_HINT}")
     kl = fixed["key_len"].astype(np.int64)
     keys = _decode_segments(buf, put_at + PUT_FIXED.size, kl, True)
     del_at = payload[~is_put]
@@ -316,7 +316,7 @@ def scan_tail(data: bytes, base: int, path: str, first_row: int) -> Tail:
                                 True)
     if keys is None or del_keys is None:
         raise StoreCorruptedError(f"{path} holds invalid UTF-8 in a record after offset {base}; "
-                                  f"{_REPAIR}")
+                                  f"{REPAIR_HINT}")
     return Tail(ops, offsets[is_put] + base, fixed, keys, dfix["row"].astype(np.int64).tolist(),
                 del_keys, base + stop)
 
@@ -398,16 +398,16 @@ def load_checkpoint_files(directory: str, generation: int, checkpoint: int, rows
             out.append(np.memmap(path, dtype=np.dtype(dtype), mode="r").view(np.ndarray))
         if crcs and name in crcs and crc32_of(out[-1]) != crcs[name]:
             raise StoreCorruptedError(f"{path} fails its CRC-32 (offset 0): the checkpoint file "
-                                      f"was damaged; {_REPAIR}")
+                                      f"was damaged; {REPAIR_HINT}")
     if out[1].shape[0] != out[2].shape[0]:
         hk = checkpoint_path(directory, "keyhash", generation, checkpoint)
         kr = checkpoint_path(directory, "keyrow", generation, checkpoint)
         raise StoreCorruptedError(f"the key index files {hk} and {kr} disagree: "
                                   f"{out[1].shape[0]} hashes but {out[2].shape[0]} rows "
-                                  f"(offset 0); {_REPAIR}")
+                                  f"(offset 0); {REPAIR_HINT}")
     if out[2].shape[0] and (int(out[2].max()) >= rows or int(out[2].min()) < 0):
         kr = checkpoint_path(directory, "keyrow", generation, checkpoint)
-        raise StoreCorruptedError(f"{kr} names a row outside [0, {rows}) (offset 0); {_REPAIR}")
+        raise StoreCorruptedError(f"{kr} names a row outside [0, {rows}) (offset 0); {REPAIR_HINT}")
     return out[0], out[1], out[2]
 
 

@@ -527,7 +527,7 @@ class LongTermMemory(MemoryStore):
             try:
                 with tqdm(desc="migrate", unit="row", disable=not progress) as bar:
                     for directory in dirs:
-                        files, cols, rep = storage.NamespaceFiles.open(directory, dim, "flush",
+                        files, cols, rep = storage.open_namespace(directory, dim, "flush",
                                                                        True, full=True)
                         try:
                             t = _table(files.ns, cols, files, rep, True)
@@ -617,7 +617,7 @@ class LongTermMemory(MemoryStore):
             raise
         for directory in dirs:
             try:
-                files, cols, rep = storage.NamespaceFiles.open(
+                files, cols, rep = storage.open_namespace(
                     directory, self.dim, self.durability, self.read_only)
             except (StoreCorruptedError, FileNotFoundError) as err:
                 if self._raced(last):
@@ -631,7 +631,7 @@ class LongTermMemory(MemoryStore):
                     continue
                 self.repair_report.append(storage.repair_namespace(directory, self.dim,
                                                                    self._repair_embed()))
-                files, cols, rep = storage.NamespaceFiles.open(
+                files, cols, rep = storage.open_namespace(
                     directory, self.dim, self.durability, self.read_only)
             if not self.read_only and not isinstance(rep, storage.OpenState):
                 storage.close_namespace(files, cols)
@@ -991,7 +991,7 @@ class LongTermMemory(MemoryStore):
                     if r is not None and not t.row_expired(r, now)}
 
     def _reopen(self, directory: str) -> Table:
-        files, cols, st = storage.NamespaceFiles.open(directory, self.dim, self.durability, False)
+        files, cols, st = storage.open_namespace(directory, self.dim, self.durability, False)
         t = _table(files.ns, cols, files, st, False)
         _expiry_open(t, False)
         self._restore_recall(t, st)
