@@ -322,7 +322,7 @@ def test_filter_masks_follow_every_write(tmp_path):
 
 
 def test_index_built_in_chunks_ranks_as_one_batch(tmp_path, monkeypatch):
-    from memcore.core import table
+    from memcore.stores import long_disk as table
 
     with hybrid_store(tmp_path / "a") as s:
         hybrid_writes(s, 0, 60, 7)

@@ -441,7 +441,8 @@ class MemoryStore:
         table, row = self._find(namespace, key)
         if row is None or self.dim is None:
             return None
-        return np.array(table.columns.vectors[row])
+        with self._lock:
+            return table.vector(row)
 
     def _find(self, namespace: NamespaceLike, key: str, refresh_ttl: bool = False
               ) -> tuple[Table | None, int | None]:
@@ -883,10 +884,10 @@ class MemoryStore:
             table = self._tables.get(namespace)
             if table is None:
                 return {}
-            c, get = table.columns, table.keys.get
+            keys, c = list(keys), table.columns
             now = _query.now(self.clock) if table.expiry is not None else 0.0
             return {k: (float(c.created_at[r]), int(c.access_count[r]))
-                    for k, r in zip(keys, map(get, keys))
+                    for k, r in zip(keys, table.lookup_many(keys))
                     if r is not None and not table.row_expired(r, now)}
 
     # ------------------------------------------------------------------ hybrid recall

@@ -16,12 +16,12 @@ from memcore.storage.layout import CHECKPOINT_FILES, checkpoint_path, fsync_dir
 from memcore.storage.log import (
     DEL_DTYPE,
     PUT_DTYPE,
-    _BadRecord,
-    _decode_segments,
-    _fixed_fields,
-    _frame_scan,
-    _parse_one,
-    _valid_record_after,
+    BadRecord,
+    decode_segments,
+    fixed_fields,
+    frame_scan,
+    parse_one,
+    valid_record_after,
 )
 from memcore.storage.records import (DEL_FIXED, FRAME, MAGIC, OP_DEL, OP_PUT, PUT_FIXED,
                                      pending_batch_at)
@@ -141,29 +141,29 @@ def read_put(fd: int, offset: int, path: str) -> PutRecord:
     head = os.pread(fd, 1024, offset)
     try:
         if len(head) < FRAME.size:
-            raise _BadRecord(offset, "the log ends inside the record")
+            raise BadRecord(offset, "the log ends inside the record")
         magic, length, crc = FRAME.unpack_from(head, 0)
         if magic != MAGIC:
-            raise _BadRecord(offset, f"bad record magic 0x{magic:08x}")
+            raise BadRecord(offset, f"bad record magic 0x{magic:08x}")
         end = FRAME.size + length
         if end > len(head):
             head += os.pread(fd, end - len(head), offset + len(head))
         payload = memoryview(head)[FRAME.size:end]
         if len(payload) != length or zlib.crc32(payload) != crc:
-            raise _BadRecord(offset, "record CRC-32 mismatch")
+            raise BadRecord(offset, "record CRC-32 mismatch")
         if length < PUT_FIXED.size or payload[0] != OP_PUT:
-            raise _BadRecord(offset, "not a PUT record")
+            raise BadRecord(offset, "not a PUT record")
         fixed = PUT_FIXED.unpack_from(payload, 0)
         kl, tl, ml = fixed[8], fixed[9], fixed[10]
         p = PUT_FIXED.size
         if p + kl + tl + ml != length:
-            raise _BadRecord(offset, "PUT record field lengths disagree with its length")
+            raise BadRecord(offset, "PUT record field lengths disagree with its length")
         key = bytes(payload[p:p + kl]).decode("utf-8")
         text = bytes(payload[p + kl:p + kl + tl]).decode("utf-8")
         return PutRecord(fixed[1], key, text, bytes(payload[p + kl + tl:length]), fixed[6],
                          fixed[7])
-    except (_BadRecord, UnicodeDecodeError) as err:
-        reason = err.reason if isinstance(err, _BadRecord) else f"invalid UTF-8: {err}"
+    except (BadRecord, UnicodeDecodeError) as err:
+        reason = err.reason if isinstance(err, BadRecord) else f"invalid UTF-8: {err}"
         raise StoreCorruptedError(f"{path} is corrupted at offset {offset} ({reason}); "
                                   f"{REPAIR_HINT}") from None
 
@@ -198,8 +198,8 @@ def decode_puts(log: np.ndarray, offsets: np.ndarray, path: str, *, keys: bool =
         bad = int(offsets[np.argmax(offsets)])
         raise StoreCorruptedError(f"{path} is corrupted at offset {bad} (the log ends inside "
                                   f"the record); {REPAIR_HINT}")
-    fixed = _fixed_fields(log, offsets + FRAME.size, PUT_DTYPE)
-    frame = _fixed_fields(log, offsets, np.dtype([("magic", "<u4"), ("length", "<u4"),
+    fixed = fixed_fields(log, offsets + FRAME.size, PUT_DTYPE)
+    frame = fixed_fields(log, offsets, np.dtype([("magic", "<u4"), ("length", "<u4"),
                                                   ("crc", "<u4")]))
     kl = fixed["key_len"].astype(np.int64)
     tl = fixed["text_len"].astype(np.int64)
@@ -224,7 +224,7 @@ def decode_puts(log: np.ndarray, offsets: np.ndarray, path: str, *, keys: bool =
                                           (texts, "texts", k0 + kl, tl, True),
                                           (metadata, "metadata", k0 + kl + tl, ml, False)):
         if want:
-            got = _decode_segments(log, start, lens, text)
+            got = decode_segments(log, start, lens, text)
             if got is None:
                 raise StoreCorruptedError(f"{path} holds invalid UTF-8 in a PUT record; "
                                           f"{REPAIR_HINT}")
@@ -278,17 +278,17 @@ def scan_tail(data: bytes, base: int, path: str, first_row: int) -> Tail:
         If a damaged record is followed by a valid one, or a valid record breaks the row rule.
     """
     size = len(data)
-    buf, offsets, count, stop = _frame_scan(data)
+    buf, offsets, count, stop = frame_scan(data)
     if stop < size and not pending_batch_at(data, stop, size):   # else: an uncommitted batch
         try:
-            _parse_one(data, stop, size)
-        except _BadRecord as bad:
+            parse_one(data, stop, size)
+        except BadRecord as bad:
             reason = bad.reason
         else:                            # never cut a record the exact parser accepts
             raise StoreCorruptedError(
                 f"{path}: the frame scan stopped at offset {base + stop}, where the exact "
                 f"parser reads a valid record; {REPAIR_HINT}")
-        later = _valid_record_after(data, stop, size)
+        later = valid_record_after(data, stop, size)
         if later is not None:
             raise StoreCorruptedError(
                 f"{path} is corrupted at offset {base + stop} ({reason}), followed by a valid "
@@ -301,7 +301,7 @@ def scan_tail(data: bytes, base: int, path: str, first_row: int) -> Tail:
                                   f"op); {REPAIR_HINT}")
     is_put = ops == OP_PUT
     put_at = payload[is_put]
-    fixed = _fixed_fields(buf, put_at, PUT_DTYPE)
+    fixed = fixed_fields(buf, put_at, PUT_DTYPE)
     m = fixed.shape[0]
     expect = np.arange(first_row, first_row + m, dtype=np.int64)
     if not np.array_equal(fixed["row"].astype(np.int64), expect):
@@ -309,10 +309,10 @@ def scan_tail(data: bytes, base: int, path: str, first_row: int) -> Tail:
         raise StoreCorruptedError(f"{path} is corrupted at offset {base + bad} (a PUT record "
                                   f"names the wrong row); {REPAIR_HINT}")
     kl = fixed["key_len"].astype(np.int64)
-    keys = _decode_segments(buf, put_at + PUT_FIXED.size, kl, True)
+    keys = decode_segments(buf, put_at + PUT_FIXED.size, kl, True)
     del_at = payload[~is_put]
-    dfix = _fixed_fields(buf, del_at, DEL_DTYPE)
-    del_keys = _decode_segments(buf, del_at + DEL_FIXED.size, dfix["key_len"].astype(np.int64),
+    dfix = fixed_fields(buf, del_at, DEL_DTYPE)
+    del_keys = decode_segments(buf, del_at + DEL_FIXED.size, dfix["key_len"].astype(np.int64),
                                 True)
     if keys is None or del_keys is None:
         raise StoreCorruptedError(f"{path} holds invalid UTF-8 in a record after offset {base}; "

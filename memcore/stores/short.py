@@ -12,12 +12,11 @@ import numpy as np
 
 from memcore.core.rows import Rows
 from memcore.core.store import MemoryStore, check_embedder
-from memcore.core.table import Table, copy_metadata
+from memcore.core.table import RamColumns, Table, copy_metadata
 from memcore.errors import InvalidArgumentError, InvalidArgumentTypeError
 from memcore.query import ResolvedQuery
 from memcore.recall.hybrid import HybridWeights
 from memcore.recall.prep import QueryPreparer
-from memcore.storage import Columns
 from memcore.types import Clock, DecayWeights, MemoryTier, Namespace, NamespaceLike, StoredMemory, system_clock
 from memcore import _validate
 
@@ -168,7 +167,7 @@ class ShortTermMemory(MemoryStore):
             self.on_evict(mems, vecs)
         # from here on nothing raises: mutate
         if table is None:
-            table = self._tables[ns] = Table(ns, Columns(self.dim or 0, min(self.capacity, 64)),
+            table = self._tables[ns] = Table(ns, RamColumns(self.dim or 0, min(self.capacity, 64)),
                                              reuse=True)
         table.remove(old_out + new_out)          # a batch-evicted key loses its old row too
         out = set(new_out)
