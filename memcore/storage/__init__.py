@@ -43,7 +43,7 @@ Files
           importance.<g>.f32    (capacity,) float32 in [0, 1]
           record_offset.<g>.i64 (capacity,) int64: log offset of each row's PUT record
           expiry.<g>.f64        (capacity, 2) float64 [expires_at, ttl] (0: never), only in a
-                                namespace that ever had a time to live (memcore.stores.long;
+                                namespace that ever had a time to live (storage.columns;
                                 written before the commit like the columns; absent: none)
           alive.<g>.c<c>.u8     (rows,) uint8 (bool): live flags at checkpoint c
           keyhash.<g>.c<c>.u64  (live,) uint64, ascending: key index at checkpoint c

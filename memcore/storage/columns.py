@@ -23,12 +23,11 @@ class Columns:
 
     Attributes
     ----------
-    vectors : ndarray of shape (capacity, dim), float32
-    created_at, updated_at, last_accessed_at : ndarray of shape (capacity,), float64
-    access_count : ndarray of shape (capacity,), int64
-    importance : ndarray of shape (capacity,), float32
-    alive : ndarray of shape (capacity,), bool
-    capacity : int
+    vectors, created_at, updated_at, last_accessed_at, access_count, importance, alive, capacity
+        As :class:`~memcore.core.table.RamColumns`'s (plain ndarray views of the maps;
+        format 2 keeps ``alive`` in RAM).
+    record_offset : ndarray of shape (capacity,), int64
+        Format 2: the log offset of each row's PUT record.
 
     Parameters
     ----------
