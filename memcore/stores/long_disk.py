@@ -472,7 +472,7 @@ def open_table(directory: str, dim: int, durability: str, read_only: bool,
     return t
 
 
-def write_live(t: DiskTable | LogTable | Table, vecs: np.ndarray, parent: str, generation: int,
+def write_live(t: DiskTable | LogTable, vecs: np.ndarray, parent: str, generation: int,
                durability: str, log: bytes | None = None) -> str:
     """Write the live rows of ``t`` (with ``vecs``) as a complete format-2 generation of its
     namespace in ``parent`` (:func:`memcore.storage.write_namespace`); returns the namespace

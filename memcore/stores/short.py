@@ -13,6 +13,7 @@ import numpy as np
 from memcore.core.rows import Rows
 from memcore.core.store import MemoryStore, check_embedder
 from memcore.core.table import RamColumns, Table, copy_metadata
+from memcore.embedders.lexical import LexicalScorer
 from memcore.errors import InvalidArgumentError, InvalidArgumentTypeError
 from memcore.query import ResolvedQuery
 from memcore.recall.hybrid import HybridWeights
@@ -97,8 +98,6 @@ class ShortTermMemory(MemoryStore):
         if embedder is not None:
             check_embedder(embedder)
         elif scorer is None:
-            from memcore.embedders.lexical import LexicalScorer
-
             scorer = LexicalScorer()
         if scorer is not None and not callable(getattr(scorer, "score_many", None)):
             raise InvalidArgumentTypeError(f"scorer must have score_many(query, texts), got {type(scorer).__name__}")
