@@ -1,7 +1,7 @@
 """Leave-one-conversation-out (LOO) selection of hybrid recall settings on LoCoMo dev.
 
 ``python -m bench.loo [--kind minilm-int8|hashing] [--grid NAME]``: every candidate setting
-(a :class:`memcore.recall.hybrid.HybridWeights` plus optional query-time ideas, see
+(a :class:`memcore.recall.weights.HybridWeights` plus optional query-time ideas, see
 :data:`IDEAS`) ranks every question of the six dev conversations once; then, for each
 conversation, the candidate with the best mean R@10 (ties: R@5) on the *other five* is scored
 on the held-out one. The LOO number is the question-weighted mean of those held-out scores: a

@@ -193,7 +193,7 @@ class SemanticMemory:
     weights : DecayWeights, optional
         Ranking weights of both tiers; ``DecayWeights()`` when None.
     hybrid : HybridWeights, optional
-        Recall of both tiers (:mod:`memcore.recall.hybrid`: BM25 + dense + episodic context, from
+        Recall of both tiers (:mod:`memcore.recall`: BM25 + dense + episodic context, from
         the ``episode``/``speaker`` metadata of stored memories); when None
         ``HybridWeights.hybrid()``, or ``HybridWeights.no_model()`` with the hashing
         embedder. ``HybridWeights.similarity()`` ranks by pure cosine.

@@ -47,9 +47,9 @@ class TwoTierMemory(MemoryStore):
     - ``search`` resolves the query once (one validation, one preparation with both tiers'
       speakers known, one embedding), ranks both tiers with the same weights and time,
       de-duplicates by key and keeps the best ``top_k``.
-    - Recall is hybrid by default (:mod:`memcore.recall.hybrid`): ``HybridWeights.hybrid()``,
+    - Recall is hybrid by default (:mod:`memcore.recall`): ``HybridWeights.hybrid()``,
       or ``HybridWeights.no_model()`` with the hashing embedder. The z statistics are pooled
-      over both tiers' memories of the namespace (:func:`memcore.recall.hybrid.pooled_weights`),
+      over both tiers' memories of the namespace (:func:`memcore.recall.weights.pooled_weights`),
       so scores are those of one index over the union, except that each tier keeps its own
       BM25 idf and average length, and episode windows stay within a tier. With
       ``hybrid=HybridWeights.similarity()`` both tiers rank by pure cosine.
@@ -67,7 +67,7 @@ class TwoTierMemory(MemoryStore):
     weights : DecayWeights, optional
         The ranking formula for both tiers; the long tier's ``weights`` when None.
     hybrid : HybridWeights, optional
-        Recall of both tiers; :func:`memcore.recall.hybrid.default_for` the embedder when None.
+        Recall of both tiers; :func:`memcore.recall.weights.default_for` the embedder when None.
     threads : int, default 1
         CPU threads a search's scan may use in each tier (numba's, set only while a scan
         runs; the tiers' own ``threads`` apply to searches made on them directly).

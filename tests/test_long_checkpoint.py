@@ -11,7 +11,7 @@ import pytest
 
 from memcore import HashingEmbedder, LongTermMemory, MemoryItem, StoreCorruptedError, storage
 from memcore.storage import checkpoint as ckpt
-from memcore.storage import disk
+from memcore.storage import generations, recovery
 
 DIM = 16
 T0 = 1_700_000_000.0
@@ -74,7 +74,7 @@ def test_key_lookup_survives_hash_collisions(tmp_path, monkeypatch):
     """Every key hashes alike: lookups are confirmed by the record's key, never a neighbour's."""
     monkeypatch.setattr(ckpt, "key_hashes",
                         lambda keys: np.full(len(keys), 7, np.uint64))
-    monkeypatch.setattr(disk, "key_hashes", ckpt.key_hashes)
+    monkeypatch.setattr(generations, "key_hashes", ckpt.key_hashes)
     with store(tmp_path / "m") as s:
         workload(s, n=30)
         want = state(s)
@@ -90,7 +90,7 @@ def test_key_lookup_survives_hash_collisions(tmp_path, monkeypatch):
 
 
 def test_automatic_checkpoints(tmp_path, monkeypatch):
-    monkeypatch.setattr(disk, "CHECKPOINT_ROWS", 10)
+    monkeypatch.setattr(generations, "CHECKPOINT_ROWS", 10)
     s = store(tmp_path / "m")
     for i in range(25):
         s.put("ns", f"k{i}", f"text number {i}", metadata={"odd": bool(i % 2)})
@@ -98,7 +98,7 @@ def test_automatic_checkpoints(tmp_path, monkeypatch):
     names = sorted(p.name for p in ns_dir(tmp_path / "m").iterdir() if ".c" in p.name)
     assert names == ["alive.0.c2.u8", "keyhash.0.c2.u64", "keyrow.0.c2.i64"]
     want = state(s)
-    monkeypatch.setattr(disk, "CHECKPOINT_BYTES", 150)
+    monkeypatch.setattr(generations, "CHECKPOINT_BYTES", 150)
     s.delete("ns", "k21")                                # past 150 log bytes: a checkpoint
     assert header(tmp_path / "m")["rows"] == 25
     want = state(s)
@@ -121,11 +121,11 @@ def test_crash_inside_a_checkpoint_keeps_the_previous_one(tmp_path, monkeypatch,
         raise KeyboardInterrupt("killed")              # stands for SIGKILL mid-checkpoint
 
     if fail_at == "header":
-        real = disk.write_checkpoint_files
-        monkeypatch.setattr(disk, "write_checkpoint_files",
+        real = generations.write_checkpoint_files
+        monkeypatch.setattr(generations, "write_checkpoint_files",
                             lambda *a, **k: (real(*a, **k), crash()))
     else:
-        monkeypatch.setattr(disk, "write_checkpoint_files", crash)
+        monkeypatch.setattr(generations, "write_checkpoint_files", crash)
     with pytest.raises(KeyboardInterrupt):
         s.flush()
     s._release()
@@ -233,11 +233,11 @@ def test_crash_while_writing_the_index_keeps_the_previous_checkpoint(tmp_path, m
         raise KeyboardInterrupt("killed")
 
     if fail_at == "index":
-        monkeypatch.setattr(disk, "write_index", crash)
+        monkeypatch.setattr(generations, "write_index", crash)
     else:
         real = mapped.write_index
-        monkeypatch.setattr(disk, "write_index", lambda *a, **k: real(*a, **k))
-        monkeypatch.setattr(disk, "_write_ns_header", crash)
+        monkeypatch.setattr(generations, "write_index", lambda *a, **k: real(*a, **k))
+        monkeypatch.setattr(generations, "_write_ns_header", crash)
     with pytest.raises(KeyboardInterrupt):
         s.flush()
     s._release()
@@ -322,7 +322,7 @@ def test_filter_masks_follow_every_write(tmp_path):
 
 
 def test_index_built_in_chunks_ranks_as_one_batch(tmp_path, monkeypatch):
-    from memcore.core import table
+    from memcore.stores import long_disk as table
 
     with hybrid_store(tmp_path / "a") as s:
         hybrid_writes(s, 0, 60, 7)
@@ -337,7 +337,7 @@ def test_a_reader_racing_the_writers_checkpoint_reads_the_newer_one(tmp_path, mo
     workload(w)
     w.flush()
     w.put("ns", "late", "after the first checkpoint")
-    real = disk.load_checkpoint_files
+    real = recovery.load_checkpoint_files
     calls = []
 
     def racing(*a, **k):
@@ -346,7 +346,7 @@ def test_a_reader_racing_the_writers_checkpoint_reads_the_newer_one(tmp_path, mo
             w.flush()                      # the writer replaces the checkpoint just now
         return real(*a, **k)
 
-    monkeypatch.setattr(disk, "load_checkpoint_files", racing)
+    monkeypatch.setattr(recovery, "load_checkpoint_files", racing)
     with LongTermMemory.open(tmp_path / "m", HashingEmbedder(dim=DIM), clock=lambda: T0) as r:
         monkeypatch.undo()
         assert r.get("ns", "late").text == "after the first checkpoint"

@@ -15,6 +15,7 @@ import pytest
 
 from memcore import HashingEmbedder, LongTermMemory, StoreCorruptedError, StoreLockedError
 from memcore import _validate, storage
+from memcore.stores.long_disk import DiskTable
 
 DIM = 16
 T0 = 1_700_000_000.0
@@ -586,15 +587,15 @@ def test_read_only_open_racing_a_compacting_writer_rebuilds_the_replaced_index(t
         s.compact()
         s.close()
         """)
-    orig = LongTermMemory._restore_recall
+    orig = DiskTable.restore_recall
 
-    def compacted_meanwhile(self, t, st):      # the writer replaces the checkpoint right here
+    def compacted_meanwhile(self, *a):         # the writer replaces the checkpoint right here
         subprocess.run([sys.executable, "-c", writer, str(root)], check=True, timeout=120)
-        return orig(self, t, st)
+        return orig(self, *a)
 
-    monkeypatch.setattr(LongTermMemory, "_restore_recall", compacted_meanwhile)
+    monkeypatch.setattr(DiskTable, "restore_recall", compacted_meanwhile)
     with _hybrid_store(root, read_only=True) as s:
-        monkeypatch.setattr(LongTermMemory, "_restore_recall", orig)
+        monkeypatch.setattr(DiskTable, "restore_recall", orig)
         assert {k: s.get("ns", k).text for k in s.keys("ns")} == ref
         assert [(h.key, round(h.score, 5)) for h in s.search("ns", "robot cup 7", top_k=8,
                                                              touch=False)] == ranked

@@ -301,17 +301,17 @@ def test_compact_crash_before_commit_keeps_old_generation(tmp_path, monkeypatch)
         for i in range(50):
             s.put("ns", f"k{i % 5}", f"version {i}")
         before = snapshot(s)
-        real = storage.disk._write_ns_header
+        real = storage.generations._write_ns_header
 
         def crash(directory, ns, dim, generation, *a, **kw):
             if generation == 1:
                 raise OSError("simulated crash before the header is replaced")
             return real(directory, ns, dim, generation, *a, **kw)
 
-        monkeypatch.setattr(storage.disk, "_write_ns_header", crash)
+        monkeypatch.setattr(storage.generations, "_write_ns_header", crash)
         with pytest.raises(OSError, match="simulated"):
             s.compact()
-        monkeypatch.setattr(storage.disk, "_write_ns_header", real)
+        monkeypatch.setattr(storage.generations, "_write_ns_header", real)
         assert snapshot(s) == before                      # the open store is unchanged
         s.put("ns", "after", "still writable")
         before = snapshot(s)

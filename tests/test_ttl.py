@@ -197,7 +197,7 @@ def test_a_killed_writer_keeps_acknowledged_expiries(tmp_path):
     ltm = LongTermMemory(root, emb, clock=clock)
     ltm.put("r", "a", "red door", ttl=10)
     ltm.put_many("r", [MemoryItem(f"k{i}", f"memory {i}") for i in range(70)], ttl=20)
-    ltm._root.release()                       # the process "dies": no flush, no checkpoint
+    ltm._space.root.release()                       # the process "dies": no flush, no checkpoint
     with LongTermMemory(root, emb, clock=clock) as again:
         assert again.get("r", "a").expires_at == clock() + 10
         assert again.get("r", "k69").expires_at == clock() + 20

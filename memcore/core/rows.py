@@ -31,6 +31,23 @@ MAX_ABS_TIME = 1e11
 #: Access counts above this are damage, not use (a memory read every 20 ms tick for 2.7
 #: years).
 MAX_ACCESS_COUNT = 2 ** 32
+#: Rows a namespace's columns hold at first; they grow by doubling (:func:`capacity_for`).
+INITIAL_CAPACITY = 64
+
+
+def capacity_for(rows: int, current: int = 0) -> int:
+    """The capacity (rows) of columns grown by doubling from ``current`` (at least
+    :data:`INITIAL_CAPACITY`) until ``rows`` fit.
+
+    Examples
+    --------
+    >>> capacity_for(100), capacity_for(100, 256)
+    (128, 256)
+    """
+    cap = max(INITIAL_CAPACITY, current)
+    while cap < rows:
+        cap *= 2
+    return cap
 
 
 def timestamp(value: Any, what: str) -> float:

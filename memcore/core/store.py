@@ -444,7 +444,8 @@ class MemoryStore:
         table, row = self._find(namespace, key)
         if row is None or self.dim is None:
             return None
-        return np.array(table.columns.vectors[row])
+        with self._lock:
+            return table.vector(row)
 
     def _find(self, namespace: NamespaceLike, key: str, refresh_ttl: bool = False
               ) -> tuple[Table | None, int | None]:
@@ -705,7 +706,7 @@ class MemoryStore:
         ``score = w_similarity * sim + w_recency * 2 ** (-age / half_life) + w_importance *
         importance``, with ``sim`` the cosine similarity (or, for a store without embedder,
         its scorer's lexical similarity) and ``age = now - last_accessed_at`` in seconds.
-        Any other hybrid weights rank by hybrid recall (:mod:`memcore.recall.hybrid`) by the
+        Any other hybrid weights rank by hybrid recall (:mod:`memcore.recall`) by the
         fused z-score, and ``weights.w_similarity`` scales the dense weight; the returned
         ``score`` is then that fused score mapped into (0, 1) by a monotone transform
         (:mod:`memcore.recall.score`: 0.5 is the namespace's average memory for the query).
@@ -886,10 +887,10 @@ class MemoryStore:
             table = self._tables.get(namespace)
             if table is None:
                 return {}
-            c, get = table.columns, table.keys.get
+            keys, c = list(keys), table.columns
             now = _query.now(self.clock) if table.expiry is not None else 0.0
             return {k: (float(c.created_at[r]), int(c.access_count[r]))
-                    for k, r in zip(keys, map(get, keys))
+                    for k, r in zip(keys, table.lookup_many(keys))
                     if r is not None and not table.row_expired(r, now)}
 
     # ------------------------------------------------------------------ hybrid recall

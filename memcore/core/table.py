@@ -1,11 +1,16 @@
-"""One namespace's rows in memory: the columns the kernels scan plus keys, texts and metadata.
+"""One namespace's rows: the columns the kernels scan plus keys, texts and metadata.
 
-Rows are indexed by an int row id. The columns (:class:`~memcore.storage.Columns`, in RAM or
-memory-mapped) hold ``vectors`` (rows, dim) float32, ``created_at``/``updated_at``/
-``last_accessed_at`` float64 Unix seconds, ``access_count`` int64, ``importance`` float32 and
-``alive`` bool; the Python lists hold key, text, metadata and the exact importance of each row.
-``keys`` maps every live key to its row, ordered by last write (oldest first): the FIFO order
-of the short tier, and the row order of the append-only long tier.
+Rows are indexed by an int row id. The columns (:class:`RamColumns` in RAM; a disk table's
+are memory-mapped, :class:`memcore.storage.Columns`) hold ``vectors`` (rows, dim) float32,
+``created_at``/``updated_at``/``last_accessed_at`` float64 Unix seconds, ``access_count``
+int64, ``importance`` float32 and ``alive`` bool; the Python lists of a :class:`Table` hold
+key, text, metadata and the exact importance of each row. ``keys`` maps every live key to its
+row, ordered by last write (oldest first): the FIFO order of the short tier, and the row
+order of the append-only long tier.
+
+A table is backend-free: the disk table of the long tier
+(:class:`memcore.stores.long_disk.DiskTable`) subclasses it, overriding where its rows come
+from (the log) and what a write commits first.
 """
 
 from __future__ import annotations
@@ -17,13 +22,13 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from memcore import _validate
-from memcore.core.rows import Rows
+from memcore.core.rows import Rows, capacity_for
 from memcore.recall.index import HybridIndex
-from memcore.recall.namespace import NamespaceRecall, episode_speaker
+from memcore.recall.namespace import NamespaceRecall
 from memcore.recall.weights import HybridWeights
 from memcore.types import MemoryHit, MemoryTier, Namespace, StoredMemory
 
-__all__ = ["DiskTable", "Table", "copy_metadata"]
+__all__ = ["RamColumns", "Table", "copy_metadata"]
 
 _SCALARS = (str, int, float, bool, type(None))
 
@@ -37,21 +42,73 @@ def copy_metadata(meta: Mapping[str, Any] | bytes) -> dict:
     return copy.deepcopy(dict(meta))
 
 
+class RamColumns:
+    """The per-row arrays of one namespace in RAM (grown by doubling).
+
+    Attributes
+    ----------
+    vectors : ndarray of shape (capacity, dim), float32
+    created_at, updated_at, last_accessed_at : ndarray of shape (capacity,), float64
+    access_count : ndarray of shape (capacity,), int64
+    importance : ndarray of shape (capacity,), float32
+    alive : ndarray of shape (capacity,), bool
+    capacity : int
+
+    Parameters
+    ----------
+    dim : int
+    capacity : int
+        Rows to hold at first (at least 64).
+
+    Examples
+    --------
+    >>> cols = RamColumns(4, 10); cols.vectors.shape
+    (64, 4)
+    """
+
+    SPEC = (("created_at", np.float64), ("updated_at", np.float64),
+            ("last_accessed_at", np.float64), ("access_count", np.int64),
+            ("importance", np.float32), ("alive", np.bool_))
+
+    def __init__(self, dim: int, capacity: int):
+        self.dim = int(dim)
+        self.capacity = 0
+        self._grow(capacity_for(capacity))
+
+    def _grow(self, capacity: int) -> None:
+        for name, shape, dtype in (("vectors", (capacity, self.dim), np.float32),
+                                   *((n, (capacity,), d) for n, d in self.SPEC)):
+            arr = np.zeros(shape, dtype)
+            old = getattr(self, name, None)
+            if old is not None:
+                arr[:old.shape[0]] = old
+            setattr(self, name, arr)
+        self.capacity = capacity
+
+    def ensure(self, rows: int) -> None:
+        """Grow (by doubling) until ``rows`` rows fit."""
+        if rows > self.capacity:
+            self._grow(capacity_for(rows, self.capacity))
+
+    def release(self) -> None:
+        """Nothing to unmap (the arrays go with the table)."""
+
+
 class Table:
     """One namespace's rows. Not thread-safe by itself: the owning store's lock guards it.
 
     Parameters
     ----------
     namespace : tuple of str
-    columns : Columns
+    columns : RamColumns or memcore.storage.Columns
     reuse : bool, default False
         Reuse the rows of removed keys (a bounded tier); False appends every write (the rows
         of a disk log are append-only).
     """
 
     __slots__ = ("namespace", "columns", "reuse", "keys", "key_of", "texts", "metadata",
-                 "importance", "rows", "free", "recall", "files", "offsets", "expiry",
-                 "filter_masks")
+                 "importance", "rows", "free", "recall", "expiry", "filter_masks",
+                 "index_dirty")
 
     def __init__(self, namespace: Namespace, columns: Any, *, reuse: bool = False):
         self.namespace = namespace
@@ -65,14 +122,29 @@ class Table:
         self.rows = 0                                   # rows [0, rows) were written
         self.free: list[int] = []
         self.recall: NamespaceRecall | None = None      # hybrid indexes, built on first use
-        self.files: Any = None                          # the disk files (long tier)
-        self.offsets: list[int] = []                    # log offset of each row's record
         self.expiry: np.ndarray | None = None           # (>= rows, 2) [expires_at, ttl], 0: never
         self.filter_masks: dict = {}                    # repr(filter) -> (predicate, mask)
+        self.index_dirty = False        # a hybrid index changed since it was last saved
 
     @property
     def live(self) -> int:
         return len(self.keys)
+
+    def lookup_many(self, keys: Sequence[str]) -> list[int | None]:
+        """The live row of each key (None when absent)."""
+        return list(map(self.keys.get, keys))
+
+    def live_rows(self) -> np.ndarray:
+        """ndarray (live,), int64: the live rows in :attr:`keys` order."""
+        return np.fromiter(self.keys.values(), np.int64, len(self.keys))
+
+    def live_fields(self, texts: bool = True) -> tuple:
+        """``(rows, keys, texts, metadata, importance)`` of the live rows in :attr:`keys`
+        order, lists (``texts`` None unless asked; metadata dicts or JSON bytes)."""
+        rows = list(self.keys.values())
+        return (rows, [self.key_of[r] for r in rows],
+                [self.texts[r] for r in rows] if texts else None,
+                [self.metadata[r] for r in rows], [self.importance[r] for r in rows])
 
     # ------------------------------------------------------------------ reads
     def meta(self, row: int) -> dict:
@@ -81,6 +153,10 @@ class Table:
         if isinstance(m, bytes):
             m = self.metadata[row] = json.loads(m)
         return m
+
+    def vector(self, row: int) -> np.ndarray:
+        """A copy of the row's vector: shape (dim,), float32."""
+        return np.array(self.columns.vectors[row])
 
     def fields(self, row: int) -> tuple[str, str, float, dict]:
         """key, text, importance and a private copy of the metadata of a row."""
@@ -167,10 +243,16 @@ class Table:
                 created_at=float(c.created_at[row]), last_accessed_at=t))
         return out
 
+    def live_metadata(self) -> tuple[np.ndarray, list]:
+        """The live rows (ndarray (live,), int64) and their metadata (dicts, never handed
+        out)."""
+        rows = self.live_rows()
+        return rows, [self.meta(r) for r in rows.tolist()]
+
     def mask(self, flt: Mapping[str, Any] | None) -> np.ndarray:
         """ndarray (rows,), bool: live rows matching a validated metadata filter (read-only:
         the last 8 filters' masks are kept, and every write and removal updates them, so a
-        repeated filter costs one pass over the rows once)."""
+        repeated filter costs one pass over the rows' metadata once)."""
         n = self.rows
         if not flt:
             return self.columns.alive[:n]
@@ -178,25 +260,26 @@ class Table:
         got = self.filter_masks.get(tag)
         if got is not None and got[1].shape[0] >= n:
             return got[1][:n]
+        match = _validate.filter_predicate(flt)
+        rows, metas = self.live_metadata()
         alive = np.zeros(self.columns.capacity, np.bool_)
-        match, meta = _validate.filter_predicate(flt), self.meta
-        for row in self.keys.values():
-            if match(meta(row)):
-                alive[row] = True
+        alive[rows[np.fromiter(map(match, metas), np.bool_, len(metas))]] = True
         if len(self.filter_masks) >= 8:
             self.filter_masks.clear()
         self.filter_masks[tag] = (match, alive)
         return alive[:n]
 
-    def _masks_update(self, rows: Sequence[int]) -> None:
-        """Set the kept filter masks of ``rows`` (just written, live) from their metadata."""
+    def _masks_update(self, rows: Sequence[int], metadata: Sequence[Any]) -> None:
+        """Set the kept filter masks of ``rows`` (just written, live) from their metadata
+        (dicts or JSON bytes)."""
         cap = self.columns.capacity
+        metas = [m if isinstance(m, dict) else json.loads(m) for m in metadata]
         for tag, (match, m) in list(self.filter_masks.items()):
             if m.shape[0] < cap:
                 m = np.concatenate([m, np.zeros(cap - m.shape[0], np.bool_)])
                 self.filter_masks[tag] = (match, m)
-            for r in rows:
-                m[r] = match(self.meta(r))
+            for r, meta in zip(rows, metas):
+                m[r] = match(meta)
 
     def visible(self, flt: Mapping[str, Any] | None, now: float) -> np.ndarray | None:
         """ndarray (rows,), bool: the live rows a search may return -- matching a validated
@@ -302,14 +385,28 @@ class Table:
                 key_of[r], texts[r] = batch.keys[j], batch.texts[j]
                 metas[r], imp[r] = batch.metadata[j], batch.importance[j]
         self.kill(dead)
+        self._added(rows, batch, sel)
+
+    def _added(self, rows: Sequence[int], batch: Rows, sel: Sequence[int]) -> None:
+        """Bring the kept filter masks and the built hybrid indexes up to date with written
+        ``rows`` (entries ``sel`` of ``batch``; those whose key a later entry replaced are
+        skipped)."""
+        if not self.filter_masks and (self.recall is None or not self.recall.indexes):
+            return
+        get = self.keys.get
+        keep = [(r, j) for r, j in zip(rows, sel) if get(batch.keys[j]) == r]
         if self.filter_masks:
-            self._masks_update([r for r, j in zip(rows, sel) if live.get(batch.keys[j]) == r])
+            self._masks_update([r for r, _ in keep], [batch.metadata[j] for _, j in keep])
         rec = self.recall
         if rec is not None and rec.indexes:
-            alive = [(r, j) for r, j in zip(rows, sel) if live.get(batch.keys[j]) == r]
-            rec.put_many([r for r, _ in alive], [batch.texts[j] for _, j in alive],
-                         np.ascontiguousarray(c.vectors[[r for r, _ in alive]]),
-                         [batch.metadata[j] for _, j in alive])
+            self.index_dirty = True
+            rec.put_many([r for r, _ in keep], [batch.texts[j] for _, j in keep],
+                         np.ascontiguousarray(self.columns.vectors[[r for r, _ in keep]]),
+                         [batch.metadata[j] for _, j in keep])
+
+    def append(self, batch: Rows) -> None:
+        """Store a batch (lifecycle set) in new rows (freed ones first when reusing)."""
+        self.write(self.take(len(batch)), batch)
 
     def remove(self, keys: Sequence[str]) -> list[int]:
         """Remove live keys (missing ones are skipped); returns their rows."""
@@ -318,20 +415,44 @@ class Table:
         return rows
 
     def kill(self, rows: Sequence[int]) -> None:
-        """Mark rows dead (their keys already left :attr:`keys`)."""
+        """Mark rows dead (their keys already left :attr:`keys`): live flags, kept filter
+        masks, hybrid indexes and the rows' own fields (:meth:`_forget`)."""
         if not rows:
             return
         idx = np.asarray(rows, np.int64)
         self.columns.alive[idx] = False
         for _, m in self.filter_masks.values():
             m[idx[idx < m.shape[0]]] = False
+        self._forget(rows)
+        if self.recall is not None:
+            self.index_dirty = self.index_dirty or bool(self.recall.indexes)
+            self.recall.delete_many(rows)
+
+    def _forget(self, rows: Sequence[int]) -> None:
+        """Drop the Python fields of dead rows (and free them for reuse)."""
         key_of, texts, metas = self.key_of, self.texts, self.metadata
         for r in rows:
             key_of[r] = texts[r] = metas[r] = None
-        if self.recall is not None:
-            self.recall.delete_many(rows)
         if self.reuse:
             self.free.extend(rows)
+
+    def rebuilt(self, vectors: np.ndarray) -> "Table":
+        """A new table holding only the live rows (in :attr:`keys` order, renumbered from 0)
+        with ``vectors`` ((live, dim) float32) and their times to live: what compaction and
+        re-embedding make of an in-memory namespace."""
+        rows, keys, texts, metas, imps = self.live_fields()
+        idx = np.asarray(rows, np.int64)
+        c = self.columns
+        batch = Rows(self.namespace, keys, texts, imps, metas, vectors,
+                     *(np.ascontiguousarray(getattr(c, name)[idx]) for name in
+                       ("created_at", "updated_at", "last_accessed_at", "access_count")))
+        new = Table(self.namespace, RamColumns(vectors.shape[1], max(len(rows), 1)))
+        new.write(new.take(len(rows)), batch)
+        if self.expiry is not None:
+            new.expiry = np.zeros((max(len(rows), 1), 2), np.float64)
+            inside = idx < self.expiry.shape[0]
+            new.expiry[:len(rows)][inside] = self.expiry[idx[inside]]
+        return new
 
     def refresh(self, rows: Sequence[int], now: float) -> None:
         """``last_accessed_at = now`` and ``access_count += 1`` of the rows (each once)."""
@@ -339,279 +460,3 @@ class Table:
         if idx.shape[0]:
             self.columns.last_accessed_at[idx] = now
             self.columns.access_count[idx] += 1
-
-
-#: Rows per batch when a :class:`DiskTable` builds a hybrid index from its log.
-BUILD_CHUNK = 131_072
-
-
-class _DiskKeys:
-    """The live keys of a :class:`DiskTable` as the read-only mapping key -> row the store
-    core uses (``get``, ``in``, ``[]``, ``len``, iteration in row order, ``values``)."""
-
-    __slots__ = ("t",)
-
-    def __init__(self, table: "DiskTable"):
-        self.t = table
-
-    def get(self, key: str, default: Any = None) -> Any:
-        row = self.t.lookup(key)
-        return default if row is None else row
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and self.t.lookup(key) is not None
-
-    def __getitem__(self, key: str) -> int:
-        row = self.t.lookup(key)
-        if row is None:
-            raise KeyError(key)
-        return row
-
-    def __len__(self) -> int:
-        return self.t.n_live
-
-    def __bool__(self) -> bool:
-        return self.t.n_live > 0
-
-    def values(self) -> list[int]:
-        return self.t.live_rows().tolist()
-
-    def __iter__(self):
-        return iter(self.t.decode(self.t.live_rows(), texts=False, metadata=False)["keys"])
-
-    def items(self):
-        rows = self.t.live_rows()
-        return zip(self.t.decode(rows, texts=False, metadata=False)["keys"], rows.tolist())
-
-
-class DiskTable(Table):
-    """One format-2 namespace (:mod:`memcore.storage`): the columns are memory-mapped and
-    nothing per row lives in Python objects. Keys, texts and metadata stay in the log: a
-    key lookup goes through the key index (:class:`~memcore.storage.checkpoint.KeyIndex`,
-    confirmed by the key of the row's record), and texts and metadata are read from the
-    rows' PUT records (one CRC-checked ``pread`` each) for the memories returned only.
-
-    A metadata filter reads the metadata of every live row once (one vectorised pass over
-    the memory-mapped log, JSON parsed per row); its mask is then kept (up to 8 filters) and
-    updated by every write from the written rows' metadata, so repeating a filter costs
-    nothing more.
-
-    Parameters
-    ----------
-    namespace : tuple of str
-    columns : Columns
-        Format-2 columns (``alive`` in RAM, ``record_offset`` mapped).
-    files : NamespaceFiles
-    index : KeyIndex
-    rows : int
-        Rows in use.
-    """
-
-    __slots__ = ("index", "n_live", "_masks", "index_dirty")
-
-    def __init__(self, namespace: Namespace, columns: Any, files: Any, index: Any, rows: int):
-        super().__init__(namespace, columns)
-        self.files, self.index, self.rows = files, index, rows
-        self.keys = _DiskKeys(self)                                 # type: ignore[assignment]
-        self.n_live = int(np.count_nonzero(columns.alive[:rows]))
-        self._masks: dict = {}
-        self.index_dirty = False        # a hybrid index changed since the last checkpoint
-
-    @property
-    def live(self) -> int:
-        return self.n_live
-
-    # ------------------------------------------------------------------ reads
-    def lookup(self, key: str) -> int | None:
-        return self.index.lookup(key, self.columns.alive)
-
-    def live_rows(self) -> np.ndarray:
-        """ndarray (live,), int64: the live rows, ascending (oldest write first)."""
-        return np.flatnonzero(self.columns.alive[:self.rows]).astype(np.int64)
-
-    def decode(self, rows: np.ndarray, **which: bool) -> dict:
-        """Fields of the rows' PUT records (see :meth:`NamespaceFiles.decode`)."""
-        return self.files.decode(self.columns.record_offset[np.asarray(rows, np.int64)], **which)
-
-    def record(self, row: int) -> Any:
-        return self.files.verified_put(self.columns, row)     # the vector's CRC checked
-
-    def meta(self, row: int) -> dict:
-        return json.loads(self.record(row).metadata)
-
-    def fields(self, row: int) -> tuple[str, str, float, dict]:
-        rec = self.record(row)
-        return rec.key, rec.text, rec.importance, json.loads(rec.metadata)
-
-    def mask(self, flt: Mapping[str, Any] | None) -> np.ndarray:
-        n = self.rows
-        if not flt:
-            return self.columns.alive[:n]
-        tag = repr(flt)
-        got = self._masks.get(tag)
-        if got is not None:
-            return got[1][:n]
-        rows = self.live_rows()
-        match = _validate.filter_predicate(flt)
-        metas = self.decode(rows, keys=False, texts=False)["metadata"]
-        alive = np.zeros(self.columns.capacity, np.bool_)
-        alive[rows[[match(json.loads(m)) for m in metas]]] = True
-        if len(self._masks) >= 8:
-            self._masks.clear()
-        self._masks[tag] = (flt, alive)
-        return alive[:n]
-
-    def _masks_add(self, rows: Sequence[int], metadata: Sequence[Any]) -> None:
-        """Keep the cached filter masks current for new live rows (their metadata given)."""
-        cap = self.columns.capacity
-        for tag, (flt, m) in list(self._masks.items()):
-            if m.shape[0] < cap:
-                m = np.concatenate([m, np.zeros(cap - m.shape[0], np.bool_)])
-                self._masks[tag] = (flt, m)
-            for r, meta in zip(rows, metadata):
-                m[r] = _validate.matches_filter(
-                    meta if isinstance(meta, dict) else json.loads(meta), flt)
-
-    def recall_index(self, weights: HybridWeights, dim: int,
-                     preparer: Callable | None) -> HybridIndex:
-        """The hybrid index for ``weights``' structure: restored at open from the last
-        checkpoint (then kept current by every write), else built from the live rows on first
-        use (and written at the next checkpoint)."""
-        if self.recall is None:
-            self.recall = NamespaceRecall(dim, preparer, vectors=lambda: self.columns.vectors,
-                                         created_at=lambda: self.columns.created_at)
-        key = weights.structure()
-        idx = self.recall.indexes.get(key)
-        if idx is None:                       # built in chunks: bounded memory at any size
-            idx = HybridIndex(dim, weights, preparer, vectors=self.recall.vectors,
-                              created_at=self.recall.created_at)
-            rows = self.live_rows()
-            vecs = self.columns.vectors
-            for s in range(0, rows.shape[0], BUILD_CHUNK):
-                part = rows[s:s + BUILD_CHUNK]
-                d = self.decode(part, keys=False)
-                lo, hi = int(part[0]), int(part[-1]) + 1
-                idx.put_many(part.tolist(), d["texts"],
-                             vecs[lo:hi] if hi - lo == part.shape[0] else vecs[part],
-                             [episode_speaker(json.loads(m)) for m in d["metadata"]])
-            self.recall.indexes[key] = idx
-            self.index_dirty = True
-        return idx
-
-    def restore_recall(self, indexes: dict, dim: int, preparer: Callable | None,
-                       events: Sequence[tuple], offsets: np.ndarray) -> None:
-        """Adopt hybrid indexes restored from a checkpoint (``{structure: HybridIndex}``)
-        and bring them up to date with the log tail (``events``: ``(row, killed)`` per PUT,
-        ``(-1, row)`` per DEL, in log order; ``offsets`` of the tail's PUT records)."""
-        self.recall = NamespaceRecall(dim, preparer, vectors=lambda: self.columns.vectors,
-                                         created_at=lambda: self.columns.created_at)
-        self.recall.indexes.update(indexes)
-        if not len(events):
-            return
-        d = self.files.decode(np.asarray(offsets, np.int64), keys=False)
-        vecs, rec = self.columns.vectors, self.recall
-        run: list = []                      # consecutive new rows: one put_many
-
-        def flush() -> None:
-            if run:
-                rows = [r for r, _ in run]
-                rec.put_many(rows, [d["texts"][i] for _, i in run], vecs[rows],
-                             [json.loads(d["metadata"][i]) for _, i in run])
-                run.clear()
-
-        pi = 0
-        for row, other in events:
-            if row >= 0 and other < 0:
-                run.append((row, pi))
-                pi += 1
-                continue
-            flush()
-            if other >= 0:
-                rec.delete(other)
-            if row >= 0:
-                rec.put(row, d["texts"][pi], vecs[row], json.loads(d["metadata"][pi]))
-                pi += 1
-        flush()
-        self.index_dirty = True
-
-    def hybrid_state(self) -> dict | None:
-        """``{structure: (arrays, small_state)}`` of the built hybrid indexes, or None."""
-        if self.recall is None or not self.recall.indexes:
-            return None
-        return {key: (idx.arrays, idx.small_state()) for key, idx in self.recall.indexes.items()}
-
-    # ------------------------------------------------------------------ writes
-    def take(self, m: int) -> list[int]:
-        n0 = self.rows
-        self.columns.ensure(n0 + m)
-        self.rows = n0 + m
-        return list(range(n0, n0 + m))
-
-    def write(self, rows: Sequence[int], batch: Rows, pick: Sequence[int] | None = None, *,
-              columns: bool = True) -> None:
-        """As :meth:`Table.write`; the batch's rows must be new (appended) rows."""
-        sel = list(range(len(batch))) if pick is None else list(pick)
-        if not sel:
-            return
-        c = self.columns
-        idx = np.asarray(rows, np.int64)
-        if columns:
-            c.vectors[idx] = batch.vectors[sel]
-            c.importance[idx] = [batch.importance[j] for j in sel]
-            for name in ("created_at", "updated_at", "last_accessed_at", "access_count"):
-                getattr(c, name)[idx] = getattr(batch, name)[sel]
-        c.alive[idx] = True
-        keys = [batch.keys[j] for j in sel]
-        before = self.index.lookup_many(keys, c.alive)
-        tail, dead, new = self.index.tail, [], 0
-        for k, r, old in zip(keys, idx.tolist(), before):
-            prev = tail.get(k)
-            if prev is not None:
-                old = prev
-            if old is None:
-                new += 1
-            elif old != r:
-                dead.append(old)
-            tail[k] = r
-        self.n_live += new
-        self.kill(dead)
-        if self._masks:
-            keep = [(r, j) for r, j in zip(idx.tolist(), sel) if tail.get(batch.keys[j]) == r]
-            self._masks_add([r for r, _ in keep], [batch.metadata[j] for _, j in keep])
-        rec = self.recall
-        if rec is not None and rec.indexes:
-            self.index_dirty = True
-            keep = [(r, j) for r, j in zip(idx.tolist(), sel) if tail.get(batch.keys[j]) == r]
-            rec.put_many([r for r, _ in keep], [batch.texts[j] for _, j in keep],
-                         np.ascontiguousarray(c.vectors[[r for r, _ in keep]]),
-                         [batch.metadata[j] for _, j in keep])
-
-    def remove(self, keys: Sequence[str]) -> list[int]:
-        rows = []
-        for k in keys:
-            row = self.lookup(k)
-            if row is not None:
-                self.index.tail.pop(k, None)
-                rows.append(row)
-        self.n_live -= len(rows)
-        self.kill(rows)
-        return rows
-
-    def kill(self, rows: Sequence[int]) -> None:
-        if not rows:
-            return
-        idx = np.asarray(rows, np.int64)
-        self.columns.alive[idx] = False
-        for _, m in self._masks.values():
-            m[idx[idx < m.shape[0]]] = False
-        if self.recall is not None:
-            self.index_dirty = self.index_dirty or bool(self.recall.indexes)
-            self.recall.delete_many(rows)
-
-    def checkpoint(self) -> None:
-        """Write a checkpoint (:meth:`NamespaceFiles.checkpoint`), the hybrid indexes
-        included."""
-        c = self.columns
-        self.files.checkpoint(c, self.rows, c.record_offset, keys=self.index,
-                              hybrid=self.hybrid_state(), hybrid_dirty=self.index_dirty)
-        self.index_dirty = False

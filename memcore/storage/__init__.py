@@ -3,6 +3,21 @@
 Everything a store persists lives under its root directory; no namespace string ever becomes
 a path by itself.
 
+Modules
+-------
+- :mod:`~memcore.storage.layout`: file names, headers, the store root (lock, epochs).
+- :mod:`~memcore.storage.records`: the record layout (encode, copy, vector CRCs).
+- :mod:`~memcore.storage.log`: scanning a whole log (replay, salvage).
+- :mod:`~memcore.storage.checkpoint`: checkpoint files, the key index, reading the log tail.
+- :mod:`~memcore.storage.columns`: the memory-mapped column files and their value checks.
+- :mod:`~memcore.storage.generations`: a generation's files and the commit protocol
+  (commits, checkpoints, writing and retiring generations).
+- :mod:`~memcore.storage.recovery`: opening a namespace (recovery from checkpoint and tail).
+- :mod:`~memcore.storage.repair`: verify (a scrub) and repair (a new generation from every
+  intact record).
+- :mod:`~memcore.storage.mapped`: the hybrid index files; :mod:`~memcore.storage.jsonl`:
+  export and import.
+
 Files
 -----
 ::
@@ -28,7 +43,7 @@ Files
           importance.<g>.f32    (capacity,) float32 in [0, 1]
           record_offset.<g>.i64 (capacity,) int64: log offset of each row's PUT record
           expiry.<g>.f64        (capacity, 2) float64 [expires_at, ttl] (0: never), only in a
-                                namespace that ever had a time to live (memcore.stores.long;
+                                namespace that ever had a time to live (storage.columns;
                                 written before the commit like the columns; absent: none)
           alive.<g>.c<c>.u8     (rows,) uint8 (bool): live flags at checkpoint c
           keyhash.<g>.c<c>.u64  (live,) uint64, ascending: key index at checkpoint c
@@ -61,7 +76,7 @@ the first ``n`` rows of ``record_offset``; open verifies them (a mismatch ->
 Headers written before checksums lack the entry and are not verified. Headers are replaced
 atomically: write ``header.json.tmp``, fsync, rename over ``header.json``, fsync the directory.
 
-Hybrid index: each hybrid index the namespace has built (:class:`memcore.recall.hybrid.HybridIndex`:
+Hybrid index: each hybrid index the namespace has built (:class:`memcore.recall.index.HybridIndex`:
 postings, document lengths, episode windows, speakers, int8 codes, moment sums) is written at
 every checkpoint that changes it, its arrays (whole capacity; the zero rows past the last
 non-zero one are a hole) and ``small_state()``; the header's ``"index"`` entry
@@ -239,25 +254,28 @@ from memcore.storage.checkpoint import (  # noqa: F401
     PutRecord,
     key_hashes,
 )
-from memcore.storage.disk import (  # noqa: F401
+from memcore.storage.columns import (  # noqa: F401
     INITIAL_CAPACITY,
     Columns,
-    OpenState,
-    new_key_index,
-    adopt_replay,
-    bad_rows,
-    embedder_reproduces,
+    expiry_path,
     invalid_stats,
-    verify_namespace,
+)
+from memcore.storage.generations import (  # noqa: F401
     NamespaceFiles,
     close_namespace,
     drop_namespace,
-    expiry_path,
-    namespace_intact,
-    repair_namespace,
+    new_key_index,
     retire_generation,
     write_generation,
     write_namespace,
+)
+from memcore.storage.recovery import OpenState, adopt_replay, open_namespace  # noqa: F401
+from memcore.storage.repair import (  # noqa: F401
+    bad_rows,
+    embedder_reproduces,
+    namespace_intact,
+    repair_namespace,
+    verify_namespace,
 )
 from memcore.storage.mapped import (  # noqa: F401
     MappedArrays,

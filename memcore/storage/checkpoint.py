@@ -17,12 +17,12 @@ from memcore.storage.layout import CHECKPOINT_FILES, checkpoint_path, fsync_dir
 from memcore.storage.log import (
     DEL_DTYPE,
     PUT_DTYPE,
-    _BadRecord,
-    _decode_segments,
-    _fixed_fields,
-    _frame_scan,
-    _parse_one,
-    _valid_record_after,
+    BadRecord,
+    decode_segments,
+    fixed_fields,
+    frame_scan,
+    parse_one,
+    valid_record_after,
 )
 from memcore.storage.records import (DEL_FIXED, FRAME, MAGIC, OP_DEL, OP_PUT, PUT_FIXED,
                                      pending_batch_at)
@@ -31,7 +31,7 @@ from memcore.storage.records import (DEL_FIXED, FRAME, MAGIC, OP_DEL, OP_PUT, PU
 CHECKPOINT_BYTES = 64 << 20
 CHECKPOINT_ROWS = 65_536
 
-_REPAIR = ("store.repair() or LongTermMemory(..., repair=True) rewrites it keeping every "
+REPAIR_HINT = ("store.repair() or LongTermMemory(..., repair=True) rewrites it keeping every "
            "intact record")
 
 
@@ -142,31 +142,31 @@ def read_put(fd: int, offset: int, path: str) -> PutRecord:
     head = os.pread(fd, 1024, offset)
     try:
         if len(head) < FRAME.size:
-            raise _BadRecord(offset, "the log ends inside the record")
+            raise BadRecord(offset, "the log ends inside the record")
         magic, length, crc = FRAME.unpack_from(head, 0)
         if magic != MAGIC:
-            raise _BadRecord(offset, f"bad record magic 0x{magic:08x}")
+            raise BadRecord(offset, f"bad record magic 0x{magic:08x}")
         end = FRAME.size + length
         if end > len(head):
             head += os.pread(fd, end - len(head), offset + len(head))
         payload = memoryview(head)[FRAME.size:end]
         if len(payload) != length or zlib.crc32(payload) != crc:
-            raise _BadRecord(offset, "record CRC-32 mismatch")
+            raise BadRecord(offset, "record CRC-32 mismatch")
         if length < PUT_FIXED.size or payload[0] != OP_PUT:
-            raise _BadRecord(offset, "not a PUT record")
+            raise BadRecord(offset, "not a PUT record")
         fixed = PUT_FIXED.unpack_from(payload, 0)
         kl, tl, ml = fixed[8], fixed[9], fixed[10]
         p = PUT_FIXED.size
         if p + kl + tl + ml != length:
-            raise _BadRecord(offset, "PUT record field lengths disagree with its length")
+            raise BadRecord(offset, "PUT record field lengths disagree with its length")
         key = bytes(payload[p:p + kl]).decode("utf-8")
         text = bytes(payload[p + kl:p + kl + tl]).decode("utf-8")
         return PutRecord(fixed[1], key, text, bytes(payload[p + kl + tl:length]), fixed[6],
                          fixed[7])
-    except (_BadRecord, UnicodeDecodeError) as err:
-        reason = err.reason if isinstance(err, _BadRecord) else f"invalid UTF-8: {err}"
+    except (BadRecord, UnicodeDecodeError) as err:
+        reason = err.reason if isinstance(err, BadRecord) else f"invalid UTF-8: {err}"
         raise StoreCorruptedError(f"{path} is corrupted at offset {offset} ({reason}); "
-                                  f"{_REPAIR}") from None
+                                  f"{REPAIR_HINT}") from None
 
 
 def decode_puts(log: np.ndarray, offsets: np.ndarray, path: str, *, keys: bool = True,
@@ -198,9 +198,9 @@ def decode_puts(log: np.ndarray, offsets: np.ndarray, path: str, *, keys: bool =
     if n and int(offsets.max()) + FRAME.size + PUT_FIXED.size > log.shape[0]:
         bad = int(offsets[np.argmax(offsets)])
         raise StoreCorruptedError(f"{path} is corrupted at offset {bad} (the log ends inside "
-                                  f"the record); {_REPAIR}")
-    fixed = _fixed_fields(log, offsets + FRAME.size, PUT_DTYPE)
-    frame = _fixed_fields(log, offsets, np.dtype([("magic", "<u4"), ("length", "<u4"),
+                                  f"the record); {REPAIR_HINT}")
+    fixed = fixed_fields(log, offsets + FRAME.size, PUT_DTYPE)
+    frame = fixed_fields(log, offsets, np.dtype([("magic", "<u4"), ("length", "<u4"),
                                                   ("crc", "<u4")]))
     kl = fixed["key_len"].astype(np.int64)
     tl = fixed["text_len"].astype(np.int64)
@@ -218,17 +218,17 @@ def decode_puts(log: np.ndarray, offsets: np.ndarray, path: str, *, keys: bool =
     if not ok.all():
         bad = int(offsets[np.argmin(ok)])
         raise StoreCorruptedError(f"{path} is corrupted at offset {bad} (not an intact PUT "
-                                  f"record); {_REPAIR}")
+                                  f"record); {REPAIR_HINT}")
     k0 = offsets + FRAME.size + PUT_FIXED.size
     out: dict = {"importance": np.asarray(fixed["importance"], np.float64)}
     for want, name, start, lens, text in ((keys, "keys", k0, kl, True),
                                           (texts, "texts", k0 + kl, tl, True),
                                           (metadata, "metadata", k0 + kl + tl, ml, False)):
         if want:
-            got = _decode_segments(log, start, lens, text)
+            got = decode_segments(log, start, lens, text)
             if got is None:
                 raise StoreCorruptedError(f"{path} holds invalid UTF-8 in a PUT record; "
-                                          f"{_REPAIR}")
+                                          f"{REPAIR_HINT}")
             out[name] = got
     return out
 
@@ -279,45 +279,45 @@ def scan_tail(data: bytes, base: int, path: str, first_row: int) -> Tail:
         If a damaged record is followed by a valid one, or a valid record breaks the row rule.
     """
     size = len(data)
-    buf, offsets, count, stop = _frame_scan(data)
+    buf, offsets, count, stop = frame_scan(data)
     if stop < size and not pending_batch_at(data, stop, size):   # else: an uncommitted batch
         try:
-            _parse_one(data, stop, size)
-        except _BadRecord as bad:
+            parse_one(data, stop, size)
+        except BadRecord as bad:
             reason = bad.reason
         else:                            # never cut a record the exact parser accepts
             raise StoreCorruptedError(
                 f"{path}: the frame scan stopped at offset {base + stop}, where the exact "
-                f"parser reads a valid record; {_REPAIR}")
-        later = _valid_record_after(data, stop, size)
+                f"parser reads a valid record; {REPAIR_HINT}")
+        later = valid_record_after(data, stop, size)
         if later is not None:
             raise StoreCorruptedError(
                 f"{path} is corrupted at offset {base + stop} ({reason}), followed by a valid "
-                f"record at offset {base + later}; {_REPAIR}")
+                f"record at offset {base + later}; {REPAIR_HINT}")
     payload = offsets + FRAME.size
     ops = buf[payload] if count else np.zeros(0, np.uint8)
     if not np.isin(ops, (OP_PUT, OP_DEL)).all():
         bad = int(offsets[np.argmin(np.isin(ops, (OP_PUT, OP_DEL)))])
         raise StoreCorruptedError(f"{path} is corrupted at offset {base + bad} (unknown record "
-                                  f"op); {_REPAIR}")
+                                  f"op); {REPAIR_HINT}")
     is_put = ops == OP_PUT
     put_at = payload[is_put]
-    fixed = _fixed_fields(buf, put_at, PUT_DTYPE)
+    fixed = fixed_fields(buf, put_at, PUT_DTYPE)
     m = fixed.shape[0]
     expect = np.arange(first_row, first_row + m, dtype=np.int64)
     if not np.array_equal(fixed["row"].astype(np.int64), expect):
         bad = int(offsets[is_put][np.argmin(fixed["row"].astype(np.int64) == expect)])
         raise StoreCorruptedError(f"{path} is corrupted at offset {base + bad} (a PUT record "
-                                  f"names the wrong row); {_REPAIR}")
+                                  f"names the wrong row); {REPAIR_HINT}")
     kl = fixed["key_len"].astype(np.int64)
-    keys = _decode_segments(buf, put_at + PUT_FIXED.size, kl, True)
+    keys = decode_segments(buf, put_at + PUT_FIXED.size, kl, True)
     del_at = payload[~is_put]
-    dfix = _fixed_fields(buf, del_at, DEL_DTYPE)
-    del_keys = _decode_segments(buf, del_at + DEL_FIXED.size, dfix["key_len"].astype(np.int64),
+    dfix = fixed_fields(buf, del_at, DEL_DTYPE)
+    del_keys = decode_segments(buf, del_at + DEL_FIXED.size, dfix["key_len"].astype(np.int64),
                                 True)
     if keys is None or del_keys is None:
         raise StoreCorruptedError(f"{path} holds invalid UTF-8 in a record after offset {base}; "
-                                  f"{_REPAIR}")
+                                  f"{REPAIR_HINT}")
     return Tail(ops, offsets[is_put] + base, fixed, keys, dfix["row"].astype(np.int64).tolist(),
                 del_keys, base + stop)
 
@@ -380,16 +380,16 @@ def load_checkpoint_files(directory: str, generation: int, checkpoint: int, rows
             out.append(np.memmap(path, dtype=np.dtype(dtype), mode="r").view(np.ndarray))
         if crcs and name in crcs and crc32_of(out[-1]) != crcs[name]:
             raise StoreCorruptedError(f"{path} fails its CRC-32 (offset 0): the checkpoint file "
-                                      f"was damaged; {_REPAIR}")
+                                      f"was damaged; {REPAIR_HINT}")
     if out[1].shape[0] != out[2].shape[0]:
         hk = checkpoint_path(directory, "keyhash", generation, checkpoint)
         kr = checkpoint_path(directory, "keyrow", generation, checkpoint)
         raise StoreCorruptedError(f"the key index files {hk} and {kr} disagree: "
                                   f"{out[1].shape[0]} hashes but {out[2].shape[0]} rows "
-                                  f"(offset 0); {_REPAIR}")
+                                  f"(offset 0); {REPAIR_HINT}")
     if out[2].shape[0] and (int(out[2].max()) >= rows or int(out[2].min()) < 0):
         kr = checkpoint_path(directory, "keyrow", generation, checkpoint)
-        raise StoreCorruptedError(f"{kr} names a row outside [0, {rows}) (offset 0); {_REPAIR}")
+        raise StoreCorruptedError(f"{kr} names a row outside [0, {rows}) (offset 0); {REPAIR_HINT}")
     return out[0], out[1], out[2]
 
 

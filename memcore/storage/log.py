@@ -52,58 +52,61 @@ class Replay:
         return len(self.key_of)
 
 
-class _BadRecord(Exception):
+class BadRecord(Exception):
+    """A record that fails its frame, CRC or row rules at ``offset`` (scan control flow:
+    callers turn it into StoreCorruptedError or skip it when salvaging)."""
+
     def __init__(self, offset: int, reason: str):
         super().__init__(reason)
         self.offset = offset
         self.reason = reason
 
 
-def _parse_one(data, off: int, size: int):
-    """Parse the record at ``off``: (op, fields, next_offset); raises _BadRecord."""
+def parse_one(data, off: int, size: int):
+    """Parse the record at ``off``: (op, fields, next_offset); raises BadRecord."""
     if size - off < FRAME.size:
-        raise _BadRecord(off, f"a {size - off}-byte fragment where a record frame starts")
+        raise BadRecord(off, f"a {size - off}-byte fragment where a record frame starts")
     magic, length, crc = FRAME.unpack_from(data, off)
     if magic != MAGIC:
-        raise _BadRecord(off, f"bad record magic 0x{magic:08x}")
+        raise BadRecord(off, f"bad record magic 0x{magic:08x}")
     start = off + FRAME.size
     end = start + length
     if length > MAX_PAYLOAD or end > size:
-        raise _BadRecord(off, f"record length {length} runs past the end of the file")
+        raise BadRecord(off, f"record length {length} runs past the end of the file")
     if zlib.crc32(data[start:end]) != crc:
-        raise _BadRecord(off, "record CRC-32 mismatch")
+        raise BadRecord(off, "record CRC-32 mismatch")
     op = data[start]
     if op == OP_PUT:
         if length < PUT_FIXED.size:
-            raise _BadRecord(off, "PUT record shorter than its fixed part")
+            raise BadRecord(off, "PUT record shorter than its fixed part")
         fixed = PUT_FIXED.unpack_from(data, start)
         kl, tl, ml = fixed[8], fixed[9], fixed[10]
         p = start + PUT_FIXED.size
         if p + kl + tl + ml != end:
-            raise _BadRecord(off, "PUT record field lengths disagree with its length")
+            raise BadRecord(off, "PUT record field lengths disagree with its length")
         try:
             key = bytes(data[p:p + kl]).decode("utf-8")
             text = bytes(data[p + kl:p + kl + tl]).decode("utf-8")
         except UnicodeDecodeError as err:
-            raise _BadRecord(off, f"PUT record holds invalid UTF-8: {err}") from err
+            raise BadRecord(off, f"PUT record holds invalid UTF-8: {err}") from err
         meta = bytes(data[p + kl + tl:end])
         return OP_PUT, (fixed, key, text, meta), end
     if op == OP_DEL:
         if length < DEL_FIXED.size:
-            raise _BadRecord(off, "DEL record shorter than its fixed part")
+            raise BadRecord(off, "DEL record shorter than its fixed part")
         _, row, kl = DEL_FIXED.unpack_from(data, start)
         if start + DEL_FIXED.size + kl != end:
-            raise _BadRecord(off, "DEL record key length disagrees with its length")
+            raise BadRecord(off, "DEL record key length disagrees with its length")
         try:
             key = bytes(data[start + DEL_FIXED.size:end]).decode("utf-8")
         except UnicodeDecodeError as err:
-            raise _BadRecord(off, f"DEL record holds invalid UTF-8: {err}") from err
+            raise BadRecord(off, f"DEL record holds invalid UTF-8: {err}") from err
         return OP_DEL, (row, key), end
-    raise _BadRecord(off, f"unknown record op {op}")
+    raise BadRecord(off, f"unknown record op {op}")
 
 
 def _apply(rep: Replay, op: int, fields, off: int, salvage: bool = False) -> None:
-    """Apply one parsed record to the replay; raises _BadRecord when it breaks the row rules.
+    """Apply one parsed record to the replay; raises BadRecord when it breaks the row rules.
 
     With ``salvage`` rows missing from a damaged log are skipped: a PUT may name any row after
     the previous one, and ``file_rows`` keeps where each replayed row lives in the files.
@@ -113,7 +116,7 @@ def _apply(rep: Replay, op: int, fields, off: int, salvage: bool = False) -> Non
         row = fixed[1]
         expected = rep.file_rows[-1] + 1 if rep.file_rows else 0
         if row != expected and not (salvage and row > expected):
-            raise _BadRecord(off, f"PUT record names row {row}, expected row {expected}")
+            raise BadRecord(off, f"PUT record names row {row}, expected row {expected}")
         old = rep.keys.get(key)
         if old is not None:
             rep.dead.append(old)
@@ -133,14 +136,14 @@ def _apply(rep: Replay, op: int, fields, off: int, salvage: bool = False) -> Non
         row, key = fields
         idx = rep.keys.get(key)
         if idx is None or rep.file_rows[idx] != row:
-            raise _BadRecord(off, f"DEL record for {key!r} names row {row}, which is not its "
+            raise BadRecord(off, f"DEL record for {key!r} names row {row}, which is not its "
                                   "live row")
         del rep.keys[key]
         rep.dead.append(idx)
     rep.records += 1
 
 
-def _valid_record_after(data, off: int, size: int) -> int | None:
+def valid_record_after(data, off: int, size: int) -> int | None:
     """Offset of the first CRC-valid record frame strictly after ``off``, or None."""
     magic = FRAME.pack(MAGIC, 0, 0)[:4]
     pos = off + 1
@@ -149,9 +152,9 @@ def _valid_record_after(data, off: int, size: int) -> int | None:
         if pos < 0:
             return None
         try:
-            _parse_one(data, pos, size)
+            parse_one(data, pos, size)
             return pos
-        except _BadRecord:
+        except BadRecord:
             pos += 1
 
 
@@ -166,13 +169,13 @@ DEL_DTYPE = np.dtype({"names": ["op", "row", "key_len"], "formats": ["u1", "<u4"
                       "offsets": [0, 4, 8], "itemsize": DEL_FIXED.size})
 
 
-def _fixed_fields(buf: np.ndarray, starts: np.ndarray, dtype: np.dtype) -> np.ndarray:
+def fixed_fields(buf: np.ndarray, starts: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """The fixed parts at payload offsets ``starts``, gathered into one record array."""
     idx = starts[:, None] + np.arange(dtype.itemsize, dtype=np.int64)
     return np.ascontiguousarray(buf[idx]).view(dtype).reshape(-1)
 
 
-def _decode_segments(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+def decode_segments(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
                      text: bool) -> list | None:
     """Byte ranges of ``buf`` as str (``text``) or bytes, in one gather + decode + split.
 
@@ -198,7 +201,7 @@ def _decode_segments(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
     return parts
 
 
-def _frame_scan(data: bytes) -> tuple[np.ndarray, np.ndarray, int, int]:
+def frame_scan(data: bytes) -> tuple[np.ndarray, np.ndarray, int, int]:
     """The numba frame walk over ``data``: (bytes as uint8, frame offsets (count,) int64, count,
     offset of the first bad frame or ``len(data)``)."""
     buf = np.frombuffer(data, np.uint8)
@@ -217,22 +220,22 @@ def _scan_log_fast(data: bytes, path: str, committed_bytes: int) -> Replay | Non
     re-runs the exact scan, which names the offset and decides torn tail vs corruption.
     """
     size = len(data)
-    buf, offsets, count, stop = _frame_scan(data)
+    buf, offsets, count, stop = frame_scan(data)
     if stop < size and stop >= committed_bytes and pending_batch_at(data, stop, size):
         pass                                 # an uncommitted batch: cut like a torn tail
     elif stop < size:                        # the first bad frame: torn tail or corruption
         try:
-            _parse_one(data, stop, size)
+            parse_one(data, stop, size)
             return None                      # the kernel and the exact parser disagree
-        except _BadRecord:
-            if stop < committed_bytes or _valid_record_after(data, stop, size) is not None:
+        except BadRecord:
+            if stop < committed_bytes or valid_record_after(data, stop, size) is not None:
                 return None                  # corruption: the exact scan names it
 
     payload = offsets + FRAME.size
     ops = buf[payload] if count else np.zeros(0, np.uint8)
     is_put = ops == OP_PUT
     put_at = payload[is_put]
-    fixed = _fixed_fields(buf, put_at, PUT_DTYPE)
+    fixed = fixed_fields(buf, put_at, PUT_DTYPE)
     m = fixed.shape[0]
     if not np.array_equal(fixed["row"], np.arange(m, dtype=np.uint32)):
         return None
@@ -240,9 +243,9 @@ def _scan_log_fast(data: bytes, path: str, committed_bytes: int) -> Replay | Non
     tl = fixed["text_len"].astype(np.int64)
     ml = fixed["meta_len"].astype(np.int64)
     k0 = put_at + PUT_FIXED.size
-    keys = _decode_segments(buf, k0, kl, True)
-    texts = _decode_segments(buf, k0 + kl, tl, True)
-    metadata = _decode_segments(buf, k0 + kl + tl, ml, False)
+    keys = decode_segments(buf, k0, kl, True)
+    texts = decode_segments(buf, k0 + kl, tl, True)
+    metadata = decode_segments(buf, k0 + kl + tl, ml, False)
     if keys is None or texts is None or metadata is None:
         return None
     rep = Replay()
@@ -253,8 +256,8 @@ def _scan_log_fast(data: bytes, path: str, committed_bytes: int) -> Replay | Non
             dead = [i for i, k in enumerate(keys) if live[k] != i]
     else:
         del_at = payload[~is_put]
-        dfix = _fixed_fields(buf, del_at, DEL_DTYPE)
-        del_keys = _decode_segments(buf, del_at + DEL_FIXED.size,
+        dfix = fixed_fields(buf, del_at, DEL_DTYPE)
+        del_keys = decode_segments(buf, del_at + DEL_FIXED.size,
                                     dfix["key_len"].astype(np.int64), True)
         if del_keys is None:
             return None
@@ -339,12 +342,12 @@ def scan_log_exact(data: bytes, path: str, committed_bytes: int, salvage: bool) 
     off = 0
     while off < size:
         try:
-            op, fields, nxt = _parse_one(data, off, size)
+            op, fields, nxt = parse_one(data, off, size)
             _apply(rep, op, fields, off, salvage)
-        except _BadRecord as bad:
+        except BadRecord as bad:
             if off >= committed_bytes and pending_batch_at(data, off, size):
                 break                                # an uncommitted batch: never committed
-            later = _valid_record_after(data, off, size)
+            later = valid_record_after(data, off, size)
             if salvage:
                 rep.skipped += 1
                 if later is None and off >= committed_bytes:

@@ -1,7 +1,7 @@
 """What a damaged log still tells about the rows repair cannot replay (lost rows).
 
 A row the last checkpoint holds live whose PUT record fails its CRC (or its frame) is *lost*:
-:func:`~memcore.storage.disk.repair_namespace` cannot serve it, since any of its bytes may
+:func:`~memcore.storage.repair.repair_namespace` cannot serve it, since any of its bytes may
 be wrong. What it can still say about it, without guessing:
 
 - its **key**, when the key bytes at the row's ``record_offset`` hash (64-bit BLAKE2b, the key

@@ -45,7 +45,7 @@ on float underflow), which changes no order.
 
 Hybrid recall (any other :class:`~memcore.HybridWeights`) is **not** computed in SQL: BM25
 with episode windows, the episodic context similarity and the per-query z statistics are
-computed by the embedded store's code (:mod:`memcore.recall.hybrid`) over an in-process
+computed by the embedded store's code (:mod:`memcore.recall`) over an in-process
 replica of the namespace, synchronised before each hybrid query from the rows written since
 (``seq``/``tseq``, deletions from ``memcore_deleted``; a clear reloads the namespace). Ranking is therefore identical to the
 embedded store's (LoCoMo dev R@10 equal: 0.8131 with MiniLM and the hybrid default, 0.7832 with

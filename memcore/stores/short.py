@@ -12,12 +12,12 @@ import numpy as np
 
 from memcore.core.rows import Rows
 from memcore.core.store import MemoryStore, check_embedder
-from memcore.core.table import Table, copy_metadata
+from memcore.core.table import RamColumns, Table, copy_metadata
+from memcore.embedders.lexical import LexicalScorer
 from memcore.errors import InvalidArgumentError, InvalidArgumentTypeError
 from memcore.core.query import ResolvedQuery
 from memcore.recall.weights import HybridWeights
 from memcore.recall.prep import QueryPreparer
-from memcore.storage import Columns
 from memcore.types import Clock, DecayWeights, MemoryTier, Namespace, NamespaceLike, StoredMemory, system_clock
 from memcore import _validate
 
@@ -98,8 +98,6 @@ class ShortTermMemory(MemoryStore):
         if embedder is not None:
             check_embedder(embedder)
         elif scorer is None:
-            from memcore.embedders.lexical import LexicalScorer
-
             scorer = LexicalScorer()
         if scorer is not None and not callable(getattr(scorer, "score_many", None)):
             raise InvalidArgumentTypeError(f"scorer must have score_many(query, texts), got {type(scorer).__name__}")
@@ -168,7 +166,7 @@ class ShortTermMemory(MemoryStore):
             self.on_evict(mems, vecs)
         # from here on nothing raises: mutate
         if table is None:
-            table = self._tables[ns] = Table(ns, Columns(self.dim or 0, min(self.capacity, 64)),
+            table = self._tables[ns] = Table(ns, RamColumns(self.dim or 0, min(self.capacity, 64)),
                                              reuse=True)
         table.remove(old_out + new_out)          # a batch-evicted key loses its old row too
         out = set(new_out)

@@ -1,0 +1,860 @@
+"""LongTermMemory's namespaces on disk (:mod:`memcore.storage`, format 2).
+
+:class:`DiskTable` is one format-2 namespace: its columns, key index and hybrid indexes are
+memory-mapped from the namespace's files, and its keys, texts and metadata stay in its log.
+:class:`LogTable` is a format-1 namespace served read-only (its whole log replayed into RAM).
+:class:`DiskSpace` is the disk backend of a :class:`~memcore.LongTermMemory` (chosen once, at
+construction; an in-memory store has :class:`RamSpace`): the store root and lock, opening
+and creating namespaces, commit steps and healing after an interrupted one, checkpoints,
+and the disk half of compaction, re-embedding and repair.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from memcore import storage
+from memcore.core.rows import Rows
+from memcore.core.table import Table
+from memcore.errors import (
+    EmbedderMismatchError,
+    FormatVersionError,
+    InvalidArgumentError,
+    StoreCorruptedError,
+)
+from memcore.recall.index import HybridIndex
+from memcore.recall.namespace import NamespaceRecall, episode_speaker
+from memcore.recall.weights import HybridWeights
+from memcore.storage.columns import grow_expiry, open_expiry, write_expiry
+from memcore.types import Namespace
+
+__all__ = ["DiskSpace", "DiskTable", "LogTable", "Tables", "open_table", "write_live"]
+
+logger = logging.getLogger("memcore")
+
+_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+
+#: Rows per batch when a :class:`DiskTable` builds a hybrid index from its log.
+BUILD_CHUNK = 131_072
+
+
+def meta_bytes(metadata: Sequence[Any]) -> list[bytes]:
+    """Metadata as the JSON bytes of its records (bytes pass through)."""
+    return [m if isinstance(m, bytes) else (_JSON.encode(m).encode("utf-8") if m else b"{}")
+            for m in metadata]
+
+
+class Tables(dict):
+    """namespace -> Table, plus the namespaces found damaged on open (``damaged``: directory
+    name -> message). Looking up a damaged namespace raises :class:`StoreCorruptedError`
+    with that message; iteration sees only the healthy ones, which open and serve."""
+
+    def __init__(self, *args: Any):
+        super().__init__(*args)
+        self.damaged: dict[str, str] = {}
+
+    def _check(self, ns: Any) -> None:
+        if self.damaged and isinstance(ns, tuple):
+            msg = self.damaged.get(storage.namespace_dirname(ns))
+            if msg is not None:
+                raise StoreCorruptedError(msg)
+
+    def get(self, ns: Any, default: Any = None) -> Any:
+        self._check(ns)
+        return super().get(ns, default)
+
+    def __getitem__(self, ns: Any) -> Any:
+        self._check(ns)
+        return super().__getitem__(ns)
+
+    def pop(self, ns: Any, *default: Any) -> Any:
+        self._check(ns)
+        return super().pop(ns, *default)
+
+    def reset(self) -> None:
+        """Forget every table and every damaged namespace."""
+        self.clear()
+        self.damaged.clear()
+
+
+class _DiskKeys:
+    """The live keys of a :class:`DiskTable` as the read-only mapping key -> row the store
+    core uses (``get``, ``in``, ``[]``, ``len``, iteration in row order, ``values``)."""
+
+    __slots__ = ("t",)
+
+    def __init__(self, table: "DiskTable"):
+        self.t = table
+
+    def get(self, key: str, default: Any = None) -> Any:
+        row = self.t.lookup(key)
+        return default if row is None else row
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.t.lookup(key) is not None
+
+    def __getitem__(self, key: str) -> int:
+        row = self.t.lookup(key)
+        if row is None:
+            raise KeyError(key)
+        return row
+
+    def __len__(self) -> int:
+        return self.t.n_live
+
+    def __bool__(self) -> bool:
+        return self.t.n_live > 0
+
+    def values(self) -> list[int]:
+        return self.t.live_rows().tolist()
+
+    def __iter__(self):
+        return iter(self.t.decode(self.t.live_rows(), texts=False, metadata=False)["keys"])
+
+    def items(self):
+        rows = self.t.live_rows()
+        return zip(self.t.decode(rows, texts=False, metadata=False)["keys"], rows.tolist())
+
+
+class DiskTable(Table):
+    """One format-2 namespace (:mod:`memcore.storage`): the columns are memory-mapped and
+    nothing per row lives in Python objects. Keys, texts and metadata stay in the log: a
+    key lookup goes through the key index (:class:`~memcore.storage.checkpoint.KeyIndex`,
+    confirmed by the key of the row's record), and texts and metadata are read from the
+    rows' PUT records (one CRC-checked ``pread`` each) for the memories returned only.
+
+    A write commits first (:meth:`append`: columns, then the log record, the commit point;
+    :meth:`remove`: DEL records), then updates the table. A metadata filter reads the
+    metadata of every live row once (one vectorised pass over the memory-mapped log); its
+    mask is kept like a :class:`Table`'s.
+
+    Parameters
+    ----------
+    namespace : tuple of str
+    columns : memcore.storage.Columns
+        Format-2 columns (``alive`` in RAM, ``record_offset`` mapped).
+    files : memcore.storage.NamespaceFiles
+    index : memcore.storage.KeyIndex
+    rows : int
+        Rows in use.
+    """
+
+    __slots__ = ("files", "index", "n_live")
+
+    def __init__(self, namespace: Namespace, columns: Any, files: Any, index: Any, rows: int):
+        super().__init__(namespace, columns)
+        self.files, self.index, self.rows = files, index, rows
+        self.keys = _DiskKeys(self)                                 # type: ignore[assignment]
+        self.n_live = int(np.count_nonzero(columns.alive[:rows]))
+
+    @classmethod
+    def create(cls, parent: str, ns: Namespace, dim: int, durability: str) -> "DiskTable":
+        """A new, empty namespace directory in ``parent`` (an epoch directory)."""
+        files, cols = storage.NamespaceFiles.create(parent, ns, dim, durability)
+        return cls(ns, cols, files, storage.new_key_index(files, cols), 0)
+
+    @property
+    def live(self) -> int:
+        return self.n_live
+
+    # ------------------------------------------------------------------ reads
+    def lookup(self, key: str) -> int | None:
+        return self.index.lookup(key, self.columns.alive)
+
+    def lookup_many(self, keys: Sequence[str]) -> list[int | None]:
+        return self.index.lookup_many(list(keys), self.columns.alive)
+
+    def live_rows(self) -> np.ndarray:
+        """ndarray (live,), int64: the live rows, ascending (oldest write first)."""
+        return np.flatnonzero(self.columns.alive[:self.rows]).astype(np.int64)
+
+    def decode(self, rows: np.ndarray, **which: bool) -> dict:
+        """Fields of the rows' PUT records (see :meth:`NamespaceFiles.decode`)."""
+        return self.files.decode(self.record_offsets(rows), **which)
+
+    def record_offsets(self, rows: Sequence[int]) -> np.ndarray:
+        """ndarray (len(rows),), int64: the log offset of each row's PUT record."""
+        return np.asarray(self.columns.record_offset[np.asarray(rows, np.int64)], np.int64)
+
+    def record(self, row: int) -> Any:
+        return self.files.verified_put(self.columns, row)     # the vector's CRC checked
+
+    def meta(self, row: int) -> dict:
+        return json.loads(self.record(row).metadata)
+
+    def fields(self, row: int) -> tuple[str, str, float, dict]:
+        rec = self.record(row)
+        return rec.key, rec.text, rec.importance, json.loads(rec.metadata)
+
+    def vector(self, row: int) -> np.ndarray:
+        """A copy of the row's vector, checked against its record's CRC first.
+
+        Raises
+        ------
+        StoreCorruptedError
+            Naming the vectors file and row when it is damaged.
+        """
+        self.record(row)
+        return np.array(self.columns.vectors[row])
+
+    def live_metadata(self) -> tuple[np.ndarray, list]:
+        rows = self.live_rows()
+        metas = self.decode(rows, keys=False, texts=False)["metadata"]
+        return rows, [json.loads(m) for m in metas]
+
+    def live_fields(self, texts: bool = True) -> tuple:
+        """As :meth:`Table.live_fields`, decoded from the log (metadata as JSON bytes)."""
+        rows = self.live_rows()
+        d = self.decode(rows, texts=texts)
+        return (rows.tolist(), d["keys"], d.get("texts"), d["metadata"],
+                d["importance"].tolist())
+
+    def recall_index(self, weights: HybridWeights, dim: int,
+                     preparer: Callable | None) -> HybridIndex:
+        """The hybrid index for ``weights``' structure: restored at open from the last
+        checkpoint (then kept current by every write), else built from the live rows on first
+        use (and written at the next checkpoint)."""
+        if self.recall is None:
+            self.recall = NamespaceRecall(dim, preparer, vectors=lambda: self.columns.vectors,
+                                          created_at=lambda: self.columns.created_at)
+        key = weights.structure()
+        idx = self.recall.indexes.get(key)
+        if idx is None:                       # built in chunks: bounded memory at any size
+            idx = HybridIndex(dim, weights, preparer, vectors=self.recall.vectors,
+                              created_at=self.recall.created_at)
+            rows = self.live_rows()
+            vecs = self.columns.vectors
+            for s in range(0, rows.shape[0], BUILD_CHUNK):
+                part = rows[s:s + BUILD_CHUNK]
+                d = self.decode(part, keys=False)
+                lo, hi = int(part[0]), int(part[-1]) + 1
+                idx.put_many(part.tolist(), d["texts"],
+                             vecs[lo:hi] if hi - lo == part.shape[0] else vecs[part],
+                             [episode_speaker(json.loads(m)) for m in d["metadata"]])
+            self.recall.indexes[key] = idx
+            self.index_dirty = True
+        return idx
+
+    def restore_recall(self, dim: int, preparer: Callable | None, state: Any,
+                       read_only: bool) -> None:
+        """Restore the hybrid indexes the header's index entry names (each from its files;
+        derived state: one that cannot be restored is rebuilt from the log on its first
+        hybrid search) and bring them up to date with the log tail (``state``: the
+        :class:`memcore.storage.OpenState` of the open)."""
+        entry = self.files.index_entry
+        if not entry:
+            return
+        indexes = {}
+        for structure, manifest in storage.index_structures(entry):
+            try:
+                arrays, small = storage.read_index(self.files.directory, self.files.generation,
+                                                   entry["checkpoint"], structure, manifest,
+                                                   entry.get("crc"))
+                indexes[structure] = HybridIndex.restore(
+                    dim, arrays, small, HybridWeights.for_structure(structure), preparer,
+                    vectors=lambda: self.columns.vectors,
+                    created_at=lambda: self.columns.created_at)
+            except Exception as err:   # derived state: any damage -> rebuilt from the log
+                log = logger.info if read_only and _replaced(self.files) else logger.warning
+                log("the hybrid index of namespace %r could not be restored (%s); "
+                    "it is rebuilt from the log on its first hybrid search", self.files.ns, err)
+        self.recall = NamespaceRecall(dim, preparer, vectors=lambda: self.columns.vectors,
+                                      created_at=lambda: self.columns.created_at)
+        self.recall.indexes.update(indexes)
+        events = state.events
+        if not len(events):
+            return
+        d = self.files.decode(np.asarray(state.tail.put_offsets, np.int64), keys=False)
+        vecs, rec = self.columns.vectors, self.recall
+        run: list = []                      # consecutive new rows: one put_many
+
+        def flush() -> None:
+            if run:
+                rows = [r for r, _ in run]
+                rec.put_many(rows, [d["texts"][i] for _, i in run], vecs[rows],
+                             [json.loads(d["metadata"][i]) for _, i in run])
+                run.clear()
+
+        pi = 0
+        for row, other in events:
+            if row >= 0 and other < 0:
+                run.append((row, pi))
+                pi += 1
+                continue
+            flush()
+            if other >= 0:
+                rec.delete(other)
+            if row >= 0:
+                rec.put(row, d["texts"][pi], vecs[row], json.loads(d["metadata"][pi]))
+                pi += 1
+        flush()
+        self.index_dirty = True
+
+    def hybrid_state(self) -> dict | None:
+        """``{structure: (arrays, small_state)}`` of the built hybrid indexes, or None."""
+        if self.recall is None or not self.recall.indexes:
+            return None
+        return {key: (idx.arrays, idx.small_state()) for key, idx in self.recall.indexes.items()}
+
+    # ------------------------------------------------------------------ writes
+    def take(self, m: int) -> list[int]:
+        n0 = self.rows
+        self.columns.ensure(n0 + m)
+        self.rows = n0 + m
+        return list(range(n0, n0 + m))
+
+    def append(self, batch: Rows) -> None:
+        """Commit a batch (lifecycle set) as new rows: vectors, columns and times to live
+        into the memory maps, then the PUT records to the log (the commit point), then the
+        table. Lock held; the store wraps it in a commit step."""
+        m, n0, c = len(batch), self.rows, self.columns
+        c.ensure(n0 + m)
+        sl = slice(n0, n0 + m)
+        c.vectors[sl] = batch.vectors
+        c.importance[sl] = batch.importance
+        for name in ("created_at", "updated_at", "last_accessed_at", "access_count"):
+            getattr(c, name)[sl] = getattr(batch, name)
+        exp = batch.expiry()
+        if exp is not None or self.expiry is not None:   # a column like the others
+            self.expiry = grow_expiry(self.expiry, self.files.directory, self.files.generation,
+                                      n0 + m)
+            self.set_expiry(np.arange(n0, n0 + m), *(exp or (None, None)))
+            if self.files.durability == "fsync":
+                self.expiry.flush()
+        c.record_offset[sl] = self.files.commit(
+            c, n0, batch.keys, batch.texts, meta_bytes(batch.metadata), batch.importance,
+            batch.created_at, batch.updated_at, batch.last_accessed_at, batch.access_count,
+            batch.vectors)
+        self.write(self.take(m), batch, columns=False)
+
+    def write(self, rows: Sequence[int], batch: Rows, pick: Sequence[int] | None = None, *,
+              columns: bool = True) -> None:
+        """As :meth:`Table.write`; the batch's rows must be new (appended) rows."""
+        sel = list(range(len(batch))) if pick is None else list(pick)
+        if not sel:
+            return
+        c = self.columns
+        idx = np.asarray(rows, np.int64)
+        if columns:
+            c.vectors[idx] = batch.vectors[sel]
+            c.importance[idx] = [batch.importance[j] for j in sel]
+            for name in ("created_at", "updated_at", "last_accessed_at", "access_count"):
+                getattr(c, name)[idx] = getattr(batch, name)[sel]
+        c.alive[idx] = True
+        keys = [batch.keys[j] for j in sel]
+        before = self.index.lookup_many(keys, c.alive)
+        tail, dead, new = self.index.tail, [], 0
+        for k, r, old in zip(keys, idx.tolist(), before):
+            prev = tail.get(k)
+            if prev is not None:
+                old = prev
+            if old is None:
+                new += 1
+            elif old != r:
+                dead.append(old)
+            tail[k] = r
+        self.n_live += new
+        self.kill(dead)
+        self._added(idx.tolist(), batch, sel)
+
+    def remove(self, keys: Sequence[str]) -> list[int]:
+        """Commit the DEL records of the live ``keys`` (one append: all or nothing after a
+        crash), then remove them; returns their rows."""
+        rows, found = [], []
+        for k in keys:
+            row = self.lookup(k)
+            if row is not None:
+                rows.append(row)
+                found.append(k)
+        if not rows:
+            return rows
+        self.files.delete(self.columns, rows, found)
+        for k in found:
+            self.index.tail.pop(k, None)
+        self.n_live -= len(rows)
+        self.kill(rows)
+        return rows
+
+    def _forget(self, rows: Sequence[int]) -> None:
+        """Nothing: a disk row's fields live in the log, and rows are append-only."""
+
+    # ------------------------------------------------------------------ files
+    def checkpoint_due(self) -> bool:
+        return self.files.checkpoint_due(self.rows)
+
+    def checkpoint(self) -> None:
+        """Write a checkpoint (:meth:`NamespaceFiles.checkpoint`), the TTL column and the
+        hybrid indexes included."""
+        if isinstance(self.expiry, np.memmap) and self.expiry.mode == "r+":
+            self.expiry.flush()
+        c = self.columns
+        self.files.checkpoint(c, self.rows, c.record_offset, keys=self.index,
+                              hybrid=self.hybrid_state(), hybrid_dirty=self.index_dirty)
+        self.index_dirty = False
+
+    def verify(self) -> dict:
+        """:func:`memcore.storage.verify_namespace` of this namespace."""
+        return storage.verify_namespace(self.files, self.columns, self.rows)
+
+    def close(self) -> None:
+        """Write anything buffered, close the log and unmap the files."""
+        self.expiry = None
+        storage.close_namespace(self.files, self.columns)
+
+
+class LogTable(Table):
+    """A format-1 namespace served read-only as it is: the whole log replayed into RAM
+    (keys, texts and metadata as Python objects), the columns memory-mapped.
+
+    Parameters
+    ----------
+    namespace : tuple of str
+    columns : memcore.storage.Columns
+    files : memcore.storage.NamespaceFiles
+    rep : memcore.storage.Replay
+        The replay of the whole log.
+    read_only : bool
+    """
+
+    __slots__ = ("files", "offsets")
+
+    def __init__(self, namespace: Namespace, columns: Any, files: Any, rep: Any,
+                 read_only: bool):
+        super().__init__(namespace, storage.adopt_replay(columns, rep, read_only))
+        self.files, self.rows = files, rep.rows
+        keys, vals = rep.keys, list(rep.keys.values())
+        if any(a > b for a, b in zip(vals, vals[1:])):
+            keys = dict(sorted(keys.items(), key=lambda kv: kv[1]))   # oldest write first
+        self.keys, self.key_of, self.texts, self.metadata = keys, rep.key_of, rep.texts, rep.metadata
+        self.importance = list(rep.importance)
+        self.offsets = np.asarray(rep.record_offset, np.int64)
+        for row in rep.dead:
+            self.key_of[row] = self.texts[row] = self.metadata[row] = None
+
+    def record_offsets(self, rows: Sequence[int]) -> np.ndarray:
+        """ndarray (len(rows),), int64: the log offset of each row's PUT record."""
+        return self.offsets[np.asarray(rows, np.int64)]
+
+    def close(self) -> None:
+        storage.close_namespace(self.files, self.columns)
+
+
+def open_table(directory: str, dim: int, durability: str, read_only: bool,
+               preparer: Callable | None) -> DiskTable | LogTable:
+    """Open a namespace directory as its table: format 2 as a :class:`DiskTable` (TTL column
+    mapped, hybrid indexes restored), format 1 as a :class:`LogTable`.
+
+    Raises
+    ------
+    StoreCorruptedError, FormatVersionError, FileNotFoundError
+        As :func:`memcore.storage.open_namespace`; FormatVersionError also for a format-1
+        namespace opened for writing.
+    """
+    files, cols, st = storage.open_namespace(directory, dim, durability, read_only)
+    if not isinstance(st, storage.OpenState):
+        if not read_only:
+            storage.close_namespace(files, cols)
+            raise FormatVersionError(
+                f"{directory} is a format-1 namespace in a format-2 store; run `memcore "
+                f"migrate {os.path.dirname(os.path.dirname(directory))}` or open the store "
+                "with read_only=True")
+        t: DiskTable | LogTable = LogTable(files.ns, cols, files, st, read_only)
+    else:
+        t = DiskTable(files.ns, cols, files, st.keys, st.rows)
+    t.expiry = open_expiry(files.directory, files.generation, read_only)
+    if isinstance(t, DiskTable):
+        t.restore_recall(dim, preparer, st, read_only)
+    return t
+
+
+def write_live(t: DiskTable | LogTable, vecs: np.ndarray, parent: str, generation: int,
+               durability: str, log: bytes | None = None) -> str:
+    """Write the live rows of ``t`` (with ``vecs``) as a complete format-2 generation of its
+    namespace in ``parent`` (:func:`memcore.storage.write_namespace`); returns the namespace
+    directory. With ``log`` (vectors unchanged) the live records are copied, not re-encoded.
+    """
+    rows, keys, texts, metas, imps = t.live_fields(texts=log is None)
+    idx = np.asarray(rows, np.int64)
+    c = t.columns
+    write_expiry(t.expiry, os.path.join(parent, storage.namespace_dirname(t.namespace)),
+                 generation, rows)
+    files, cols, _ = storage.write_namespace(
+        parent, t.namespace, durability, keys, texts, meta_bytes(metas), imps,
+        *(np.ascontiguousarray(getattr(c, name)[idx]) for name in
+          ("created_at", "updated_at", "last_accessed_at", "access_count")),
+        vecs, generation, log=log, offsets=None if log is None else t.record_offsets(rows))
+    storage.close_namespace(files, cols)
+    return files.directory
+
+
+def _replaced(files: Any) -> bool:
+    """Whether a writer has replaced the checkpoint a read-only open read (its header now
+    names another generation or checkpoint): the index files it named may be gone."""
+    try:
+        with open(os.path.join(files.directory, storage.NAMESPACE_HEADER)) as f:
+            h = json.load(f)
+        return (h.get("generation"), h.get("checkpoint")) != (files.generation,
+                                                              files.checkpoint_id)
+    except (OSError, ValueError):
+        return True
+
+
+def _index_structures(t: Table) -> list:
+    """The structures of the hybrid indexes ``t`` has built."""
+    return [] if t.recall is None else list(t.recall.indexes)
+
+
+class _EpochReplaced(Exception):
+    """A read-only open found the epoch it was reading replaced by a reindex."""
+
+
+class DiskSpace:
+    """The disk backend of a :class:`~memcore.LongTermMemory` (see :mod:`memcore.storage`):
+    its store root, its tables (:attr:`tables`: one :class:`DiskTable` per namespace, or
+    :class:`LogTable` for a format-1 store served read-only) and the steps that change files.
+
+    Every commit step (:meth:`step`: a write, delete, checkpoint, clear, compaction; a
+    reindex marks the whole store) marks its namespace stale until it finished; any exception
+    in between leaves the mark, and :meth:`heal` reloads the namespace from its files, which
+    hold the whole commit or none of it.
+
+    Parameters
+    ----------
+    path : str
+        Absolute store directory.
+    durability : {"flush", "fsync", "none"}
+    read_only : bool
+    lock_timeout : float
+        Seconds to wait for the writer lock.
+    preparer : callable, optional
+        The store's query preparer (restored hybrid indexes use it).
+    """
+
+    def __init__(self, path: str, durability: str, read_only: bool, lock_timeout: float,
+                 preparer: Callable | None):
+        self.path, self.durability, self.read_only = path, durability, read_only
+        self.lock_timeout, self.preparer = lock_timeout, preparer
+        self.root: storage.StoreRoot | None = None
+        self.tables = Tables()
+        self.dim = 0
+        self.repair_report: list[dict] = []
+        self.stale: set = set()          # namespaces a step left half done
+        self.stale_all: Any = None       # a reindex's embedder while it switches epochs
+        self.healing = False
+
+    # ------------------------------------------------------------------ opening
+    def open(self, embedder: Any, repair: bool, embed: Callable | None) -> tuple[str, int, int]:
+        """Open (or create) the store and every namespace; a read-only open that raced the
+        writer's ``reindex`` (the epoch it started reading was replaced) starts over
+        (bounded).
+
+        Parameters
+        ----------
+        embedder : Embedder or None
+        repair : bool
+            Rebuild a lost store header and rewrite namespaces that fail to open.
+        embed : callable, optional
+            What repair re-embeds a damaged vector's text with.
+
+        Returns
+        -------
+        (embedder_name, dim, format_version) of the store.
+        """
+        for attempt in range(8):
+            try:
+                return self._open_once(embedder, repair, embed)
+            except _EpochReplaced:
+                self.release()
+                self.tables.reset()
+                time.sleep(0.002 * 2 ** attempt)
+        return self._open_once(embedder, repair, embed, last=True)
+
+    def _raced(self, last: bool) -> bool:
+        """Whether a read-only open should start over: the store header now names another
+        epoch than the one being read."""
+        if not self.read_only or last:
+            return False
+        try:
+            head = storage.read_store_header(self.path)
+        except (OSError, StoreCorruptedError):
+            return True
+        return head is None or head["epoch"] != self.root.epoch
+
+    def _open_once(self, emb: Any, repair: bool, embed: Callable | None,
+                   last: bool = False) -> tuple[str, int, int]:
+        self.root = root = storage.StoreRoot.open(self.path, read_only=self.read_only,
+                                                  lock_timeout=self.lock_timeout)
+        if root.header is None and (root.damage is not None or storage.store_epochs(self.path)):
+            if not repair:                       # lost or damaged, never an empty store
+                raise root.damage or storage.missing_header_error(self.path)
+            root.adopt(storage.recover_store_header(self.path, emb,
+                                                    storage.embedder_reproduces))
+            self.repair_report.append({"store_header": "rebuilt", "epoch": root.epoch})
+        if root.header is None:
+            if emb is None:
+                raise InvalidArgumentError(f"{self.path} holds no store yet; creating one needs "
+                                           "an embedder")
+            name, self.dim = str(emb.name), int(emb.dim)
+            root.create(name, self.dim, durable=self.durability != "none")
+            return name, self.dim, storage.FORMAT_VERSION
+        name, self.dim = root.header["embedder"], root.header["dim"]
+        version = root.header["version"]
+        if version < storage.FORMAT_VERSION:
+            hint = (f"{self.path} is in on-disk format version {version}; this "
+                    f"memcore writes version {storage.FORMAT_VERSION}. Run `memcore migrate "
+                    f"{self.path}` (or LongTermMemory.migrate(path)) to convert it")
+            if not self.read_only:
+                raise FormatVersionError(hint + "; until then it opens only with "
+                                         "read_only=True (served as it is)")
+            logger.warning("%s; it is served read-only as it is, every namespace read into "
+                           "RAM", hint)
+        if emb is not None and (str(emb.name) != name or int(emb.dim) != self.dim):
+            raise EmbedderMismatchError(
+                f"{self.path} was written with embedder {name!r} (dim {self.dim}), "
+                f"but embedder {emb.name!r} (dim {emb.dim}) was given; pass the same embedder, "
+                "or open it with that one and call reindex(new_embedder)")
+        try:
+            dirs = root.namespace_dirs()
+        except StoreCorruptedError:
+            if self._raced(last):
+                raise _EpochReplaced() from None
+            raise
+        for directory in dirs:
+            try:
+                t = open_table(directory, self.dim, self.durability, self.read_only,
+                               self.preparer)
+            except (StoreCorruptedError, FileNotFoundError) as err:
+                if self._raced(last):
+                    raise _EpochReplaced() from None
+                if isinstance(err, FileNotFoundError):
+                    if self.read_only and not os.path.isdir(directory):
+                        continue                # cleared by the writer while we opened
+                    raise
+                if not repair or self.read_only:
+                    self._isolate(directory, err)
+                    continue
+                self.repair_report.append(storage.repair_namespace(directory, self.dim, embed))
+                t = open_table(directory, self.dim, self.durability, self.read_only,
+                               self.preparer)
+            self.tables[t.namespace] = t
+        return name, self.dim, version
+
+    def _isolate(self, directory: str, err: StoreCorruptedError) -> None:
+        """Keep a namespace that failed to open out of the store: the others open and
+        serve, a call on it raises ``err``'s message (:attr:`Tables.damaged`)."""
+        msg = (f"{err} [namespace directory {os.path.basename(directory)} is isolated: the "
+               "store's other namespaces serve; repair() or `memcore repair PATH` rewrites it]")
+        self.tables.damaged[os.path.basename(directory)] = msg
+        logger.warning("%s", msg)
+
+    def reopen(self, directory: str) -> DiskTable | LogTable:
+        """Open a namespace directory of this store for writing."""
+        return open_table(directory, self.dim, self.durability, False, self.preparer)
+
+    def release(self) -> None:
+        """Close every table and release the writer lock."""
+        for t in self.tables.values():
+            t.close()
+        self.tables.clear()
+        if self.root is not None:
+            self.root.release()
+
+    # ------------------------------------------------------------------ steps
+    @contextlib.contextmanager
+    def step(self, ns: Namespace) -> Iterator[None]:
+        """Mark ``ns`` stale while a commit step runs: if any exception (KeyboardInterrupt,
+        MemoryError, a failing write, ...) leaves the step half done, the namespace stays
+        marked and :meth:`heal` reloads it. Deliberately not a ``finally``."""
+        self.stale.add(ns)
+        yield
+        self.stale.discard(ns)
+
+    @property
+    def needs_heal(self) -> bool:
+        """Whether a step was left half done (and no heal is running)."""
+        return bool(self.stale or self.stale_all is not None) and not self.healing
+
+    def heal(self) -> Any:
+        """Reload every stale namespace from disk (see :meth:`step`); after an interrupted
+        reindex, every namespace of the epoch the store header names.
+
+        Returns
+        -------
+        Embedder or None
+            The reindex's embedder when the store header names it (the store switched to
+            it), else None.
+        """
+        self.healing = True
+        adopted = None
+        try:
+            if self.stale_all is not None:
+                adopted = self._reload_all(self.stale_all)
+            for ns in sorted(self.stale):
+                t = self.tables.pop(ns, None)
+                if t is not None:
+                    t.close()
+                directory = os.path.join(self.root.epoch_dir, storage.namespace_dirname(ns))
+                if os.path.isfile(os.path.join(directory, storage.NAMESPACE_HEADER)):
+                    self.tables[ns] = self.reopen(directory)
+                self.stale.discard(ns)
+        finally:
+            self.healing = False
+        return adopted
+
+    def _reload_all(self, embedder: Any) -> Any:
+        """Reopen every namespace of the epoch the store header names (a ``reindex`` that
+        raised after its commit point, or before: whichever the header says happened)."""
+        for t in list(self.tables.values()):
+            t.close()
+        self.tables.reset()
+        head = storage.read_store_header(self.path)
+        adopted = None
+        if (head["embedder"], head["dim"]) == (str(embedder.name), int(embedder.dim)):
+            adopted, self.dim = embedder, head["dim"]
+        self.root.adopt(head)
+        for directory in self.root.namespace_dirs():        # removes the other epoch
+            t = self.reopen(directory)
+            self.tables[t.namespace] = t
+        self.stale.clear()
+        self.stale_all = None
+        return adopted
+
+    # ------------------------------------------------------------------ writes
+    def new_table(self, ns: Namespace) -> DiskTable:
+        """A new namespace's table (its directory created in the current epoch)."""
+        return DiskTable.create(self.root.epoch_dir, ns, self.dim, self.durability)
+
+    def checkpoint(self, t: DiskTable) -> None:
+        """Checkpoint one namespace as a step (see :meth:`DiskTable.checkpoint`)."""
+        with self.step(t.namespace):
+            t.checkpoint()
+
+    def after_write(self, t: DiskTable) -> None:
+        """Checkpoint ``t`` once the log or rows grew past the automatic interval."""
+        if t.checkpoint_due():
+            self.checkpoint(t)
+
+    def flush(self, each: Callable[[Table], None]) -> None:
+        """Checkpoint every namespace (a damaged one stops no other; the first error is
+        raised at the end), calling ``each(table)`` after each; nothing when read-only."""
+        if self.read_only:
+            return
+        errors = []
+        for t in list(self.tables.values()):
+            try:
+                self.checkpoint(t)
+            except StoreCorruptedError as err:
+                errors.append(err)
+            each(t)
+        if errors:
+            raise errors[0]
+
+    def discard(self, t: DiskTable) -> None:
+        """Remove a cleared namespace's directory as a step."""
+        with self.step(t.namespace):
+            storage.drop_namespace(t.files, t.columns)
+
+    def ann_file(self, t: Table) -> str:
+        """Where the approximate index of ``t``'s generation is saved."""
+        return storage.ann_path(t.files.directory, t.files.generation)
+
+    # ------------------------------------------------------------------ maintenance
+    def _reindexed(self, t: DiskTable, structures: list) -> DiskTable:
+        """``t`` with the hybrid indexes of ``structures`` built and checkpointed (a new
+        generation's row ids differ: its indexes are built once here, not on a search)."""
+        for structure in structures:
+            t.recall_index(HybridWeights.for_structure(structure), self.dim, self.preparer)
+        if structures:
+            self.checkpoint(t)
+        return t
+
+    def compact(self, t: DiskTable) -> None:
+        """Rewrite ``t``'s live rows as its next generation (every live vector checked
+        against its record first; the records copied), then serve that one."""
+        ns = t.namespace
+        rows = list(t.keys.values())
+        vecs = np.ascontiguousarray(t.columns.vectors[rows])
+        log = t.files.verified_log(vecs, rows, t.record_offsets(rows), t.columns,
+                                   "compact() wrote nothing")
+        with self.step(ns):
+            directory = write_live(t, vecs, self.root.epoch_dir, t.files.generation + 1,
+                                   self.durability, log)
+            structures = _index_structures(t)
+            storage.retire_generation(t.files, t.columns)
+            del self.tables[ns]
+            self.tables[ns] = self.reopen(directory)
+        self.tables[ns] = self._reindexed(self.tables[ns], structures)
+
+    def reindex(self, plan: Sequence[DiskTable], vectors: Sequence[np.ndarray],
+                embedder: Any) -> None:
+        """Write the namespaces of ``plan`` with their new ``vectors`` as a new epoch, commit
+        it with the new embedder in the store header, then serve it (see
+        :meth:`LongTermMemory.reindex`)."""
+        name, dim = str(embedder.name), int(embedder.dim)
+        epoch = self.root.begin_epoch()
+        dirs = []
+        self.stale_all = embedder      # until the switch is done: see heal
+        try:
+            for t, vecs in zip(plan, vectors):
+                dirs.append(write_live(t, vecs, epoch, 0, self.durability))
+            self.root.commit_epoch(name, dim)
+        except BaseException:
+            if not self.root.next_committed():   # else the new epoch is the store
+                self.root.abort_epoch()
+                self.stale_all = None
+            raise
+        structures = [_index_structures(t) for t in plan]
+        for t in self.tables.values():
+            t.close()
+        self.tables.reset()
+        self.dim = dim
+        self.root.finish_epoch()
+        for directory in dirs:
+            t = self.reopen(directory)
+            self.tables[t.namespace] = t
+        self.stale_all = None
+        for built, t in zip(structures, list(self.tables.values())):
+            self.tables[t.namespace] = self._reindexed(t, built)
+
+    def repair(self, embed: Callable | None) -> list[dict]:
+        """Checkpoint what can be, then rewrite every damaged namespace (isolated at open, or
+        failing :func:`memcore.storage.namespace_intact`) from its intact records."""
+        report = []
+        for t in list(self.tables.values()):
+            try:
+                self.checkpoint(t)
+            except StoreCorruptedError:
+                pass        # its header keeps the last good checkpoint: re-verified below
+        for name in sorted(self.tables.damaged):
+            directory = os.path.join(self.root.epoch_dir, name)
+            report.append(storage.repair_namespace(directory, self.dim, embed))
+            del self.tables.damaged[name]
+            t = self.reopen(directory)
+            self.tables[t.namespace] = t
+        for ns in list(self.tables):
+            t = self.tables[ns]
+            directory = t.files.directory
+            if storage.namespace_intact(directory, self.dim, self.durability):
+                continue
+            with self.step(ns):
+                t.close()
+                del self.tables[ns]
+                report.append(storage.repair_namespace(directory, self.dim, embed))
+                self.tables[ns] = self.reopen(directory)
+        return report
+
+    def verify(self) -> dict:
+        """:meth:`DiskTable.verify` of every format-2 namespace, and the damaged ones'
+        errors (keyed by directory name)."""
+        out: dict = {ns: t.verify() for ns, t in sorted(self.tables.items())
+                     if isinstance(t, DiskTable)}
+        for name, msg in sorted(self.tables.damaged.items()):
+            out[name] = {"rows": 0, "live": 0, "bad_rows": [], "errors": [msg]}
+        return out
