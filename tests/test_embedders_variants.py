@@ -415,3 +415,16 @@ def test_cli_models_build(tmp_path, monkeypatch, capsys):
     assert main(["models", "build", "--variant", "fused"]) == 0
     out = capsys.readouterr().out
     assert "fused" in out and (tmp_path / "models" / "minilm-l6-v2-fused" / "model.onnx").is_file()
+
+
+def test_cli_models_list_shows_the_cached_choice(private_cache, capsys):
+    root, calls = private_cache
+    assert main(["models", "list"]) == 0
+    assert "no cached choice for this machine yet" in capsys.readouterr().out
+    emb = MiniLMEmbedder(cache_size=0).load()
+    assert main(["models", "list"]) == 0
+    out = capsys.readouterr().out
+    assert len(calls) == 1                                         # listing measures nothing
+    chosen = [line for line in out.splitlines() if line.startswith(f"* {emb.variant} ")]
+    assert len(chosen) == 1 and "ms/text" in chosen[0] and "passed" in chosen[0]
+    assert str(variants.choice_path(root)) in out
