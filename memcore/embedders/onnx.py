@@ -340,6 +340,7 @@ class MiniLMEmbedder:
             logger.warning("%s; running the packaged model instead (same name %r, vectors within "
                            "the gate of the variant's)", problem, self.name)
         self._one_text_per_run = False
+        self.variant = "packaged"                       # what runs (the name stays)
         return source
 
     def _choose(self, source: Path, tokenizer: Any) -> None:
