@@ -139,9 +139,10 @@ class MiniLMEmbedder:
     runs the fastest, keeping :data:`~memcore.models.variants.DEFAULT_VARIANT` (or the next
     candidate in order of preference) unless another is faster by
     :data:`~memcore.models.variants.SWITCH_MARGIN` (:func:`memcore.models.variants.pick`; a
-    one-time cost of about 15-30 s, logged at INFO on the ``memcore`` logger). The choice, its timings and the
-    verdicts are cached in :func:`memcore.models.variants.choice_path` (keyed by CPU model and
-    flags, onnxruntime version and recipes), so later processes reuse it without measuring;
+    one-time cost of about 15-30 s, logged at INFO on the ``memcore`` logger). The choice,
+    its timings and the verdicts are cached in :func:`memcore.models.variants.choice_path`
+    (keyed by CPU model and flags, onnxruntime version and recipes), so later processes reuse
+    it without measuring;
     :attr:`variant` and :attr:`selection` show it after :meth:`load`. Every candidate agrees
     with the packaged model within the gate, so the embedder keeps one :attr:`name` whatever
     graph runs, and stores stay consistent across machines; if the default variant fails its
@@ -369,7 +370,7 @@ class MiniLMEmbedder:
         self._one_text_per_run = self.variant in variants.PER_CALL_SCALES
 
     def _measure(self, source: Path, tokenizer: Any) -> dict:
-        """Self-check and time every candidate graph on this machine; cache and return the choice."""
+        """Self-check and time every candidate graph on this machine; cache the choice."""
         from memcore.models import variants
 
         verdicts: dict = {}
@@ -393,7 +394,8 @@ class MiniLMEmbedder:
         choice = variants.write_choice(self._manifest["sha256"], chosen, timings, verdicts,
                                        texts=len(texts), rounds=rounds)
         failed = ", ".join(f"{k} (mean cosine {v['mean_cosine']:.4f}, min "
-                           f"{v['min_cosine']:.4f})" for k, v in verdicts.items() if not v["passed"])
+                           f"{v['min_cosine']:.4f})"
+                           for k, v in verdicts.items() if not v["passed"])
         logger.info("MiniLM graph for this CPU (%s, onnxruntime %s): %s; median ms per text, "
                     "1 thread: %s; failed the self-check: %s; cached in %s",
                     choice["cpu"], choice["onnxruntime"], chosen,
