@@ -1001,7 +1001,7 @@ def read_choice(source_sha256: str, cache_dir: str | os.PathLike | None = None) 
     -------
     dict or None
         As written by :func:`write_choice`: ``variant`` (the chosen one of
-        :data:`CANDIDATES`), ``timings_ms`` (median ms per text of each candidate that passed
+        :data:`CANDIDATES`), ``timings_ms`` (median CPU ms per text of each candidate that passed
         the self-check), ``verdicts`` (every candidate's self-check), ``texts``, ``rounds``,
         ``measured_at`` (Unix seconds), ``cpu`` and ``onnxruntime``.
 

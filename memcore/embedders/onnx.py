@@ -135,8 +135,8 @@ class MiniLMEmbedder:
     (onnxruntime runs int8 weights on VNNI/AMX kernels only when they are signed; fp32 can win
     where int8 has no fast kernel), so with ``variant=None`` the first load on a machine builds
     every one of :data:`memcore.models.variants.CANDIDATES`, self-checks each, times those
-    that pass (one text per call, 1 thread, the calibration texts twice, interleaved) and
-    runs the fastest, keeping :data:`~memcore.models.variants.DEFAULT_VARIANT` (or the next
+    that pass (CPU time, one text per call, 1 thread, the calibration texts twice,
+    interleaved) and runs the fastest, keeping :data:`~memcore.models.variants.DEFAULT_VARIANT` (or the next
     candidate in order of preference) unless another is faster by
     :data:`~memcore.models.variants.SWITCH_MARGIN` (:func:`memcore.models.variants.pick`; a
     one-time cost of about 15-30 s, logged at INFO on the ``memcore`` logger). The choice,
@@ -396,8 +396,8 @@ class MiniLMEmbedder:
         failed = ", ".join(f"{k} (mean cosine {v['mean_cosine']:.4f}, min "
                            f"{v['min_cosine']:.4f})"
                            for k, v in verdicts.items() if not v["passed"])
-        logger.info("MiniLM graph for this CPU (%s, onnxruntime %s): %s; median ms per text, "
-                    "1 thread: %s; failed the self-check: %s; cached in %s",
+        logger.info("MiniLM graph for this CPU (%s, onnxruntime %s): %s; median CPU ms per "
+                    "text, 1 thread: %s; failed the self-check: %s; cached in %s",
                     choice["cpu"], choice["onnxruntime"], chosen,
                     ", ".join(f"{k} {v:.2f}" for k, v in timings.items()), failed or "none",
                     variants.choice_path())
@@ -585,10 +585,12 @@ class MiniLMEmbedder:
 
 def _time_graphs(models: dict, tokenizer: Any, output: str, texts: Sequence[str],
                  rounds: int) -> dict:
-    """Median ms per text of each model, one text per call, 1 thread.
+    """Median CPU ms per text of each model, one text per call, 1 thread.
 
-    The models take turns text by text, in an order rotated every text, so a load change on
-    a shared machine hits them alike.
+    The calling thread's CPU time (onnxruntime runs a 1-thread session on it), not wall time,
+    so time slices lost to other processes on a busy machine do not count; and the models
+    take turns text by text, in an order rotated every text, so what load does change (caches,
+    clock) hits them alike.
     """
     encodings = [tokenizer.encode(t) for t in texts]
     sessions = {name: MiniLMEmbedder._open(path, 1) for name, path in models.items()}
@@ -602,9 +604,9 @@ def _time_graphs(models: dict, tokenizer: Any, output: str, texts: Sequence[str]
         for i, enc in enumerate(encodings):
             k = (i + r) % len(names)
             for name in names[k:] + names[:k]:
-                t0 = time.perf_counter()
+                t0 = time.thread_time()
                 _pooled(sessions[name], output, token_types[name], [enc], len(enc.ids))
-                times[name].append(time.perf_counter() - t0)
+                times[name].append(time.thread_time() - t0)
     return {name: statistics.median(t) * 1e3 for name, t in times.items()}
 
 
