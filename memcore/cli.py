@@ -138,7 +138,7 @@ def _run_models_list(args: argparse.Namespace) -> int:
         check = ("-" if verdict is None else
                  f"{'passed' if verdict['passed'] else 'FAILED'} (mean cos "
                  f"{verdict['mean_cosine']:.4f}, min {verdict['min_cosine']:.4f})")
-        ms = f"{timings[name]:.2f} ms/text" if name in timings else "-"
+        ms = f"{timings[name]:.2f} CPU ms" if name in timings else "-"
         mark = "*" if choice and choice["variant"] == name else " "
         print(f"{mark} {name:16s} {'built' if built else 'not built':9s} {ms:14s} {check}")
     if choice:

@@ -426,7 +426,7 @@ def test_cli_models_list_shows_the_cached_choice(private_cache, capsys):
     out = capsys.readouterr().out
     assert len(calls) == 1                                         # listing measures nothing
     chosen = [line for line in out.splitlines() if line.startswith(f"* {emb.variant} ")]
-    assert len(chosen) == 1 and "ms/text" in chosen[0] and "passed" in chosen[0]
+    assert len(chosen) == 1 and "CPU ms" in chosen[0] and "passed" in chosen[0]
     assert str(variants.choice_path(root)) in out
 
 
