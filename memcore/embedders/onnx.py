@@ -8,7 +8,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import statistics
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Sequence
@@ -125,12 +127,26 @@ class MiniLMEmbedder:
     on a machine compares it with the packaged model on
     :data:`memcore.models.variants.SELF_CHECK_TEXTS` (about a second) and caches the verdict
     beside the build, keyed by the build's sha256 and :func:`memcore.models.variants.machine_id`.
-    If the agreement is below the gate (mean cosine 0.998, min 0.99): with the default variant
-    (``variant=None``) a warning is logged once per process and the packaged model runs
-    instead, under the same :attr:`name` (its vectors are closer to fp32 than any variant's,
-    so stores stay consistent); a variant given by name raises :class:`ModelQualityError`,
-    since silently running another model than the one asked for would hide the problem.
-    :attr:`loaded_model_path` says which file runs.
+    A variant given by name that is below the gate (mean cosine 0.998, min 0.99) raises
+    :class:`ModelQualityError`, since silently running another model than the one asked for
+    would hide the problem. :attr:`loaded_model_path` says which file runs.
+
+    **The default picks its graph per machine.** Which graph is fastest depends on the CPU
+    (onnxruntime runs int8 weights on VNNI/AMX kernels only when they are signed; fp32 can win
+    where int8 has no fast kernel), so with ``variant=None`` the first load on a machine builds
+    every one of :data:`memcore.models.variants.CANDIDATES`, self-checks each, times those
+    that pass (CPU time, one text per call, 1 thread, the calibration texts twice,
+    interleaved) and runs the fastest, keeping :data:`~memcore.models.variants.DEFAULT_VARIANT` (or the next
+    candidate in order of preference) unless another is faster by
+    :data:`~memcore.models.variants.SWITCH_MARGIN` (:func:`memcore.models.variants.pick`; a
+    one-time cost of about 15-30 s, logged at INFO on the ``memcore`` logger). The choice,
+    its timings and the verdicts are cached in :func:`memcore.models.variants.choice_path`
+    (keyed by CPU model and flags, onnxruntime version and recipes), so later processes reuse
+    it without measuring;
+    :attr:`variant` and :attr:`selection` show it after :meth:`load`. Every candidate agrees
+    with the packaged model within the gate, so the embedder keeps one :attr:`name` whatever
+    graph runs, and stores stay consistent across machines; if the default variant fails its
+    self-check, a warning says so and the fastest candidate that passed runs instead.
 
     Parameters
     ----------
@@ -143,9 +159,11 @@ class MiniLMEmbedder:
         Which graph runs (:data:`memcore.models.variants.VARIANTS`): ``"packaged"`` is the
         file as shipped (int8 weights, fp32 arithmetic); the others are derived from it once
         by :func:`memcore.models.variants.build` and cached under the user cache dir
-        (``$MEMCORE_CACHE_DIR``). Default :data:`memcore.models.variants.DEFAULT_VARIANT`
-        (``"int8-mixed"``: int8 arithmetic except the FFN outputs, mean cosine 0.9988 vs fp32,
-        retrieval within 0.005 of ``"packaged"``; see ``bench/test_bench_variants.py``).
+        (``$MEMCORE_CACHE_DIR``). Default: the fastest of
+        :data:`memcore.models.variants.CANDIDATES` on this machine (see above), preferring
+        :data:`memcore.models.variants.DEFAULT_VARIANT` (``"int8-mixed"``: int8 arithmetic
+        except the FFN outputs, mean cosine 0.9988 vs fp32, retrieval within 0.005 of
+        ``"packaged"``; see ``bench/test_bench_variants.py``).
     cache_size : int, default 1024
         Vectors of the most recently encoded distinct texts kept in an LRU keyed by the exact
         text (sensor text repeats from tick to tick); 0 disables it.
@@ -154,7 +172,15 @@ class MiniLMEmbedder:
     ----------
     name : str
         ``"minilm-l6-v2-int8"`` for ``variant="packaged"``, else ``"minilm-l6-v2-<variant>"``,
-        so a store never mixes vectors of two variants.
+        so a store never mixes vectors of two variants; ``"minilm-l6-v2-int8-mixed"`` for the
+        default whatever graph it picks (all agree within the self-check's gate).
+    variant : str
+        The variant that runs: the one given, or for the default the one chosen at
+        :meth:`load` (:data:`~memcore.models.variants.DEFAULT_VARIANT` until then).
+    selection : dict or None
+        For the default, after :meth:`load`: the cached choice
+        (:func:`memcore.models.variants.read_choice`: ``variant``, ``timings_ms`` per
+        candidate, ``verdicts``, ``cpu``, ...); None for a variant given by name.
     dim : int
         384.
     max_seq_length : int
@@ -209,6 +235,8 @@ class MiniLMEmbedder:
         self._logged_truncation = False
         #: The file the session runs, once loaded (the packaged one after a fallback).
         self.loaded_model_path: Path | None = None
+        #: The default's per-machine choice of graph, once loaded (see the class docstring).
+        self.selection: dict | None = None
 
     def __repr__(self) -> str:
         return (f"MiniLMEmbedder(model_path={self.model_path_arg!r}, "
@@ -262,6 +290,8 @@ class MiniLMEmbedder:
         """Find and verify the model file, derive the variant, open an onnxruntime session."""
         path = self.resolve_model_path()
         verify_model_file(path, self._manifest["sha256"], int(self._manifest["size_bytes"]))
+        if not self._explicit_variant:
+            self._choose(path, tokenizer)
         if self.variant != "packaged":
             path = self._checked_variant(path, tokenizer)
         self.loaded_model_path = path
@@ -311,7 +341,73 @@ class MiniLMEmbedder:
             logger.warning("%s; running the packaged model instead (same name %r, vectors within "
                            "the gate of the variant's)", problem, self.name)
         self._one_text_per_run = False
+        self.variant = "packaged"                       # what runs (the name stays)
         return source
+
+    def _choose(self, source: Path, tokenizer: Any) -> None:
+        """Set :attr:`variant` to this machine's cached choice, measuring it once if needed."""
+        from memcore.models import variants
+
+        sha = self._manifest["sha256"]          # verify_model_file checked the source against it
+        choice = variants.read_choice(sha)
+        if choice is None:
+            from filelock import FileLock
+
+            lock = variants.choice_path().with_name(".minilm-l6-v2-choice.lock")
+            try:
+                lock.parent.mkdir(parents=True, exist_ok=True)
+                guard = FileLock(str(lock))
+                guard.acquire()
+            except OSError:                     # a read-only cache: measure, unshared
+                guard = None
+            try:
+                choice = variants.read_choice(sha) or self._measure(source, tokenizer)
+            finally:
+                if guard is not None:
+                    guard.release()
+        self.selection = choice
+        self.variant = choice["variant"]
+        self._one_text_per_run = self.variant in variants.PER_CALL_SCALES
+
+    def _measure(self, source: Path, tokenizer: Any) -> dict:
+        """Self-check and time every candidate graph on this machine; cache the choice."""
+        from memcore.models import variants
+
+        verdicts: dict = {}
+        models: dict = {}
+        for name in variants.CANDIDATES:
+            if name == "packaged":              # the reference of the self-check itself
+                verdicts[name] = {"passed": True, "mean_cosine": 1.0, "min_cosine": 1.0}
+                models[name] = source
+                continue
+            path = variants.build(name, source=source)
+            verdict = variants.read_verdict(path)
+            if verdict is None:
+                verdict = variants.write_verdict(path, *self._agreement(path, source, tokenizer))
+            verdicts[name] = verdict
+            if verdict["passed"]:
+                models[name] = path
+        texts, rounds = variants.CALIBRATION_TEXTS, 2
+        timings = _time_graphs(models, tokenizer, self._manifest["output"], texts, rounds)
+        default = variants.DEFAULT_VARIANT
+        chosen = variants.pick(timings)
+        choice = variants.write_choice(self._manifest["sha256"], chosen, timings, verdicts,
+                                       texts=len(texts), rounds=rounds)
+        failed = ", ".join(f"{k} (mean cosine {v['mean_cosine']:.4f}, min "
+                           f"{v['min_cosine']:.4f})"
+                           for k, v in verdicts.items() if not v["passed"])
+        logger.info("MiniLM graph for this CPU (%s, onnxruntime %s): %s; median CPU ms per "
+                    "text, 1 thread: %s; failed the self-check: %s; cached in %s",
+                    choice["cpu"], choice["onnxruntime"], chosen,
+                    ", ".join(f"{k} {v:.2f}" for k, v in timings.items()), failed or "none",
+                    variants.choice_path())
+        if not verdicts[default]["passed"]:
+            logger.warning("MiniLM variant %r disagrees with the packaged model on this machine "
+                           "(mean cosine %.4f, min %.4f; gate: mean >= %s, min >= %s); running "
+                           "%r instead (same name %r, vectors within the gate)", default,
+                           verdicts[default]["mean_cosine"], verdicts[default]["min_cosine"],
+                           variants.MIN_MEAN_COSINE, variants.MIN_COSINE, chosen, self.name)
+        return choice
 
     def _agreement(self, path: Path, source: Path, tokenizer: Any) -> tuple:
         """Mean and min cosine of ``path``'s vs ``source``'s vectors of the self-check texts."""
@@ -353,7 +449,7 @@ class MiniLMEmbedder:
             If its sha256 differs from the manifest's.
         ModelQualityError
             If a variant given by name fails its self-check on this machine (see the class
-            docstring); the default variant falls back to the packaged model instead.
+            docstring); the default runs a candidate that passes instead.
 
         Examples
         --------
@@ -485,6 +581,33 @@ class MiniLMEmbedder:
                 "%d word pieces (incl. [CLS]/[SEP]) are embedded (logged once per embedder)",
                 self.name, total, cut, self.max_seq_length)
             return
+
+
+def _time_graphs(models: dict, tokenizer: Any, output: str, texts: Sequence[str],
+                 rounds: int) -> dict:
+    """Median CPU ms per text of each model, one text per call, 1 thread.
+
+    The calling thread's CPU time (onnxruntime runs a 1-thread session on it), not wall time,
+    so time slices lost to other processes on a busy machine do not count; and the models
+    take turns text by text, in an order rotated every text, so what load does change (caches,
+    clock) hits them alike.
+    """
+    encodings = [tokenizer.encode(t) for t in texts]
+    sessions = {name: MiniLMEmbedder._open(path, 1) for name, path in models.items()}
+    token_types = {name: _takes_token_types(s) for name, s in sessions.items()}
+    names = list(sessions)
+    for name in names:                                   # warm-up: first runs allocate
+        for enc in encodings[:3]:
+            _pooled(sessions[name], output, token_types[name], [enc], len(enc.ids))
+    times: dict = {name: [] for name in names}
+    for r in range(rounds):
+        for i, enc in enumerate(encodings):
+            k = (i + r) % len(names)
+            for name in names[k:] + names[:k]:
+                t0 = time.thread_time()
+                _pooled(sessions[name], output, token_types[name], [enc], len(enc.ids))
+                times[name].append(time.thread_time() - t0)
+    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
 
 
 def _takes_token_types(session: Any) -> bool:
