@@ -1,4 +1,4 @@
-"""One SIGKILL round for the fault-injection drivers (tests/test_durability2.py): fork a
+"""One SIGKILL round for the fault-injection drivers (tests/test_disk_faults.py): fork a
 child that works on a store and reports on a pipe, kill it at a random moment, return what it
 reported."""
 

@@ -23,7 +23,7 @@ from memcore import (
     storage,
 )
 from store_helpers import STORE_CASES, FakeClock, make_store
-from test_durability2 import _run_injected
+from test_disk_faults import _run_injected
 
 DIM = 16
 KEYS = [f"k{i}" for i in range(12)]
