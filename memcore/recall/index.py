@@ -133,6 +133,13 @@ _EMPTY_F = np.zeros(0, np.float64)
 #: The scan's ``sparse`` tuple with no signal.
 _NO_SPARSE = (np.zeros(1, np.int64), _EMPTY_I, _EMPTY_F, _EMPTY_F, _EMPTY_F, _EMPTY_F)
 
+def _padded(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A search's outputs before the scan: ids (k,) int64 all -1, scores and sims (k,)
+    float32 all -inf."""
+    return (np.full(k, -1, np.int64), np.full(k, -np.inf, np.float32),
+            np.full(k, -np.inf, np.float32))
+
+
 #: Rows up to which a moment-sum update is an einsum rather than a BLAS product.
 _SMALL_UPDATE = 16
 
@@ -829,10 +836,7 @@ class HybridIndex:
         lex = lexical if lexical is not None else self.lexical_signals(prepared, w)
         if stats is None and w.normalize:
             stats = self.moments(prepared, q, weights=w, alive=alive, lexical=lex)
-        k = int(top_k)
-        ids = np.full(k, -1, np.int64)
-        scores = np.full(k, -np.inf, np.float32)
-        sims = np.full(k, -np.inf, np.float32)
+        ids, scores, sims = _padded(int(top_k))
         if n == 0:
             return HybridResult(ids, scores, sims, 0)
 
@@ -935,10 +939,7 @@ class HybridIndex:
             live = live & self._column(alive, n, np.bool_, "alive")
         t = self._column(last_accessed_at, n, np.float64, "last_accessed_at")
         imp = self._column(importance, n, np.float32, "importance")
-        k = int(top_k)
-        ids = np.full(k, -1, np.int64)
-        scores = np.full(k, -np.inf, np.float32)
-        sims = np.full(k, -np.inf, np.float32)
+        ids, scores, sims = _padded(int(top_k))
         if n == 0:
             return HybridResult(ids, scores, sims, 0)
         terms = (t, imp, float(now), float(decay.half_life), float(decay.w_recency),
