@@ -278,15 +278,16 @@ def hybrid_arguments(d, query):
         m, v = kmoments.sparse_moments(d["sparse"][j][1], n)
         mu[j], inv[j] = m, (1 / np.sqrt(v) if v > 0 else 0.0)
     sp_w = np.array([HYBRID_W["w_lex"], HYBRID_W["w_lex_ctx"], HYBRID_W["w_speaker"]])
-    return (d["win_start"], d["win_len"], d["win_rows"], ALPHA, dense, sp_ptr, sp_rows, sp_vals, sp_w, mu, inv,
-            d["t"], d["imp"], d["alive"], NOW, 3600.0, 0.0, 0.0, -np.inf)
+    return ((d["win_start"], d["win_len"], d["win_rows"]), ALPHA, dense,
+            (sp_ptr, sp_rows, sp_vals, sp_w, mu, inv), (d["t"], d["imp"], NOW, 3600.0, 0.0, 0.0),
+            d["alive"], -np.inf)
 
 
 def similarity_arguments(d):
     e, z = np.zeros(0, np.int64), np.zeros(0)
-    return (d["win_start"], d["win_len"], d["win_rows"], 1.0, np.array([1.0, 0.0, 1.0, 0.0, 0.0, 1.0]),
-            np.zeros(1, np.int64), e, z, z, z, z, d["t"], d["imp"], d["alive"], NOW, 3600.0, 0.0,
-            0.0, -np.inf)
+    return ((d["win_start"], d["win_len"], d["win_rows"]), 1.0,
+            np.array([1.0, 0.0, 1.0, 0.0, 0.0, 1.0]), (np.zeros(1, np.int64), e, z, z, z, z),
+            (d["t"], d["imp"], NOW, 3600.0, 0.0, 0.0), d["alive"], -np.inf)
 
 
 @contextmanager
@@ -339,7 +340,7 @@ def test_bench_hybrid_recall(benchmark, bench_on, size, method):
         def run():
             q = next_query()
             args = similarity_arguments(d) if sim else hybrid_arguments(d, q)
-            kernel(q, *d["enc"], d["vectors"], *args, *out, stats)
+            kernel(q, d["enc"], d["vectors"], *args, (*out, stats))
             work.append(stats.copy())
             return out[0].copy()
     else:
@@ -371,8 +372,8 @@ def test_bench_hybrid_recall(benchmark, bench_on, size, method):
         args = similarity_arguments(d) if method.startswith("sim") else hybrid_arguments(d, q)
         got = tuple(np.empty(TOP_K, dt) for dt in (np.int64, np.float32, np.float32))
         want = tuple(np.empty(TOP_K, dt) for dt in (np.int64, np.float32, np.float32))
-        kscan.hybrid_scan_topk_serial(q, *d["enc"], d["vectors"], *args, *got, stats)
-        kscan.hybrid_exact_topk(q, d["vectors"], *args, *want)
+        kscan.hybrid_scan_topk_serial(q, d["enc"], d["vectors"], *args, (*got, stats))
+        kscan.hybrid_exact_topk(q, d["vectors"], *args, want)
         for g, w_ in zip(got, want):
             np.testing.assert_array_equal(g, w_)
         info.update(equals_exact_path=True)
@@ -409,7 +410,7 @@ def hybrid_table(sizes, rounds=9):
             def run():
                 q = next_query()
                 args = similarity_arguments(d) if sim else hybrid_arguments(d, q)
-                kernel(q, *d["enc"], d["vectors"], *args, *out, stats)
+                kernel(q, d["enc"], d["vectors"], *args, (*out, stats))
             return run
         cases = [("f32_ctx", 1, lambda: khybrid.hybrid_topk(
                       next_query(), d["ctx"], lex, HYBRID_W["w_ctx"],

@@ -27,18 +27,15 @@ def _sim_of(need, sims, row):
 
 
 @numba.njit(cache=True)
-def hybrid_rows_topk(rows, query, vectors, win_start, win_len, win_rows, alpha, dense, sp_ptr,
-                     sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive,
-                     now, half_life, w_rec, w_imp, threshold, out_ids, out_scores, out_sims):
+def hybrid_rows_topk(rows, query, vectors, windows, alpha, dense, sparse, decay, alive, threshold,
+                     out):
     """The exact hybrid top-k of the candidate ``rows`` (module notes).
 
     Parameters
     ----------
     rows : ndarray of shape (m,), int64
         Distinct candidate rows, each ``< n``.
-    query, vectors, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals,
-    sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive, now, half_life, w_rec, w_imp,
-    threshold, out_ids, out_scores, out_sims
+    query, vectors, windows, alpha, dense, sparse, decay, alive, threshold, out
         As in :func:`memcore.kernels.scan.hybrid_exact_topk`.
 
     Returns
@@ -53,15 +50,18 @@ def hybrid_rows_topk(rows, query, vectors, win_start, win_len, win_rows, alpha, 
     Examples
     --------
     >>> V = np.array([[1, 0], [0.6, 0.8], [0, 1]], np.float32)
-    >>> start, size, wr = np.array([0, 2, 4]), np.array([2, 2, 2]), np.array([0, 1, 0, 1, 1, 2])
-    >>> ids = np.empty(2, np.int64); sc = np.empty(2, np.float32); si = np.empty(2, np.float32)
+    >>> win = (np.array([0, 2, 4]), np.array([2, 2, 2]), np.array([0, 1, 0, 1, 1, 2]))
+    >>> out = (np.empty(2, np.int64), np.empty(2, np.float32), np.empty(2, np.float32))
     >>> e, z = np.zeros(0, np.int64), np.zeros(0)
-    >>> hybrid_rows_topk(np.array([0, 2]), np.array([0, 1], np.float32), V, start, size, wr,
-    ...                  0.5, np.array([0.0, 0, 1, 1.0, 0, 1]), np.zeros(1, np.int64), e, z, z,
-    ...                  z, z, np.zeros(3), np.zeros(3, np.float32), np.ones(3, bool), 0.0, 1.0,
-    ...                  0.0, 0.0, -np.inf, ids, sc, si), ids.tolist(), sc.tolist()
+    >>> sparse = (np.zeros(1, np.int64), e, z, z, z, z)
+    >>> decay = (np.zeros(3), np.zeros(3, np.float32), 0.0, 1.0, 0.0, 0.0)
+    >>> hybrid_rows_topk(np.array([0, 2]), np.array([0, 1], np.float32), V, win, 0.5,
+    ...                  np.array([0.0, 0, 1, 1.0, 0, 1]), sparse, decay, np.ones(3, bool),
+    ...                  -np.inf, out), out[0].tolist(), out[1].tolist()
     (2, [2, 0], [0.949999988079071, 0.20000000298023224])
     """
+    win_start, win_len, win_rows = windows
+    out_ids, out_scores, out_sims = out
     m = rows.shape[0]
     ctx_on = dense[3] != 0.0
     total = m
@@ -100,8 +100,7 @@ def hybrid_rows_topk(rows, query, vectors, win_start, win_len, win_rows, alpha, 
                 for q in range(a, b):
                     acc += _sim_of(need, sims, np.int64(win_rows[q]))
                 ctx = alpha * s_i + (1.0 - alpha) * (acc / (b - a))
-        s = _score(i, s_i, ctx, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
-                   last_accessed_at, importance, now, half_life, w_rec, w_imp)
+        s = _score(i, s_i, ctx, dense, sparse, decay)
         size = heap_push(out_ids, out_scores, out_sims, size, np.int64(i), np.float32(s),
                          np.float32(s_i))
     return heap_sort(out_ids, out_scores, out_sims, size)

@@ -445,11 +445,14 @@ def _window_ctx(sims, win_start, win_len, win_rows, alpha):
     return alpha * sims + (1.0 - alpha) * mean
 
 
-def hybrid_exact_topk(query, vectors, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals,
-                      sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive, now, half_life,
-                      w_rec, w_imp, threshold, out_ids, out_scores, out_sims):
+def hybrid_exact_topk(query, vectors, windows, alpha, dense, sparse, decay, alive, threshold, out):
     """The exact hybrid path (see kernels/scan.py): float64 sims, the window stencil, z-scores
-    with the given statistics, decay, sparse signals; float32 top-k, ties by lower row."""
+    with the given statistics, decay, sparse signals; float32 top-k, ties by lower row.
+    ``windows``, ``sparse``, ``decay`` and ``out`` are the kernel's tuples."""
+    win_start, win_len, win_rows = windows
+    sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv = sparse
+    last_accessed_at, importance, now, half_life, w_rec, w_imp = decay
+    out_ids, out_scores, out_sims = out
     n = vectors.shape[0]
     sims = exact_sims(query, vectors)
     s = np.zeros(n)
@@ -473,29 +476,24 @@ def hybrid_exact_topk(query, vectors, win_start, win_len, win_rows, alpha, dense
                    s[keep].astype(np.float32), out_ids, out_scores, out_sims)
 
 
-def hybrid_rows_topk(rows, query, vectors, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows,
-                     sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive, now,
-                     half_life, w_rec, w_imp, threshold, out_ids, out_scores, out_sims):
+def hybrid_rows_topk(rows, query, vectors, windows, alpha, dense, sparse, decay, alive, threshold,
+                     out):
     """:func:`hybrid_exact_topk` over the candidates ``alive & isin(arange(n), rows)``."""
     cand = np.zeros(vectors.shape[0], bool)
     cand[np.asarray(rows, np.int64)] = True
-    return hybrid_exact_topk(query, vectors, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows,
-                             sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance,
-                             alive & cand, now, half_life, w_rec, w_imp, threshold, out_ids,
-                             out_scores, out_sims)
+    return hybrid_exact_topk(query, vectors, windows, alpha, dense, sparse, decay, alive & cand,
+                             threshold, out)
 
 
-def hybrid_scan_topk(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len, win_rows, alpha,
-                     dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
-                     importance, alive, now, half_life, w_rec, w_imp, threshold,
-                     out_ids, out_scores, out_sims, stats, parallel=False):
-    """:func:`hybrid_exact_topk` (the codes only change the work); stats = [live rows, n]."""
+def hybrid_scan_topk(query, codes, vectors, windows, alpha, dense, sparse, decay, alive, threshold,
+                     out, parallel=False):
+    """:func:`hybrid_exact_topk` (the codes only change the work); ``out`` ends with ``stats``,
+    set to [live rows, n]."""
+    stats = out[3]
     stats[0] = int(alive.sum())
     stats[1] = vectors.shape[0]
-    return hybrid_exact_topk(query, vectors, win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows,
-                             sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive,
-                             now, half_life, w_rec, w_imp, threshold, out_ids, out_scores,
-                             out_sims)
+    return hybrid_exact_topk(query, vectors, windows, alpha, dense, sparse, decay, alive,
+                             threshold, out[:3])
 
 
 # --------------------------------------------------------------------------- moments

@@ -127,9 +127,10 @@ def _sparse_value(sp_ptr, sp_rows, sp_vals, l, i):
 
 
 @numba.njit(cache=True)
-def _score(i, sim, ctx, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
-           last_accessed_at, importance, now, half_life, w_rec, w_imp):
+def _score(i, sim, ctx, dense, sparse, decay):
     """The exact float64 score of row i (module notes), before rounding to float32."""
+    sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv = sparse
+    last_accessed_at, importance, now, half_life, w_rec, w_imp = decay
     s = 0.0
     if dense[0] != 0.0:
         s += dense[0] * ((sim - dense[1]) * dense[2])
@@ -146,8 +147,9 @@ def _score(i, sim, ctx, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
 
 
 @numba.njit(cache=True)
-def _ctx(i, sims, win_start, win_len, win_rows, alpha):
+def _ctx(i, sims, windows, alpha):
     """``alpha * sims[i] + (1 - alpha) * mean(sims[W(i)])`` (sum in window order)."""
+    win_start, win_len, win_rows = windows
     a = win_start[i]
     b = (win_start[i] + win_len[i])
     if b <= a:
@@ -159,43 +161,38 @@ def _ctx(i, sims, win_start, win_len, win_rows, alpha):
 
 
 @numba.njit(cache=True)
-def hybrid_exact_topk(query, vectors, win_start, win_len, win_rows, alpha, dense, sp_ptr,
-                      sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, alive,
-                      now, half_life, w_rec, w_imp, threshold, out_ids, out_scores, out_sims):
+def hybrid_exact_topk(query, vectors, windows, alpha, dense, sparse, decay, alive, threshold, out):
     """The exact path: every row's exact similarity, the stencil, the score, a bounded heap.
 
     Parameters
     ----------
     query : ndarray of shape (dim,), float32
     vectors : ndarray of shape (n, dim), float32
-    win_start, win_len : ndarray of shape (n,), int64
-    win_rows : ndarray, int64 or int32
-        Row ``i``'s episode window is ``win_rows[win_start[i]:win_start[i] + win_len[i]]``
-        (itself included).
+    windows : tuple (win_start, win_len, win_rows)
+        ``win_start``, ``win_len``: ndarray of shape (n,), int64; ``win_rows``: ndarray, int32
+        or int64. Row ``i``'s episode window is
+        ``win_rows[win_start[i]:win_start[i] + win_len[i]]`` (itself included).
     alpha : float
         Share of the row's own similarity in its context similarity, in [0, 1].
     dense : ndarray of shape (6,), float64
         ``w_own, mu_own, inv_own, w_ctx, mu_ctx, inv_ctx``; weights and ``inv`` >= 0.
-    sp_ptr : ndarray of shape (n_sparse + 1,), int64
-    sp_rows : ndarray of shape (sp_ptr[-1],), int64
-        Signal ``l``'s rows, ``sp_rows[sp_ptr[l]:sp_ptr[l + 1]]``, strictly ascending.
-    sp_vals : ndarray of shape (sp_ptr[-1],), float64
-        Their values, >= 0 (the codes scan relies on it; BM25 scores and boosts are).
-    sp_w, sp_mu, sp_inv : ndarray of shape (n_sparse,), float64
-        Weight (>= 0), mean and inverse std (>= 0) of each sparse signal.
-    last_accessed_at : ndarray of shape (n,), float64
-        Unix seconds.
-    importance : ndarray of shape (n,), float32
-        In [0, 1] (the codes scan relies on it).
+    sparse : tuple (sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv)
+        ``sp_ptr``: (n_sparse + 1,) int64; ``sp_rows``: (sp_ptr[-1],) int64, signal ``l``'s
+        rows ``sp_rows[sp_ptr[l]:sp_ptr[l + 1]]``, strictly ascending; ``sp_vals``:
+        (sp_ptr[-1],) float64, their values, >= 0 (the codes scan relies on it; BM25 scores
+        and boosts are); ``sp_w``, ``sp_mu``, ``sp_inv``: (n_sparse,) float64, weight (>= 0),
+        mean and inverse std (>= 0) of each signal.
+    decay : tuple (last_accessed_at, importance, now, half_life, w_rec, w_imp)
+        ``last_accessed_at``: (n,) float64 Unix seconds; ``importance``: (n,) float32 in
+        [0, 1] (the codes scan relies on it); ``now``, ``half_life`` (seconds), ``w_rec``,
+        ``w_imp`` (>= 0): floats.
     alive : ndarray of shape (n,), bool
         Candidate rows (window rows count whether alive or not).
-    now, half_life, w_rec, w_imp : float
-        Decay terms (seconds; weights >= 0).
     threshold : float
         Minimum own similarity (float64 comparison); ``-inf`` for none.
-    out_ids : ndarray of shape (k,), int64
-    out_scores, out_sims : ndarray of shape (k,), float32
-        Written: best first, padded with -1 / -inf / -inf.
+    out : tuple (out_ids, out_scores, out_sims)
+        ``out_ids``: (k,) int64; ``out_scores``, ``out_sims``: (k,) float32. Written: best
+        first, padded with -1 / -inf / -inf.
 
     Returns
     -------
@@ -209,15 +206,17 @@ def hybrid_exact_topk(query, vectors, win_start, win_len, win_rows, alpha, dense
     Examples
     --------
     >>> V = np.array([[1, 0], [0.6, 0.8], [0, 1]], np.float32)
-    >>> start, size, rows = np.array([0, 2, 4]), np.array([2, 2, 2]), np.array([0, 1, 0, 1, 1, 2])
-    >>> ids = np.empty(2, np.int64); sc = np.empty(2, np.float32); si = np.empty(2, np.float32)
+    >>> win = (np.array([0, 2, 4]), np.array([2, 2, 2]), np.array([0, 1, 0, 1, 1, 2]))  # W(2) = [1, 2]
+    >>> out = (np.empty(2, np.int64), np.empty(2, np.float32), np.empty(2, np.float32))
     >>> e, z = np.zeros(0, np.int64), np.zeros(0)
-    >>> hybrid_exact_topk(np.array([0, 1], np.float32), V, start, size, rows, 0.5,  # W(2) = [1, 2]
-    ...                   np.array([0.0, 0, 1, 1.0, 0, 1]), np.zeros(1, np.int64), e, z, z, z,
-    ...                   z, np.zeros(3), np.zeros(3, np.float32), np.ones(3, bool), 0.0, 1.0,
-    ...                   0.0, 0.0, -np.inf, ids, sc, si), ids.tolist(), sc.tolist()
+    >>> sparse = (np.zeros(1, np.int64), e, z, z, z, z)
+    >>> decay = (np.zeros(3), np.zeros(3, np.float32), 0.0, 1.0, 0.0, 0.0)
+    >>> hybrid_exact_topk(np.array([0, 1], np.float32), V, win, 0.5,
+    ...                   np.array([0.0, 0, 1, 1.0, 0, 1]), sparse, decay, np.ones(3, bool),
+    ...                   -np.inf, out), out[0].tolist(), out[1].tolist()
     (2, [2, 1], [0.949999988079071, 0.6000000238418579])
     """
+    out_ids, out_scores, out_sims = out
     n = vectors.shape[0]
     sims = np.empty(n, np.float64)
     for i in range(n):
@@ -227,9 +226,8 @@ def hybrid_exact_topk(query, vectors, win_start, win_len, win_rows, alpha, dense
     for i in range(n):
         if not alive[i] or not sims[i] >= thr:
             continue
-        ctx = _ctx(i, sims, win_start, win_len, win_rows, alpha) if dense[3] != 0.0 else 0.0
-        s = _score(i, sims[i], ctx, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
-                   last_accessed_at, importance, now, half_life, w_rec, w_imp)
+        ctx = _ctx(i, sims, windows, alpha) if dense[3] != 0.0 else 0.0
+        s = _score(i, sims[i], ctx, dense, sparse, decay)
         size = heap_push(out_ids, out_scores, out_sims, size, np.int64(i), np.float32(s),
                          np.float32(sims[i]))
     return heap_sort(out_ids, out_scores, out_sims, size)
@@ -295,8 +293,11 @@ def _code_dots(qcode, codes, start, stop, idot):
 
 
 @numba.njit(cache=True)
-def _code_bounds(qscale, qres, qnorm, dim, scale, cnorm, rnorm, idot, start, stop, hi):
+def _code_bounds(qc, codes, idot, start, stop, hi):
     """``hi[i] >= sim_i`` from the integer dot products, float32 rounded up (branch-free)."""
+    _, qscale, qres, qnorm = qc
+    c, scale, cnorm, rnorm = codes
+    dim = c.shape[1]
     for i in range(start, stop):
         a = np.float64(scale[i]) * qscale * np.float64(idot[i - start])
         hi[i] = _up32(a + code_bound(a, scale[i], cnorm[i], rnorm[i], qres, qnorm, dim))
@@ -316,13 +317,13 @@ def _top_bounds(hi, alive, start, stop, s_ids, s_keys, s_tmp):
 
 
 @numba.njit(cache=True)
-def _pass_codes(qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive, start, stop,
-                hi, s_ids, s_keys, s_tmp):
-    """Upper bounds ``hi`` on the similarities of rows [start, stop) from their codes, and
-    their seeds (:func:`_top_bounds`); returns the seed heap's size."""
+def _pass_codes(qc, codes, alive, start, stop, hi, s_ids, s_keys, s_tmp):
+    """Upper bounds ``hi`` on the similarities of rows [start, stop) from their codes
+    (``qc``: the query's code, scale, residual and norm; ``codes``: the rows' codes, scale,
+    cnorm, rnorm), and their seeds (:func:`_top_bounds`); returns the seed heap's size."""
     idot = np.empty(stop - start, np.int32)       # the block's dot products (cache-resident)
-    _code_dots(qcode, codes, start, stop, idot)
-    _code_bounds(qscale, qres, qnorm, codes.shape[1], scale, cnorm, rnorm, idot, start, stop, hi)
+    _code_dots(qc[0], codes[0], start, stop, idot)
+    _code_bounds(qc, codes, idot, start, stop, hi)
     return _top_bounds(hi, alive, start, stop, s_ids, s_keys, s_tmp)
 
 
@@ -349,10 +350,13 @@ def _hot_rows(hi, hstar):
 
 
 @numba.njit(cache=True)
-def _exact_into(i, query, vectors, sims, known, win_start, win_len, win_rows, alpha, dense, sp_ptr,
-                sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, now,
-                half_life, w_rec, w_imp, thr, out_ids, out_scores, out_sims, size, stats):
-    """Score row i exactly (similarities cached in sims/known) and offer it to the heap."""
+def _exact_into(i, exact, windows, alpha, dense, sparse, decay, thr, out, size):
+    """Score row i exactly and offer it to the heap. ``exact``: ``(query, vectors, sims,
+    known)``, the similarities computed so far cached in ``sims``/``known``; ``out``:
+    ``(out_ids, out_scores, out_sims, stats)``."""
+    query, vectors, sims, known = exact
+    out_ids, out_scores, out_sims, stats = out
+    win_start, win_len, win_rows = windows
     stats[0] += 1
     if not known[i]:
         sims[i] = exact_sim(query, vectors[i])
@@ -369,19 +373,21 @@ def _exact_into(i, query, vectors, sims, known, win_start, win_len, win_rows, al
                 sims[j] = exact_sim(query, vectors[j])
                 known[j] = True
                 stats[1] += 1
-        ctx = _ctx(i, sims, win_start, win_len, win_rows, alpha)
-    s = _score(i, sim, ctx, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
-               last_accessed_at, importance, now, half_life, w_rec, w_imp)
+        ctx = _ctx(i, sims, windows, alpha)
+    s = _score(i, sim, ctx, dense, sparse, decay)
     return heap_push(out_ids, out_scores, out_sims, size, np.int64(i), np.float32(s),
                      np.float32(sim))
 
 
 @numba.njit(cache=True)
-def _upper(i, g, hi, win_start, win_len, win_rows, alpha, dense, sp_c, sp_m, last_accessed_at,
-           importance, now, half_life, w_rec, w_imp):
+def _upper(i, g, hi, windows, alpha, dense, sp_cm, decay):
     """A rigorous upper bound on row i's float32 score from the similarity intervals and the
-    row's sparse gain ``g = sum_l w_l * x_l[i] * inv_l`` (``sp_c = -sum_l w_l * mu_l * inv_l``,
-    ``sp_m = sum_l w_l * |mu_l| * inv_l``; :func:`_sparse_constants`)."""
+    row's sparse gain ``g = sum_l w_l * x_l[i] * inv_l`` (``sp_cm = (sp_c, sp_m)``,
+    ``sp_c = -sum_l w_l * mu_l * inv_l``, ``sp_m = sum_l w_l * |mu_l| * inv_l``;
+    :func:`_sparse_constants`)."""
+    win_start, win_len, win_rows = windows
+    sp_c, sp_m = sp_cm
+    last_accessed_at, importance, now, half_life, w_rec, w_imp = decay
     a_hi = np.float64(hi[i])
     u = 0.0
     mag = 0.0
@@ -432,9 +438,10 @@ def _sparse_constants(sp_w, sp_mu, sp_inv):
 
 
 @numba.njit(cache=True)
-def _sparse_union(sp_ptr, sp_rows, sp_vals, sp_w, sp_inv):
+def _sparse_union(sparse):
     """The rows holding any sparse signal, ascending (a k-way merge of the signals' sorted
     rows), and each one's gain ``g = sum_l w_l * x_l * inv_l`` (signals in order)."""
+    sp_ptr, sp_rows, sp_vals, sp_w, _, sp_inv = sparse
     n_sp = sp_w.shape[0]
     rows = np.empty(sp_ptr[n_sp], np.int64)
     gain = np.empty(sp_ptr[n_sp], np.float64)
@@ -467,20 +474,23 @@ def _gain_of(i, u_rows, u_gain):
 
 
 @numba.njit(cache=True)
-def _finish(query, vectors, hi, hot, u_rows, u_gain, mark, win_start, win_len, win_rows, alpha,
-            dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance,
-            alive, now, half_life, w_rec, w_imp, thr, c1, c2, slack, out_ids, out_scores,
-            out_sims, size, sims, known, stats):
+def _finish(exact, bounds, consts, windows, alpha, dense, sparse, decay, alive, thr, out, size):
     """Flag the hot rows' windows (windows are symmetric: ``W^-1(j) = W(j)``) and the sparse
     rows whose cheap bound reaches ``tau``; refine their bounds and rerank exactly. Work is
-    proportional to the flagged rows and the sparse rows, not to n. ``mark``: 0 for a row
-    not seen yet, 2 for a seed (scored already); flagged rows get 1."""
+    proportional to the flagged rows and the sparse rows, not to n. ``bounds``: ``(hi, hot,
+    u_rows, u_gain, mark)``, ``mark`` 0 for a row not seen yet, 2 for a seed (scored
+    already), flagged rows get 1; ``consts``: ``(c1, c2, slack)`` (:func:`_after_codes`)."""
+    hi, hot, u_rows, u_gain, mark = bounds
+    c1, c2, slack = consts
+    win_start, win_len, win_rows = windows
+    importance, w_imp = decay[1], decay[5]
+    out_ids, out_scores, out_sims, stats = out
     k = out_ids.shape[0]
     tau = out_scores[0] if size == k else -np.inf
-    windows = dense[3] != 0.0
-    sp_c, sp_m = _sparse_constants(sp_w, sp_mu, sp_inv)
+    windows_on = dense[3] != 0.0
+    sp_cm = _sparse_constants(sparse[3], sparse[4], sparse[5])
     cap = hot.shape[0] + u_rows.shape[0]
-    if windows:
+    if windows_on:
         for j in range(hot.shape[0]):
             cap += win_len[hot[j]]
     f_rows = np.empty(cap, np.int64)
@@ -493,7 +503,7 @@ def _finish(query, vectors, hi, hot, u_rows, u_gain, mark, win_start, win_len, w
             f_rows[m] = r
             f_gain[m] = _gain_of(r, u_rows, u_gain)
             m += 1
-        if windows:
+        if windows_on:
             for p in range(win_start[r], win_start[r] + win_len[r]):
                 x = win_rows[p]
                 if mark[x] == 0:
@@ -524,8 +534,7 @@ def _finish(query, vectors, hi, hot, u_rows, u_gain, mark, win_start, win_len, w
         if not alive[i] or not np.float64(hi[i]) >= thr:
             continue                         # dead, or below the threshold
         n_flag += 1
-        u = _upper(i, f_gain[j], hi, win_start, win_len, win_rows, alpha, dense, sp_c, sp_m,
-                   last_accessed_at, importance, now, half_life, w_rec, w_imp)
+        u = _upper(i, f_gain[j], hi, windows, alpha, dense, sp_cm, decay)
         if u >= tau:
             cand[nc] = i
             key[nc] = -u
@@ -538,10 +547,7 @@ def _finish(query, vectors, hi, hot, u_rows, u_gain, mark, win_start, win_len, w
         i = cand[order[o]]
         if size == k and -key[order[o]] < np.float64(out_scores[0]):
             break                                  # no later candidate can reach the k-th
-        size = _exact_into(i, query, vectors, sims, known, win_start, win_len, win_rows, alpha,
-                           dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
-                           importance, now, half_life, w_rec, w_imp, thr, out_ids, out_scores,
-                           out_sims, size, stats)
+        size = _exact_into(i, exact, windows, alpha, dense, sparse, decay, thr, out, size)
     return heap_sort(out_ids, out_scores, out_sims, size)
 
 
@@ -566,17 +572,18 @@ def _sparse_seeds(hi, alive, thr, importance, w_imp, t, u_rows, u_gain, m):
 
 
 @numba.njit(cache=True)
-def _seeds_and_constants(query, vectors, s_ids, s_keys, s_sizes, extra, mark, win_start, win_len,
-                         win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
-                         last_accessed_at, importance, now, half_life, w_rec, w_imp, thr,
-                         out_ids, out_scores, out_sims, sims, known, stats):
-    """Score the seeds (the blocks' highest ``hi`` and the ``extra`` rows) exactly, marking
-    them 2 in ``mark`` (the heap's root ``tau`` becomes a lower bound on the k-th score),
-    then the hot-row level ``hstar``: a row holding no sparse signal, with ``hi < hstar`` and
-    no row of its window at ``hi >= hstar``, scores below ``tau``. Also the constants of the
-    bound of such a row holding sparse signals,
+def _seeds_and_constants(exact, seeds, extra, mark, windows, alpha, dense, sparse, decay, thr, out):
+    """Score the seeds (the blocks' highest ``hi``, ``seeds = (s_ids, s_keys, s_sizes)``, and
+    the ``extra`` rows) exactly, marking them 2 in ``mark`` (the heap's root ``tau`` becomes a
+    lower bound on the k-th score), then the hot-row level ``hstar``: a row holding no sparse
+    signal, with ``hi < hstar`` and no row of its window at ``hi >= hstar``, scores below
+    ``tau``. Also the constants of the bound of such a row holding sparse signals,
     ``c1 * hi_i + c0 + t_ctx * (1 - alpha) * min(hstar, max hi) + w_imp * importance_i
     + slack`` (:func:`_after_codes`)."""
+    s_ids, s_keys, s_sizes = seeds
+    _, _, _, sp_w, sp_mu, sp_inv = sparse
+    _, _, _, _, w_rec, w_imp = decay
+    out_ids, out_scores = out[0], out[1]
     m = s_ids.shape[1]
     t_ids = np.empty(m, np.int64)
     t_keys = np.empty(m, np.float32)
@@ -586,17 +593,14 @@ def _seeds_and_constants(query, vectors, s_ids, s_keys, s_sizes, extra, mark, wi
         for j in range(s_sizes[b]):
             size = heap_push(t_ids, t_keys, t_tmp, size, s_ids[b, j], s_keys[b, j], s_keys[b, j])
     seeds = np.sort(np.concatenate((t_ids[:size], extra)))
-    out = 0
+    out_size = 0
     for j in range(seeds.shape[0]):
         i = seeds[j]
         if mark[i] != 0:
             continue                             # a repeat
         mark[i] = 2
-        out = _exact_into(i, query, vectors, sims, known, win_start, win_len, win_rows,
-                          alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
-                          last_accessed_at, importance, now, half_life, w_rec, w_imp, thr,
-                          out_ids, out_scores, out_sims, out, stats)
-    tau = np.float64(out_scores[0]) if out == out_ids.shape[0] else -np.inf
+        out_size = _exact_into(i, exact, windows, alpha, dense, sparse, decay, thr, out, out_size)
+    tau = np.float64(out_scores[0]) if out_size == out_ids.shape[0] else -np.inf
     t_own = dense[0] * dense[2] if dense[0] != 0.0 else 0.0
     t_ctx = dense[3] * dense[5] if dense[3] != 0.0 else 0.0
     c0 = -t_own * dense[1] - t_ctx * dense[4] + w_rec
@@ -619,42 +623,40 @@ def _seeds_and_constants(query, vectors, s_ids, s_keys, s_sizes, extra, mark, wi
             hstar -= abs(hstar) * 1e-9 + 1e-12
     else:
         hstar = np.inf if rest < tau else -np.inf
-    return out, t_own + t_ctx * alpha, c0, t_ctx, slack, hstar
+    return out_size, t_own + t_ctx * alpha, c0, t_ctx, slack, hstar
 
 
 @numba.njit(cache=True)
 def _setup(query, n, dim, k):
-    """The quantised query and the first pass's arrays (row blocks, seed heaps)."""
+    """The quantised query ``(qcode, qscale, qres, qnorm)`` and the first pass's arrays:
+    ``hi``, the row blocks, the seed heaps ``(s_ids, s_keys, s_tmp, s_sizes)``."""
     qcode = np.empty(dim, np.int8)
     qscale, qres, qnorm = quantize_query(query, qcode)
     nb = _n_blocks(n)
     m = 2 * k + 16
-    return (qcode, qscale, qres, qnorm, np.empty(n, np.float32), nb,
-            np.empty((nb, m), np.int64), np.empty((nb, m), np.float32),
-            np.empty((nb, m), np.float32), np.zeros(nb, np.int64))
+    return ((qcode, qscale, qres, qnorm), np.empty(n, np.float32), nb,
+            (np.empty((nb, m), np.int64), np.empty((nb, m), np.float32),
+             np.empty((nb, m), np.float32), np.zeros(nb, np.int64)))
 
 
 @numba.njit(cache=True)
-def _after_codes(query, vectors, hi, s_ids, s_keys, s_sizes, win_start, win_len, win_rows, alpha,
-                 dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
-                 importance, alive, now, half_life, w_rec, w_imp, threshold, out_ids,
-                 out_scores, out_sims, stats):
+def _after_codes(query, vectors, hi, seeds, windows, alpha, dense, sparse, decay, alive,
+                 threshold, out):
     """Everything after the code pass, shared by the serial and parallel kernels: the sparse
     rows and their gains, seeds (the highest ``hi``, and the sparse rows most likely to score
     high) and constants, hot rows, bounds and the exact rerank."""
+    importance, w_imp = decay[1], decay[5]
     n = hi.shape[0]
     thr = np.float64(threshold)
-    sims = np.empty(n, np.float64)
-    known = np.zeros(n, np.bool_)
+    exact = (query, vectors, np.empty(n, np.float64), np.zeros(n, np.bool_))
     mark = np.zeros(n, np.int8)
-    u_rows, u_gain = _sparse_union(sp_ptr, sp_rows, sp_vals, sp_w, sp_inv)
+    u_rows, u_gain = _sparse_union(sparse)
     t = (dense[0] * dense[2] if dense[0] != 0.0 else 0.0) + \
         (dense[3] * dense[5] if dense[3] != 0.0 else 0.0)
-    extra = _sparse_seeds(hi, alive, thr, importance, w_imp, t, u_rows, u_gain, s_ids.shape[1])
+    extra = _sparse_seeds(hi, alive, thr, importance, w_imp, t, u_rows, u_gain, seeds[0].shape[1])
     size, c1, c0, t_ctx, slack, hstar = _seeds_and_constants(
-        query, vectors, s_ids, s_keys, s_sizes, extra, mark, win_start, win_len, win_rows, alpha,
-        dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at, importance, now,
-        half_life, w_rec, w_imp, thr, out_ids, out_scores, out_sims, sims, known, stats)
+        exact, (seeds[0], seeds[1], seeds[3]), extra, mark, windows, alpha, dense, sparse, decay,
+        thr, out)
     hot, top = _hot_rows(hi, hstar)
     # a row whose window holds no hot row has a window mean hi below hstar, and never above
     # the largest hi (dead rows' included): the context term of its cheap bound
@@ -663,87 +665,75 @@ def _after_codes(query, vectors, hi, s_ids, s_keys, s_sizes, win_start, win_len,
         c2 += t_ctx * ((1.0 - alpha) * min(hstar, top))
     if hstar == -np.inf:
         c2 = np.inf                              # every row is flagged anyway
-    return _finish(query, vectors, hi, hot, u_rows, u_gain, mark, win_start,
-                   win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu,
-                   sp_inv, last_accessed_at, importance, alive, now, half_life, w_rec, w_imp,
-                   thr, c1, c2, slack, out_ids, out_scores, out_sims, size, sims, known, stats)
+    return _finish(exact, (hi, hot, u_rows, u_gain, mark), (c1, c2, slack), windows, alpha,
+                   dense, sparse, decay, alive, thr, out, size)
 
 
 @numba.njit(cache=True)
-def hybrid_scan_topk_serial(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len,
-                            win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
-                            last_accessed_at, importance, alive, now, half_life, w_rec, w_imp,
-                            threshold, out_ids, out_scores, out_sims, stats):
+def hybrid_scan_topk_serial(query, codes, vectors, windows, alpha, dense, sparse, decay, alive,
+                            threshold, out):
     """:func:`hybrid_exact_topk`'s result from int8 codes, single-threaded.
 
     See :func:`hybrid_scan_topk` for the parameters.
     """
-    n = codes.shape[0]
+    out_ids, out_scores, out_sims, stats = out
+    n = codes[0].shape[0]
     stats[0] = 0
     stats[1] = 0
     if out_ids.shape[0] == 0 or n == 0:
         return heap_sort(out_ids, out_scores, out_sims, 0)
-    qcode, qscale, qres, qnorm, hi, nb, s_ids, s_keys, s_tmp, s_sizes = _setup(
-        query, n, codes.shape[1], out_ids.shape[0])
+    qc, hi, nb, seeds = _setup(query, n, codes[0].shape[1], out_ids.shape[0])
+    s_ids, s_keys, s_tmp, s_sizes = seeds
     for b in range(nb):
-        s_sizes[b] = _pass_codes(qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive,
-                                 b * n // nb, (b + 1) * n // nb, hi, s_ids[b], s_keys[b],
-                                 s_tmp[b])
-    return _after_codes(query, vectors, hi, s_ids, s_keys, s_sizes, win_start, win_len, win_rows,
-                        alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
-                        last_accessed_at, importance, alive, now, half_life, w_rec, w_imp,
-                        threshold, out_ids, out_scores, out_sims, stats)
+        s_sizes[b] = _pass_codes(qc, codes, alive, b * n // nb, (b + 1) * n // nb, hi,
+                                 s_ids[b], s_keys[b], s_tmp[b])
+    return _after_codes(query, vectors, hi, (s_ids, s_keys, s_tmp, s_sizes), windows, alpha,
+                        dense, sparse, decay, alive, threshold, out)
 
 
 @numba.njit(cache=True, parallel=True)
-def hybrid_scan_topk_parallel(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len,
-                              win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
-                              last_accessed_at, importance, alive, now, half_life, w_rec, w_imp,
-                              threshold, out_ids, out_scores, out_sims, stats):
-    """:func:`hybrid_scan_topk_serial` with the code scan and the hot-row pass split in row
-    blocks over numba's threads; identical results and ``stats``.
+def hybrid_scan_topk_parallel(query, codes, vectors, windows, alpha, dense, sparse, decay, alive,
+                              threshold, out):
+    """:func:`hybrid_scan_topk_serial` with the code scan split in row blocks over numba's
+    threads; identical results and ``stats``.
 
     See :func:`hybrid_scan_topk` for the parameters.
     """
-    n = codes.shape[0]
+    out_ids, out_scores, out_sims, stats = out
+    n = codes[0].shape[0]
     stats[0] = 0
     stats[1] = 0
     if out_ids.shape[0] == 0 or n == 0:
         return heap_sort(out_ids, out_scores, out_sims, 0)
-    qcode, qscale, qres, qnorm, hi, nb, s_ids, s_keys, s_tmp, s_sizes = _setup(
-        query, n, codes.shape[1], out_ids.shape[0])
+    qc, hi, nb, seeds = _setup(query, n, codes[0].shape[1], out_ids.shape[0])
+    s_ids, s_keys, s_tmp, s_sizes = seeds
     for b in numba.prange(nb):
-        s_sizes[b] = _pass_codes(qcode, qscale, qres, qnorm, codes, scale, cnorm, rnorm, alive,
-                                 b * n // nb, (b + 1) * n // nb, hi, s_ids[b], s_keys[b],
-                                 s_tmp[b])
-    return _after_codes(query, vectors, hi, s_ids, s_keys, s_sizes, win_start, win_len, win_rows,
-                        alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv,
-                        last_accessed_at, importance, alive, now, half_life, w_rec, w_imp,
-                        threshold, out_ids, out_scores, out_sims, stats)
+        s_sizes[b] = _pass_codes(qc, codes, alive, b * n // nb, (b + 1) * n // nb, hi,
+                                 s_ids[b], s_keys[b], s_tmp[b])
+    # the seed arrays as the loop wrote them, in a new tuple: read through the tuple _setup
+    # returned, the loop's writes to s_sizes are not seen after numba's parfor pass
+    return _after_codes(query, vectors, hi, (s_ids, s_keys, s_tmp, s_sizes), windows, alpha,
+                        dense, sparse, decay, alive, threshold, out)
 
 
-def hybrid_scan_topk(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len, win_rows,
-                     alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
-                     importance, alive, now, half_life, w_rec, w_imp, threshold,
-                     out_ids, out_scores, out_sims, stats, parallel=False):
+def hybrid_scan_topk(query, codes, vectors, windows, alpha, dense, sparse, decay, alive, threshold,
+                     out, parallel=False):
     """Exact hybrid top-k (:func:`hybrid_exact_topk`'s result) from a compressed first pass.
 
     Parameters
     ----------
     query : ndarray of shape (dim,), float32
-    codes : ndarray of shape (n, dim), int8
-    scale, cnorm, rnorm : ndarray of shape (n,), float32
-        From :func:`memcore.kernels.codes.encode_rows` of ``vectors``.
+    codes : tuple (codes, scale, cnorm, rnorm)
+        ``codes``: (n, dim) int8; ``scale``, ``cnorm``, ``rnorm``: (n,) float32; from
+        :func:`memcore.kernels.codes.encode_rows` of ``vectors``.
     vectors : ndarray of shape (n, dim), float32
         The rows themselves (only candidates and their windows are read).
-    win_start, win_len, win_rows, alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu,
-    sp_inv, last_accessed_at, importance, alive, now, half_life, w_rec, w_imp, threshold
+    windows, alpha, dense, sparse, decay, alive, threshold
         As in :func:`hybrid_exact_topk`.
-    out_ids : ndarray of shape (k,), int64
-    out_scores, out_sims : ndarray of shape (k,), float32
-        Written, as in :func:`hybrid_exact_topk` (identical values).
-    stats : ndarray of shape (2,), int64
-        Written: rows reranked exactly, exact similarities computed.
+    out : tuple (out_ids, out_scores, out_sims, stats)
+        As in :func:`hybrid_exact_topk` (identical values), and ``stats``: (2,) or (4,)
+        int64, written: rows reranked exactly, exact similarities computed (and, with 4
+        slots, rows flagged and candidates).
     parallel : bool, default False
         Use :func:`hybrid_scan_topk_parallel` (numba's current thread count).
 
@@ -760,19 +750,19 @@ def hybrid_scan_topk(query, codes, scale, cnorm, rnorm, vectors, win_start, win_
     --------
     >>> from memcore.kernels.codes import encode_rows
     >>> V = np.array([[1, 0], [0.6, 0.8], [0, 1]], np.float32)
-    >>> C = np.empty((3, 2), np.int8); s, cn, rn = (np.empty(3, np.float32) for _ in range(3))
-    >>> encode_rows(V, C, s, cn, rn)
-    >>> start, size, rows = np.array([0, 2, 4]), np.array([2, 2, 2]), np.array([0, 1, 0, 1, 1, 2])
-    >>> ids = np.empty(2, np.int64); sc = np.empty(2, np.float32); si = np.empty(2, np.float32)
-    >>> e, z, st = np.zeros(0, np.int64), np.zeros(0), np.zeros(2, np.int64)
-    >>> hybrid_scan_topk(np.array([0, 1], np.float32), C, s, cn, rn, V, start, size, rows, 0.5,
-    ...                  np.array([0.0, 0, 1, 1.0, 0, 1]), np.zeros(1, np.int64), e, z, z, z,
-    ...                  z, np.zeros(3), np.zeros(3, np.float32), np.ones(3, bool), 0.0, 1.0,
-    ...                  0.0, 0.0, -np.inf, ids, sc, si, st), ids.tolist()
+    >>> codes = (np.empty((3, 2), np.int8), *(np.empty(3, np.float32) for _ in range(3)))
+    >>> encode_rows(V, *codes)
+    >>> win = (np.array([0, 2, 4]), np.array([2, 2, 2]), np.array([0, 1, 0, 1, 1, 2]))
+    >>> out = (np.empty(2, np.int64), np.empty(2, np.float32), np.empty(2, np.float32),
+    ...        np.zeros(2, np.int64))
+    >>> e, z = np.zeros(0, np.int64), np.zeros(0)
+    >>> sparse = (np.zeros(1, np.int64), e, z, z, z, z)
+    >>> decay = (np.zeros(3), np.zeros(3, np.float32), 0.0, 1.0, 0.0, 0.0)
+    >>> hybrid_scan_topk(np.array([0, 1], np.float32), codes, V, win, 0.5,
+    ...                  np.array([0.0, 0, 1, 1.0, 0, 1]), sparse, decay, np.ones(3, bool),
+    ...                  -np.inf, out), out[0].tolist()
     (2, [2, 1])
     """
     kernel = hybrid_scan_topk_parallel if parallel else hybrid_scan_topk_serial
-    return kernel(query, codes, scale, cnorm, rnorm, vectors, win_start, win_len, win_rows,
-                  alpha, dense, sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv, last_accessed_at,
-                  importance, alive, now, half_life, w_rec, w_imp, threshold, out_ids,
-                  out_scores, out_sims, stats)
+    return kernel(query, codes, vectors, windows, alpha, dense, sparse, decay, alive, threshold,
+                  out)

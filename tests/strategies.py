@@ -284,11 +284,12 @@ class HybridProblem:
     kind: str
 
     def after_vectors(self):
-        """Every argument after ``vectors`` up to ``threshold``, in kernel order."""
-        return (self.win_start, self.win_len, self.win_rows, self.alpha, self.dense, self.sp_ptr, self.sp_rows,
-                self.sp_vals, self.sp_w, self.sp_mu, self.sp_inv, self.last_accessed_at,
-                self.importance, self.alive, self.now, self.half_life, self.w_rec, self.w_imp,
-                self.threshold)
+        """Every argument after ``vectors`` up to ``threshold``, in kernel order (windows,
+        sparse signals and decay as the kernels' tuples)."""
+        return ((self.win_start, self.win_len, self.win_rows), self.alpha, self.dense,
+                (self.sp_ptr, self.sp_rows, self.sp_vals, self.sp_w, self.sp_mu, self.sp_inv),
+                (self.last_accessed_at, self.importance, self.now, self.half_life, self.w_rec,
+                 self.w_imp), self.alive, self.threshold)
 
 
 @st.composite

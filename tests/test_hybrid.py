@@ -352,11 +352,11 @@ def _oracle_search(model, order, w, decay, q, qtext, t, imp, now, thr, k, n_rows
     ptr[1:] = np.cumsum([s[0].shape[0] for s in sp])
     cat = (lambda j, dt: np.concatenate([s[j] for s in sp]).astype(dt) if sp else np.zeros(0, dt))
     ids, sc, si = np.empty(k, np.int64), np.empty(k, np.float32), np.empty(k, np.float32)
-    cnt = ref.hybrid_exact_topk(q, V, ws, wl, wr, w.alpha, dense, ptr, cat(0, np.int64),
-                                cat(1, np.float64), np.array([s[2] for s in sp]),
-                                np.array([s[3] for s in sp]), np.array([s[4] for s in sp]), t,
-                                imp, live, now, decay.half_life, decay.w_recency,
-                                decay.w_importance, thr, ids, sc, si)
+    sparse = (ptr, cat(0, np.int64), cat(1, np.float64), np.array([s[2] for s in sp]),
+              np.array([s[3] for s in sp]), np.array([s[4] for s in sp]))
+    cnt = ref.hybrid_exact_topk(q, V, (ws, wl, wr), w.alpha, dense, sparse,
+                                (t, imp, now, decay.half_life, decay.w_recency,
+                                 decay.w_importance), live, thr, (ids, sc, si))
     return cnt, ids, sc, si, sims
 
 

@@ -20,7 +20,7 @@ def _out(k):
 
 def _rows_topk(fn, rows, p):
     out = _out(p.k)
-    count = fn(rows, p.query, p.vectors, *p.after_vectors(), *out)
+    count = fn(rows, p.query, p.vectors, *p.after_vectors(), out)
     return (*out, int(count))
 
 
@@ -34,7 +34,7 @@ def _exact_masked(rows, p):
     """The compiled exact path with the candidate mask (not the NumPy oracle: exp2 differs
     from libm's in the last bits, and this comparison is bit for bit)."""
     out = _out(p.k)
-    count = scan.hybrid_exact_topk(p.query, p.vectors, *_masked(p, rows).after_vectors(), *out)
+    count = scan.hybrid_exact_topk(p.query, p.vectors, *_masked(p, rows).after_vectors(), out)
     return (*out, int(count))
 
 
@@ -58,5 +58,5 @@ def test_oracle_is_the_masked_exact_oracle(p):
     rows = np.arange(0, n, 2, dtype=np.int64)
     got = _rows_topk(ref.hybrid_rows_topk, rows, p)
     out = _out(p.k)
-    count = ref.hybrid_exact_topk(p.query, p.vectors, *_masked(p, rows).after_vectors(), *out)
+    count = ref.hybrid_exact_topk(p.query, p.vectors, *_masked(p, rows).after_vectors(), out)
     assert got[3] == count and (got[0] == out[0]).all()

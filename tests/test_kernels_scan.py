@@ -29,14 +29,14 @@ def _encoded(v):
 
 def _exact(fn, p, k=None):
     out = _out(p.k if k is None else k)
-    count = fn(p.query, p.vectors, *p.after_vectors(), *out)
+    count = fn(p.query, p.vectors, *p.after_vectors(), out)
     return (*out, int(count))
 
 
 def _scan(fn, p, enc=None):
     out = _out(p.k)
     stats = np.full(2, -5, np.int64)
-    count = fn(p.query, *(enc or _encoded(p.vectors)), p.vectors, *p.after_vectors(), *out, stats)
+    count = fn(p.query, enc or _encoded(p.vectors), p.vectors, *p.after_vectors(), (*out, stats))
     return (*out, int(count)), stats
 
 
@@ -80,8 +80,8 @@ def test_exact_path_equals_oracle(p):
 @given(p=hybrid_problems(max_n=200, kinds=("unit",)))
 def test_oracle_scan_signature(p):
     out, stats = _out(p.k), np.zeros(2, np.int64)
-    c = ref.hybrid_scan_topk(p.query, *_encoded(p.vectors), p.vectors, *p.after_vectors(), *out,
-                             stats)
+    c = ref.hybrid_scan_topk(p.query, _encoded(p.vectors), p.vectors, *p.after_vectors(),
+                             (*out, stats))
     want = _exact(ref.hybrid_exact_topk, p)
     assert c == want[3] and (out[0] == want[0]).all()
 
@@ -113,11 +113,11 @@ def test_int64_window_rows_rank_as_int32():
     for win_rows in (rows, rows.astype(np.int64)):
         for fn in (scan.hybrid_scan_topk_serial, scan.hybrid_exact_topk):
             out = _out(10)
-            lead = (v[5], *_encoded(v), v) if fn is scan.hybrid_scan_topk_serial else (v[5], v)
+            lead = (v[5], _encoded(v), v) if fn is scan.hybrid_scan_topk_serial else (v[5], v)
             tail = (np.zeros(2, np.int64),) if fn is scan.hybrid_scan_topk_serial else ()
-            fn(*lead, start, size, win_rows, 0.4, dense, np.zeros(1, np.int64), e, z, z, z, z,
-               np.zeros(n), np.zeros(n, np.float32), np.ones(n, bool), NOW, 3600.0, 0.0, 0.0,
-               -np.inf, *out, *tail)
+            fn(*lead, (start, size, win_rows), 0.4, dense, (np.zeros(1, np.int64), e, z, z, z, z),
+               (np.zeros(n), np.zeros(n, np.float32), NOW, 3600.0, 0.0, 0.0), np.ones(n, bool),
+               -np.inf, (*out, *tail))
             got.append(out)
     for other in got[1:]:
         for x, y in zip(got[0], other):
@@ -133,14 +133,14 @@ def test_candidates_are_a_small_fraction_on_clustered_rows():
     e = np.zeros(0, np.int64)
     out, stats = _out(10), np.zeros(2, np.int64)
     dense = np.array([0.0, 0.0, 1.0, 1.5, 0.1, 8.0])
-    scan.hybrid_scan_topk_serial(q, *_encoded(v), v, *win, 0.4, dense, np.zeros(1, np.int64),
-                                 e, z, z, z, z, np.zeros(n), np.zeros(n, np.float32),
-                                 np.ones(n, bool), NOW, 3600.0, 0.0, 0.0, -np.inf, *out, stats)
+    sparse = (np.zeros(1, np.int64), e, z, z, z, z)
+    decay = (np.zeros(n), np.zeros(n, np.float32), NOW, 3600.0, 0.0, 0.0)
+    scan.hybrid_scan_topk_serial(q, _encoded(v), v, win, 0.4, dense, sparse, decay,
+                                 np.ones(n, bool), -np.inf, (*out, stats))
     assert 10 <= stats[0] < n // 10, stats
     want = _out(10)
-    scan.hybrid_exact_topk(q, v, *win, 0.4, dense, np.zeros(1, np.int64), e, z, z, z, z,
-                           np.zeros(n), np.zeros(n, np.float32), np.ones(n, bool), NOW, 3600.0,
-                           0.0, 0.0, -np.inf, *want)
+    scan.hybrid_exact_topk(q, v, win, 0.4, dense, sparse, decay, np.ones(n, bool), -np.inf,
+                           want)
     np.testing.assert_array_equal(out[0], want[0])
 
 
@@ -151,13 +151,14 @@ def test_scores_that_underflow_to_zero_tie():
     start, size, rows = episode_windows(np.full(4, -1), 0)
     z, e = np.zeros(0), np.zeros(0, np.int64)
     dense = np.array([0.0, 0.0, 0.0, 0.5, 0.0, 1.0097199e-164])
-    args = (start, size, rows, 0.0, dense, np.zeros(1, np.int64), e, z, z, z, z, np.full(4, NOW),
-            np.ones(4, np.float32), np.ones(4, bool), NOW, 1.0, 0.0, 0.0, -np.inf)
+    args = ((start, size, rows), 0.0, dense, (np.zeros(1, np.int64), e, z, z, z, z),
+            (np.full(4, NOW), np.ones(4, np.float32), NOW, 1.0, 0.0, 0.0), np.ones(4, bool),
+            -np.inf)
     want = _out(1)
-    scan.hybrid_exact_topk(np.array([-1.0], np.float32), v, *args, *want)
+    scan.hybrid_exact_topk(np.array([-1.0], np.float32), v, *args, want)
     for fn in SCANS.values():
         out, stats = _out(1), np.zeros(2, np.int64)
-        fn(np.array([-1.0], np.float32), *_encoded(v), v, *args, *out, stats)
+        fn(np.array([-1.0], np.float32), _encoded(v), v, *args, (*out, stats))
         for g, w in zip(out, want):
             np.testing.assert_array_equal(g, w)
 
@@ -170,15 +171,15 @@ def test_a_subnormal_dense_weight_keeps_the_hot_level_finite_or_infinite():
     start, size, rows = episode_windows(np.full(27, -1), 0)
     sp = (np.array([0, 5], np.int64), np.array([0, 6, 7, 19, 26], np.int64),
           np.array([6.3, 0.7, 7.5, 1.9, 7.7]), np.array([0.5]), np.zeros(1), np.ones(1))
-    args = (start, size, rows, 0.0, np.array([0.0, 0.0, 0.0, 2.22507386e-311, 0.0, 1.0]), *sp,
-            np.full(27, NOW), np.ones(27, np.float32), np.ones(27, bool), NOW, 1.0, 0.0, 0.0,
+    args = ((start, size, rows), 0.0, np.array([0.0, 0.0, 0.0, 2.22507386e-311, 0.0, 1.0]), sp,
+            (np.full(27, NOW), np.ones(27, np.float32), NOW, 1.0, 0.0, 0.0), np.ones(27, bool),
             -np.inf)
     want = _out(1)
-    scan.hybrid_exact_topk(np.array([0.125], np.float32), v, *args, *want)
+    scan.hybrid_exact_topk(np.array([0.125], np.float32), v, *args, want)
     assert want[0][0] == 26
     for fn in SCANS.values():
         out, stats = _out(1), np.zeros(2, np.int64)
-        fn(np.array([0.125], np.float32), *_encoded(v), v, *args, *out, stats)
+        fn(np.array([0.125], np.float32), _encoded(v), v, *args, (*out, stats))
         for g, w in zip(out, want):
             np.testing.assert_array_equal(g, w)
 
@@ -193,9 +194,10 @@ def test_ties_go_to_the_lower_row_and_the_threshold_row_is_kept():
     z, e = np.zeros(0), np.zeros(0, np.int64)
     for fn in SCANS.values():
         out, stats = _out(3), np.zeros(2, np.int64)
-        c = fn(q, *_encoded(v), v, start, size, rows, 1.0, np.array([1.0, 0, 1, 0, 0, 0]),
-               np.zeros(1, np.int64), e, z, z, z, z, np.zeros(6), np.zeros(6, np.float32), alive,
-               NOW, 1.0, 0.0, 0.0, thr, *out, stats)
+        c = fn(q, _encoded(v), v, (start, size, rows), 1.0, np.array([1.0, 0, 1, 0, 0, 0]),
+               (np.zeros(1, np.int64), e, z, z, z, z),
+               (np.zeros(6), np.zeros(6, np.float32), NOW, 1.0, 0.0, 0.0), alive, thr,
+               (*out, stats))
         assert c == 3 and out[0].tolist() == [0, 2, 3]
 
 
@@ -215,8 +217,8 @@ def test_read_only_inputs(name):
 
     def call(arrs, cs):
         out, stats = _out(7), np.zeros(2, np.int64)
-        SCANS[name](v[3].copy(), *arrs[:8], 0.4, dense, *sp, *cs, NOW, 3600.0,
-                    0.3, 0.2, 0.0, *out, stats)
+        SCANS[name](v[3].copy(), tuple(arrs[:4]), arrs[4], tuple(arrs[5:8]), 0.4, dense, sp,
+                    (cs[0], cs[1], NOW, 3600.0, 0.3, 0.2), cs[2], 0.0, (*out, stats))
         return out
     want = call(arrays, cols)
     ro = [a.copy() for a in arrays + cols]
@@ -247,11 +249,12 @@ def test_sparse_signals_deciding_and_dead_rows_with_the_best_similarity(name, se
           np.array([w_sp, 1.0, 2.0]), np.array([0.3, 0.1, 0.0]), np.array([2.0, 1.5, 1.0]))
     cols = (NOW - rng.uniform(0, 1e5, n), rng.random(n).astype(np.float32), alive)
     dense = np.array([0.0, 0.0, 1.0, 0.5, 0.05, 6.0])
-    args = (*win, alpha, dense, *sp, *cols, NOW, 3600.0 * 24, 0.02, 0.1, -np.inf)
+    args = (win, alpha, dense, sp, (cols[0], cols[1], NOW, 3600.0 * 24, 0.02, 0.1), cols[2],
+            -np.inf)
     want = _out(k)
-    scan.hybrid_exact_topk(q, v, *args, *want)
+    scan.hybrid_exact_topk(q, v, *args, want)
     out, stats = _out(k), np.zeros(4, np.int64)
-    SCANS[name](q, *_encoded(v), v, *args, *out, stats)
+    SCANS[name](q, _encoded(v), v, *args, (*out, stats))
     for g, w in zip(out, want):
         np.testing.assert_array_equal(g, w)
 

@@ -309,6 +309,10 @@ class AnnIndex:
         # no window, no sparse signal (HybridIndex.search_similarity)
         dense = np.array([float(w_sim), 0.0, 1.0, 0.0, 0.0, 0.0])
         none_i, none_f = np.zeros(0, np.int64), np.zeros(0, np.float64)
+        windows = (none_i, none_i, none_i)
+        sparse = (np.zeros(1, np.int64), none_i, none_f, none_f, none_f, none_f)
+        decay = (last_accessed_at, importance, float(now), float(half_life), float(w_rec),
+                 float(w_imp))
         ids_out = np.empty(top_k, np.int64)
         sc_out = np.empty(top_k, np.float32)
         si_out = np.empty(top_k, np.float32)
@@ -316,11 +320,8 @@ class AnnIndex:
         while True:
             ids, approx = self.candidates(query, count, config.nprobe)
             ids = ids[ids < alive.shape[0]]
-            m = hybrid_rows_topk(ids, query, vectors, none_i, none_i, none_i, 1.0, dense,
-                                 np.zeros(1, np.int64), none_i, none_f, none_f, none_f, none_f,
-                                 last_accessed_at, importance, alive, float(now),
-                                 float(half_life), float(w_rec), float(w_imp), float(threshold),
-                                 ids_out, sc_out, si_out)
+            m = hybrid_rows_topk(ids, query, vectors, windows, 1.0, dense, sparse, decay, alive,
+                                 float(threshold), (ids_out, sc_out, si_out))
             exhausted = len(ids) < count or count >= self.rows
             # no row outside the candidates has a similarity above the lowest candidate's
             # (the index's order), nor recency or importance above 1

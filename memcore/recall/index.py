@@ -130,6 +130,15 @@ class LexicalSignals:
 
 _EMPTY_I = np.zeros(0, np.int64)
 _EMPTY_F = np.zeros(0, np.float64)
+#: The scan's ``sparse`` tuple with no signal.
+_NO_SPARSE = (np.zeros(1, np.int64), _EMPTY_I, _EMPTY_F, _EMPTY_F, _EMPTY_F, _EMPTY_F)
+
+def _padded(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A search's outputs before the scan: ids (k,) int64 all -1, scores and sims (k,)
+    float32 all -inf."""
+    return (np.full(k, -1, np.int64), np.full(k, -np.inf, np.float32),
+            np.full(k, -np.inf, np.float32))
+
 
 #: Rows up to which a moment-sum update is an einsum rather than a BLAS product.
 _SMALL_UPDATE = 16
@@ -297,6 +306,11 @@ class HybridIndex:
 
     def _a(self, name: str) -> np.ndarray:
         return self.arrays.get(name)
+
+    def _codes(self, n: int) -> tuple:
+        """The first ``n`` rows' ``(codes, scale, cnorm, rnorm)`` (the scan's ``codes``)."""
+        return (self._a("codes")[:n], self._a("scale")[:n], self._a("cnorm")[:n],
+                self._a("rnorm")[:n])
 
     def _vectors(self) -> np.ndarray:
         return self._vsrc() if self._vsrc is not None else self.arrays.get("vectors")
@@ -822,10 +836,7 @@ class HybridIndex:
         lex = lexical if lexical is not None else self.lexical_signals(prepared, w)
         if stats is None and w.normalize:
             stats = self.moments(prepared, q, weights=w, alive=alive, lexical=lex)
-        k = int(top_k)
-        ids = np.full(k, -1, np.int64)
-        scores = np.full(k, -np.inf, np.float32)
-        sims = np.full(k, -np.inf, np.float32)
+        ids, scores, sims = _padded(int(top_k))
         if n == 0:
             return HybridResult(ids, scores, sims, 0)
 
@@ -840,7 +851,7 @@ class HybridIndex:
         mu, inv = z(0)
         dense = np.array([w.dense, mu, inv, 0.0, 0.0, 0.0]) if r == 0 else \
             np.array([0.0, 0.0, 0.0, w.dense, mu, inv])
-        ws, wl, wr = self.windows(max(r, 0))
+        windows = self.windows(max(r, 0))
         sp_rows, sp_vals, sp_w, sp_mu, sp_inv = [], [], [], [], []
         for i, (rows_, vals_, weight) in enumerate(((lex.own_rows, lex.own_vals, w.lexical),
                                                     (lex.ctx_rows, lex.ctx_vals,
@@ -865,23 +876,20 @@ class HybridIndex:
         np.cumsum([x.shape[0] for x in sp_rows], out=sp_ptr[1:])
         sp_r = np.concatenate(sp_rows) if sp_rows else _EMPTY_I
         sp_v = np.concatenate(sp_vals).astype(np.float64, copy=False) if sp_vals else _EMPTY_F
+        sparse = (sp_ptr, sp_r, sp_v, np.array(sp_w, np.float64), np.array(sp_mu, np.float64),
+                  np.array(sp_inv, np.float64))
+        decay = (t, imp, float(now), float(d.half_life), float(d.w_recency),
+                 float(d.w_importance))
         if rows is not None:         # the approximate path's candidates, scored exactly
             count = _kcand.hybrid_rows_topk(
-                np.asarray(rows, np.int64), q, self._vectors()[:n], ws, wl, wr, float(w.alpha),
-                dense, sp_ptr, sp_r, sp_v, np.array(sp_w, np.float64),
-                np.array(sp_mu, np.float64), np.array(sp_inv, np.float64), t, imp, live,
-                float(now), float(d.half_life), float(d.w_recency), float(d.w_importance),
-                float(threshold), ids, scores, sims)
+                np.asarray(rows, np.int64), q, self._vectors()[:n], windows, float(w.alpha),
+                dense, sparse, decay, live, float(threshold), (ids, scores, sims))
             return HybridResult(ids, scores, sims, int(count))
         st = np.zeros(4, np.int64)
         with numba_threads(threads):
             count = _ks.hybrid_scan_topk(
-                q, self._a("codes")[:n], self._a("scale")[:n], self._a("cnorm")[:n],
-                self._a("rnorm")[:n], self._vectors()[:n], ws, wl, wr, float(w.alpha), dense,
-                sp_ptr, sp_r, sp_v, np.array(sp_w, np.float64), np.array(sp_mu, np.float64),
-                np.array(sp_inv, np.float64), t, imp, live, float(now), float(d.half_life),
-                float(d.w_recency), float(d.w_importance), float(threshold), ids, scores, sims,
-                st, parallel=threads > 1)
+                q, self._codes(n), self._vectors()[:n], windows, float(w.alpha), dense, sparse,
+                decay, live, float(threshold), (ids, scores, sims, st), parallel=threads > 1)
         self.last_scan_stats = st
         return HybridResult(ids, scores, sims, int(count))
 
@@ -931,22 +939,17 @@ class HybridIndex:
             live = live & self._column(alive, n, np.bool_, "alive")
         t = self._column(last_accessed_at, n, np.float64, "last_accessed_at")
         imp = self._column(importance, n, np.float32, "importance")
-        k = int(top_k)
-        ids = np.full(k, -1, np.int64)
-        scores = np.full(k, -np.inf, np.float32)
-        sims = np.full(k, -np.inf, np.float32)
+        ids, scores, sims = _padded(int(top_k))
         if n == 0:
             return HybridResult(ids, scores, sims, 0)
-        ws, wl, wr = self.windows(0)
+        terms = (t, imp, float(now), float(decay.half_life), float(decay.w_recency),
+                 float(decay.w_importance))
         with numba_threads(threads):
             count = _ks.hybrid_scan_topk(
-                q, self._a("codes")[:n], self._a("scale")[:n], self._a("cnorm")[:n],
-                self._a("rnorm")[:n], self._vectors()[:n], ws, wl, wr, 1.0,
-                np.array([float(decay.w_similarity), 0.0, 1.0, 0.0, 0.0, 0.0]),
-                np.zeros(1, np.int64), _EMPTY_I, _EMPTY_F, _EMPTY_F, _EMPTY_F, _EMPTY_F, t, imp,
-                live, float(now), float(decay.half_life), float(decay.w_recency),
-                float(decay.w_importance), float(threshold), ids, scores, sims,
-                np.zeros(4, np.int64), parallel=threads > 1)
+                q, self._codes(n), self._vectors()[:n], self.windows(0), 1.0,
+                np.array([float(decay.w_similarity), 0.0, 1.0, 0.0, 0.0, 0.0]), _NO_SPARSE,
+                terms, live, float(threshold), (ids, scores, sims, np.zeros(4, np.int64)),
+                parallel=threads > 1)
         return HybridResult(ids, scores, sims, int(count))
 
     @staticmethod
