@@ -28,18 +28,17 @@ from _pytest.doctest import DoctestItem, DoctestModule
 from memcore import evaldata
 
 REPO = Path(__file__).resolve().parent
-DOCTEST_ROOTS = ("memcore", "kernels")
+DOCTEST_ROOTS = ("memcore",)
 DOCTEST_SKIP = ("memcore/cli.py", "memcore/demo.py")
 #: Doctests whose examples compile kernel signatures (int64 index arrays, float64 columns)
 #: that nothing else in the default run uses: each costs 2-18 s of numba compilation with a cold
 #: cache, so they run in the ``slow`` tier (CI runs both; the kernels' property tests and their
 #: other doctests stay in the default run).
-DOCTEST_SLOW = (
-    "kernels.scan.hybrid_scan_topk", "kernels.scan.hybrid_exact_topk",
-    "kernels.candidates.hybrid_rows_topk", "kernels.topk.rerank",
-    "kernels.bm25.bm25_context_scores_sparse", "kernels.hybrid.hybrid_topk",
-    "kernels.hashing.unicode_token_hashes", "kernels.codes.quantize_query",
-)
+DOCTEST_SLOW = tuple(
+    f"memcore.kernels.{name}" for name in (
+        "scan.hybrid_scan_topk", "scan.hybrid_exact_topk", "candidates.hybrid_rows_topk",
+        "topk.rerank", "bm25.bm25_context_scores_sparse", "hybrid.hybrid_topk",
+        "hashing.unicode_token_hashes", "codes.quantize_query"))
 #: Modules that import an optional extra: their doctests are collected only when it is
 #: installed (always under CI=true, where a missing extra is then an error, never a skip).
 DOCTEST_EXTRAS = {"memcore/integrations/langgraph.py": "langgraph"}
