@@ -77,8 +77,9 @@ def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool = Fals
     parser.add_argument("--store", metavar="PATH", default=default,
                         help="store directory or postgresql:// URL (default: $MEMCORE_HOME, else "
                              "./memcore-data)")
-    parser.add_argument("--embedder", choices=("minilm", "hashing"), default=default,
-                        help="embedder (default: minilm when its model loads, else hashing)")
+    parser.add_argument("--embedder", choices=("minilm", "hashing", "static"), default=default,
+                        help="embedder (default: minilm when its model loads, else hashing; "
+                             "static: word-piece vectors distilled from MiniLM, fastest)")
 
 
 def store_path(args: argparse.Namespace) -> Path:
@@ -131,6 +132,9 @@ def _embedder(args: argparse.Namespace) -> Any:
     if choice == "minilm":
         from memcore.embedders import MiniLMEmbedder
         return MiniLMEmbedder().load()
+    if choice == "static":
+        from memcore.embedders import StaticEmbedder
+        return StaticEmbedder().load()
     from memcore.embedders import default
     return default()
 
@@ -143,7 +147,7 @@ def _matching_embedder(store: Any) -> Any:
     EmbedderMismatchError
         If memcore cannot build that embedder here; the message says what to pass.
     """
-    from memcore.embedders import HashingEmbedder, MiniLMEmbedder
+    from memcore.embedders import HashingEmbedder, MiniLMEmbedder, StaticEmbedder
     from memcore.errors import EmbedderMismatchError
 
     name, dim = store.embedder_name, store.dim
@@ -154,12 +158,14 @@ def _matching_embedder(store: Any) -> Any:
             candidate = HashingEmbedder(dim=dim, mode=mode)
     elif name.startswith("minilm"):
         candidate = MiniLMEmbedder().load()
+    elif name.startswith("static-"):
+        candidate = StaticEmbedder().load()
     if candidate is None or candidate.name != name or candidate.dim != dim:
         if candidate is None:
             raise EmbedderMismatchError(
                 f"{store_path_of(store)} was written with embedder {name!r} (dim {dim}), which the "
-                f"command line cannot build (it has minilm and hashing); search it from Python "
-                f"with that embedder (get, stats, namespaces and export work here)")
+                f"command line cannot build (it has minilm, hashing and static); search it from "
+                f"Python with that embedder (get, stats, namespaces and export work here)")
         raise EmbedderMismatchError(
             f"{store_path_of(store)} was written with embedder {name!r} (dim {dim}); the command "
             f"line's is {candidate.name!r} (dim {candidate.dim}); pass the --embedder the store "
