@@ -234,8 +234,9 @@ class SemanticMemorySystem(TickSystem):
     application opening a stored memory does). A tick: **encode** -- the embedder on the text
     ``retrieve`` embeds (``tiers.dense_query``), which also fills the MiniLM embedder's
     exact-text cache; **recall** -- ``retrieve(text, mode)`` (its encode is then a cache hit, so
-    this is the search); **store** -- ``store(text, response, mode)`` (it embeds the raw input:
-    recall embedded its prepared form; every 32 stores consolidation runs, as by default).
+    this is the search); **store** -- ``store(text, response, mode)`` (it reuses the vector
+    recall made of the input's dense form, so a tick encodes once; every 32 stores
+    consolidation runs, as by default).
     ``background=True``: ``store(..., background=True)`` (the write queued for the worker).
     """
 
