@@ -320,7 +320,7 @@ class SemanticMemory:
             self.long.close()
             raise
         self._lock = threading.Lock()
-        self._cache: tuple[str, np.ndarray, str] | None = None
+        self._cache: tuple[str, np.ndarray, tuple[Namespace, str]] | None = None
         self._since_consolidate = 0
         self._stored = 0
         self._consolidations = 0
@@ -371,9 +371,9 @@ class SemanticMemory:
             raise InvalidNamespaceError(f"mode must be a str, got {type(mode).__name__}")
         return _validate.namespace(self.prefix + (mode,))
 
-    def _encode(self, text: str, source: str) -> np.ndarray:
-        """The vector of ``text``, the dense form of the input ``source``, kept (one entry) for
-        a following :meth:`store` of ``source``."""
+    def _encode(self, text: str, source: tuple[Namespace, str]) -> np.ndarray:
+        """The vector of ``text``, the dense form of ``source = (namespace, input)``, kept (one
+        entry) for a following :meth:`store` of that input in that namespace."""
         cached = self._cache
         if cached is not None and cached[0] == text:
             vec = cached[1]
@@ -464,11 +464,12 @@ class SemanticMemory:
         t0 = time.perf_counter()
         if not isinstance(mode, str):
             raise InvalidNamespaceError(f"mode must be a str, got {type(mode).__name__}")
+        ns = self.prefix + (mode,)        # resolve validates it (once per retrieve)
         rq = self.tiers.resolve(   # validated, prepared and embedded once (cached for store())
-            self.prefix + (mode,), inputs, top_k=self.top_k if top_k is None else top_k,
+            ns, inputs, top_k=self.top_k if top_k is None else top_k,
             threshold=self.threshold if threshold is None else threshold, weights=self.weights,
             filter=filter, touch=touch,
-            encode=lambda texts: self._encode(texts[0], inputs)[None, :])
+            encode=lambda texts: self._encode(texts[0], (ns, inputs))[None, :])
         hits = [] if rq is None else self.tiers.search(rq)
         with self._lock:
             self._retrieve_ms.append((time.perf_counter() - t0) * 1e3)
@@ -482,9 +483,10 @@ class SemanticMemory:
         The pair is one memory whose text is ``input`` (capped at ``max_input_chars``) and whose
         ``metadata["response"]`` is ``response`` (capped at ``max_response_chars``); a cut side
         is listed in ``metadata["truncated"]``. Its vector is the one :meth:`retrieve` made of
-        ``input`` when it was the last text retrieved -- the embedding of its dense form, known
-        speakers' names to first person (LoCoMo dev, every turn stored so: R@10 0.8355 vs
-        0.8358 with the raw text's, R@5 0.745 vs 0.748) -- else the embedding of ``input``. The same pair stored twice
+        ``input`` when it was the last text retrieved (in the same mode) -- the embedding of its
+        dense form, known speakers' names to first person (LoCoMo dev, every turn stored so:
+        R@10 0.8355 vs 0.8358 with the raw text's, R@5 0.745 vs 0.748) -- else the embedding of
+        ``input``, so a tick that retrieves then stores encodes once. The same pair stored twice
         replaces itself (stable key, ``created_at`` kept) unless ``key`` is given.
 
         Writes are ordered within each path (foreground, or the background queue); a
@@ -551,7 +553,7 @@ class SemanticMemory:
         items = [pair] + extra
         cached = self._cache
         vectors: list[np.ndarray | None] = [cached[1] if cached is not None
-                                            and input in (cached[0], cached[2])
+                                            and (cached[0] == input or cached[2] == (ns, input))
                                             and np.any(cached[1]) else None]
         vectors += [None] * len(extra)
         write = _Write(ns, items, vectors)

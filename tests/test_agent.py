@@ -111,6 +111,11 @@ def test_a_tick_naming_a_speaker_encodes_once(clock):
         assert emb.calls == [[dense]]
         np.testing.assert_array_equal(mem.tiers.vector(mem.namespace_of("chat"), item.key),
                                       HashingEmbedder(dim=384).encode([dense])[0])
+        # another mode's retrieve (its own speakers) is not reused for this mode's store
+        emb.calls.clear()
+        mem.retrieve(text, "chat")
+        mem.store(text, "in May", "other")
+        assert emb.calls == [[text]]
 
 
 def test_retrieve_edge_inputs(hashing, clock):
