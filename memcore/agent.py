@@ -322,7 +322,7 @@ class SemanticMemory:
             self.long.close()
             raise
         self._lock = threading.Lock()
-        self._cache: tuple[str, np.ndarray] | None = None
+        self._cache: tuple[str, np.ndarray, tuple[Namespace, str]] | None = None
         self._since_consolidate = 0
         self._stored = 0
         self._consolidations = 0
@@ -373,12 +373,15 @@ class SemanticMemory:
             raise InvalidNamespaceError(f"mode must be a str, got {type(mode).__name__}")
         return _validate.namespace(self.prefix + (mode,))
 
-    def _encode(self, text: str) -> np.ndarray:
+    def _encode(self, text: str, source: tuple[Namespace, str]) -> np.ndarray:
+        """The vector of ``text``, the dense form of ``source = (namespace, input)``, kept (one
+        entry) for a following :meth:`store` of that input in that namespace."""
         cached = self._cache
         if cached is not None and cached[0] == text:
-            return cached[1]
-        vec = np.ascontiguousarray(self.embedder.encode([text])[0], dtype=np.float32)
-        self._cache = (text, vec)
+            vec = cached[1]
+        else:
+            vec = np.ascontiguousarray(self.embedder.encode([text])[0], dtype=np.float32)
+        self._cache = (text, vec, source)
         return vec
 
     def warmup(self) -> None:
@@ -423,7 +426,8 @@ class SemanticMemory:
         Encodes ``inputs`` once -- its dense form for hybrid recall
         (:meth:`TwoTierMemory.dense_query`: known speakers' names to first person), which is
         ``inputs`` itself unless it names one -- caches the vector for a following
-        :meth:`store` of the same text, and searches both tiers with it.
+        :meth:`store` of the same text (which then embeds nothing: one encode per tick), and
+        searches both tiers with it.
 
         Parameters
         ----------
@@ -481,10 +485,12 @@ class SemanticMemory:
                 raise UnknownNamespaceError(
                     f"mode {mode!r} holds no memories" + (f"; {hint}" if hint else "")
                     + f" (modes with memories: {', '.join(known) or 'none yet'})")
+        ns = self.prefix + (mode,)        # resolve validates it (once per retrieve)
         rq = self.tiers.resolve(   # validated, prepared and embedded once (cached for store())
-            self.prefix + (mode,), inputs, top_k=self.top_k if top_k is None else top_k,
+            ns, inputs, top_k=self.top_k if top_k is None else top_k,
             threshold=self.threshold if threshold is None else threshold, weights=self.weights,
-            filter=filter, touch=touch, encode=lambda texts: self._encode(texts[0])[None, :])
+            filter=filter, touch=touch,
+            encode=lambda texts: self._encode(texts[0], (ns, inputs))[None, :])
         hits = [] if rq is None else self.tiers.search(rq)
         with self._lock:
             self._retrieve_ms.append((time.perf_counter() - t0) * 1e3)
@@ -497,8 +503,11 @@ class SemanticMemory:
 
         The pair is one memory whose text is ``input`` (capped at ``max_input_chars``) and whose
         ``metadata["response"]`` is ``response`` (capped at ``max_response_chars``); a cut side
-        is listed in ``metadata["truncated"]``. Its vector is the embedding of ``input``, reused
-        from :meth:`retrieve` when it was the last text retrieved. The same pair stored twice
+        is listed in ``metadata["truncated"]``. Its vector is the one :meth:`retrieve` made of
+        ``input`` when it was the last text retrieved (in the same mode) -- the embedding of its
+        dense form, known speakers' names to first person (LoCoMo dev, every turn stored so:
+        R@10 0.8355 vs 0.8358 with the raw text's, R@5 0.745 vs 0.748) -- else the embedding of
+        ``input``, so a tick that retrieves then stores encodes once. The same pair stored twice
         replaces itself (stable key, ``created_at`` kept) unless ``key`` is given.
 
         Writes are ordered within each path (foreground, or the background queue); a
@@ -564,7 +573,8 @@ class SemanticMemory:
         extra = [it for ex in self._extractors for it in ex.extract(turn)]
         items = [pair] + extra
         cached = self._cache
-        vectors: list[np.ndarray | None] = [cached[1] if cached is not None and cached[0] == input
+        vectors: list[np.ndarray | None] = [cached[1] if cached is not None
+                                            and (cached[0] == input or cached[2] == (ns, input))
                                             and np.any(cached[1]) else None]
         vectors += [None] * len(extra)
         write = _Write(ns, items, vectors)

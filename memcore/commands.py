@@ -63,7 +63,7 @@ from memcore.errors import (
     StoreNotFoundError,
 )
 from memcore.integrations.mcp_server import serve
-from memcore.open import AUTO, build_embedder, describe, is_url, matching_embedder, open_store
+from memcore.open import AUTO, EMBEDDERS, build_embedder, describe, is_url, matching_embedder, open_store
 from memcore.stores.long import LongTermMemory
 from memcore.views import format_namespace, hit_dict, memory_dict, namespace_hint, text_key
 
@@ -94,9 +94,10 @@ def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool = Fals
                         help="store directory or postgresql:// URL (default: $MEMCORE_HOME, else "
                              "./memcore-data); a directory without a store is created by put and "
                              "import (with a note on stderr)")
-    parser.add_argument("--embedder", choices=("minilm", "hashing"), default=default,
+    parser.add_argument("--embedder", choices=EMBEDDERS, default=default,
                         help="embedder (default: the store's own; for a new store minilm when "
-                             "its model loads, else hashing)")
+                             "its model loads, else hashing; static: word-piece vectors "
+                             "distilled from MiniLM, fastest)")
 
 
 def _where(args: argparse.Namespace) -> str:

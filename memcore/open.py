@@ -34,7 +34,7 @@ __all__ = ["EMBEDDERS", "AUTO", "open_store", "build_embedder", "matching_embedd
 logger = logging.getLogger("memcore")
 
 #: The embedders :func:`build_embedder` builds by name (``memcore --embedder``).
-EMBEDDERS = ("minilm", "hashing")
+EMBEDDERS = ("minilm", "hashing", "static")
 #: ``embedder="auto"``: the store's own embedder, or the default for a new store.
 AUTO = "auto"
 
@@ -118,7 +118,8 @@ def _note_model_preparation(notify: Notify) -> None:
 
 def build_embedder(name: str | None = None, *, notify: Notify | None = None) -> Any:
     """The embedder called ``name``: ``"hashing"`` (384-d unicode hashing), ``"minilm"`` (the
-    packaged MiniLM, loaded now) or None: the default (MiniLM when its model loads, else
+    packaged MiniLM, loaded now), ``"static"`` (word-piece vectors distilled from MiniLM,
+    :class:`~memcore.embedders.StaticEmbedder`) or None: the default (MiniLM when its model loads, else
     hashing; :func:`memcore.embedders.default`).
 
     The first MiniLM load on a machine prepares the model (about 15 s); ``notify`` (default:
@@ -138,6 +139,8 @@ def build_embedder(name: str | None = None, *, notify: Notify | None = None) -> 
     """
     if name == "hashing":
         return embedders.HashingEmbedder(dim=384, mode="unicode")
+    if name == "static":
+        return embedders.StaticEmbedder().load()
     if name not in (None, "minilm"):
         raise InvalidArgumentError(f"embedder name must be one of {', '.join(EMBEDDERS)}, got "
                                    f"{name!r}")
@@ -171,11 +174,13 @@ def matching_embedder(store: Any, *, notify: Notify | None = None) -> Any:
     elif name.startswith("minilm"):
         _note_model_preparation(notify or logger.info)
         candidate = embedders.MiniLMEmbedder().load()
+    elif name.startswith("static-"):
+        candidate = embedders.StaticEmbedder().load()
     where = getattr(store, "path", None) or "the store"
     if candidate is None:
         raise EmbedderMismatchError(
             f"{where} was written with embedder {name!r} (dim {dim}), which memcore cannot "
-            f"rebuild by name (it rebuilds the minilm and hashing embedders); open it from "
+            f"rebuild by name (it rebuilds the minilm, hashing and static embedders); open it from "
             f"Python with that embedder (get, stats, namespaces and export need none)")
     if candidate.name != name or candidate.dim != dim:
         raise EmbedderMismatchError(

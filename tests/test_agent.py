@@ -96,6 +96,28 @@ def test_a_tick_encodes_once_and_store_reuses_the_retrieved_vector(clock):
         assert emb.calls == [["unseen text"]]
 
 
+def test_a_tick_naming_a_speaker_encodes_once(clock):
+    """Retrieve embeds the input's dense form (a known speaker's name to first person); the
+    store of that input reuses the vector instead of embedding the raw text a second time."""
+    emb = CountingEmbedder()
+    with make(emb, clock, warmup=False) as mem:
+        mem.store("I painted a sunrise over the lake", "ok", "chat", metadata={"speaker": "Melanie"})
+        text = "When did Melanie paint the sunrise?"
+        dense = mem.tiers.dense_query(mem.namespace_of("chat"), text)
+        assert dense != text
+        emb.calls.clear()
+        mem.retrieve(text, "chat")
+        [item] = mem.store(text, "in May", "chat")
+        assert emb.calls == [[dense]]
+        np.testing.assert_array_equal(mem.tiers.vector(mem.namespace_of("chat"), item.key),
+                                      HashingEmbedder(dim=384).encode([dense])[0])
+        # another mode's retrieve (its own speakers) is not reused for this mode's store
+        emb.calls.clear()
+        mem.retrieve(text, "chat")
+        mem.store(text, "in May", "other")
+        assert emb.calls == [[text]]
+
+
 def test_retrieve_edge_inputs(hashing, clock):
     with make(hashing, clock) as mem:
         mem.store("hello robot", "hi", "chat")

