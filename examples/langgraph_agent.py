@@ -3,7 +3,7 @@
 The graph is compiled with ``store=MemcoreStore(LongTermMemory(path, embedder))``; one node
 stores what the user asks it to remember, the next searches the user's memories for the
 message (ranked by memcore) and answers with the best one. Needs ``pip install
-'memcore[langgraph]'``. HashingEmbedder needs no model; use ``MiniLMEmbedder()`` for semantic
+'memcore-agent[langgraph]'``. HashingEmbedder needs no model; use ``MiniLMEmbedder()`` for semantic
 recall.
 """
 

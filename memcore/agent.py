@@ -180,7 +180,7 @@ class SemanticMemory:
     path : str or os.PathLike, optional
         Directory of the persistent long tier (:class:`~memcore.LongTermMemory`); in memory
         when None. A ``postgresql://`` URL keeps it in PostgreSQL
-        (:class:`~memcore.stores.postgres.PostgresMemory`, ``memcore[postgres]``). Opened by
+        (:class:`~memcore.stores.postgres.PostgresMemory`, ``memcore-agent[postgres]``). Opened by
         :func:`memcore.open.open_store`: a directory without a store is created, and the
         ``memcore`` logger says so at INFO (a typo'd path shows there).
     embedder : Embedder, optional
@@ -299,7 +299,7 @@ class SemanticMemory:
             long_kwargs["durability"] = durability
         if lock_timeout is not None:
             long_kwargs["lock_timeout"] = lock_timeout
-        if is_url(path):      # a PostgreSQL + pgvector server (memcore[postgres])
+        if is_url(path):      # a PostgreSQL + pgvector server (memcore-agent[postgres])
             if durability is not None or lock_timeout is not None:
                 raise InvalidArgumentError("durability and lock_timeout apply to the embedded "
                                            "store; PostgreSQL commits every write")

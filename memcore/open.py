@@ -5,7 +5,7 @@ provider and :class:`~memcore.SemanticMemory`. The rules they share:
 
 - ``where``: None keeps a :class:`~memcore.LongTermMemory` in RAM; a ``postgresql://`` or
   ``postgres://`` URL is a :class:`~memcore.stores.postgres.PostgresMemory`
-  (``memcore[postgres]``); anything else is a store directory.
+  (``memcore-agent[postgres]``); anything else is a store directory.
 - The embedder (:func:`open_store`'s ``embedder``): an embedder object is used as given (the
   store checks it against the name and dim it was written with); ``"minilm"``/``"hashing"``
   are built by name (:func:`build_embedder`); ``"auto"`` is the store's own, rebuilt from its

@@ -1,7 +1,7 @@
 """Tests of optional extras: skip with a reason naming the extra, fail under ``CI=true``.
 
 ``require("mcp", "mcp")`` imports and returns the module, or skips the test with ``pip install
-'memcore[mcp]'`` as the reason; under ``CI=true`` (``in_ci`` of the repository's conftest.py) the
+'memcore-agent[mcp]'`` as the reason; under ``CI=true`` (``in_ci`` of the repository's conftest.py) the
 missing extra is a failure instead, so CI never passes by skipping (``.ci/run`` installs every
 extra it tests).
 """
@@ -23,7 +23,7 @@ in_ci = _repo_conftest.in_ci
 
 
 def require(module: str, extra: str) -> ModuleType:
-    """Import ``module`` (provided by ``memcore[extra]``); skip (the test, or the module when
+    """Import ``module`` (provided by ``memcore-agent[extra]``); skip (the test, or the module when
     called at import), or fail under CI, without it."""
     try:
         return importlib.import_module(module)

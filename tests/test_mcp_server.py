@@ -127,7 +127,7 @@ def test_mcp_without_the_sdk_names_the_extra(tmp_path, monkeypatch, capfd):
 
     monkeypatch.setitem(sys.modules, "mcp.server.mcpserver", None)   # import raises ImportError
     status = main(["--store", str(tmp_path / "store"), "mcp"])
-    assert status == 1 and "pip install 'memcore[mcp]'" in capfd.readouterr().err
+    assert status == 1 and "pip install 'memcore-agent[mcp]'" in capfd.readouterr().err
     assert not (tmp_path / "store").exists()      # checked before anything is created
 
 

@@ -143,7 +143,7 @@ class CallableEmbedder:
 
 class SentenceTransformerEmbedder(CallableEmbedder):
     """A sentence-transformers model as a memcore embedder (``pip install
-    memcore[sentence-transformers]``).
+    memcore-agent[sentence-transformers]``).
 
     Parameters
     ----------
@@ -187,7 +187,7 @@ class SentenceTransformerEmbedder(CallableEmbedder):
             except ImportError as err:
                 raise ImportError(
                     f"SentenceTransformerEmbedder({model!r}) needs sentence-transformers: "
-                    f"pip install memcore[sentence-transformers]") from err
+                    f"pip install 'memcore-agent[sentence-transformers]'") from err
             ident = model
             model = SentenceTransformer(model, device=device)
         else:

@@ -5,7 +5,7 @@ interface: ``put``/``get``/``search``/``delete``/``list_namespaces`` and their a
 through ``batch``/``abatch``), so a graph compiled with ``store=MemcoreStore(...)`` keeps its
 memories in a :class:`~memcore.ShortTermMemory`, :class:`~memcore.LongTermMemory` (in RAM or on
 disk) or :class:`~memcore.TwoTierMemory`, searched by memcore's ranking. Install with
-``pip install 'memcore[langgraph]'``.
+``pip install 'memcore-agent[langgraph]'``.
 
 How LangGraph's model maps onto memcore's:
 
@@ -73,7 +73,7 @@ try:
     )
 except ImportError as err:  # pragma: no cover - exercised on a clone without the extra
     raise ImportError("memcore.integrations.langgraph needs LangGraph's store interface: "
-                      "pip install 'memcore[langgraph]'") from err
+                      "pip install 'memcore-agent[langgraph]'") from err
 
 from memcore import _validate
 from memcore.core.store import MemoryStore

@@ -1,4 +1,4 @@
-"""memcore as an MCP server: ``memcore mcp --store PATH`` (``pip install 'memcore[mcp]'``).
+"""memcore as an MCP server: ``memcore mcp --store PATH`` (``pip install 'memcore-agent[mcp]'``).
 
 Serves five tools over stdio with the official MCP Python SDK (``mcp`` 2.x, ``MCPServer``):
 
@@ -229,7 +229,7 @@ def build_server(tools: MemoryTools) -> Any:
     Raises
     ------
     ImportError
-        If the MCP SDK is not installed (``pip install 'memcore[mcp]'``).
+        If the MCP SDK is not installed (``pip install 'memcore-agent[mcp]'``).
     """
     _check_sdk()
     from mcp.server.mcpserver import MCPServer
@@ -311,4 +311,4 @@ def _check_sdk() -> None:
         import mcp.server.mcpserver  # noqa: F401
     except ImportError as err:
         raise ImportError("memcore mcp needs the MCP Python SDK 2.x: pip install "
-                          "'memcore[mcp]'") from err
+                          "'memcore-agent[mcp]'") from err

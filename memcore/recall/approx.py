@@ -65,13 +65,13 @@ def load_faiss() -> Any:
     Raises
     ------
     MissingDependencyError
-        If faiss is not installed (``pip install "memcore[ann]"``).
+        If faiss is not installed (``pip install "memcore-agent[ann]"``).
     """
     try:
         import faiss
     except ImportError as err:
         raise MissingDependencyError(
-            'approximate search needs FAISS: pip install "memcore[ann]" (faiss-cpu)') from err
+            "approximate search needs FAISS: pip install 'memcore-agent[ann]' (faiss-cpu)") from err
     return faiss
 
 

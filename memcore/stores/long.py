@@ -217,7 +217,7 @@ class LongTermMemory(LongTermAdmin, MemoryStore):
     approximate : ApproximateSearch, optional
         Opt in to approximate similarity-preset search for namespaces of at least
         ``approximate.min_rows`` rows (:mod:`memcore.recall.approx`: FAISS candidates, exact
-        re-rank, the bound reported in :meth:`approximate_stats`). Needs ``memcore[ann]``.
+        re-rank, the bound reported in :meth:`approximate_stats`). Needs ``memcore-agent[ann]``.
         The index is built on a namespace's first such search, extended by later ones and
         saved at ``flush``/``close``. None (default): every search is exact.
     ttl : float, optional
