@@ -4,7 +4,7 @@ The contract is :class:`~memcore.LongTermMemory`'s (the API and semantics of
 :class:`~memcore.core.store.MemoryStore`, the tier protocol, export/import); many processes on
 many hosts may write and search one namespace at once.
 
-Schema (owned by memcore, created by :meth:`PostgresMemory.setup`, ``schema_version`` 2), in
+Schema (owned by memcore, created by :meth:`PostgresMemory.setup`, ``schema_version`` 3), in
 one PostgreSQL schema (default ``memcore``):
 
 - ``memcore_meta(name, value)``: ``schema_version``, ``embedder_name``, ``dim``; checked on
@@ -15,7 +15,9 @@ one PostgreSQL schema (default ``memcore``):
   order of the sequence numbers they draw (the hybrid replica below relies on it) and never
   deadlock (the same lock order everywhere).
 - ``memcore_memories``: one row per memory -- ``namespace`` (the distribution key under
-  Citus; the primary key is ``(namespace, key)``), text, importance, metadata (``jsonb``),
+  Citus; the primary key is ``(namespace, key)``), text, importance, metadata (``json``: the JSON text
+  as written, so floats stay floats, ``-0.0`` and key order are kept; filters cast it to
+  ``jsonb``),
   lifecycle (float8 Unix seconds, access_count), ``seq`` (write order: a put draws a new one,
   as a row of the embedded store's append-only table), ``tseq`` (last put or refresh) and
   ``embedding vector(dim)``, ``expires_at`` and ``ttl`` (float8, 0: never expires), with
@@ -23,7 +25,8 @@ one PostgreSQL schema (default ``memcore``):
   synchronises from), a partial one on ``(namespace, expires_at)`` of the expiring rows and an
   HNSW index (``vector_ip_ops``) on the embeddings. Version 1 (no time to live) is migrated
   by ``setup()`` on open (``ALTER TABLE ... ADD COLUMN``, run only when the columns are
-  missing); its memories never expire.
+  missing); its memories never expire. Version 2 (metadata ``jsonb``) is migrated to
+  ``json`` the same way (one table rewrite; the key order ``jsonb`` dropped stays lost).
 - ``memcore_deleted(namespace, key, seq)``: the last delete of each deleted key (its sequence
   number), so the hybrid replicas drop deleted rows without reloading; a ``clear`` empties it.
 
@@ -87,9 +90,11 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
+import time
 from decimal import Decimal
 from typing import Any, Iterable, Sequence
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote
 
 import numpy as np
 
@@ -119,11 +124,12 @@ from memcore.types import (
 )
 
 __all__ = ["PostgresMemory", "PostgresError", "PostgresUnavailableError",
-           "PostgresAuthError", "PostgresExtensionError", "is_postgres_url", "redact",
+           "PostgresAuthError", "PostgresExtensionError", "InvalidUrlError", "is_postgres_url",
+           "redact",
            "SCHEMA_VERSION", "EXACT_MAX_ROWS", "MIN_CANDIDATES"]
 
 #: Version of the schema :meth:`PostgresMemory.setup` creates.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Up to this many rows a namespace is ranked by the exact fused ORDER BY; above, by HNSW
 #: candidates with the exact bound (the issue measured 8.3 ms exact vs 3.0-3.3 ms HNSW at 1e4).
 EXACT_MAX_ROWS = 10_000
@@ -133,6 +139,11 @@ EXACT_MAX_ROWS = 10_000
 MIN_CANDIDATES = 400
 #: pgvector's upper limit of ``hnsw.ef_search``.
 MAX_CANDIDATES = 1000
+#: Seconds a call waits for one of the store's ``pool_size`` connections while all are busy
+#: (a down server is answered within ``connect_timeout`` instead: connecting never waits here).
+POOL_WAIT = 30.0
+#: Default ``connect_timeout`` (seconds): how long a call waits for an unreachable server.
+CONNECT_TIMEOUT = 5.0
 #: Recency exponent clamp (``0.5 ** 1000`` is normal float8; PostgreSQL raises on underflow).
 _MAX_HALF_LIVES = 1000.0
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -166,52 +177,230 @@ def is_postgres_url(path: Any) -> bool:
     return isinstance(path, str) and path.startswith(("postgresql://", "postgres://"))
 
 
+#: libpq parameters whose values are secrets (redacted wherever a URL or conninfo is shown).
+_SECRET_KEYS = ("password", "sslpassword")
+#: A ``key=value`` pair of a libpq conninfo string (value bare or single-quoted with escapes).
+_KV_RE = re.compile(r"(\b(?:%s)\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s]*)" % "|".join(_SECRET_KEYS))
+#: A secret parameter in a URL's query string.
+_QS_RE = re.compile(r"([?&](?:%s)=)([^&]*)" % "|".join(_SECRET_KEYS))
+
+
+def _url_split(url: str) -> tuple[str, str | None, str | None, str, str]:
+    """``(scheme, user, password, hostpath, query)`` of a libpq URL, split as libpq splits it
+    (``conninfo_uri_parse_options``): the credentials run to the first ``@`` before any ``/``,
+    so a password may hold ``?``, ``#`` or ``:``; the query starts at the first ``?`` after
+    them. ``user``/``password`` are None when absent; nothing is percent-decoded."""
+    scheme, _, rest = url.partition("://")
+    user = password = None
+    at = re.match(r"[^@/]*@", rest)
+    if at:
+        cred, rest = rest[:at.end() - 1], rest[at.end():]
+        user, colon, pw = cred.partition(":")
+        password = pw if colon else None
+    hostpath, _, query = rest.partition("?")
+    return scheme, user, password, hostpath, query
+
+
+def _url_join(scheme: str, user: str | None, password: str | None, hostpath: str,
+              query: str) -> str:
+    cred = "" if user is None else user + ("" if password is None else ":" + password) + "@"
+    return f"{scheme}://{cred}{hostpath}" + (f"?{query}" if query else "")
+
+
 def redact(url: str) -> str:
-    """``url`` with its password (if any) replaced by ``***``.
+    """``url`` (a libpq URL or ``key=value`` conninfo string) with every password replaced by
+    ``***``: the URL's ``user:password@`` part (split as libpq does, so a password holding
+    ``?``, ``#``, ``:`` or ``%``-escapes is found whole) and any ``password=``/``sslpassword=``
+    parameter of its query string or conninfo.
 
     Examples
     --------
     >>> redact("postgresql://ann:s3cret@db:5432/mem")
     'postgresql://ann:***@db:5432/mem'
+    >>> redact("postgresql://ann:s?3#c@db/mem?sslmode=require&password=x")
+    'postgresql://ann:***@db/mem?sslmode=require&password=***'
+    >>> redact("host=db user=ann password='s3 cret' dbname=mem")
+    'host=db user=ann password=*** dbname=mem'
     """
+    url = str(url)
+    if not is_postgres_url(url):
+        return _KV_RE.sub(r"\1***", url)
+    scheme, user, password, hostpath, query = _url_split(url)
+    return _url_join(scheme, user, None if password is None else "***", hostpath,
+                     _QS_RE.sub(r"\1***", "?" + query)[1:] if query else query)
+
+
+def _secrets(url: str) -> list[str]:
+    """The password values in ``url`` as written and percent-decoded (what a server or
+    libpq message could echo), longest first."""
+    url = str(url)
+    found = []
+    if is_postgres_url(url):
+        _, _, password, _, query = _url_split(url)
+        found = ([] if password is None else [password]) + [
+            m.group(2) for m in _QS_RE.finditer("?" + query)]
+    else:
+        found = [m.group(2) for m in _KV_RE.finditer(url)]
+    out = set()
+    for v in found:
+        if v:
+            out.update({v, unquote(v), v.strip("'")})
+    return sorted((v for v in out if v), key=len, reverse=True)
+
+
+class InvalidUrlError(InvalidArgumentError):
+    """A malformed PostgreSQL URL (libpq cannot parse it, or a port is not a number)."""
+
+
+def _check_url(url: str) -> None:
+    """Raise :class:`InvalidUrlError` for a URL libpq would refuse: its own parser's
+    verdict (``conninfo_to_dict``), and each port a number from 1 to 65535 (libpq checks
+    those only when it connects)."""
+    import psycopg
+
+    _, _, _, hostpath, _ = _url_split(url)
+    hosts = hostpath.split("/", 1)[0].rsplit("@", 1)[-1]
+    ports = [h.rsplit(":", 1)[1] for h in re.sub(r"\[[^\]]*\]", "", hosts).split(",")
+             if ":" in h]
     try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable url>"
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host += f":{parts.port}"
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+        params = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.Error as err:
+        raise InvalidUrlError(f"malformed PostgreSQL URL {redact(url)!r}: "
+                              f"{_scrub(str(err).strip(), url)}") from None
+    ports += [p for p in str(params.get("port") or "").split(",") if p]
+    for port in ports:
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidUrlError(f"malformed PostgreSQL URL {redact(url)!r}: port {port!r} "
+                                  f"is not a number from 1 to 65535")
+
+
+def _libpq_timeout(seconds: float) -> int:
+    """libpq's ``connect_timeout`` (whole seconds; libpq treats 1 as 2) for ``seconds``."""
+    return max(2, int(math.ceil(seconds)))
 
 
 def _psycopg():
     try:
         import psycopg
-        import psycopg_pool
         from pgvector.psycopg import register_vector
     except ImportError as err:
-        raise PostgresError(f"the PostgreSQL backend needs psycopg 3, psycopg_pool and pgvector: "
+        raise PostgresError(f"the PostgreSQL backend needs psycopg 3 and pgvector: "
                             f"{_INSTALL_HINT} ({err})") from err
-    return psycopg, psycopg_pool, register_vector
+    return psycopg, register_vector
+
+
+def _alive(conn: Any) -> bool:
+    """True when a pooled connection is open and idle, checked without a round trip: libpq
+    reads what the server sent (a restarted or stopped server has closed the socket)."""
+    import psycopg
+
+    if conn.closed or conn.broken:
+        return False
+    pg = conn.pgconn
+    try:
+        # twice: a server that stops sends a last message, then closes; libpq reports the
+        # close only on a read that finds nothing more
+        pg.consume_input()
+        pg.consume_input()
+    except psycopg.OperationalError:
+        return False
+    return (pg.status == psycopg.pq.ConnStatus.OK
+            and pg.transaction_status == psycopg.pq.TransactionStatus.IDLE)
+
+
+class _Pool:
+    """The connections of one store: at most ``size`` open, an idle one reused while
+    :func:`_alive`, a new one opened in the calling thread by ``connect`` (libpq's
+    ``connect_timeout`` bounds it). psycopg_pool opens connections in a background worker
+    that backs off exponentially after a failure (1, 2, 4.. s): while a server was down its
+    callers waited the pool's full timeout, and after a restart reconnection took up to 27 s;
+    here a down server is answered within ``connect_timeout`` and the first call after a
+    restart connects at once."""
+
+    def __init__(self, connect: Any, size: int, wait: float):
+        self._connect, self._size, self._wait = connect, size, wait
+        self._idle: list = []
+        self._open = 0
+        self._cond = threading.Condition()
+        self.closed = False
+
+    def get(self) -> Any:
+        """An open connection (autocommit; callers wrap their work in a transaction).
+
+        Raises
+        ------
+        psycopg.OperationalError
+            If a new connection cannot be opened.
+        TimeoutError
+            If all ``size`` connections stay busy for ``wait`` seconds.
+        """
+        deadline = time.monotonic() + self._wait
+        with self._cond:
+            while True:
+                while self._idle:
+                    conn = self._idle.pop()
+                    if _alive(conn):
+                        return conn
+                    self._open -= 1
+                    conn.close()
+                if self._open < self._size:
+                    self._open += 1
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"all {self._size} connections stayed busy for "
+                                       f"{self._wait:g} s (raise pool_size)")
+                self._cond.wait(left)
+        try:
+            return self._connect()
+        except BaseException:
+            with self._cond:
+                self._open -= 1
+                self._cond.notify()
+            raise
+
+    def put(self, conn: Any) -> None:
+        """Return ``conn``: kept while healthy and the pool is open, else closed."""
+        with self._cond:
+            keep = not self.closed and _alive(conn)
+            if keep:
+                self._idle.append(conn)
+            else:
+                self._open -= 1
+            self._cond.notify()
+        if not keep:
+            conn.close()
+
+    def __del__(self) -> None:        # a store dropped unclosed closes its idle connections
+        for conn in getattr(self, "_idle", ()):
+            conn.close()
+
+    def close(self) -> None:
+        with self._cond:
+            self.closed = True
+            idle, self._idle = self._idle, []
+            self._open -= len(idle)
+        for conn in idle:
+            conn.close()
 
 
 def _schema_of(url: str, schema: str) -> tuple[str, str]:
     """``url`` without its ``schema=`` query parameter (memcore's, not libpq's), and that
     schema (else ``schema``)."""
-    parts = urlsplit(url)
-    query = [kv for kv in parts.query.split("&") if kv]
-    given = [kv for kv in query if kv.startswith("schema=")]
+    scheme, user, password, hostpath, query = _url_split(url)
+    params = [kv for kv in query.split("&") if kv]
+    given = [kv for kv in params if kv.startswith("schema=")]
     if not given:
         return url, schema
-    rest = "&".join(kv for kv in query if not kv.startswith("schema="))
-    return urlunsplit(parts._replace(query=rest)), given[-1][len("schema="):]
+    rest = "&".join(kv for kv in params if not kv.startswith("schema="))
+    return _url_join(scheme, user, password, hostpath, rest), given[-1][len("schema="):]
 
 
 def _scrub(message: str, url: str) -> str:
-    pw = urlsplit(url).password if is_postgres_url(url) else None
-    return message.replace(pw, "***") if pw else message
+    """``message`` with every password of ``url`` replaced by ``***``."""
+    for secret in _secrets(url):
+        message = message.replace(secret, "***")
+    return message
 
 
 def _connect_error(err: Exception, url: str) -> PostgresError:
@@ -232,6 +421,21 @@ def _no_nul(value: str, what: str) -> str:
     if "\x00" in value:
         raise InvalidTextError(f"{what} contains a NUL character, which PostgreSQL text cannot "
                                f"hold; remove it (the embedded store accepts it)")
+    return value
+
+
+def _no_nul_json(value: Any) -> Any:
+    """``value`` (metadata), after checking that none of its strings or keys holds a NUL
+    (PostgreSQL's jsonb, which filters cast to, cannot hold one)."""
+    if isinstance(value, str):
+        _no_nul(value, "a metadata string")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _no_nul_json(k)
+            _no_nul_json(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _no_nul_json(v)
     return value
 
 
@@ -312,7 +516,8 @@ def _filter_sql(flt: dict | None, params: dict) -> str:
     parts = []
     for k, cond in flt.items():
         if k not in _COLUMN_SQL:
-            parts.append(_condition_sql(f"(metadata -> {_param(params, k)}::text)", cond, params))
+            parts.append(_condition_sql(f"(metadata::jsonb -> {_param(params, k)}::text)", cond,
+                                        params))
             continue
         col = _COLUMN_SQL[k]
         num = _float32 if k == "$importance" else float
@@ -383,8 +588,16 @@ class PostgresMemory(MemoryStore):
         Create the HNSW index when missing and rank large namespaces from it; False creates
         none (an existing one is kept) and every search is exact. It is what writes cost: measured here at 384-d, 4-7 ms per inserted row
         with it, 0.06 ms without (bench/postgres.py).
-    connect_timeout : float, default 10.0
-        Seconds to wait for the server.
+    connect_timeout : float, default CONNECT_TIMEOUT (5 s)
+        Seconds a call waits for an unreachable server before it raises
+        :class:`PostgresUnavailableError` (libpq's ``connect_timeout``, whole seconds, at
+        least 2). Connections are opened in the calling thread when needed, so the first call
+        after a server restart reconnects at once.
+    ttl : float, optional
+        Default time to live (seconds) of a put without ``ttl=`` (as
+        :class:`~memcore.LongTermMemory`); None: memories never expire.
+    refresh_ttl : bool, default False
+        Default of ``refresh_ttl`` for :meth:`get` and :meth:`search`.
 
     Notes
     -----
@@ -407,8 +620,12 @@ class PostgresMemory(MemoryStore):
         If the schema was written with another embedder name or dim.
     FormatVersionError
         If the schema is of a newer version than this memcore knows.
+    InvalidUrlError
+        On a malformed URL (libpq cannot parse it, or a port is not a number); a subclass of
+        :class:`~memcore.errors.InvalidArgumentError` (so of ``ValueError``).
     InvalidArgumentError
-        On a bad schema name, pool size, or no embedder for a new store.
+        On a bad schema name, pool size, connect timeout or ttl, or no embedder for a new
+        store.
 
     Examples
     --------
@@ -427,9 +644,11 @@ class PostgresMemory(MemoryStore):
                  clock: Clock = system_clock, hybrid: HybridWeights | None = None,
                  query_preparer: Any = None, threads: int = 1, schema: str = "memcore",
                  pool_size: int = 4, exact_max_rows: int = EXACT_MAX_ROWS, hnsw: bool = True,
-                 connect_timeout: float = 10.0):
+                 connect_timeout: float = CONNECT_TIMEOUT, ttl: float | None = None,
+                 refresh_ttl: bool = False):
         self._setup(dim=None, embedder=embedder, clock=clock, weights=weights, hybrid=hybrid,
-                    query_preparer=query_preparer, default_weights=weights, threads=threads)
+                    query_preparer=query_preparer, default_weights=weights, threads=threads,
+                    ttl=ttl, refresh_ttl=refresh_ttl)
         if not is_postgres_url(url):
             raise InvalidArgumentError(f"url must start with postgresql:// or postgres://, got "
                                        f"{redact(str(url))!r}")
@@ -441,6 +660,7 @@ class PostgresMemory(MemoryStore):
                 raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
         if embedder is not None:
             check_embedder(embedder, named=True)
+        _check_url(url)
         self.url, self.schema = url, schema
         self.path = redact(url)
         self.exact_max_rows = exact_max_rows
@@ -452,31 +672,29 @@ class PostgresMemory(MemoryStore):
         self._closed = True
         self._pool = None
         self._replicas: dict[Namespace, _Replica] = {}
-        psycopg, psycopg_pool, register_vector = _psycopg()
+        if (isinstance(connect_timeout, bool) or not isinstance(connect_timeout, (int, float))
+                or not connect_timeout > 0):
+            raise InvalidArgumentError(f"connect_timeout must be a number of seconds > 0, got "
+                                       f"{connect_timeout!r}")
+        psycopg, register_vector = _psycopg()
         self._psycopg = psycopg
+        self.connect_timeout = float(connect_timeout)
         self.setup(connect_timeout=connect_timeout)
 
-        def configure(conn):
+        def connect():
+            conn = psycopg.connect(url, autocommit=True, application_name="memcore",
+                                   connect_timeout=_libpq_timeout(connect_timeout))
             register_vector(conn)
+            return conn
 
-        self._pool = psycopg_pool.ConnectionPool(
-            url, min_size=1, max_size=pool_size, open=False, configure=configure,
-            kwargs={"connect_timeout": max(1, int(math.ceil(connect_timeout))),
-                    "application_name": "memcore"})
-        try:
-            self._pool.open(wait=True, timeout=connect_timeout)
-        except psycopg_pool.PoolTimeout as err:
-            self._pool.close()
-            raise PostgresUnavailableError(
-                f"cannot open a connection pool to {redact(url)}: {_scrub(str(err), url)}") from None
-        self._timeout = psycopg_pool.PoolTimeout
+        self._pool = _Pool(connect, pool_size, POOL_WAIT)
         self._closed = False
 
     # ------------------------------------------------------------------ schema
     def _t(self, name: str) -> str:
         return f'"{self.schema}".{name}'
 
-    def setup(self, *, connect_timeout: float = 10.0) -> None:
+    def setup(self, *, connect_timeout: float = CONNECT_TIMEOUT) -> None:
         """Create (or check) the extension, schema and tables; record and check the embedder.
 
         Idempotent and safe from many processes at once (one advisory lock per schema).
@@ -489,7 +707,7 @@ class PostgresMemory(MemoryStore):
         """
         psycopg = self._psycopg
         try:
-            conn = psycopg.connect(self.url, connect_timeout=max(1, int(math.ceil(connect_timeout))),
+            conn = psycopg.connect(self.url, connect_timeout=_libpq_timeout(connect_timeout),
                                    application_name="memcore")
         except psycopg.Error as err:
             raise _connect_error(err, self.url) from None
@@ -564,7 +782,7 @@ class PostgresMemory(MemoryStore):
                      f"key text NOT NULL, seq bigint NOT NULL, PRIMARY KEY (namespace, key)); "
                      f"CREATE TABLE IF NOT EXISTS {t('memcore_memories')} ("
                      f"namespace text NOT NULL, key text NOT NULL, text text NOT NULL, "
-                     f"importance float8 NOT NULL, metadata jsonb NOT NULL, "
+                     f"importance float8 NOT NULL, metadata json NOT NULL, "
                      f"created_at float8 NOT NULL, updated_at float8 NOT NULL, "
                      f"last_accessed_at float8 NOT NULL, access_count bigint NOT NULL, "
                      f"seq bigint NOT NULL, tseq bigint NOT NULL, "
@@ -581,6 +799,13 @@ class PostgresMemory(MemoryStore):
                         [self.schema]).fetchone() is None:
             conn.execute(f"ALTER TABLE {t('memcore_memories')} ADD COLUMN "
                          + ", ADD COLUMN ".join(_TTL_COLUMNS.split(", ")))
+        # schema 2 -> 3: metadata jsonb -> json (the JSON text as written: floats stay floats,
+        # -0.0 and key order kept); rewrites the table once, locking it while it runs
+        if conn.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND "
+                        "table_name = 'memcore_memories' AND column_name = 'metadata' AND "
+                        "data_type = 'jsonb'", [self.schema]).fetchone() is not None:
+            conn.execute(f"ALTER TABLE {t('memcore_memories')} ALTER COLUMN metadata TYPE json "
+                         f"USING metadata::json")
         conn.execute(f"CREATE INDEX IF NOT EXISTS memcore_memories_expiry "
                      f"ON {t('memcore_memories')} (namespace, expires_at) WHERE expires_at > 0; "
                      f"UPDATE {t('memcore_meta')} SET value = '{SCHEMA_VERSION}' "
@@ -610,27 +835,30 @@ class PostgresMemory(MemoryStore):
         return (f"PostgresMemory({self.path!r}, schema={self.schema!r}, "
                 f"embedder={self.embedder_name!r}, dim={self.dim})")
 
-    def _conn(self):
-        """A pooled connection (context manager: commits on success)."""
-        return self._pool.connection()
-
     def _run(self, fn):
         """``fn(conn)`` in one transaction, its server errors raised as memcore errors."""
         self._check_read()
         psycopg = self._psycopg
         try:
-            with self._conn() as conn:
-                with conn.transaction():
-                    return fn(conn)
+            conn = self._pool.get()
         except psycopg.OperationalError as err:
             raise _connect_error(err, self.url) from None
-        except self._timeout as err:
-            raise PostgresUnavailableError(f"no connection to {self.path} within the pool's "
-                                           f"timeout: {_scrub(str(err), self.url)}") from None
+        except TimeoutError as err:
+            raise PostgresUnavailableError(f"no connection to {self.path}: {err}") from None
+        try:
+            with conn.transaction():
+                return fn(conn)
+        except psycopg.OperationalError as err:
+            raise _connect_error(err, self.url) from None
         except psycopg.errors.CharacterNotInRepertoire as err:
             raise InvalidTextError(f"PostgreSQL refused a text: {err}") from None
         except psycopg.errors.UntranslatableCharacter as err:
             raise InvalidTextError(f"PostgreSQL refused a text (a NUL character?): {err}") from None
+        except psycopg.Error as err:
+            raise PostgresError(f"PostgreSQL at {self.path} failed: "
+                                f"{_scrub(str(err).strip(), self.url)}") from None
+        finally:
+            self._pool.put(conn)
 
     def _lock_ns(self, conn: Any, ns: Namespace, *, create: bool, bump: bool = True,
                  clears: int = 0) -> bool:
@@ -673,7 +901,7 @@ class PostgresMemory(MemoryStore):
         stored ``created_at``/``access_count`` (written back into ``rows``)."""
         ns = rows.namespace
         texts = [_no_nul(s, "text") for s in rows.texts]
-        metas = [_JSON.encode(m) for m in rows.metadata]   # jsonb refuses \u0000: InvalidTextError
+        metas = [_JSON.encode(_no_nul_json(m)) for m in rows.metadata]
         t = self._t("memcore_memories")
         # a replaced key keeps its lifecycle unless it had expired (a put makes a new memory)
         kept = "m.expires_at = 0 OR m.expires_at > excluded.updated_at"
@@ -683,7 +911,7 @@ class PostgresMemory(MemoryStore):
                      "created_at = excluded.created_at, access_count = excluded.access_count")
         sql = (f"INSERT INTO {t} AS m (namespace, key, text, importance, metadata, created_at, "
                f"updated_at, last_accessed_at, access_count, expires_at, ttl, seq, tseq, embedding) "
-               f"VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s, "
+               f"VALUES (%s, %s, %s, %s, %s::json, %s, %s, %s, %s, %s, %s, "
                f"nextval('{self._t('memcore_seq')}'), currval('{self._t('memcore_seq')}'), %s) "
                f"ON CONFLICT (namespace, key) DO UPDATE SET text = excluded.text, "
                f"importance = excluded.importance, metadata = excluded.metadata, "
