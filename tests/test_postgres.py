@@ -278,6 +278,30 @@ def test_store_level_ttl_and_refresh_as_the_embedded_store(url):
     pg.drop()
 
 
+def test_put_many_copy_path_matches_the_embedded_store():
+    """put_many stages a batch by binary COPY and upserts it in one statement: a key given
+    twice ends as its last occurrence, write order (keys) follows the batch, a replaced key
+    keeps created_at and access_count, and the returned memories equal the embedded store's."""
+    clock = FakeClock()
+    ltm = LongTermMemory(None, emb(), clock=clock)
+    pg = pg_server.store(clock, emb())
+    first = [MemoryItem(f"k{i}", f"first {i}", 0.1 * (i % 10), {"i": i}) for i in range(30)]
+    again = [MemoryItem("k3", "k3 again"), MemoryItem("new", "fresh"), MemoryItem("k1", "k1 again"),
+             MemoryItem("k3", "k3 thrice", 0.9, {"x": -0.0})]
+    for store in (ltm, pg):
+        store.put_many("r", first)
+    clock.advance(10)
+    for store in (ltm, pg):
+        store.search("r", "first 3", top_k=3)          # touches: access counts to keep
+    clock.advance(10)
+    got, want = pg.put_many("r", again), ltm.put_many("r", again)
+    assert got == want
+    assert pg.keys("r") == ltm.keys("r") and pg.count("r") == ltm.count("r") == 31
+    for key in ("k1", "k3", "new", "k7"):
+        assert pg.get("r", key) == ltm.get("r", key)
+    pg.drop()
+
+
 # --------------------------------------------------------------------------- ranking
 
 def _pair(n, seed=0, **kw):

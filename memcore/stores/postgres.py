@@ -897,8 +897,13 @@ class PostgresMemory(MemoryStore):
         self._upsert(rows, keep=False)
 
     def _upsert(self, rows: Rows, *, keep: bool) -> None:
-        """Insert or replace ``rows`` in one transaction. ``keep``: a replaced key keeps its
-        stored ``created_at``/``access_count`` (written back into ``rows``)."""
+        """Insert or replace ``rows`` in one transaction: a binary COPY into a temporary
+        staging table, then one ``INSERT .. SELECT .. ON CONFLICT`` (rows locked in key order,
+        as every statement that locks memories here, so concurrent writers, deleters and
+        readers' access updates never deadlock). A key given twice in the batch ends as its
+        last occurrence (as a put after a put); sequence numbers follow the batch order.
+        ``keep``: a replaced key keeps its stored ``created_at``/``access_count`` (written
+        back into ``rows``)."""
         ns = rows.namespace
         texts = [_no_nul(s, "text") for s in rows.texts]
         metas = [_JSON.encode(_no_nul_json(m)) for m in rows.metadata]
@@ -909,45 +914,58 @@ class PostgresMemory(MemoryStore):
                      f"END, access_count = CASE WHEN {kept} THEN m.access_count "
                      f"ELSE excluded.access_count END" if keep else
                      "created_at = excluded.created_at, access_count = excluded.access_count")
-        sql = (f"INSERT INTO {t} AS m (namespace, key, text, importance, metadata, created_at, "
-               f"updated_at, last_accessed_at, access_count, expires_at, ttl, seq, tseq, embedding) "
-               f"VALUES (%s, %s, %s, %s, %s::json, %s, %s, %s, %s, %s, %s, "
-               f"nextval('{self._t('memcore_seq')}'), currval('{self._t('memcore_seq')}'), %s) "
+        cols = ("key, text, importance, metadata, created_at, updated_at, last_accessed_at, "
+                "access_count, expires_at, ttl")
+        sql = (f"WITH last AS MATERIALIZED (SELECT DISTINCT ON (key) * FROM memcore_in "
+               f"ORDER BY key, pos DESC), "
+               f"numbered AS MATERIALIZED (SELECT l.*, nextval('{self._t('memcore_seq')}') AS seq "
+               f"FROM (SELECT * FROM last ORDER BY pos) l) "
+               f"INSERT INTO {t} AS m (namespace, {cols}, seq, tseq, embedding) "
+               f"SELECT %s, key, text, importance, metadata::json, created_at, updated_at, "
+               f"last_accessed_at, access_count, expires_at, ttl, seq, seq, embedding "
+               f"FROM numbered ORDER BY key "
                f"ON CONFLICT (namespace, key) DO UPDATE SET text = excluded.text, "
                f"importance = excluded.importance, metadata = excluded.metadata, "
                f"updated_at = excluded.updated_at, last_accessed_at = excluded.last_accessed_at, "
                f"{lifecycle}, expires_at = excluded.expires_at, ttl = excluded.ttl, "
                f"seq = excluded.seq, tseq = excluded.tseq, "
                f"embedding = excluded.embedding "
-               f"RETURNING created_at, access_count, (xmax = 0) AS inserted")
+               f"RETURNING key, created_at, access_count, (xmax = 0) AS inserted")
         nst = _ns_text(ns)
-        vecs = rows.vectors
+        vecs = np.ascontiguousarray(rows.vectors, np.float32)
         exp = rows.expiry()
         ea, tl = (([0.0] * len(rows),) * 2 if exp is None else
                   (exp[0].tolist(), exp[1].tolist()))
-        params = [(nst, rows.keys[i], texts[i], float(rows.importance[i]), metas[i],
-                   float(rows.created_at[i]), float(rows.updated_at[i]),
-                   float(rows.last_accessed_at[i]), int(rows.access_count[i]), ea[i], tl[i],
-                   vecs[i]) for i in range(len(rows))]
+        imp = np.asarray(rows.importance, np.float64).tolist()
+        lc = [np.asarray(c, np.float64).tolist()
+              for c in (rows.created_at, rows.updated_at, rows.last_accessed_at)]
+        ac = np.asarray(rows.access_count, np.int64).tolist()
 
         def run(conn):
             self._lock_ns(conn, ns, create=True)
+            conn.execute("CREATE TEMP TABLE IF NOT EXISTS memcore_in (pos int4, key text, "
+                         "text text, importance float8, metadata text, created_at float8, "
+                         "updated_at float8, last_accessed_at float8, access_count int8, "
+                         "expires_at float8, ttl float8, embedding vector) "
+                         "ON COMMIT DELETE ROWS")
             cur = conn.cursor()
-            cur.executemany(sql, params, returning=True)
-            out = []
-            while True:
-                out.append(cur.fetchone())
-                if not cur.nextset():
-                    break
-            added = sum(1 for r in out if r[2])
+            with cur.copy(f"COPY memcore_in (pos, {cols}, embedding) FROM STDIN "
+                          f"WITH (FORMAT BINARY)") as copy:
+                copy.set_types(["int4", "text", "text", "float8", "text", "float8", "float8",
+                                "float8", "int8", "float8", "float8", "vector"])
+                for i in range(len(rows)):
+                    copy.write_row((i, rows.keys[i], texts[i], imp[i], metas[i], lc[0][i],
+                                    lc[1][i], lc[2][i], ac[i], ea[i], tl[i], vecs[i]))
+            out = {r[0]: r for r in cur.execute(sql, [nst]).fetchall()}
+            added = sum(1 for r in out.values() if r[3])
             conn.execute(f"UPDATE {self._t('memcore_namespaces')} SET live = live + %s "
                          f"WHERE namespace = %s", [added, nst])
             return out
 
         out = self._run(run)
         if keep:
-            rows.created_at = np.asarray([r[0] for r in out], np.float64)
-            rows.access_count = np.asarray([r[1] for r in out], np.int64)
+            rows.created_at = np.asarray([out[k][1] for k in rows.keys], np.float64)
+            rows.access_count = np.asarray([out[k][2] for k in rows.keys], np.int64)
 
     def delete_keys(self, namespace: Namespace, keys: Sequence[str]) -> list[str]:
         """As :meth:`MemoryStore.delete_keys` (so :meth:`~MemoryStore.delete` and
