@@ -400,6 +400,62 @@ def test_hybrid_replica_follows_writes_touches_and_deletes():
     pg.drop()
 
 
+def test_reads_never_wait_for_the_namespace_lock():
+    """A writer holding the namespace lock (a long put_many in flight) does not hold up
+    searches that touch, hybrid or not, nor a get that refreshes a time to live; the touches
+    land (access counts)."""
+    import threading
+
+    import psycopg
+
+    clock = FakeClock()
+    pg = pg_server.store(clock, emb(), ttl=100)
+    pg.put_many("r", [MemoryItem(f"k{i}", f"the red door {i}") for i in range(5)])
+    held = psycopg.connect(pg_server.url())
+    held.execute(f'SELECT version FROM "{pg.schema}".memcore_namespaces FOR UPDATE')  # open txn
+    done = []
+
+    def reads():
+        pg.search("r", "red door", top_k=3)
+        pg.search("r", "red door", top_k=3, hybrid=HybridWeights.no_model())
+        pg.get("r", "k0", refresh_ttl=True)
+        done.append(True)
+
+    try:
+        worker = threading.Thread(target=reads)
+        worker.start()
+        worker.join(10)
+        assert done == [True], "a read waited for the namespace lock"
+    finally:
+        held.close()
+    assert sum(pg.get("r", f"k{i}").access_count for i in range(5)) == 6
+
+
+def test_replica_sees_access_updates_committed_out_of_order():
+    """Access updates run without the namespace lock, so they may commit after a later write:
+    the replica finds them by snapshot (xmin), not by a high-water mark."""
+    import psycopg
+
+    clock = FakeClock()
+    hw = HybridWeights.no_model()
+    pg = pg_server.store(clock, emb(), hybrid=hw)
+    pg.put_many("r", [MemoryItem("a", "the red door"), MemoryItem("b", "the blue door")])
+    pg.search("r", "door", touch=False)                 # the replica's first sync
+    late = psycopg.connect(pg_server.url())
+    late.execute(f'UPDATE "{pg.schema}".memcore_memories SET access_count = 7, '
+                 f"last_accessed_at = 123 WHERE key = 'a'")          # in flight, uncommitted
+    pg.put("r", "c", "the green door")                  # a later write commits first
+    pg.search("r", "door", touch=False)                 # syncs: c, not yet a's update
+    replica = pg._replicas[("r",)].store
+    assert replica.get("r", "c") is not None and replica.get("r", "a").access_count == 0
+    late.commit()
+    late.close()
+    pg.search("r", "door", touch=False)
+    got = replica.get("r", "a")
+    assert (got.access_count, got.last_accessed_at) == (7, 123.0)
+    pg.drop()
+
+
 def test_hybrid_replica_follows_expiry_refresh_and_sweep(tmp_path):
     """Time to live on the hybrid replica: expired memories leave its ranking, a refresh_ttl
     read moves their expiry there too, and a sweep deletes them, as in the embedded store."""

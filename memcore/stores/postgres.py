@@ -144,6 +144,9 @@ MAX_CANDIDATES = 1000
 POOL_WAIT = 30.0
 #: Default ``connect_timeout`` (seconds): how long a call waits for an unreachable server.
 CONNECT_TIMEOUT = 5.0
+#: A hybrid replica whose last snapshot is this many transaction ids old reloads rather than
+#: diffs (row ``xmin`` values are 32-bit and compared modulo 2 ** 32).
+_XID_HORIZON = 2 ** 30
 #: Recency exponent clamp (``0.5 ** 1000`` is normal float8; PostgreSQL raises on underflow).
 _MAX_HALF_LIVES = 1000.0
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -552,6 +555,10 @@ def _np(v: Any) -> np.ndarray:
 _COLS = ("key, text, importance, metadata, created_at, updated_at, last_accessed_at, "
          "access_count, expires_at, ttl")
 _NCOLS = 10
+#: Free space left in each page of ``memcore_memories`` (a row is ~1.7 kB at 384-d), so an
+#: access update (no indexed column changed) can be a HOT update: no new entry in any index,
+#: the HNSW graph's included (an insert there costs milliseconds).
+_FILLFACTOR = 70
 #: The time-to-live columns of ``memcore_memories`` (schema 2; 0: never expires).
 _TTL_COLUMNS = "expires_at float8 NOT NULL DEFAULT 0, ttl float8 NOT NULL DEFAULT 0"
 #: SQL true for a row that has not expired at ``%(now)s`` (``expires_at`` 0: never expires).
@@ -787,11 +794,9 @@ class PostgresMemory(MemoryStore):
                      f"last_accessed_at float8 NOT NULL, access_count bigint NOT NULL, "
                      f"seq bigint NOT NULL, tseq bigint NOT NULL, "
                      f"embedding vector({dim}) NOT NULL, {_TTL_COLUMNS}, "
-                     f"PRIMARY KEY (namespace, key)); "
+                     f"PRIMARY KEY (namespace, key)) WITH (fillfactor = {_FILLFACTOR}); "
                      f"CREATE INDEX IF NOT EXISTS memcore_memories_seq "
-                     f"ON {t('memcore_memories')} (namespace, seq); "
-                     f"CREATE INDEX IF NOT EXISTS memcore_memories_tseq "
-                     f"ON {t('memcore_memories')} (namespace, tseq); {hnsw}")
+                     f"ON {t('memcore_memories')} (namespace, seq); {hnsw}")
         # schema 1 -> 2: a table without the time-to-live columns gains them (ALTER TABLE only
         # then: it locks out readers while it runs); its memories never expire
         if conn.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND "
@@ -805,7 +810,8 @@ class PostgresMemory(MemoryStore):
                         "table_name = 'memcore_memories' AND column_name = 'metadata' AND "
                         "data_type = 'jsonb'", [self.schema]).fetchone() is not None:
             conn.execute(f"ALTER TABLE {t('memcore_memories')} ALTER COLUMN metadata TYPE json "
-                         f"USING metadata::json")
+                         f"USING metadata::json; DROP INDEX IF EXISTS {t('memcore_memories_tseq')}; "
+                         f"ALTER TABLE {t('memcore_memories')} SET (fillfactor = {_FILLFACTOR})")
         conn.execute(f"CREATE INDEX IF NOT EXISTS memcore_memories_expiry "
                      f"ON {t('memcore_memories')} (namespace, expires_at) WHERE expires_at > 0; "
                      f"UPDATE {t('memcore_meta')} SET value = '{SCHEMA_VERSION}' "
@@ -974,13 +980,15 @@ class PostgresMemory(MemoryStore):
         self._check_write()
         now = _query.now(self.clock)
         nst = _ns_text(namespace)
+        t = self._t("memcore_memories")
 
         def run(conn):
             if not self._lock_ns(conn, namespace, create=False):
                 return []
-            rows = conn.execute(f"DELETE FROM {self._t('memcore_memories')} WHERE namespace = %s "
-                                f"AND key = ANY(%s) RETURNING key, expires_at",
-                                [nst, list(keys)]).fetchall()
+            rows = conn.execute(f"DELETE FROM {t} WHERE namespace = %(ns)s AND key IN (SELECT "
+                                f"key FROM {t} WHERE namespace = %(ns)s AND key = ANY(%(keys)s) "
+                                f"ORDER BY key FOR UPDATE) RETURNING key, expires_at",
+                                {"ns": nst, "keys": list(keys)}).fetchall()
             if rows:
                 conn.execute(f"INSERT INTO {self._t('memcore_deleted')} AS d "
                              f"SELECT %s, k, nextval('{self._t('memcore_seq')}') "
@@ -999,8 +1007,10 @@ class PostgresMemory(MemoryStore):
         def run(conn):
             if not self._lock_ns(conn, ns, create=False, clears=1):
                 return 0
-            gone = conn.execute(f"DELETE FROM {self._t('memcore_memories')} WHERE namespace = %s",
-                                [_ns_text(ns)]).rowcount
+            t = self._t("memcore_memories")
+            gone = conn.execute(f"DELETE FROM {t} WHERE namespace = %(ns)s AND key IN (SELECT key "
+                                f"FROM {t} WHERE namespace = %(ns)s ORDER BY key FOR UPDATE)",
+                                {"ns": _ns_text(ns)}).rowcount
             conn.execute(f"DELETE FROM {self._t('memcore_deleted')} WHERE namespace = %s",
                          [_ns_text(ns)])
             conn.execute(f"UPDATE {self._t('memcore_namespaces')} SET live = 0 "
@@ -1031,10 +1041,9 @@ class PostgresMemory(MemoryStore):
         t = self._t("memcore_memories")
 
         def run(conn):
-            if refresh and self._lock_ns(conn, ns, create=False, bump=False):
-                conn.execute(f"UPDATE {t} SET expires_at = %(now)s + ttl, "
-                             f"tseq = nextval('{self._t('memcore_seq')}') WHERE namespace = %(ns)s "
-                             f"AND key = %(key)s AND ttl > 0 AND {_VISIBLE}", p)
+            if refresh:                  # the row's lock only: never the namespace's
+                conn.execute(f"UPDATE {t} SET expires_at = %(now)s + ttl WHERE namespace = "
+                             f"%(ns)s AND key = %(key)s AND ttl > 0 AND {_VISIBLE}", p)
             return conn.execute(f"SELECT {_COLS} FROM {t} WHERE namespace = %(ns)s "
                                 f"AND key = %(key)s AND {_VISIBLE}", p).fetchone()
         r = self._run(run)
@@ -1108,19 +1117,21 @@ class PostgresMemory(MemoryStore):
             return 0
         p = {"ns": _ns_text(ns), "keys": keys, "now": float(now)}
         t = self._t("memcore_memories")
-        sets = (["last_accessed_at = %(now)s", "access_count = access_count + 1"] if touch else [])
+        sets = (["last_accessed_at = %(now)s", "access_count = m.access_count + 1"]
+                if touch else [])
         if ttl:
-            sets.append("expires_at = CASE WHEN ttl > 0 THEN %(now)s + ttl ELSE 0 END")
+            sets.append("expires_at = CASE WHEN m.ttl > 0 THEN %(now)s + m.ttl ELSE 0 END")
         where = f"WHERE namespace = %(ns)s AND key = ANY(%(keys)s) AND {_VISIBLE}"
-
-        def run(conn):
-            if not sets:
-                return conn.execute(f"SELECT count(*) FROM {t} {where}", p).fetchone()[0]
-            if not self._lock_ns(conn, ns, create=False, bump=False):
-                return 0
-            return conn.execute(f"UPDATE {t} SET {', '.join(sets)}, "
-                                f"tseq = nextval('{self._t('memcore_seq')}') {where}", p).rowcount
-        return self._run(run)
+        if not sets:
+            return self._run(lambda conn: conn.execute(f"SELECT count(*) FROM {t} {where}",
+                                                       p).fetchone()[0])
+        # one statement for the call's keys, locking only their rows, in key order (as every
+        # writer here): reads never take the namespace lock, so they never wait for a writer
+        # of other keys nor make one wait; no indexed column changes (HOT updates)
+        return self._run(lambda conn: conn.execute(
+            f"UPDATE {t} AS m SET {', '.join(sets)} FROM (SELECT key FROM {t} {where} "
+            f"ORDER BY key FOR UPDATE) AS l WHERE m.namespace = %(ns)s AND m.key = l.key",
+            p).rowcount)
 
     def sweep(self, namespace: NamespaceLike | None = None) -> int:
         """As :meth:`MemoryStore.sweep`: delete the memories whose time to live ran out (one
@@ -1144,8 +1155,9 @@ class PostgresMemory(MemoryStore):
                 if not self._lock_ns(conn, ns, create=False):
                     return 0
                 keys = [r[0] for r in conn.execute(
-                    f"DELETE FROM {t} WHERE namespace = %(ns)s AND expires_at > 0 "
-                    f"AND expires_at <= %(now)s RETURNING key", q).fetchall()]
+                    f"DELETE FROM {t} WHERE namespace = %(ns)s AND key IN (SELECT key FROM {t} "
+                    f"WHERE namespace = %(ns)s AND expires_at > 0 AND expires_at <= %(now)s "
+                    f"ORDER BY key FOR UPDATE) RETURNING key", q).fetchall()]
                 if keys:
                     conn.execute(f"INSERT INTO {self._t('memcore_deleted')} AS d "
                                  f"SELECT %(ns)s, k, nextval('{self._t('memcore_seq')}') "
@@ -1309,8 +1321,12 @@ class PostgresMemory(MemoryStore):
 
 class _Replica:
     """One namespace mirrored in an in-memory :class:`~memcore.LongTermMemory` for hybrid
-    recall, kept current from what was deleted (``memcore_deleted``), written (``seq``) and
-    refreshed (``tseq``) since its last synchronisation; a ``clear`` reloads it."""
+    recall, kept current from what was deleted (``memcore_deleted``, by sequence number),
+    written (``seq``: writers commit in sequence order under the namespace lock) and changed
+    in place since its last synchronisation -- access statistics and refreshed expiries,
+    written without the namespace lock, so in any commit order: found as the row versions a
+    transaction wrote that the previous synchronisation's snapshot could not see (``xmin`` in
+    its in-progress list or at/after its ``xmax``). A ``clear`` reloads it."""
 
     def __init__(self, owner: PostgresMemory, ns: Namespace):
         from memcore.stores.long import LongTermMemory
@@ -1320,30 +1336,39 @@ class _Replica:
                                     hybrid=owner.hybrid, query_preparer=owner.query_preparer,
                                     threads=owner.threads)
         self.seqs: dict[str, int] = {}      # key -> seq of the row the replica holds
-        self.seq = self.tseq = self.dseq = 0
+        self.seq = self.dseq = 0
         self.clears = -1
+        self.snapshot: tuple[int, int, list[int]] | None = None   # (xmax64, xmax32, xip32)
 
     def sync(self, conn: Any) -> None:
         o = self.owner
         nst = _ns_text(self.ns)
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")   # one snapshot
+        snap = conn.execute("SELECT pg_snapshot_xmax(s)::text::int8, "
+                            "ARRAY(SELECT x::text::int8 FROM pg_snapshot_xip(s) x) "
+                            "FROM pg_current_snapshot() s").fetchone()
+        xmax64, xip64 = int(snap[0]), [int(x) for x in snap[1]]
         st = conn.execute(f"SELECT clears FROM {o._t('memcore_namespaces')} WHERE namespace = %s",
                           [nst]).fetchone()
         clears = -1 if st is None else int(st[0])
-        if clears != self.clears:
-            self.store.clear(self.ns)
+        prev = self.snapshot
+        if clears != self.clears or prev is None or xmax64 - prev[0] >= _XID_HORIZON:
+            self.store.clear(self.ns)      # first sync, a clear, or too old to diff: reload
             self.seqs = {}
-            self.seq = self.tseq = self.dseq = 0
+            self.seq = self.dseq = 0
             self.clears = clears
+            prev = None
         t = o._t("memcore_memories")
         gone = conn.execute(f"SELECT key, seq FROM {o._t('memcore_deleted')} WHERE namespace = %s "
                             f"AND seq > %s", [nst, self.dseq]).fetchall()
-        new = conn.execute(f"SELECT {_COLS}, embedding, seq, tseq FROM {t} WHERE namespace = %s "
+        new = conn.execute(f"SELECT {_COLS}, embedding, seq FROM {t} WHERE namespace = %s "
                            f"AND seq > %s ORDER BY seq", [nst, self.seq]).fetchall()
-        touched = conn.execute(f"SELECT key, last_accessed_at, access_count, tseq, expires_at, "
-                               f"ttl FROM {t} "
-                               f"WHERE namespace = %s AND seq <= %s AND tseq > %s",
-                               [nst, self.seq, self.tseq]).fetchall()
+        touched = [] if prev is None else conn.execute(
+            f"SELECT key, last_accessed_at, access_count, expires_at, ttl FROM {t} "
+            f"WHERE namespace = %(ns)s AND seq <= %(seq)s AND ((xmin::text::int8 - %(xmax)s "
+            f"+ 4294967296) %% 4294967296 < 2147483648 OR xmin::text::int8 = ANY(%(xip)s))",
+            {"ns": nst, "seq": self.seq, "xmax": prev[1], "xip": prev[2]}).fetchall()
+        self.snapshot = (xmax64, xmax64 % 2 ** 32, [x % 2 ** 32 for x in xip64])
         for key, seq in gone:      # a delete older than the row held was followed by a put
             if self.seqs.get(key, seq) < seq:
                 self.store.delete(self.ns, key)
@@ -1354,15 +1379,15 @@ class _Replica:
             self.store.put_stored(mems, np.stack([_np(r[_NCOLS]) for r in new]))
             self.seqs.update((r[0], r[_NCOLS + 1]) for r in new)
             self.seq = max(self.seq, new[-1][_NCOLS + 1])
-            self.tseq = max(self.tseq, max(r[_NCOLS + 2] for r in new))
         if touched:
             table = self.store._tables[self.ns]
             cols = table.columns
-            for key, last, count, tseq, expires, ttl in touched:
-                row = table.keys[key]
+            for key, last, count, expires, ttl in touched:
+                row = table.keys.get(key)
+                if row is None:
+                    continue
                 cols.last_accessed_at[row] = last
                 cols.access_count[row] = count
                 if ttl > 0:
                     table.set_expiry(np.asarray([row], np.int64), np.asarray([expires]),
                                      np.asarray([ttl]))
-                self.tseq = max(self.tseq, tseq)
