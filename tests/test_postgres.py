@@ -741,3 +741,55 @@ def test_local_server_takes_a_relative_path_and_cleans_up_a_failed_start(tmp_pat
         assert (after.st_uid, after.st_gid, after.st_mode) == (before.st_uid, before.st_gid,
                                                               before.st_mode)
         assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["keep.txt"]
+
+
+def _readme_citus_block() -> str:
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    (block,) = [b for b in re.findall(r"```sql\n(.*?)```", text, re.S)
+                if "create_distributed_table" in b]
+    return block
+
+
+def test_readme_citus_ddl_runs_without_citus_and_calls_it_with_the_tables(own_server):
+    """Citus cannot be installed here: the README's distribution block runs verbatim on plain
+    PostgreSQL (it does nothing there), and with stand-ins for Citus's two functions on the
+    search path it calls them with memcore's tables (which must exist: regclass arguments)."""
+    import psycopg
+
+    base = own_server["url"]
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS citusddl")
+        conn.execute("CREATE DATABASE citusddl")
+    url = base.rsplit("/", 1)[0] + "/citusddl"
+    PostgresMemory(url, emb()).close()                   # schema "memcore", as the README
+    block = _readme_citus_block()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(block)                             # plain PostgreSQL: a notice, no error
+        conn.execute("CREATE SCHEMA fakecitus; CREATE TABLE fakecitus.calls (fn text, tbl "
+                     "regclass, col text, colocate text)")
+        conn.execute("CREATE FUNCTION fakecitus.create_reference_table(table_name regclass) "
+                     "RETURNS void LANGUAGE sql AS $$ INSERT INTO fakecitus.calls "
+                     "VALUES ('reference', table_name, NULL, NULL) $$")
+        conn.execute("CREATE FUNCTION fakecitus.create_distributed_table(table_name regclass, "
+                     "distribution_column text, colocate_with text DEFAULT 'default') "
+                     "RETURNS void LANGUAGE sql AS $$ INSERT INTO fakecitus.calls VALUES "
+                     "('distributed', table_name, distribution_column, colocate_with) $$")
+        conn.execute("SET search_path = public, fakecitus")
+        conn.execute(block)
+        calls = conn.execute("SELECT fn, tbl::text, col, colocate FROM fakecitus.calls").fetchall()
+        setting = conn.execute("SELECT setconfig FROM pg_db_role_setting s JOIN pg_database d "
+                               "ON d.oid = s.setdatabase WHERE d.datname = 'citusddl'").fetchone()
+        tables = {f"memcore.{r[0]}" for r in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'memcore'")}
+    assert tables == {c[1] for c in calls}              # every table memcore made, once
+    ns = "memcore.memcore_namespaces"
+    assert calls == [("reference", "memcore.memcore_meta", None, None),
+                     ("distributed", ns, "namespace", "default"),
+                     ("distributed", "memcore.memcore_memories", "namespace", ns),
+                     ("distributed", "memcore.memcore_deleted", "namespace", ns)]
+    assert setting == (["citus.propagate_set_commands=local"],)
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute("DROP DATABASE citusddl WITH (FORCE)")
