@@ -11,22 +11,25 @@ one PostgreSQL schema (default ``memcore``):
   every open (:class:`~memcore.errors.EmbedderMismatchError`, as for the embedded store).
 - ``memcore_namespaces(namespace, live, version, clears)``: one row per namespace, the
   namespace as a JSON array of its segments (reversible, injective). Every transaction that
-  changes a namespace takes this row's lock first, so writers of one namespace commit in the
-  order of the sequence numbers they draw (the hybrid replica below relies on it) and never
-  deadlock (the same lock order everywhere).
+  puts, deletes, clears or sweeps in a namespace takes this row's lock first, so writers of
+  one namespace commit in the order of the sequence numbers they draw (the hybrid replica
+  below relies on it). Reads never take it (access statistics below). Statements that lock
+  memory rows lock them in key order, so writers and readers never deadlock.
 - ``memcore_memories``: one row per memory -- ``namespace`` (the distribution key under
   Citus; the primary key is ``(namespace, key)``), text, importance, metadata (``json``: the JSON text
   as written, so floats stay floats, ``-0.0`` and key order are kept; filters cast it to
   ``jsonb``),
   lifecycle (float8 Unix seconds, access_count), ``seq`` (write order: a put draws a new one,
-  as a row of the embedded store's append-only table), ``tseq`` (last put or refresh) and
-  ``embedding vector(dim)``, ``expires_at`` and ``ttl`` (float8, 0: never expires), with
-  B-trees on ``(namespace, seq)`` and ``(namespace, tseq)`` (what a hybrid replica
-  synchronises from), a partial one on ``(namespace, expires_at)`` of the expiring rows and an
-  HNSW index (``vector_ip_ops``) on the embeddings. Version 1 (no time to live) is migrated
-  by ``setup()`` on open (``ALTER TABLE ... ADD COLUMN``, run only when the columns are
-  missing); its memories never expire. Version 2 (metadata ``jsonb``) is migrated to
-  ``json`` the same way (one table rewrite; the key order ``jsonb`` dropped stays lost).
+  as a row of the embedded store's append-only table), ``tseq`` (equal to ``seq``; read by
+  nothing since version 3) and ``embedding vector(dim)``, ``expires_at`` and ``ttl``
+  (float8, 0: never expires), with a B-tree on ``(namespace, seq)`` (what a hybrid replica
+  synchronises new rows from), a partial one on ``(namespace, expires_at)`` of the expiring
+  rows and an HNSW index (``vector_ip_ops``) on the embeddings; ``fillfactor`` 70, so an
+  access update finds room in its page (a HOT update). Version 1 (no time to live) is
+  migrated by ``setup()`` on open (``ALTER TABLE ... ADD COLUMN``, run only when the columns
+  are missing); its memories never expire. Version 2 is migrated to 3 the same way: metadata
+  ``jsonb`` becomes ``json`` (one table rewrite; the key order ``jsonb`` dropped stays lost),
+  the ``(namespace, tseq)`` index is dropped.
 - ``memcore_deleted(namespace, key, seq)``: the last delete of each deleted key (its sequence
   number), so the hybrid replicas drop deleted rows without reloading; a ``clear`` empties it.
 
@@ -49,13 +52,28 @@ on float underflow), which changes no order.
 Hybrid recall (any other :class:`~memcore.HybridWeights`) is **not** computed in SQL: BM25
 with episode windows, the episodic context similarity and the per-query z statistics are
 computed by the embedded store's code (:mod:`memcore.recall.hybrid`) over an in-process
-replica of the namespace, synchronised before each hybrid query from the rows written since
-(``seq``/``tseq``, deletions from ``memcore_deleted``; a clear reloads the namespace). Ranking is therefore identical to the
+replica of the namespace, synchronised before each hybrid query: new rows by ``seq``,
+deletions from ``memcore_deleted``, rows changed in place (access statistics, refreshed
+expiries) as the row versions written by transactions the previous synchronisation's snapshot
+could not see (``xmin``; a filter over the namespace's rows on the server, the changed rows
+alone transferred); a clear reloads the namespace. Ranking is therefore identical to the
 embedded store's (LoCoMo dev R@10 equal: 0.8131 with MiniLM and the hybrid default, 0.7832 with
 the hashing embedder; bench/results/postgres-20261202T012021Z), at the cost of holding the
-namespace's vectors in the searching process and of transferring them once. BM25 from term
-statistics kept in tables and a context-vector column (ranking hybrid recall in SQL) are not
+namespace's vectors in the searching process and of transferring them once (its first
+hybrid search loads the namespace). BM25 from term statistics kept in tables, the dense
+moment sums and a context-vector column (ranking hybrid recall from SQL candidates) are not
 built yet.
+
+Access statistics (``touch``) and ``refresh_ttl``: one ``UPDATE`` per call for the keys it
+returned, locking only those rows (in key order), never the namespace row, so reads neither
+wait for writers of other keys nor hold them up; it changes no indexed column (a HOT update:
+no HNSW insert). Concurrent touches of one memory queue on its row lock, each counted.
+
+Connections: each store keeps up to ``pool_size`` connections and opens a new one in the
+calling thread when none is idle and healthy (checked without a round trip), so an
+unreachable server is answered within ``connect_timeout`` and the first call after a server
+restart reconnects; the password is replaced by ``***`` in every repr, path and message
+(:func:`redact`, which splits URLs as libpq does).
 
 Measured agreement with the embedded store (bench/postgres.py, same runs): the exact ORDER BY
 returned the same top-10 scores on every query at 1e4 and 1e5; HNSW candidates with the bound
@@ -67,7 +85,8 @@ exactness matters more than latency.
 Time to live: a row whose ``expires_at`` (``updated_at + ttl``) is at or before the query's
 ``now`` (the store's clock) is left out by every read in SQL (``get``, ``search``, ``count``,
 ``keys``, ``namespaces``; the hybrid replica holds the expiry too); ``refresh_ttl`` moves it
-in the same transaction, ``sweep()``/``compact()`` delete the expired rows (one transaction
+without the namespace lock (access statistics below), ``sweep()``/``compact()`` delete the
+expired rows (one transaction
 per namespace, recorded in ``memcore_deleted`` for the replicas). The ``live`` counter of
 ``memcore_namespaces`` counts rows, expired ones included until swept; ``count`` subtracts the
 expired rows (from the partial index).
@@ -80,9 +99,23 @@ point (``COLLATE "C"``); nested dict conditions; column conditions on the lifecy
 magnitude as float8, so an int above 2 ** 53 compares at its float8 rounding (Python compares
 it exactly).
 
-Differences from the embedded store: PostgreSQL text cannot hold NUL characters, so a text or
-metadata string containing ``"\\x00"`` raises :class:`~memcore.errors.InvalidTextError`, and so
-does a filter key or string operand with one (the embedded store matches nothing there).
+Differences from the embedded store (every one known):
+
+- PostgreSQL text cannot hold NUL characters, so a text or metadata string containing
+  ``"\\x00"`` raises :class:`~memcore.errors.InvalidTextError`, and so does a filter key or
+  string operand with one (the embedded store matches nothing there).
+- A range filter compares an int above 2 ** 53 at its float8 rounding (above).
+- The SQL ranking (similarity and decay presets) computes in float8, the embedded kernel in
+  float32: near-ties may order differently; recency is clamped at 2 ** -1000. Above
+  ``exact_max_rows`` the HNSW candidates are approximate (the embedded store is exact unless
+  ``approximate=`` is given).
+- Hybrid recall holds a replica of the namespace in each searching process (above).
+- A replaced key keeps ``created_at``/``access_count`` as stored at its commit (concurrent
+  writers included); a store migrated from version 2 lost its metadata key order.
+- No ``durability``, ``lock_timeout``, ``read_only``, ``repair``, ``approximate`` (the server
+  owns durability and concurrency); no ``flush``, ``verify``, ``repair``, ``migrate``,
+  ``reindex``, ``open`` or ``approximate_stats``; ``compact`` is ``sweep`` (VACUUM reclaims
+  the space); ``drop`` and ``setup`` are its own.
 """
 
 from __future__ import annotations
@@ -587,7 +620,8 @@ class PostgresMemory(MemoryStore):
         PostgreSQL schema of the tables (lower-case identifier); several stores may share a
         database under different schemas.
     pool_size : int, default 4
-        Most connections this process opens (psycopg_pool).
+        Most connections this store opens (a call waits up to ``POOL_WAIT`` seconds while
+        all are busy).
     exact_max_rows : int, default EXACT_MAX_ROWS
         Namespaces up to this size are ranked by the exact ORDER BY; larger by HNSW
         candidates with the exact bound.
