@@ -686,6 +686,33 @@ def test_sigkilled_writer_loses_only_its_unacknowledged_batch(url):
     pg.drop()
 
 
+def _child_uses_the_parents_store(pg, out):
+    try:
+        pg.put("r", "child", "written by a forked child")
+        out.put(pg.count("r"))
+        pg.close()
+    except BaseException as err:                 # reported to the parent, which fails
+        out.put(repr(err))
+
+
+def test_forked_child_opens_its_own_connections():
+    """A store opened before fork: the child connects anew (never on the parent's sockets),
+    and its close leaves the parent's connections working."""
+    pg = pg_server.store(emb=emb())
+    pg.put("r", "parent", "written before the fork")
+    backend = pg._run(lambda conn: conn.info.backend_pid)
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    child = ctx.Process(target=_child_uses_the_parents_store, args=(pg, out))
+    child.start()
+    assert out.get(timeout=60) == 2
+    child.join(60)
+    assert child.exitcode == 0
+    assert sorted(pg.keys("r")) == ["child", "parent"]
+    assert pg._run(lambda conn: conn.info.backend_pid) == backend   # its session untouched
+    pg.drop()
+
+
 def test_server_going_away_and_coming_back(own_server):
     """A server stopped under an open store: every call raises PostgresUnavailableError
     within connect_timeout (no pool wait, no password); once the server is back (same port)

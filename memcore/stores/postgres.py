@@ -122,6 +122,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import threading
 import time
@@ -351,14 +352,22 @@ class _Pool:
     that backs off exponentially after a failure (1, 2, 4.. s): while a server was down its
     callers waited the pool's full timeout, and after a restart reconnection took up to 27 s;
     here a down server is answered within ``connect_timeout`` and the first call after a
-    restart connects at once."""
+    restart connects at once. A forked child never uses (nor closes) its parent's
+    connections: it starts with none."""
 
     def __init__(self, connect: Any, size: int, wait: float):
         self._connect, self._size, self._wait = connect, size, wait
         self._idle: list = []
         self._open = 0
         self._cond = threading.Condition()
+        self._pid = os.getpid()
         self.closed = False
+
+    def _forked(self) -> None:
+        """In a forked child: forget the parent's connections (the sockets are the parent's;
+        psycopg finishes a connection only in the process that opened it). Lock held."""
+        if self._pid != os.getpid():
+            self._pid, self._idle, self._open = os.getpid(), [], 0
 
     def get(self) -> Any:
         """An open connection (autocommit; callers wrap their work in a transaction).
@@ -372,6 +381,7 @@ class _Pool:
         """
         deadline = time.monotonic() + self._wait
         with self._cond:
+            self._forked()
             while True:
                 while self._idle:
                     conn = self._idle.pop()
@@ -398,6 +408,8 @@ class _Pool:
     def put(self, conn: Any) -> None:
         """Return ``conn``: kept while healthy and the pool is open, else closed."""
         with self._cond:
+            if self._pid != os.getpid():
+                return                           # a parent's connection seen in a child
             keep = not self.closed and _alive(conn)
             if keep:
                 self._idle.append(conn)
@@ -408,11 +420,13 @@ class _Pool:
             conn.close()
 
     def __del__(self) -> None:        # a store dropped unclosed closes its idle connections
-        for conn in getattr(self, "_idle", ()):
-            conn.close()
+        if getattr(self, "_pid", None) == os.getpid():
+            for conn in self._idle:
+                conn.close()
 
     def close(self) -> None:
         with self._cond:
+            self._forked()
             self.closed = True
             idle, self._idle = self._idle, []
             self._open -= len(idle)
