@@ -147,15 +147,19 @@ def _rss_mb() -> float:
     return float("nan")
 
 
-def _searcher(url, schema, qtexts, qvecs, searches, deadline, out):
+def _searcher(url, schema, qtexts, qvecs, searches, seconds, ready, go, out):
     """One searcher process: a fresh store, hybrid searches that touch (reads write access
-    statistics) until ``searches`` or ``deadline``; RSS before the first, after it, at the end."""
+    statistics) for ``seconds`` after ``go`` (``searches`` at most, one at least); RSS before
+    the first, after it, at the end."""
     from memcore import DecayWeights, HashingEmbedder, HybridWeights
     from memcore.stores.postgres import PostgresMemory
 
-    rss0 = _rss_mb()
     with PostgresMemory(url, HashingEmbedder(dim=DIM), schema=schema, pool_size=1,
                         weights=DecayWeights(), hybrid=HybridWeights.no_model()) as pg:
+        rss0 = _rss_mb()
+        ready.put(True)
+        go.wait()
+        deadline = time.time() + seconds
         lat = []
         i = 0
         while i < searches and (i == 0 or time.time() < deadline):
@@ -170,13 +174,16 @@ def _searcher(url, schema, qtexts, qvecs, searches, deadline, out):
                  "rss_end_mb": _rss_mb(), "lat": lat[1:]})
 
 
-def _fleet_writer(url, schema, w, vecs, texts, deadline, out):
+def _fleet_writer(url, schema, w, vecs, texts, seconds, ready, go, out):
     from memcore import HashingEmbedder, MemoryItem
     from memcore.stores.postgres import PostgresMemory
 
     n = 0
     with PostgresMemory(url, HashingEmbedder(dim=DIM), schema=schema, pool_size=1) as pg:
-        while time.time() < deadline:
+        ready.put(True)
+        go.wait()
+        deadline = time.time() + seconds
+        while n == 0 or time.time() < deadline:
             idx = [(n + j) % len(texts) for j in range(50)]
             pg.put_many(NS, [MemoryItem(f"fleet{w}-{n + j}", texts[i]) for j, i in enumerate(idx)],
                         vectors=vecs[idx])
@@ -200,18 +207,23 @@ def _fleet(url, schema, searchers, writers, seconds, searches, qtexts, qvecs, ve
     ``seconds``; pg_locks sampled every 20 ms for lock waits, split into reads and writes."""
     import psycopg
 
-    ctx = multiprocessing.get_context("fork")
-    out = ctx.Queue()
-    # the searchers' first search (a fresh process) happens while the writers write
-    deadline = time.time() + seconds
-    procs = [ctx.Process(target=_searcher, args=(url, schema, qtexts, qvecs, searches, deadline,
-                                                 out)) for _ in range(searchers)]
-    procs += [ctx.Process(target=_fleet_writer, args=(url, schema, w, vecs, texts, deadline, out))
-              for w in range(writers)]
+    # spawned, not forked: each searcher is a fresh interpreter (its first search is a fresh
+    # searcher's), and numba's OpenMP layer in this process forbids forked children's kernels
+    ctx = multiprocessing.get_context("spawn")
+    out, ready, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    # all start together once every process has imported memcore and opened its store; the
+    # searchers' first search happens while the writers write
+    procs = [ctx.Process(target=_searcher, args=(url, schema, qtexts, qvecs, searches, seconds,
+                                                 ready, go, out)) for _ in range(searchers)]
+    procs += [ctx.Process(target=_fleet_writer, args=(url, schema, w, vecs, texts, seconds,
+                                                      ready, go, out)) for w in range(writers)]
     waits = {"samples": 0, "read_waits": 0, "write_waits": 0, "read_examples": []}
-    t0 = time.perf_counter()
     for p in procs:
         p.start()
+    for _ in procs:
+        ready.get(timeout=600)
+    go.set()
+    t0 = time.perf_counter()
     with psycopg.connect(url, autocommit=True) as conn:
         while any(p.is_alive() for p in procs):
             for query, locktype, mode in conn.execute(_LOCK_SAMPLE).fetchall():
