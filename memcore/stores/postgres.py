@@ -298,7 +298,7 @@ def _check_url(url: str) -> None:
     _, _, _, hostpath, _ = _url_split(url)
     hosts = hostpath.split("/", 1)[0].rsplit("@", 1)[-1]
     ports = [h.rsplit(":", 1)[1] for h in re.sub(r"\[[^\]]*\]", "", hosts).split(",")
-             if ":" in h]
+             if ":" in h and h.rsplit(":", 1)[1]]          # "host:" is libpq's default port
     try:
         params = psycopg.conninfo.conninfo_to_dict(url)
     except psycopg.Error as err:
