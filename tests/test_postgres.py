@@ -432,8 +432,8 @@ def test_reads_never_wait_for_the_namespace_lock():
 
 
 def test_replica_sees_access_updates_committed_out_of_order():
-    """Access updates run without the namespace lock, so they may commit after a later write:
-    the replica finds them by snapshot (xmin), not by a high-water mark."""
+    """Access updates run without the namespace lock, so they may commit after a later write
+    and after a later access update: the replica's safe mark waits for them."""
     import psycopg
 
     clock = FakeClock()
@@ -441,13 +441,16 @@ def test_replica_sees_access_updates_committed_out_of_order():
     pg = pg_server.store(clock, emb(), hybrid=hw)
     pg.put_many("r", [MemoryItem("a", "the red door"), MemoryItem("b", "the blue door")])
     pg.search("r", "door", touch=False)                 # the replica's first sync
-    late = psycopg.connect(pg_server.url())
-    late.execute(f'UPDATE "{pg.schema}".memcore_memories SET access_count = 7, '
-                 f"last_accessed_at = 123 WHERE key = 'a'")          # in flight, uncommitted
+    late = psycopg.connect(pg_server.url())            # another process's access update,
+    pg._update_in_place(late, ("r",), ["a"], [          # in flight, uncommitted
+        "last_accessed_at = %(now)s", "access_count = m.access_count + 7"], {"now": 123.0})
     pg.put("r", "c", "the green door")                  # a later write commits first
-    pg.search("r", "door", touch=False)                 # syncs: c, not yet a's update
+    pg.search("r", "door", top_k=1, query_vector=pg.vector("r", "b"))   # touches b: later tseq
+    pg.search("r", "door", touch=False)                 # syncs: c and b, not yet a's update
+    pg.search("r", "door", touch=False)
     replica = pg._replicas[("r",)].store
     assert replica.get("r", "c") is not None and replica.get("r", "a").access_count == 0
+    assert replica.get("r", "b").access_count == 1
     late.commit()
     late.close()
     pg.search("r", "door", touch=False)
@@ -732,7 +735,7 @@ def test_server_going_away_and_coming_back(own_server):
         srv.start()
         t = time.perf_counter()
         assert pg.get("r", "k").text == "committed before the stop"
-        assert time.perf_counter() - t < 1.5
+        assert time.perf_counter() - t < 3      # the old pool: up to 27 s
         srv.run("pg_ctl", "-D", str(srv.data), "-m", "immediate", "-w", "stop")
         srv.start()                      # idle connections killed: found dead, replaced
         assert pg.count("r") == 1
@@ -816,7 +819,8 @@ def test_readme_citus_ddl_runs_without_citus_and_calls_it_with_the_tables(own_se
     assert calls == [("reference", "memcore.memcore_meta", None, None),
                      ("distributed", ns, "namespace", "default"),
                      ("distributed", "memcore.memcore_memories", "namespace", ns),
-                     ("distributed", "memcore.memcore_deleted", "namespace", ns)]
+                     ("distributed", "memcore.memcore_deleted", "namespace", ns),
+                     ("distributed", "memcore.memcore_touches", "namespace", ns)]
     assert setting == (["citus.propagate_set_commands=local"],)
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute("DROP DATABASE citusddl WITH (FORCE)")

@@ -178,9 +178,6 @@ MAX_CANDIDATES = 1000
 POOL_WAIT = 30.0
 #: Default ``connect_timeout`` (seconds): how long a call waits for an unreachable server.
 CONNECT_TIMEOUT = 5.0
-#: A hybrid replica whose last snapshot is this many transaction ids old reloads rather than
-#: diffs (row ``xmin`` values are 32-bit and compared modulo 2 ** 32).
-_XID_HORIZON = 2 ** 30
 #: Recency exponent clamp (``0.5 ** 1000`` is normal float8; PostgreSQL raises on underflow).
 _MAX_HALF_LIVES = 1000.0
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -833,6 +830,10 @@ class PostgresMemory(MemoryStore):
                      f"CREATE TABLE IF NOT EXISTS {t('memcore_namespaces')} ("
                      f"namespace text PRIMARY KEY, live bigint NOT NULL DEFAULT 0, "
                      f"version bigint NOT NULL DEFAULT 0, clears bigint NOT NULL DEFAULT 0); "
+                     f"CREATE TABLE IF NOT EXISTS {t('memcore_touches')} (namespace text NOT NULL, "
+                     f"key text NOT NULL, tseq bigint NOT NULL, PRIMARY KEY (namespace, key)); "
+                     f"CREATE INDEX IF NOT EXISTS memcore_touches_tseq "
+                     f"ON {t('memcore_touches')} (namespace, tseq); "
                      f"CREATE TABLE IF NOT EXISTS {t('memcore_deleted')} (namespace text NOT NULL, "
                      f"key text NOT NULL, seq bigint NOT NULL, PRIMARY KEY (namespace, key)); "
                      f"CREATE TABLE IF NOT EXISTS {t('memcore_memories')} ("
@@ -1059,8 +1060,8 @@ class PostgresMemory(MemoryStore):
             gone = conn.execute(f"DELETE FROM {t} WHERE namespace = %(ns)s AND key IN (SELECT key "
                                 f"FROM {t} WHERE namespace = %(ns)s ORDER BY key FOR UPDATE)",
                                 {"ns": _ns_text(ns)}).rowcount
-            conn.execute(f"DELETE FROM {self._t('memcore_deleted')} WHERE namespace = %s",
-                         [_ns_text(ns)])
+            for table in ("memcore_deleted", "memcore_touches"):
+                conn.execute(f"DELETE FROM {self._t(table)} WHERE namespace = %s", [_ns_text(ns)])
             conn.execute(f"UPDATE {self._t('memcore_namespaces')} SET live = 0 "
                          f"WHERE namespace = %s", [_ns_text(ns)])
             return gone
@@ -1090,8 +1091,8 @@ class PostgresMemory(MemoryStore):
 
         def run(conn):
             if refresh:                  # the row's lock only: never the namespace's
-                conn.execute(f"UPDATE {t} SET expires_at = %(now)s + ttl WHERE namespace = "
-                             f"%(ns)s AND key = %(key)s AND ttl > 0 AND {_VISIBLE}", p)
+                self._update_in_place(conn, ns, [key], [
+                    "expires_at = CASE WHEN m.ttl > 0 THEN %(now)s + m.ttl ELSE 0 END"], p)
             return conn.execute(f"SELECT {_COLS} FROM {t} WHERE namespace = %(ns)s "
                                 f"AND key = %(key)s AND {_VISIBLE}", p).fetchone()
         r = self._run(run)
@@ -1158,6 +1159,25 @@ class PostgresMemory(MemoryStore):
         return {tuple(json.loads(n)): {"live": int(c), "rows": int(r)}
                 for n, c, r in sorted(rows, key=lambda r: tuple(json.loads(r[0])))}
 
+    def _update_in_place(self, conn: Any, ns: Namespace, keys: list, sets: list,
+                         params: dict) -> int:
+        """``UPDATE .. SET sets`` the visible rows of ``keys`` (access statistics, expiry) and
+        record each in ``memcore_touches`` under a new sequence number, for the hybrid
+        replicas; returns how many rows. Rows locked in key order (memories, then touches),
+        never the namespace row; no indexed column of ``memcore_memories`` changes (HOT
+        updates, no HNSW insert). The transaction id is assigned before the sequence number is
+        drawn: what the replicas' safe mark relies on (:class:`_Replica`)."""
+        t, tt = self._t("memcore_memories"), self._t("memcore_touches")
+        p = {**params, "ns": _ns_text(ns), "keys": keys}
+        conn.execute("SELECT pg_current_xact_id()")
+        return conn.execute(
+            f"WITH u AS (UPDATE {t} AS m SET {', '.join(sets)} FROM (SELECT key FROM {t} "
+            f"WHERE namespace = %(ns)s AND key = ANY(%(keys)s) AND {_VISIBLE} ORDER BY key "
+            f"FOR UPDATE) AS l WHERE m.namespace = %(ns)s AND m.key = l.key RETURNING m.key) "
+            f"INSERT INTO {tt} AS x (namespace, key, tseq) SELECT %(ns)s, key, "
+            f"nextval('{self._t('memcore_seq')}') FROM (SELECT key FROM u ORDER BY key) AS k "
+            f"ON CONFLICT (namespace, key) DO UPDATE SET tseq = excluded.tseq", p).rowcount
+
     def _refresh(self, ns: Namespace, keys: Iterable[str], now: float, touch: bool = True,
                  ttl: bool = False) -> int:
         keys = list(dict.fromkeys(keys))
@@ -1175,11 +1195,8 @@ class PostgresMemory(MemoryStore):
                                                        p).fetchone()[0])
         # one statement for the call's keys, locking only their rows, in key order (as every
         # writer here): reads never take the namespace lock, so they never wait for a writer
-        # of other keys nor make one wait; no indexed column changes (HOT updates)
-        return self._run(lambda conn: conn.execute(
-            f"UPDATE {t} AS m SET {', '.join(sets)} FROM (SELECT key FROM {t} {where} "
-            f"ORDER BY key FOR UPDATE) AS l WHERE m.namespace = %(ns)s AND m.key = l.key",
-            p).rowcount)
+        # of other keys nor make one wait
+        return self._run(lambda conn: self._update_in_place(conn, ns, keys, sets, p))
 
     def sweep(self, namespace: NamespaceLike | None = None) -> int:
         """As :meth:`MemoryStore.sweep`: delete the memories whose time to live ran out (one
@@ -1323,7 +1340,9 @@ class PostgresMemory(MemoryStore):
         rep = self._replicas.get(ns)
         if rep is None:
             rep = self._replicas[ns] = _Replica(self, ns)
-        self._run(rep.sync)
+        last = self._run(lambda conn: conn.execute(
+            f"SELECT last_value FROM {self._t('memcore_seq')}").fetchone()[0])
+        self._run(lambda conn: rep.sync(conn, last))
         return rep
 
     # ------------------------------------------------------------------ export / import
@@ -1371,10 +1390,19 @@ class _Replica:
     """One namespace mirrored in an in-memory :class:`~memcore.LongTermMemory` for hybrid
     recall, kept current from what was deleted (``memcore_deleted``, by sequence number),
     written (``seq``: writers commit in sequence order under the namespace lock) and changed
-    in place since its last synchronisation -- access statistics and refreshed expiries,
-    written without the namespace lock, so in any commit order: found as the row versions a
-    transaction wrote that the previous synchronisation's snapshot could not see (``xmin`` in
-    its in-progress list or at/after its ``xmax``). A ``clear`` reloads it."""
+    in place since its last synchronisation (``memcore_touches``: access statistics and
+    refreshed expiries, written without the namespace lock, so they may commit out of sequence
+    order). A ``clear`` reloads it.
+
+    The changed rows are read above a *safe mark*: every sequence number at or below it
+    belongs to a transaction that has ended and was read. Each synchronisation first reads
+    the sequence's current value ``L`` (outside its snapshot), then takes its snapshot ``S``.
+    A transaction that drew a number ``<= L`` had its id before (:meth:`PostgresMemory.
+    _update_in_place` assigns it first), so it is visible in ``S`` or in progress in it; once
+    every transaction in progress in ``S`` has ended (the next snapshot's ``xmin`` is past
+    them), the next synchronisation reads them all and the mark moves to ``L``. Until then
+    the mark stays (a long transaction anywhere on the server makes the replicas re-read
+    more rows, never miss one)."""
 
     def __init__(self, owner: PostgresMemory, ns: Namespace):
         from memcore.stores.long import LongTermMemory
@@ -1384,39 +1412,41 @@ class _Replica:
                                     hybrid=owner.hybrid, query_preparer=owner.query_preparer,
                                     threads=owner.threads)
         self.seqs: dict[str, int] = {}      # key -> seq of the row the replica holds
-        self.seq = self.dseq = 0
+        self.seq = self.dseq = self.mark = 0
         self.clears = -1
-        self.snapshot: tuple[int, int, list[int]] | None = None   # (xmax64, xmax32, xip32)
+        self.pending: tuple[int, list[int]] | None = None   # (L, in progress in S) of the last sync
 
-    def sync(self, conn: Any) -> None:
+    def sync(self, conn: Any, last: int) -> None:
+        """Synchronise in one REPEATABLE READ snapshot; ``last``: the sequence's value read
+        just before this transaction began."""
         o = self.owner
         nst = _ns_text(self.ns)
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")   # one snapshot
-        snap = conn.execute("SELECT pg_snapshot_xmax(s)::text::int8, "
-                            "ARRAY(SELECT x::text::int8 FROM pg_snapshot_xip(s) x) "
-                            "FROM pg_current_snapshot() s").fetchone()
-        xmax64, xip64 = int(snap[0]), [int(x) for x in snap[1]]
+        xmin, xip = conn.execute("SELECT pg_snapshot_xmin(s)::text::int8, ARRAY(SELECT "
+                                 "x::text::int8 FROM pg_snapshot_xip(s) x) "
+                                 "FROM pg_current_snapshot() s").fetchone()
         st = conn.execute(f"SELECT clears FROM {o._t('memcore_namespaces')} WHERE namespace = %s",
                           [nst]).fetchone()
         clears = -1 if st is None else int(st[0])
-        prev = self.snapshot
-        if clears != self.clears or prev is None or xmax64 - prev[0] >= _XID_HORIZON:
-            self.store.clear(self.ns)      # first sync, a clear, or too old to diff: reload
+        if clears != self.clears:
+            self.store.clear(self.ns)      # first sync or a clear: reload
             self.seqs = {}
-            self.seq = self.dseq = 0
+            self.seq = self.dseq = self.mark = 0
             self.clears = clears
-            prev = None
+            self.pending = None
         t = o._t("memcore_memories")
         gone = conn.execute(f"SELECT key, seq FROM {o._t('memcore_deleted')} WHERE namespace = %s "
                             f"AND seq > %s", [nst, self.dseq]).fetchall()
         new = conn.execute(f"SELECT {_COLS}, embedding, seq FROM {t} WHERE namespace = %s "
                            f"AND seq > %s ORDER BY seq", [nst, self.seq]).fetchall()
-        touched = [] if prev is None else conn.execute(
-            f"SELECT key, last_accessed_at, access_count, expires_at, ttl FROM {t} "
-            f"WHERE namespace = %(ns)s AND seq <= %(seq)s AND ((xmin::text::int8 - %(xmax)s "
-            f"+ 4294967296) %% 4294967296 < 2147483648 OR xmin::text::int8 = ANY(%(xip)s))",
-            {"ns": nst, "seq": self.seq, "xmax": prev[1], "xip": prev[2]}).fetchall()
-        self.snapshot = (xmax64, xmax64 % 2 ** 32, [x % 2 ** 32 for x in xip64])
+        touched = [] if not self.seq else conn.execute(
+            f"SELECT m.key, m.last_accessed_at, m.access_count, m.expires_at, m.ttl "
+            f"FROM {o._t('memcore_touches')} x JOIN {t} m ON m.namespace = x.namespace "
+            f"AND m.key = x.key WHERE x.namespace = %s AND x.tseq > %s AND m.seq <= %s",
+            [nst, self.mark, self.seq]).fetchall()
+        if self.pending is not None and all(x < int(xmin) for x in self.pending[1]):
+            self.mark = max(self.mark, self.pending[0])   # all of them read just now
+        self.pending = (int(last), [int(x) for x in xip])
         for key, seq in gone:      # a delete older than the row held was followed by a put
             if self.seqs.get(key, seq) < seq:
                 self.store.delete(self.ns, key)
@@ -1430,11 +1460,11 @@ class _Replica:
         if touched:
             table = self.store._tables[self.ns]
             cols = table.columns
-            for key, last, count, expires, ttl in touched:
+            for key, last_at, count, expires, ttl in touched:
                 row = table.keys.get(key)
                 if row is None:
                     continue
-                cols.last_accessed_at[row] = last
+                cols.last_accessed_at[row] = last_at
                 cols.access_count[row] = count
                 if ttl > 0:
                     table.set_expiry(np.asarray([row], np.int64), np.asarray([expires]),
