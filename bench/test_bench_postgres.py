@@ -49,5 +49,5 @@ def test_quick_run_reports_every_field(tmp_path, shared):
     assert all(w["count_ok"] for w in payload["writers"])
     fleet = size["fleet"]
     assert (fleet["searchers"], fleet["writers"]) == (2, 1) and fleet["exitcodes"] == [0, 0, 0]
-    assert fleet["searches"] >= 2 and fleet["puts"] > 0 and fleet["lock_waits"]["samples"] > 0
+    assert fleet["searches"] >= 1 and fleet["puts"] > 0 and fleet["lock_waits"]["samples"] > 0
     assert all(len(r) == 4 and r[2] > 0 for r in fleet["rss_mb"])
