@@ -894,8 +894,9 @@ class PostgresMemory(MemoryStore):
         self.close()
 
     def __repr__(self) -> str:
-        return (f"PostgresMemory({self.path!r}, schema={self.schema!r}, "
-                f"embedder={self.embedder_name!r}, dim={self.dim})")
+        return (f"PostgresMemory({getattr(self, 'path', '?')!r}, "       # also half-opened
+                f"schema={getattr(self, 'schema', '?')!r}, "
+                f"embedder={getattr(self, 'embedder_name', None)!r}, dim={self.dim})")
 
     def _run(self, fn):
         """``fn(conn)`` in one transaction, its server errors raised as memcore errors."""
