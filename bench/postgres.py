@@ -55,6 +55,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--writer-puts", type=int, default=2000, help="puts per writer process")
     p.add_argument("--url", default=None, help="a server of your own (default: a local one)")
     p.add_argument("--skip-locomo", action="store_true", help="skip the LoCoMo R@10 runs")
+    p.add_argument("--fleet", default="8,4",
+                   help="searcher,writer processes on the largest size's namespace ('' skips)")
+    p.add_argument("--fleet-seconds", type=float, default=20.0, help="how long the fleet runs")
+    p.add_argument("--fleet-searches", type=int, default=1000,
+                   help="hybrid searches per searcher process at most (RSS after them)")
     p.add_argument("--locomo-runs", default="memcore-hybrid-hashing,memcore-hybrid",
                    help="bench.quality LoCoMo runs to repeat on PostgreSQL")
 
@@ -133,6 +138,124 @@ def _throughput(url, counts, per_writer, vecs, texts) -> list:
     return out
 
 
+def _rss_mb() -> float:
+    """This process's resident set size (MB, /proc/self/status VmRSS)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+def _searcher(url, schema, qtexts, qvecs, searches, seconds, ready, go, out):
+    """One searcher process: a fresh store and its first hybrid search (timed, before the
+    fleet starts: a fresh searcher joining a running fleet), then hybrid searches that touch
+    (reads write access statistics) for ``seconds`` after ``go``, ``searches`` at most; RSS
+    before the first search, after it, at the end."""
+    from memcore import DecayWeights, HashingEmbedder, HybridWeights
+    from memcore.stores.postgres import PostgresMemory
+
+    with PostgresMemory(url, HashingEmbedder(dim=DIM), schema=schema, pool_size=1,
+                        weights=DecayWeights(), hybrid=HybridWeights.no_model()) as pg:
+        rss0 = _rss_mb()
+        t0 = time.perf_counter()
+        pg.search(NS, qtexts[-1], top_k=10, query_vector=qvecs[-1])
+        first = time.perf_counter() - t0
+        rss1 = _rss_mb()
+        ready.put(True)
+        go.wait()
+        deadline = time.time() + seconds
+        lat = []
+        while len(lat) < searches and time.time() < deadline:
+            i = len(lat)
+            t0 = time.perf_counter()
+            pg.search(NS, qtexts[i % len(qtexts)], top_k=10, query_vector=qvecs[i % len(qvecs)])
+            lat.append(time.perf_counter() - t0)
+        out.put({"first_s": first, "searches": len(lat), "rss_before_mb": rss0,
+                 "rss_first_mb": rss1, "rss_end_mb": _rss_mb(), "lat": lat})
+
+
+def _fleet_writer(url, schema, w, vecs, texts, seconds, ready, go, out):
+    from memcore import HashingEmbedder, MemoryItem
+    from memcore.stores.postgres import PostgresMemory
+
+    n = 0
+    with PostgresMemory(url, HashingEmbedder(dim=DIM), schema=schema, pool_size=1) as pg:
+        ready.put(True)
+        go.wait()
+        deadline = time.time() + seconds
+        while n == 0 or time.time() < deadline:
+            idx = [(n + j) % len(texts) for j in range(50)]
+            pg.put_many(NS, [MemoryItem(f"fleet{w}-{n + j}", texts[i]) for j, i in enumerate(idx)],
+                        vectors=vecs[idx])
+            n += 50
+    out.put({"puts": n})
+
+
+#: pg_locks sampled for waiting locks, with what the waiting backend runs (a read: SELECT or
+#: the access UPDATE of memories; a write: anything else memcore sends).
+_LOCK_SAMPLE = ("SELECT a.query, l.locktype, l.mode FROM pg_locks l JOIN pg_stat_activity a "
+                "ON a.pid = l.pid WHERE NOT l.granted AND a.application_name = 'memcore'")
+
+
+def _is_read(query: str) -> bool:
+    q = " ".join(query.split())
+    return q.startswith("SELECT") or (q.startswith("UPDATE") and "AS m SET last_accessed_at" in q)
+
+
+def _fleet(url, schema, searchers, writers, seconds, searches, qtexts, qvecs, vecs, texts):
+    """``searchers`` hybrid searcher and ``writers`` writer processes on one namespace for
+    ``seconds``; pg_locks sampled every 20 ms for lock waits, split into reads and writes."""
+    import psycopg
+
+    # spawned, not forked: each searcher is a fresh interpreter (its first search is a fresh
+    # searcher's), and numba's OpenMP layer in this process forbids forked children's kernels
+    ctx = multiprocessing.get_context("spawn")
+    out, ready, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    # all start together once every process has imported memcore and opened its store; the
+    # searchers' first search happens while the writers write
+    procs = [ctx.Process(target=_searcher, args=(url, schema, qtexts, qvecs, searches, seconds,
+                                                 ready, go, out)) for _ in range(searchers)]
+    procs += [ctx.Process(target=_fleet_writer, args=(url, schema, w, vecs, texts, seconds,
+                                                      ready, go, out)) for w in range(writers)]
+    waits = {"samples": 0, "read_waits": 0, "write_waits": 0, "read_examples": []}
+    for p in procs:
+        p.start()
+    for _ in procs:
+        ready.get(timeout=600)
+    go.set()
+    t0 = time.perf_counter()
+    with psycopg.connect(url, autocommit=True) as conn:
+        while any(p.is_alive() for p in procs):
+            for query, locktype, mode in conn.execute(_LOCK_SAMPLE).fetchall():
+                if _is_read(query):
+                    waits["read_waits"] += 1
+                    if len(waits["read_examples"]) < 3:
+                        waits["read_examples"].append(f"{locktype}/{mode}: {query[:120]}")
+                else:
+                    waits["write_waits"] += 1
+            waits["samples"] += 1
+            time.sleep(0.02)
+            if time.perf_counter() - t0 > seconds + 600:
+                break
+    got = [out.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(60)
+    wall = time.perf_counter() - t0
+    srch = [g for g in got if "searches" in g]
+    lat = [x for g in srch for x in g["lat"]]
+    return {"searchers": searchers, "writers": writers, "wall_s": wall,
+            "searches": sum(g["searches"] for g in srch),
+            "searches_per_s": sum(g["searches"] for g in srch) / wall,
+            "puts": sum(g.get("puts", 0) for g in got),
+            "puts_per_s": sum(g.get("puts", 0) for g in got) / wall,
+            "search_ms": _ms(lat) if lat else {},
+            "first_search_s": [g["first_s"] for g in srch],
+            "rss_mb": [[g["rss_before_mb"], g["rss_first_mb"], g["rss_end_mb"], g["searches"]]
+                       for g in srch],
+            "lock_waits": waits, "exitcodes": [p.exitcode for p in procs]}
+
+
 def _locomo(url, runs, data) -> dict:
     """R@10 of bench.quality's LoCoMo runs with LongTermMemory and with PostgresMemory."""
     from bench import quality
@@ -183,8 +306,11 @@ def run(args: argparse.Namespace) -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     writers = [int(w) for w in args.writers.split(",") if w.strip()]
     n_queries, n_puts, per_writer = args.queries, args.puts, args.writer_puts
+    fleet = [int(x) for x in args.fleet.split(",")] if args.fleet.strip() else []
     if args.quick:
         sizes, n_queries, n_puts, per_writer = [500], 10, 10, 50
+        fleet = [2, 1] if fleet else []
+        args.fleet_seconds, args.fleet_searches = 2.0, 20
     import signal
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # stop the local server on kill
@@ -266,6 +392,10 @@ def run(args: argparse.Namespace) -> int:
                            "same_scores": same_scores[name] / max(len(lat[name]), 1)}
                     for name in stores}
             res["hnsw_paths"] = dict(hnsw.search_paths)
+            if fleet and n == max(sizes):
+                res["fleet"] = _fleet(url, schema, fleet[0], fleet[1], args.fleet_seconds,
+                                      args.fleet_searches, qtexts, qvecs, vecs[:5000],
+                                      texts[:5000])
             rows.append(res)
             ltm.close()
             for s in (exact, hnsw):
@@ -319,6 +449,22 @@ def _markdown(p: dict) -> str:
                   "may be broken by another key: the hashing embedder gives many equal "
                   "similarities).", "",
                   f"HNSW-store search paths: {r['hnsw_paths']}", ""]
+        fl = r.get("fleet")
+        if fl:
+            rss = fl["rss_mb"]
+            lines += [f"### Fleet: {fl['searchers']} hybrid searcher + {fl['writers']} writer "
+                      f"processes, one namespace, {f(fl['wall_s'])} s", "",
+                      markdown_table(
+                          ["searches/s", "search p50 ms", "search p99 ms", "puts/s",
+                           "first search s (max)", "RSS MB before / after 1st / at end (max)",
+                           "lock waits sampled: reads / writes (samples)"],
+                          [[f(fl["searches_per_s"]), f(fl["search_ms"].get("median_ms", 0)),
+                            f(fl["search_ms"].get("p99_ms", 0)), f(fl["puts_per_s"]),
+                            f(max(fl["first_search_s"])),
+                            f"{max(x[0] for x in rss):.0f} / {max(x[1] for x in rss):.0f} / "
+                            f"{max(x[2] for x in rss):.0f} ({min(x[3] for x in rss)} searches)",
+                            f"{fl['lock_waits']['read_waits']} / {fl['lock_waits']['write_waits']}"
+                            f" ({fl['lock_waits']['samples']})"]]), ""]
     lines += [] if not p["writers"] else [
               "## Writer processes (one namespace, put_many of 50, precomputed vectors)", "",
               markdown_table(["writers", "puts", "wall s", "puts/s", "all present"],

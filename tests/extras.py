@@ -28,7 +28,7 @@ def require(module: str, extra: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError as err:
-        reason = f"needs the {extra!r} extra: pip install 'memcore[{extra}]' ({err})"
+        reason = f"needs the {extra!r} extra: pip install 'memcore-agent[{extra}]' ({err})"
         if in_ci():
             pytest.fail(f"CI=true: {reason}", pytrace=False)
         pytest.skip(reason, allow_module_level=True)

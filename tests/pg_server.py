@@ -42,7 +42,7 @@ def _unavailable(reason: str):
 
 def _missing_modules() -> list:
     missing = []
-    for name in ("psycopg", "psycopg_pool", "pgvector.psycopg"):
+    for name in ("psycopg", "pgvector.psycopg"):
         try:
             importlib.import_module(name)
         except ImportError:

@@ -101,6 +101,79 @@ def test_unreachable_server_is_a_clear_error():
     assert "hunter2" not in str(info.value) and "ann:***@" in str(info.value)
 
 
+def test_malformed_urls_are_memcore_value_errors():
+    from memcore.stores.postgres import InvalidUrlError
+
+    for bad in ("postgresql://ann:pw-Secret@127.0.0.1:abc/db",
+                "postgresql://ann:pw-Secret@127.0.0.1:99999/db",
+                "postgresql://ann:pw-Secret@[::1/db"):
+        with pytest.raises(InvalidUrlError, match="malformed PostgreSQL URL") as info:
+            PostgresMemory(bad, emb())
+        assert isinstance(info.value, MemcoreError) and isinstance(info.value, ValueError)
+        assert "pw-Secret" not in str(info.value)
+    with pytest.raises(InvalidArgumentError, match="postgresql://") as info:
+        PostgresMemory("host=db user=ann password=kv-Secret dbname=mem", emb())
+    assert "kv-Secret" not in str(info.value) and "password=***" in str(info.value)
+
+
+def test_redact_finds_every_password_libpq_accepts():
+    """libpq ends the credentials at the first @ before any /: ?, # and : may be in the
+    password; a query string or key=value conninfo may carry password= and sslpassword=."""
+    cases = {"postgresql://ann:s?3#c:r@db:5432/mem?sslmode=require":
+             "postgresql://ann:***@db:5432/mem?sslmode=require",
+             "postgres://ann:p%40ss@db/mem": "postgres://ann:***@db/mem",
+             "postgresql://db/mem?user=ann&password=q-s&sslpassword=k-s":
+             "postgresql://db/mem?user=ann&password=***&sslpassword=***",
+             "postgresql://ann@db/mem": "postgresql://ann@db/mem",
+             "host=db password='a b\\'c' user=ann": "host=db password=*** user=ann",
+             "host=db password = plain user=ann": "host=db password = *** user=ann"}
+    for url, want in cases.items():
+        assert redact(url) == want
+
+
+def test_down_server_is_answered_within_connect_timeout():
+    """A server that accepts TCP connections and never answers (a hung or half-started
+    server): the open fails within connect_timeout, not the old pool's 30 s."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(16)                     # the kernel completes the handshake; nobody answers
+        port = s.getsockname()[1]
+        t = time.perf_counter()
+        with pytest.raises(PostgresUnavailableError) as info:
+            PostgresMemory(f"postgresql://ann:hang-Secret@127.0.0.1:{port}/db", emb(),
+                           connect_timeout=2)
+        assert time.perf_counter() - t < 4
+    assert "hang-Secret" not in str(info.value)
+
+
+def test_passwords_with_url_characters_never_show(own_server):
+    """A role whose password holds ?, # and : (libpq accepts them in a URL): repr, path,
+    SemanticMemory's repr and the errors built from the URL never show it."""
+    import psycopg
+    from memcore import SemanticMemory
+
+    secret = "Se?cr#et:9"
+    with psycopg.connect(own_server["url"], autocommit=True) as conn:
+        conn.execute("DROP ROLE IF EXISTS odd")
+        conn.execute(f"CREATE ROLE odd LOGIN SUPERUSER PASSWORD '{secret}'")
+    url = f"postgresql://odd:{secret}@127.0.0.1:{own_server['port']}/postgres"
+    schema = pg_server.new_schema()
+    with PostgresMemory(url, emb(), schema=schema) as pg:
+        pg.put("r", "k", "reached with an odd password")
+        shown = [repr(pg), pg.path]
+    other = pg_server.new_schema()
+    with SemanticMemory(path=f"{url}?schema={other}", embedder=emb(384), warmup=False) as mem:
+        shown += [repr(mem), str(mem.path), repr(mem.long)]
+    wrong = url.replace(secret, "Wr?ng#pw:1")
+    with pytest.raises(PostgresAuthError) as info:
+        PostgresMemory(wrong, emb(), schema=schema)
+    shown.append(str(info.value))
+    for text in shown:
+        assert "odd:***@" in text and not any(p in text for p in ("Se?cr", "cr#et", "Wr?ng"))
+    with PostgresMemory(url, None, schema=schema) as pg:
+        pg.drop()
+
+
 def test_bad_credentials_never_echo_the_password(own_server):
     bad = own_server["url"].replace(own_server["password"], "wrong-Secret-123")
     with pytest.raises(PostgresAuthError, match="refused the credentials") as info:
@@ -154,6 +227,78 @@ def test_nul_characters_are_refused_and_nothing_changes():
                 {"note": {"$in": ["a\x00"]}}):
         with pytest.raises(InvalidTextError):
             pg.search("r", "kept", filter=flt)
+    pg.drop()
+
+
+def test_metadata_numbers_and_key_order_come_back_as_stored():
+    """Metadata is kept as JSON text: 1e20 stays a float, -0.0 keeps its sign, keys keep
+    their order, as the embedded store returns them; filters still compare by value."""
+    import math
+
+    meta = {"z": -0.0, "x": 1e20, "i": 7, "f": 7.0, "big": 2 ** 70, "a": {"y": 1.5, "b": [0.0, -0.0]}}
+    clock = FakeClock()
+    ltm = LongTermMemory(None, emb(), clock=clock)
+    pg = pg_server.store(clock, emb())
+    for store in (ltm, pg):
+        store.put("r", "k", "numbers", metadata=meta)
+    got, want = pg.get("r", "k").metadata, ltm.get("r", "k").metadata
+    assert got == want == meta
+    assert list(got) == list(meta) and list(got["a"]) == ["y", "b"]
+    assert [type(v) for v in got.values()] == [type(v) for v in meta.values()]
+    assert math.copysign(1, got["z"]) == -1 and math.copysign(1, got["a"]["b"][1]) == -1
+    hit = pg.search("r", "numbers", touch=False)[0]
+    assert list(hit.metadata) == list(meta) and type(hit.metadata["x"]) is float
+    for flt in ({"z": 0}, {"x": {"$gte": 1e20}}, {"f": 7}, {"a": {"y": 1.5}}):
+        assert [h.key for h in pg.search("r", "numbers", filter=flt, touch=False)] == \
+               [h.key for h in ltm.search("r", "numbers", filter=flt, touch=False)] == ["k"]
+    pg.drop()
+
+
+def test_store_level_ttl_and_refresh_as_the_embedded_store(url):
+    clock = FakeClock()
+    ltm = LongTermMemory(None, emb(), clock=clock, ttl=60, refresh_ttl=True)
+    pg = pg_server.store(clock, emb(), ttl=60, refresh_ttl=True)
+    assert (pg.ttl, pg.refresh_ttl) == (60, True)
+    for store in (ltm, pg):
+        store.put("r", "a", "expires with the store default")
+        store.put("r", "b", "own time to live", ttl=200)
+        store.put("r", "c", "never expires", ttl=float("inf"))
+    clock.advance(50)
+    assert pg.get("r", "a").expires_at == ltm.get("r", "a").expires_at == clock() + 60
+    clock.advance(50)                                   # a was refreshed by get at 50
+    for store in (ltm, pg):
+        assert store.keys("r") == ["a", "b", "c"]
+    clock.advance(61)
+    for store in (ltm, pg):
+        assert store.keys("r") == ["b", "c"] and store.get("r", "c").expires_at is None
+    with pytest.raises(InvalidArgumentError):
+        pg_server.store(clock, emb(), ttl=-1)
+    with pytest.raises(TypeError):
+        pg_server.store(clock, emb(), refresh_ttl="yes")
+    pg.drop()
+
+
+def test_put_many_copy_path_matches_the_embedded_store():
+    """put_many stages a batch by binary COPY and upserts it in one statement: a key given
+    twice ends as its last occurrence, write order (keys) follows the batch, a replaced key
+    keeps created_at and access_count, and the returned memories equal the embedded store's."""
+    clock = FakeClock()
+    ltm = LongTermMemory(None, emb(), clock=clock)
+    pg = pg_server.store(clock, emb())
+    first = [MemoryItem(f"k{i}", f"first {i}", 0.1 * (i % 10), {"i": i}) for i in range(30)]
+    again = [MemoryItem("k3", "k3 again"), MemoryItem("new", "fresh"), MemoryItem("k1", "k1 again"),
+             MemoryItem("k3", "k3 thrice", 0.9, {"x": -0.0})]
+    for store in (ltm, pg):
+        store.put_many("r", first)
+    clock.advance(10)
+    for store in (ltm, pg):
+        store.search("r", "first 3", top_k=3)          # touches: access counts to keep
+    clock.advance(10)
+    got, want = pg.put_many("r", again), ltm.put_many("r", again)
+    assert got == want
+    assert pg.keys("r") == ltm.keys("r") and pg.count("r") == ltm.count("r") == 31
+    for key in ("k1", "k3", "new", "k7"):
+        assert pg.get("r", key) == ltm.get("r", key)
     pg.drop()
 
 
@@ -255,6 +400,65 @@ def test_hybrid_replica_follows_writes_touches_and_deletes():
     pg.drop()
 
 
+def test_reads_never_wait_for_the_namespace_lock():
+    """A writer holding the namespace lock (a long put_many in flight) does not hold up
+    searches that touch, hybrid or not, nor a get that refreshes a time to live; the touches
+    land (access counts)."""
+    import threading
+
+    import psycopg
+
+    clock = FakeClock()
+    pg = pg_server.store(clock, emb(), ttl=100)
+    pg.put_many("r", [MemoryItem(f"k{i}", f"the red door {i}") for i in range(5)])
+    held = psycopg.connect(pg_server.url())
+    held.execute(f'SELECT version FROM "{pg.schema}".memcore_namespaces FOR UPDATE')  # open txn
+    done = []
+
+    def reads():
+        pg.search("r", "red door", top_k=3)
+        pg.search("r", "red door", top_k=3, hybrid=HybridWeights.no_model())
+        pg.get("r", "k0", refresh_ttl=True)
+        done.append(True)
+
+    try:
+        worker = threading.Thread(target=reads)
+        worker.start()
+        worker.join(10)
+        assert done == [True], "a read waited for the namespace lock"
+    finally:
+        held.close()
+    assert sum(pg.get("r", f"k{i}").access_count for i in range(5)) == 6
+
+
+def test_replica_sees_access_updates_committed_out_of_order():
+    """Access updates run without the namespace lock, so they may commit after a later write
+    and after a later access update: the replica's safe mark waits for them."""
+    import psycopg
+
+    clock = FakeClock()
+    hw = HybridWeights.no_model()
+    pg = pg_server.store(clock, emb(), hybrid=hw)
+    pg.put_many("r", [MemoryItem("a", "the red door"), MemoryItem("b", "the blue door")])
+    pg.search("r", "door", touch=False)                 # the replica's first sync
+    late = psycopg.connect(pg_server.url())            # another process's access update,
+    pg._update_in_place(late, ("r",), ["a"], [          # in flight, uncommitted
+        "last_accessed_at = %(now)s", "access_count = m.access_count + 7"], {"now": 123.0})
+    pg.put("r", "c", "the green door")                  # a later write commits first
+    pg.search("r", "door", top_k=1, query_vector=pg.vector("r", "b"))   # touches b: later tseq
+    pg.search("r", "door", touch=False)                 # syncs: c and b, not yet a's update
+    pg.search("r", "door", touch=False)
+    replica = pg._replicas[("r",)].store
+    assert replica.get("r", "c") is not None and replica.get("r", "a").access_count == 0
+    assert replica.get("r", "b").access_count == 1
+    late.commit()
+    late.close()
+    pg.search("r", "door", touch=False)
+    got = replica.get("r", "a")
+    assert (got.access_count, got.last_accessed_at) == (7, 123.0)
+    pg.drop()
+
+
 def test_hybrid_replica_follows_expiry_refresh_and_sweep(tmp_path):
     """Time to live on the hybrid replica: expired memories leave its ranking, a refresh_ttl
     read moves their expiry there too, and a sweep deletes them, as in the embedded store."""
@@ -311,7 +515,7 @@ def test_schema_1_gains_the_ttl_columns_on_open(url):
     version = again._run(lambda conn: conn.execute(
         f"SELECT value FROM \"{again.schema}\".memcore_meta WHERE name = 'schema_version'"
     ).fetchone()[0])
-    assert version == "2"
+    assert version == "3"
     old = again.get("r", "old")
     assert old.expires_at is None and old.ttl is None
     again.put("r", "new", "a memory that expires", ttl=5)
@@ -485,21 +689,138 @@ def test_sigkilled_writer_loses_only_its_unacknowledged_batch(url):
     pg.drop()
 
 
-@pytest.mark.slow
-def test_server_going_away_is_a_clear_error(own_server):
-    """A server stopped under an open store: calls raise PostgresUnavailableError (no hang,
-    no password); a new store on a restarted server sees what was committed."""
+def _child_uses_the_parents_store(pg, out):
+    try:
+        pg.put("r", "child", "written by a forked child")
+        out.put(pg.count("r"))
+        pg.close()
+    except BaseException as err:                 # reported to the parent, which fails
+        out.put(repr(err))
+
+
+def test_forked_child_opens_its_own_connections():
+    """A store opened before fork: the child connects anew (never on the parent's sockets),
+    and its close leaves the parent's connections working."""
+    pg = pg_server.store(emb=emb())
+    pg.put("r", "parent", "written before the fork")
+    backend = pg._run(lambda conn: conn.info.backend_pid)
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    child = ctx.Process(target=_child_uses_the_parents_store, args=(pg, out))
+    child.start()
+    assert out.get(timeout=60) == 2
+    child.join(60)
+    assert child.exitcode == 0
+    assert sorted(pg.keys("r")) == ["child", "parent"]
+    assert pg._run(lambda conn: conn.info.backend_pid) == backend   # its session untouched
+    pg.drop()
+
+
+def test_server_going_away_and_coming_back(own_server):
+    """A server stopped under an open store: every call raises PostgresUnavailableError
+    within connect_timeout (no pool wait, no password); once the server is back (same port)
+    the same store reconnects on its next call and sees what was committed."""
     from memcore.stores.pg_local import LocalServer
 
     with LocalServer() as srv:
-        pg = PostgresMemory(srv.url, emb(), connect_timeout=2)
+        pg = PostgresMemory(srv.url, emb(), connect_timeout=2, pool_size=2)
         pg.put("r", "k", "committed before the stop")
         srv.run("pg_ctl", "-D", str(srv.data), "-m", "fast", "-w", "stop")
-        t = time.perf_counter()
-        with pytest.raises(PostgresUnavailableError) as info:
-            pg.get("r", "k")
-        assert time.perf_counter() - t < 30 and srv.password not in str(info.value)
+        for call in (lambda: pg.get("r", "k"), lambda: pg.put("r", "j", "x"),
+                     lambda: pg.search("r", "committed"), lambda: pg.count("r")):
+            t = time.perf_counter()
+            with pytest.raises(PostgresUnavailableError) as info:
+                call()
+            assert time.perf_counter() - t < 4 and srv.password not in str(info.value)
         srv.start()
-        with PostgresMemory(srv.url, emb()) as again:
-            assert again.get("r", "k").text == "committed before the stop"
+        t = time.perf_counter()
+        assert pg.get("r", "k").text == "committed before the stop"
+        assert time.perf_counter() - t < 3      # the old pool: up to 27 s
+        srv.run("pg_ctl", "-D", str(srv.data), "-m", "immediate", "-w", "stop")
+        srv.start()                      # idle connections killed: found dead, replaced
+        assert pg.count("r") == 1
         pg.close()
+
+
+def test_local_server_takes_a_relative_path_and_cleans_up_a_failed_start(tmp_path, monkeypatch):
+    """``python -m memcore.stores.pg_local ./pgdata`` (the README's way): a relative directory
+    works; a first start that fails (port taken) leaves no directory owned by the server's
+    user behind."""
+    import psycopg
+    from memcore.stores.pg_local import LocalServer
+    from memcore.stores.postgres import PostgresError
+
+    monkeypatch.chdir(tmp_path)
+    with LocalServer("pgdata") as srv:
+        assert srv.root == tmp_path / "pgdata"
+        with psycopg.connect(srv.url) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        taken = s.getsockname()[1]
+        with pytest.raises(PostgresError, match="failed"):
+            LocalServer("fresh", port=taken).start()
+        assert not (tmp_path / "fresh").exists()
+        (tmp_path / "mine").mkdir()
+        (tmp_path / "mine" / "keep.txt").write_text("the user's")
+        before = os.stat(tmp_path / "mine")
+        with pytest.raises(PostgresError, match="failed"):
+            LocalServer("mine", port=taken).start()
+        after = os.stat(tmp_path / "mine")
+        assert (after.st_uid, after.st_gid, after.st_mode) == (before.st_uid, before.st_gid,
+                                                              before.st_mode)
+        assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["keep.txt"]
+
+
+def _readme_citus_block() -> str:
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    (block,) = [b for b in re.findall(r"```sql\n(.*?)```", text, re.S)
+                if "create_distributed_table" in b]
+    return block
+
+
+def test_readme_citus_ddl_runs_without_citus_and_calls_it_with_the_tables(own_server):
+    """Citus cannot be installed here: the README's distribution block runs verbatim on plain
+    PostgreSQL (it does nothing there), and with stand-ins for Citus's two functions on the
+    search path it calls them with memcore's tables (which must exist: regclass arguments)."""
+    import psycopg
+
+    base = own_server["url"]
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS citusddl")
+        conn.execute("CREATE DATABASE citusddl")
+    url = base.rsplit("/", 1)[0] + "/citusddl"
+    PostgresMemory(url, emb()).close()                   # schema "memcore", as the README
+    block = _readme_citus_block()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(block)                             # plain PostgreSQL: a notice, no error
+        conn.execute("CREATE SCHEMA fakecitus; CREATE TABLE fakecitus.calls (fn text, tbl "
+                     "regclass, col text, colocate text)")
+        conn.execute("CREATE FUNCTION fakecitus.create_reference_table(table_name regclass) "
+                     "RETURNS void LANGUAGE sql AS $$ INSERT INTO fakecitus.calls "
+                     "VALUES ('reference', table_name, NULL, NULL) $$")
+        conn.execute("CREATE FUNCTION fakecitus.create_distributed_table(table_name regclass, "
+                     "distribution_column text, colocate_with text DEFAULT 'default') "
+                     "RETURNS void LANGUAGE sql AS $$ INSERT INTO fakecitus.calls VALUES "
+                     "('distributed', table_name, distribution_column, colocate_with) $$")
+        conn.execute("SET search_path = public, fakecitus")
+        conn.execute(block)
+        calls = conn.execute("SELECT fn, tbl::text, col, colocate FROM fakecitus.calls").fetchall()
+        setting = conn.execute("SELECT setconfig FROM pg_db_role_setting s JOIN pg_database d "
+                               "ON d.oid = s.setdatabase WHERE d.datname = 'citusddl'").fetchone()
+        tables = {f"memcore.{r[0]}" for r in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'memcore'")}
+    assert tables == {c[1] for c in calls}              # every table memcore made, once
+    ns = "memcore.memcore_namespaces"
+    assert calls == [("reference", "memcore.memcore_meta", None, None),
+                     ("distributed", ns, "namespace", "default"),
+                     ("distributed", "memcore.memcore_memories", "namespace", ns),
+                     ("distributed", "memcore.memcore_deleted", "namespace", ns),
+                     ("distributed", "memcore.memcore_touches", "namespace", ns)]
+    assert setting == (["citus.propagate_set_commands=local"],)
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute("DROP DATABASE citusddl WITH (FORCE)")

