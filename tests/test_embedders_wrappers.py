@@ -167,5 +167,5 @@ def test_missing_sentence_transformers_names_the_extra(monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "sentence_transformers", None)   # import raises ImportError
-    with pytest.raises(ImportError, match=r"memcore\[sentence-transformers\]"):
+    with pytest.raises(ImportError, match=r"memcore-agent\[sentence-transformers\]"):
         SentenceTransformerEmbedder("all-MiniLM-L6-v2")
