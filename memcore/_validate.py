@@ -439,7 +439,7 @@ _FILTER_HELP = ("conditions are {key: value} (equality) or {key: {op: operand}} 
                 + ", ".join(FILTER_OPERATORS))
 
 
-def _operators(cond: Any) -> bool:
+def is_operator_dict(cond: Any) -> bool:
     """Whether a condition is an operator dict (its keys start with "$")."""
     return isinstance(cond, Mapping) and any(isinstance(k, str) and k.startswith("$")
                                              for k in cond)
@@ -465,7 +465,7 @@ def _condition(cond: Any, where: str, column: bool) -> Any:
         raise InvalidArgumentError(
             f"filter {where}: a list value is ambiguous; use {{'$in': [...]}} to match any of "
             f"its values or {{'$eq': [...]}} to match the list itself, got {cond!r}")
-    if _operators(cond):
+    if is_operator_dict(cond):
         out = {}
         for op, operand in cond.items():
             if not (isinstance(op, str) and op.startswith("$")):
@@ -611,7 +611,7 @@ def _ordered(have: Any, op: str, x: Any) -> bool:
 
 
 def _match(have: Any, present: bool, cond: Any) -> bool:
-    if _operators(cond):
+    if is_operator_dict(cond):
         for op, x in cond.items():
             if op == "$eq":
                 ok = present and json_equal(have, x)
@@ -697,7 +697,7 @@ def filter_predicate(flt: Mapping[str, Any] | None) -> Callable[[Mapping], bool]
         return lambda m: True
     tests = []
     for key, cond in meta.items():
-        ops = cond.items() if _operators(cond) else [("$eq", cond)]
+        ops = cond.items() if is_operator_dict(cond) else [("$eq", cond)]
         fast = [_scalar_test(key, op, x) for op, x in ops]
         if all(t is not None for t in fast):
             tests += fast

@@ -254,7 +254,7 @@ def _condition_sql(expr: str, cond: Any, params: dict) -> str:
     :func:`memcore._validate.matches_filter`): jsonb equality is JSON equality (numbers by
     value, a bool only equals a bool), ``$gt``.. compare numbers with numbers and strings
     with strings by code point (COLLATE "C"), never across types."""
-    if _validate._operators(cond):
+    if _validate.is_operator_dict(cond):
         parts = []
         for op, x in cond.items():
             if op in ("$eq", "$ne"):
