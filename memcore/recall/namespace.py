@@ -129,13 +129,16 @@ class NamespaceRecall:
 
     def put_many(self, rows: Sequence[int], texts: Sequence[str], vectors: np.ndarray,
                  metadata: Sequence[dict | None]) -> None:
-        """:meth:`put` for a batch of new rows (one tokeniser call per index)."""
+        """:meth:`put` for a batch of rows (one tokeniser call per index; rows past an
+        index's end, a store's appended rows, need no removal first)."""
         if not self.indexes or not len(rows):
             return
         es = [episode_speaker(m) for m in metadata]
         rows = np.asarray(rows, np.int64)
         for idx in self.indexes.values():
-            idx.delete_many(rows.tolist())
+            known = rows[rows < idx.n_rows]
+            if known.shape[0]:
+                idx.delete_many(known.tolist())
             idx.put_many(rows, texts, vectors, es)
 
     def delete(self, row: int) -> None:
