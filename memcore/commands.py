@@ -835,19 +835,16 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("file", metavar="FILE.jsonl", help="`-` writes stdout (the summary goes to stderr)")
     json_flag(p)
 
-    p = sub("migrate", "convert a store of an older on-disk format to the current one",
-            cmd_migrate)
-    p.add_argument("path", nargs="?", default=None, metavar="PATH",
-                   help="the store (default: --store, $MEMCORE_HOME, else ./memcore-data)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    json_flag(p)
-
-    p = sub("warmup", "build and save the hybrid index of every namespace that lacks one",
-            cmd_warmup)
-    p.add_argument("path", nargs="?", default=None, metavar="PATH",
-                   help="the store (default: --store, $MEMCORE_HOME, else ./memcore-data)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    json_flag(p)
+    for name, what, fn in (
+            ("migrate", "convert a store of an older on-disk format to the current one",
+             cmd_migrate),
+            ("warmup", "build and save the hybrid index of every namespace that lacks one",
+             cmd_warmup)):
+        p = sub(name, what, fn)
+        p.add_argument("path", nargs="?", default=None, metavar="PATH",
+                       help="the store (default: --store, $MEMCORE_HOME, else ./memcore-data)")
+        p.add_argument("--quiet", action="store_true", help="no progress bar")
+        json_flag(p)
 
     p = sub("mcp", "serve the store to MCP clients over stdio (pip install 'memcore-agent[mcp]')",
             cmd_mcp)

@@ -1,7 +1,8 @@
 """A store namespace's hybrid recall: :class:`NamespaceRecall` keeps one
 :class:`~memcore.recall.index.HybridIndex` per index structure, built from the namespace's
-rows on the first hybrid search (or restored from a store's files,
-:meth:`~memcore.recall.index.HybridIndex.restore`), then kept current by every
+rows when first needed (a store with hybrid weights: its first write; else the first hybrid
+search), or restored from a store's files
+(:meth:`~memcore.recall.index.HybridIndex.restore`), then kept current by every
 put/replace/delete; :func:`episode_speaker` reads what the index needs from a memory's
 metadata.
 

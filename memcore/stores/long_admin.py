@@ -206,10 +206,10 @@ class LongTermAdmin:
     @disk_errors
     def warmup(self, hybrid: Any = None, *, progress: bool = True) -> int:
         """Build the hybrid index of every namespace that lacks one and, on disk, save it at
-        once (one checkpoint per namespace built): afterwards the first hybrid search of any
-        process opening the store reads the saved index instead of building it from the rows
-        (``memcore warmup PATH``; after a bulk load, or on a store written before writes
-        kept the index).
+        once (a writer: one checkpoint per namespace built; a read-only store keeps them in
+        RAM): afterwards the first hybrid search of any process opening the store reads the
+        saved index instead of building it from the rows (``memcore warmup PATH``; after a
+        bulk load, or on a store written before writes kept the index).
 
         Parameters
         ----------
