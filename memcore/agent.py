@@ -335,6 +335,8 @@ class SemanticMemory:
         self._journal_lock = threading.RLock()   # a write's journal + short tier vs a trim
         self._journaled = path is not None and not getattr(self.long, "read_only", False)
         if self._journaled:
+            if hasattr(self.long, "unindexed"):          # never searched: no hybrid index
+                self.long.unindexed = (SHORT_JOURNAL,)
             try:
                 self._replay_journal()
             except BaseException:

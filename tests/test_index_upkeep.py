@@ -227,3 +227,20 @@ def test_an_in_memory_store_with_hybrid_weights_indexes_at_write_time():
     kept = ranked(s)
     t.recall.clear()
     assert ranked(s) == kept
+
+
+def test_semantic_memory_indexes_its_long_tier_at_write_time_but_not_its_journal(tmp_path):
+    from memcore import SemanticMemory
+    from memcore.agent import SHORT_JOURNAL
+
+    mem = SemanticMemory(path=tmp_path / "m", embedder=HashingEmbedder(dim=DIM), warmup=False,
+                         consolidate_every=4)
+    for i in range(10):
+        mem.store(f"the red kettle {i} is in room {i % 3}", f"noted {i}", "chat")
+    mem.flush()
+    ns = mem.namespace_of("chat")
+    long = mem.long._tables
+    assert HW.structure() == mem.hybrid.structure()
+    assert mem.hybrid.structure() in long[ns].recall.indexes     # promoted: kept at write
+    assert long[(SHORT_JOURNAL,) + ns].recall is None            # journal: never searched
+    mem.close()

@@ -490,8 +490,8 @@ class LongTermMemory(LongTermAdmin, MemoryStore):
         if t is None:
             with self._space.step(ns):
                 t = self._tables[ns] = self._space.new_table(ns)
-        if not self.hybrid.is_similarity:    # the index is part of every write (built once)
-            t.recall_index(self.hybrid, self.dim, self.query_preparer)
+        if not self.hybrid.is_similarity and ns[0] not in self.unindexed:
+            t.recall_index(self.hybrid, self.dim, self.query_preparer)   # part of every write
         with self._space.step(ns):
             t.append(rows)
         self._space.after_write(t)
@@ -521,6 +521,11 @@ class LongTermMemory(LongTermAdmin, MemoryStore):
         self._space.discard(table)
 
     drop_empty = False     # a namespace's files stay until clear() or compact()
+
+    #: First namespace segments whose writes do not build a missing hybrid index (one built
+    #: by a search is still kept current): namespaces never searched, such as
+    #: :class:`~memcore.SemanticMemory`'s short-tier journal.
+    unindexed: tuple[str, ...] = ()
 
     def stats(self) -> dict[Namespace, dict[str, int]]:
         """Per namespace: ``live`` memories and ``rows`` used (live + garbage).

@@ -17,10 +17,12 @@ from typing import Any
 import numpy as np
 
 from memcore import _validate, storage
+from memcore.core.query import hybrid_weights
 from memcore.core.rows import encoded
 from memcore.core.store import check_embedder
 from memcore.errors import InvalidArgumentError, StoreCorruptedError
-from memcore.stores.long_disk import LogTable, write_live
+from memcore.recall.weights import HybridWeights
+from memcore.stores.long_disk import DiskTable, LogTable, write_live
 from memcore.types import Namespace, NamespaceLike
 
 __all__ = ["LongTermAdmin", "disk_errors"]
@@ -242,9 +244,6 @@ class LongTermAdmin:
         """
         from tqdm.auto import tqdm
 
-        from memcore.core.query import hybrid_weights
-        from memcore.recall.weights import HybridWeights
-
         self._check_read()
         hw = hybrid_weights(hybrid, self.hybrid)
         if hw.is_similarity:
@@ -262,11 +261,11 @@ class LongTermAdmin:
             with tqdm(total=total, desc="warmup", unit="memory",
                       disable=None if progress else True) as bar:
                 for t in todo:
-                    if isinstance(t, LogTable) or self.path is None:
+                    if isinstance(t, DiskTable):       # built in chunks: one update each
+                        t.recall_index(hw, self.dim, self.query_preparer, progress=bar.update)
+                    else:
                         t.recall_index(hw, self.dim, self.query_preparer)
                         bar.update(t.live)
-                    else:
-                        t.recall_index(hw, self.dim, self.query_preparer, progress=bar.update)
             return total
 
     @disk_errors
