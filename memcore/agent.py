@@ -335,6 +335,8 @@ class SemanticMemory:
         self._journal_lock = threading.RLock()   # a write's journal + short tier vs a trim
         self._journaled = path is not None and not getattr(self.long, "read_only", False)
         if self._journaled:
+            if hasattr(self.long, "unindexed"):          # never searched: no hybrid index
+                self.long.unindexed = (SHORT_JOURNAL,)
             try:
                 self._replay_journal()
             except BaseException:
@@ -390,8 +392,9 @@ class SemanticMemory:
         Encodes two texts, writes them to the short tier under a private namespace (outside
         ``namespace``), searches both tiers there, and removes them. Nothing reaches disk.
         With hybrid recall it also builds the hybrid index of every mode already stored in the
-        long tier (otherwise the first retrieve of a mode pays it: about 11 s at 1e5
-        memories, 0.1 s at 600).
+        long tier without one (otherwise the first retrieve of a mode pays it: about 11 s at
+        1e5 memories, 0.1 s at 600) and, on a writable store, saves it at once; the long
+        tier's writes keep it current from then on.
 
         Examples
         --------

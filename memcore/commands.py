@@ -2,7 +2,8 @@
 
 :func:`add_global_options` adds ``--store`` and ``--embedder`` to the top-level parser and
 :func:`add_commands` registers ``put``, ``search``, ``get``, ``delete``, ``namespaces``,
-``stats``, ``import``, ``export``, ``migrate``, ``mcp`` and ``demo`` on its subparsers (:mod:`memcore.cli` calls both).
+``stats``, ``import``, ``export``, ``migrate``, ``warmup``, ``mcp`` and ``demo`` on its
+subparsers (:mod:`memcore.cli` calls both).
 Each subcommand sets ``args.func(args) -> int``.
 
 Conventions
@@ -64,6 +65,7 @@ from memcore.errors import (
 )
 from memcore.integrations.mcp_server import serve
 from memcore.open import AUTO, EMBEDDERS, build_embedder, describe, is_url, matching_embedder, open_store
+from memcore.recall.weights import HybridWeights
 from memcore.stores.long import LongTermMemory
 from memcore.views import format_namespace, hit_dict, memory_dict, namespace_hint, text_key
 
@@ -622,6 +624,19 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+@_guard
+def cmd_warmup(args: argparse.Namespace) -> int:
+    """Build and save the hybrid index of every namespace that lacks one
+    (:meth:`LongTermMemory.warmup`)."""
+    path = _store_arg(args)
+    with LongTermMemory.open(path, read_only=False, lock_timeout=1.0) as store:
+        n = store.warmup(HybridWeights.hybrid(), progress=not args.quiet)
+    _summary(args, {"indexed": n, "store": str(path)},
+             f"indexed {n} memories of {path}" if n else f"{path}: every hybrid index is saved",
+             to_stderr=False)
+    return 0
+
+
 def _internal(ns: Any) -> bool:
     return isinstance(ns, tuple) and ns[0] == INTERNAL_PREFIX
 
@@ -820,12 +835,16 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("file", metavar="FILE.jsonl", help="`-` writes stdout (the summary goes to stderr)")
     json_flag(p)
 
-    p = sub("migrate", "convert a store of an older on-disk format to the current one",
-            cmd_migrate)
-    p.add_argument("path", nargs="?", default=None, metavar="PATH",
-                   help="the store (default: --store, $MEMCORE_HOME, else ./memcore-data)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    json_flag(p)
+    for name, what, fn in (
+            ("migrate", "convert a store of an older on-disk format to the current one",
+             cmd_migrate),
+            ("warmup", "build and save the hybrid index of every namespace that lacks one",
+             cmd_warmup)):
+        p = sub(name, what, fn)
+        p.add_argument("path", nargs="?", default=None, metavar="PATH",
+                       help="the store (default: --store, $MEMCORE_HOME, else ./memcore-data)")
+        p.add_argument("--quiet", action="store_true", help="no progress bar")
+        json_flag(p)
 
     p = sub("mcp", "serve the store to MCP clients over stdio (pip install 'memcore-agent[mcp]')",
             cmd_mcp)

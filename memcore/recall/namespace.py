@@ -1,7 +1,8 @@
 """A store namespace's hybrid recall: :class:`NamespaceRecall` keeps one
 :class:`~memcore.recall.index.HybridIndex` per index structure, built from the namespace's
-rows on the first hybrid search (or restored from a store's files,
-:meth:`~memcore.recall.index.HybridIndex.restore`), then kept current by every
+rows when first needed (a store with hybrid weights: its first write; else the first hybrid
+search), or restored from a store's files
+(:meth:`~memcore.recall.index.HybridIndex.restore`), then kept current by every
 put/replace/delete; :func:`episode_speaker` reads what the index needs from a memory's
 metadata.
 
@@ -129,13 +130,16 @@ class NamespaceRecall:
 
     def put_many(self, rows: Sequence[int], texts: Sequence[str], vectors: np.ndarray,
                  metadata: Sequence[dict | None]) -> None:
-        """:meth:`put` for a batch of new rows (one tokeniser call per index)."""
+        """:meth:`put` for a batch of rows (one tokeniser call per index; rows past an
+        index's end, a store's appended rows, need no removal first)."""
         if not self.indexes or not len(rows):
             return
         es = [episode_speaker(m) for m in metadata]
         rows = np.asarray(rows, np.int64)
         for idx in self.indexes.values():
-            idx.delete_many(rows.tolist())
+            known = rows[rows < idx.n_rows]
+            if known.shape[0]:
+                idx.delete_many(known.tolist())
             idx.put_many(rows, texts, vectors, es)
 
     def delete(self, row: int) -> None:

@@ -206,9 +206,14 @@ class LongTermMemory(LongTermAdmin, MemoryStore):
         On opening, rewrite damaged namespaces keeping every intact record (see
         :meth:`repair`) instead of raising :class:`StoreCorruptedError`.
     hybrid : HybridWeights, optional
-        Default recall of :meth:`search` (similarity preset when None). A namespace's hybrid
-        index is built from the stored rows on its first hybrid search, kept current by every
-        write and, on disk, saved at each checkpoint and restored when the store opens.
+        Default recall of :meth:`search` (similarity preset when None). With hybrid weights
+        each namespace's hybrid index (of their structure) is part of every write: built
+        from the stored rows by the first write that finds it missing, then kept current by
+        ``put``/``put_many`` (one batched update)/deletes. Any other index is built on its
+        first hybrid search. On disk an index built from the rows is checkpointed at once
+        by a writer (a read-only store keeps it in RAM), saved again at each checkpoint and
+        restored when the store opens (only the log after the checkpoint is replayed into
+        it); :meth:`warmup` (``memcore warmup PATH``) builds and saves them in bulk.
     query_preparer : callable, optional
         ``(text, entities) -> PreparedQuery`` for hybrid recall.
     threads : int, default 1
@@ -477,12 +482,17 @@ class LongTermMemory(LongTermAdmin, MemoryStore):
     @disk_errors
     def _apply(self, rows: Rows) -> None:
         """Append rows to their namespace's table (on disk: columns, then the log -- the
-        commit -- then the table, as one step; then a checkpoint when due). Lock held."""
+        commit -- then the table, as one step; then a checkpoint when due). With hybrid
+        weights (``hybrid=``) the namespace's hybrid index is built first when missing (on
+        disk: checkpointed at once) and the table's write keeps it current. Lock held."""
         ns = rows.namespace
-        with self._space.step(ns):
-            t = self._tables.get(ns)
-            if t is None:
+        t = self._tables.get(ns)
+        if t is None:
+            with self._space.step(ns):
                 t = self._tables[ns] = self._space.new_table(ns)
+        if not self.hybrid.is_similarity and ns[0] not in self.unindexed:
+            t.recall_index(self.hybrid, self.dim, self.query_preparer)   # part of every write
+        with self._space.step(ns):
             t.append(rows)
         self._space.after_write(t)
 
@@ -511,6 +521,11 @@ class LongTermMemory(LongTermAdmin, MemoryStore):
         self._space.discard(table)
 
     drop_empty = False     # a namespace's files stay until clear() or compact()
+
+    #: First namespace segments whose writes do not build a missing hybrid index (one built
+    #: by a search is still kept current): namespaces never searched, such as
+    #: :class:`~memcore.SemanticMemory`'s short-tier journal.
+    unindexed: tuple[str, ...] = ()
 
     def stats(self) -> dict[Namespace, dict[str, int]]:
         """Per namespace: ``live`` memories and ``rows`` used (live + garbage).

@@ -1,5 +1,6 @@
-"""LongTermMemory's maintenance verbs: compaction, re-embedding, repair, verification and
-format migration (:class:`LongTermAdmin`, a mixin of :class:`~memcore.LongTermMemory`).
+"""LongTermMemory's maintenance verbs: compaction, re-embedding, hybrid-index warm-up,
+repair, verification and format migration (:class:`LongTermAdmin`, a mixin of
+:class:`~memcore.LongTermMemory`).
 
 Each verb does the store-level part (locking, validation, which namespaces, re-embedding)
 here and leaves what differs between an in-memory and an on-disk store to the store's
@@ -16,10 +17,12 @@ from typing import Any
 import numpy as np
 
 from memcore import _validate, storage
+from memcore.core.query import hybrid_weights
 from memcore.core.rows import encoded
 from memcore.core.store import check_embedder
 from memcore.errors import InvalidArgumentError, StoreCorruptedError
-from memcore.stores.long_disk import LogTable, write_live
+from memcore.recall.weights import HybridWeights
+from memcore.stores.long_disk import DiskTable, LogTable, write_live
 from memcore.types import Namespace, NamespaceLike
 
 __all__ = ["LongTermAdmin", "disk_errors"]
@@ -200,6 +203,69 @@ class LongTermAdmin:
                     new_vecs.append(np.ascontiguousarray(np.concatenate(parts)))
             self._space.reindex(plan, new_vecs, embedder)
             self.embedder, self.embedder_name, self.dim = embedder, name, dim
+            return total
+
+    @disk_errors
+    def warmup(self, hybrid: Any = None, *, progress: bool = True) -> int:
+        """Build the hybrid index of every namespace that lacks one and, on disk, save it at
+        once (a writer: one checkpoint per namespace built; a read-only store keeps them in
+        RAM): afterwards the first hybrid search of any process opening the store reads the
+        saved index instead of building it from the rows (``memcore warmup PATH``; after a
+        bulk load, or on a store written before writes kept the index).
+
+        Parameters
+        ----------
+        hybrid : HybridWeights, optional
+            Whose index structure to build: the store's ``hybrid`` when None, or
+            ``HybridWeights.hybrid()`` when that is the similarity preset (which needs none).
+        progress : bool, default True
+            Show a tqdm progress bar of the memories indexed (on stderr; off when stderr is
+            not a terminal).
+
+        Returns
+        -------
+        int
+            Memories indexed (0 when every namespace had its index).
+
+        Raises
+        ------
+        InvalidArgumentTypeError
+            If ``hybrid`` is not a HybridWeights.
+        StoreCorruptedError
+            If a namespace is damaged (``repair()`` it first), or a vector checked by the
+            checkpoint fails its checksum.
+
+        Examples
+        --------
+        >>> from memcore import HashingEmbedder, LongTermMemory
+        >>> ltm = LongTermMemory(embedder=HashingEmbedder(dim=8)); _ = ltm.put("r", "k", "door")
+        >>> ltm.warmup(progress=False), ltm.warmup(progress=False)
+        (1, 0)
+        """
+        from tqdm.auto import tqdm
+
+        self._check_read()
+        hw = hybrid_weights(hybrid, self.hybrid)
+        if hw.is_similarity:
+            hw = HybridWeights.hybrid()
+        key = hw.structure()
+        with self._lock:
+            self._check_read()
+            if self._tables.damaged:
+                raise StoreCorruptedError(
+                    "warmup() cannot index the damaged namespaces of this store; repair() "
+                    f"them first: {'; '.join(self._tables.damaged.values())}")
+            todo = [t for _, t in sorted(self._tables.items()) if t.keys and (
+                t.recall is None or key not in t.recall.indexes)]
+            total = sum(t.live for t in todo)
+            with tqdm(total=total, desc="warmup", unit="memory",
+                      disable=None if progress else True) as bar:
+                for t in todo:
+                    if isinstance(t, DiskTable):       # built in chunks: one update each
+                        t.recall_index(hw, self.dim, self.query_preparer, progress=bar.update)
+                    else:
+                        t.recall_index(hw, self.dim, self.query_preparer)
+                        bar.update(t.live)
             return total
 
     @disk_errors

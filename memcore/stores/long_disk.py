@@ -146,11 +146,14 @@ class DiskTable(Table):
         Rows in use.
     """
 
-    __slots__ = ("files", "index", "n_live")
+    __slots__ = ("files", "index", "n_live", "saver")
 
     def __init__(self, namespace: Namespace, columns: Any, files: Any, index: Any, rows: int):
         super().__init__(namespace, columns)
         self.files, self.index, self.rows = files, index, rows
+        #: called with the table after it built a hybrid index from its rows (the disk
+        #: backend's :meth:`DiskSpace.save_index`: a writer checkpoints it at once)
+        self.saver: Callable[["DiskTable"], None] | None = None
         self.keys = _DiskKeys(self)                                 # type: ignore[assignment]
         self.n_live = int(np.count_nonzero(columns.alive[:rows]))
 
@@ -216,17 +219,27 @@ class DiskTable(Table):
         return (rows.tolist(), d["keys"], d.get("texts"), d["metadata"],
                 d["importance"].tolist())
 
-    def recall_index(self, weights: HybridWeights, dim: int,
-                     preparer: Callable | None) -> HybridIndex:
+    def recall_index(self, weights: HybridWeights, dim: int, preparer: Callable | None,
+                     progress: Callable[[int], Any] | None = None) -> HybridIndex:
         """The hybrid index for ``weights``' structure: restored at open from the last
         checkpoint (then kept current by every write), else built from the live rows on first
-        use (and written at the next checkpoint)."""
+        use, in chunks of :data:`BUILD_CHUNK` rows (bounded memory at any size), then handed
+        to :attr:`saver` (a writer checkpoints it at once).
+
+        Parameters
+        ----------
+        weights : HybridWeights
+        dim : int
+        preparer : callable or None
+        progress : callable, optional
+            ``progress(rows)`` after each chunk of a build (a progress bar's ``update``).
+        """
         if self.recall is None:
             self.recall = NamespaceRecall(dim, preparer, vectors=lambda: self.columns.vectors,
                                           created_at=lambda: self.columns.created_at)
         key = weights.structure()
         idx = self.recall.indexes.get(key)
-        if idx is None:                       # built in chunks: bounded memory at any size
+        if idx is None:
             idx = HybridIndex(dim, weights, preparer, vectors=self.recall.vectors,
                               created_at=self.recall.created_at)
             rows = self.live_rows()
@@ -238,9 +251,21 @@ class DiskTable(Table):
                 idx.put_many(part.tolist(), d["texts"],
                              vecs[lo:hi] if hi - lo == part.shape[0] else vecs[part],
                              [episode_speaker(json.loads(m)) for m in d["metadata"]])
+                if progress is not None:
+                    progress(part.shape[0])
             self.recall.indexes[key] = idx
             self.index_dirty = True
+            if self.saver is not None:
+                self.saver(self)
         return idx
+
+    def index_unsaved(self) -> bool:
+        """Whether a built hybrid index that holds rows is named by no checkpoint yet (a
+        reopen would rebuild it from the whole log instead of replaying the log tail)."""
+        if self.recall is None or not self.index_dirty or self.files.read_only:
+            return False
+        saved = {s for s, _ in storage.index_structures(self.files.index_entry)}
+        return any(len(idx) and key not in saved for key, idx in self.recall.indexes.items())
 
     def restore_recall(self, dim: int, preparer: Callable | None, state: Any,
                        read_only: bool) -> None:
@@ -643,7 +668,7 @@ class DiskSpace:
                 self.repair_report.append(storage.repair_namespace(directory, self.dim, embed))
                 t = open_table(directory, self.dim, self.durability, self.read_only,
                                self.preparer)
-            self.tables[t.namespace] = t
+            self.tables[t.namespace] = self._served(t)
         return name, self.dim, version
 
     def _isolate(self, directory: str, err: StoreCorruptedError) -> None:
@@ -656,7 +681,8 @@ class DiskSpace:
 
     def reopen(self, directory: str) -> DiskTable | LogTable:
         """Open a namespace directory of this store for writing."""
-        return open_table(directory, self.dim, self.durability, False, self.preparer)
+        return self._served(open_table(directory, self.dim, self.durability, False,
+                                       self.preparer))
 
     def release(self) -> None:
         """Close every table and release the writer lock."""
@@ -729,7 +755,8 @@ class DiskSpace:
     # ------------------------------------------------------------------ writes
     def new_table(self, ns: Namespace) -> DiskTable:
         """A new namespace's table (its directory created in the current epoch)."""
-        return DiskTable.create(self.root.epoch_dir, ns, self.dim, self.durability)
+        return self._served(DiskTable.create(self.root.epoch_dir, ns, self.dim,
+                                             self.durability))
 
     def checkpoint(self, t: DiskTable) -> None:
         """Checkpoint one namespace as a step (see :meth:`DiskTable.checkpoint`)."""
@@ -737,9 +764,32 @@ class DiskSpace:
             t.checkpoint()
 
     def after_write(self, t: DiskTable) -> None:
-        """Checkpoint ``t`` once the log or rows grew past the automatic interval."""
-        if t.checkpoint_due():
+        """Checkpoint ``t`` once the log or rows grew past the automatic interval, or when
+        it holds a hybrid index no checkpoint has saved yet (:meth:`DiskTable.index_unsaved`:
+        afterwards a reopen only replays the log tail into the saved index)."""
+        if t.checkpoint_due() or t.index_unsaved():
             self.checkpoint(t)
+
+    def save_index(self, t: DiskTable) -> None:
+        """Checkpoint a hybrid index ``t`` has just built from its rows (a writer; a
+        read-only store keeps it in RAM). Its tables' :attr:`DiskTable.saver`.
+
+        A checkpoint that fails here (a damaged vector, a full disk) does not fail the search
+        that built the index: it is logged, the namespace is reloaded from its files on the
+        next call (:meth:`heal`) and the next write's checkpoint raises the error."""
+        if self.read_only or not t.index_unsaved():
+            return
+        try:
+            self.checkpoint(t)
+        except (StoreCorruptedError, OSError) as err:
+            logger.warning("the hybrid index of namespace %r was built but not saved (%s)",
+                           t.namespace, err)
+
+    def _served(self, t: DiskTable | LogTable) -> DiskTable | LogTable:
+        """``t``, its hybrid index builds saved by :meth:`save_index`."""
+        if isinstance(t, DiskTable):
+            t.saver = self.save_index
+        return t
 
     def flush(self, each: Callable[[Table], None]) -> None:
         """Checkpoint every namespace (a damaged one stops no other; the first error is
