@@ -89,8 +89,11 @@ from the log on its first hybrid search -- never a wrong ranking. Open restores 
 (:class:`~memcore.storage.mapped.MappedArrays`: the files never change after they are written)
 and applies the log tail's PUT and DEL records to it in log order, so it is current before the
 first search. ``compact()`` and ``reindex()`` build the indexes a namespace had for the new
-rows and checkpoint them; a namespace without an entry builds its index from the log on its
-first hybrid search.
+rows and checkpoint them. A store with hybrid weights keeps the index current on every write
+(a write that finds it missing builds it first) and a writer checkpoints an index as soon as one
+exists that no checkpoint names; a namespace still without an entry (a store written without
+hybrid weights, or by an older memcore) builds it from the log on its first hybrid search or
+write, or ahead of time with ``memcore warmup``.
 
 Key index: the key hash is the first 8 bytes (little-endian) of BLAKE2b of the key's UTF-8
 bytes. A key's row is found in a dict of the keys written since the checkpoint, else by
