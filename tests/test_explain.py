@@ -195,3 +195,34 @@ def test_mcp_recall_includes_the_explanation_when_asked(tmp_path):
         e = h["explanation"]
         json.dumps(e)                                      # JSON-ready structured content
         assert abs(sum(e["contributions"].values()) - e["fused"]) <= 1e-6
+
+
+@pytest.mark.parametrize("preset", ["similarity", "hybrid", "no_model"])
+def test_postgres_explains_as_the_embedded_store(preset):
+    """PostgresMemory: SQL for the similarity preset, its hybrid replica otherwise; the same
+    terms as a LongTermMemory holding the same memories."""
+    import pg_server
+
+    pg_server.url()                                  # skips without a server
+    clock = FakeClock()
+    emb = HashingEmbedder(dim=32)
+    hw = PRESETS[preset]
+    pg = pg_server.store(clock=clock, emb=emb, hybrid=hw)
+    ltm = LongTermMemory(embedder=emb, clock=clock, hybrid=hw)
+    try:
+        for i, text in enumerate(["Alice: the red door is locked", "Bob: a red car",
+                                  "the kettle is blue", "Alice adopted a dog in June"]):
+            meta = {"speaker": "Alice" if i % 2 == 0 else "Bob", "episode": 0}
+            for s in (pg, ltm):
+                s.put("ns", f"k{i}", text, importance=0.25 * i, metadata=meta)
+            clock.advance(600.0)
+        got = pg.search("ns", "alice red door", top_k=4, touch=False, explain=True)
+        want = ltm.search("ns", "alice red door", top_k=4, touch=False, explain=True)
+        assert [h.key for h in got] == [h.key for h in want]
+        for g, w in zip(got, want):
+            check_explanation(g, hw)
+            for k, c in w.explanation["contributions"].items():
+                assert g.explanation["contributions"][k] == pytest.approx(c, abs=1e-5)
+    finally:
+        pg.drop()
+        ltm.close()
