@@ -828,22 +828,14 @@ class HybridIndex:
         if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
             raise InvalidArgumentError(f"top_k must be an int >= 1, got {top_k!r}")
         threads = check_threads(threads)
-        w = weights if weights is not None else self.weights
-        d = decay if decay is not None else DecayWeights(1.0, 0.0, 0.0)
+        w, _, q, prepared, live, lex, stats, decay = self._inputs(
+            query, query_vector, weights, decay, now, last_accessed_at, importance, alive,
+            lexical, stats)
         n = self.n_rows
-        q, prepared, live = self._query(query, query_vector, alive)
-        t = self._column(last_accessed_at, n, np.float64, "last_accessed_at")
-        imp = self._column(importance, n, np.float32, "importance")
-        lex = lexical if lexical is not None else self.lexical_signals(prepared, w)
-        if stats is None and w.normalize:
-            stats = self.moments(prepared, q, weights=w, alive=alive, lexical=lex)
         ids, scores, sims = _padded(int(top_k))
         if n == 0:
             return HybridResult(ids, scores, sims, 0)
-
         dense, windows, sparse, _ = self._scan_args(prepared, w, stats, lex)
-        decay = (t, imp, float(now), float(d.half_life), float(d.w_recency),
-                 float(d.w_importance))
         if rows is not None:         # the approximate path's candidates, scored exactly
             count = _kcand.hybrid_rows_topk(
                 np.asarray(rows, np.int64), q, self._vectors()[:n], windows, float(w.alpha),
@@ -856,6 +848,27 @@ class HybridIndex:
                 decay, live, float(threshold), (ids, scores, sims, st), parallel=threads > 1)
         self.last_scan_stats = st
         return HybridResult(ids, scores, sims, int(count))
+
+    def _inputs(self, query: str | PreparedQuery, query_vector: np.ndarray,
+                weights: HybridWeights | None, decay: DecayWeights | None, now: float,
+                last_accessed_at: np.ndarray | None, importance: np.ndarray | None,
+                alive: np.ndarray | None, lexical: LexicalSignals | None,
+                stats: np.ndarray | None) -> tuple:
+        """:meth:`search`'s arguments checked and completed: the weights, decay weights,
+        query vector, prepared query, candidate mask, lexical signals, z statistics and the
+        scan's ``decay`` tuple."""
+        w = weights if weights is not None else self.weights
+        d = decay if decay is not None else DecayWeights(1.0, 0.0, 0.0)
+        n = self.n_rows
+        q, prepared, live = self._query(query, query_vector, alive)
+        t = self._column(last_accessed_at, n, np.float64, "last_accessed_at")
+        imp = self._column(importance, n, np.float32, "importance")
+        lex = lexical if lexical is not None else self.lexical_signals(prepared, w)
+        if stats is None and w.normalize:
+            stats = self.moments(prepared, q, weights=w, alive=alive, lexical=lex)
+        terms = (t, imp, float(now), float(d.half_life), float(d.w_recency),
+                 float(d.w_importance))
+        return w, d, q, prepared, live, lex, stats, terms
 
     def _scan_args(self, prepared: PreparedQuery, w: HybridWeights, stats: np.ndarray | None,
                    lex: LexicalSignals) -> tuple:
@@ -936,22 +949,16 @@ class HybridIndex:
         ValueError, DimensionMismatchError
             As :meth:`search`.
         """
-        w = weights if weights is not None else self.weights
-        d = decay if decay is not None else DecayWeights(1.0, 0.0, 0.0)
-        n = self.n_rows
         rows = np.asarray(_check_rows(rows), np.int64)
-        q, prepared, _ = self._query(query, query_vector, alive)
-        t = self._column(last_accessed_at, n, np.float64, "last_accessed_at")
-        imp = self._column(importance, n, np.float32, "importance")
-        lex = lexical if lexical is not None else self.lexical_signals(prepared, w)
-        if stats is None and w.normalize:
-            stats = self.moments(prepared, q, weights=w, alive=alive, lexical=lex)
+        w, d, q, prepared, _, lex, stats, terms_decay = self._inputs(
+            query, query_vector, weights, decay, now, last_accessed_at, importance, alive,
+            lexical, stats)
+        n = self.n_rows
         if rows.shape[0] and int(rows.max()) >= n:
             raise InvalidArgumentError(f"rows must be < {n}, got {int(rows.max())}")
         dense, windows, sparse, names = self._scan_args(prepared, w, stats, lex)
-        terms, _ = _ref.hybrid_terms(
-            rows, q, self._vectors()[:n], windows, float(w.alpha), dense, sparse,
-            (t, imp, float(now), float(d.half_life), float(d.w_recency), float(d.w_importance)))
+        terms, _ = _ref.hybrid_terms(rows, q, self._vectors()[:n], windows, float(w.alpha),
+                                     dense, sparse, terms_decay)
         label = {"dense": "dense", "context": "dense", "recency": "recency",
                  "importance": "importance"}
         weight = {"dense": w.dense, "lexical": w.lexical, "lexical_context": w.lexical_context,
