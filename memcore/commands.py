@@ -67,7 +67,8 @@ from memcore.integrations.mcp_server import serve
 from memcore.open import AUTO, EMBEDDERS, build_embedder, describe, is_url, matching_embedder, open_store
 from memcore.recall.weights import HybridWeights
 from memcore.stores.long import LongTermMemory
-from memcore.views import format_namespace, hit_dict, memory_dict, namespace_hint, text_key
+from memcore.views import (explanation_lines, format_namespace, hit_dict, memory_dict,
+                           namespace_hint, text_key)
 
 __all__ = ["add_global_options", "add_commands", "store_path", "parse_namespace", "UsageError",
            "MemoryNotFoundError", "text_key", "format_namespace"]
@@ -409,7 +410,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         vec = opened.vector(args.query) if args.query.strip() else None
         hits = [] if vec is None else opened.store.search(
             ns, args.query, top_k=args.top_k, touch=False, query_vector=vec,
-            threshold=-1.0 if args.threshold is None else args.threshold, filter=args.filter)
+            threshold=-1.0 if args.threshold is None else args.threshold, filter=args.filter,
+            explain=args.explain)
         why = ("(empty query: nothing to search for)" if not args.query.strip()
                else f"(the query has no content for embedder {opened.embedder.name!r})" if vec is None
                else f"(no memories in {_no_memories(opened, ns)})"
@@ -424,6 +426,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(why)
     for h in hits:
         print(f"{h.score:7.4f}  sim {h.similarity:6.3f}  {h.key}  {_preview(h.text)}")
+        for line in explanation_lines(h.explanation) if args.explain else ():
+            print(f"         {line}")
     return 0
 
 
@@ -807,6 +811,8 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument("--filter", type=_filter_arg, default=None, metavar="JSON",
                    help='metadata filter, a JSON object: \'{"room": "kitchen"}\', '
                         '\'{"room": {"$in": ["kitchen", "hall"]}}\', \'{"room": {"$ne": "hall"}}\'')
+    p.add_argument("--explain", action="store_true",
+                   help="under each hit, its score's terms, one line per signal")
     json_flag(p)
 
     p = sub("get", "one memory by key", cmd_get)

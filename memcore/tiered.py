@@ -14,8 +14,8 @@ from memcore.core.rows import Rows
 from memcore.core.store import MemoryStore, Tier
 from memcore.errors import EmbedderMismatchError, InvalidArgumentError, InvalidArgumentTypeError
 from memcore.core.query import ResolvedQuery
-from memcore.recall.weights import HybridWeights, default_for, pooled_weights
-from memcore.recall.score import calibrated
+from memcore.recall.weights import HybridWeights, default_for, pooled_moments, pooled_weights
+from memcore.recall.score import calibrated, explained
 from memcore.stores.short import ShortTermMemory
 from memcore.types import (
     DecayWeights,
@@ -299,7 +299,7 @@ class TwoTierMemory(MemoryStore):
                threshold: float = -1.0, weights: DecayWeights | None = None,
                filter: Mapping[str, Any] | None = None, touch: bool = True,
                query_vector: Any = None, hybrid: HybridWeights | None = None,
-               refresh_ttl: bool | None = None) -> list[MemoryHit]:
+               refresh_ttl: bool | None = None, explain: bool = False) -> list[MemoryHit]:
         """Rank both tiers with one formula, de-duplicate by key (short wins), keep ``top_k``.
 
         Arguments as :meth:`MemoryStore.search` (``weights`` defaults to ``self.weights``,
@@ -334,10 +334,27 @@ class TwoTierMemory(MemoryStore):
             merged = sorted(short_hits + kept, key=lambda h: -h.score)[: rq.top_k]
             if offset:
                 merged = [replace(h, score=h.score + offset) for h in merged]
+            fused = [h.score for h in merged]
             merged = calibrated(merged, rq)
+            if explain:
+                merged = explained(merged, fused, self._explanations(rq, merged, sig_short,
+                                                                     sig_long), rq)
             if rq.touch or rq.refresh_ttl:
                 self.refresh(rq, [h.key for h in merged], merged)
             return merged
+
+    def _explanations(self, rq: ResolvedQuery, hits: Sequence[MemoryHit], sig_short: Any,
+                      sig_long: Any) -> list:
+        """Each hit's terms from its tier, z statistics pooled over both tiers."""
+        stats = None
+        if rq.prepared is not None and rq.hybrid.normalize:
+            stats = pooled_moments([np.zeros((3, 3)) if s is None else s.moments
+                                    for s in (sig_short, sig_long)])
+        out: dict = {}
+        for tier, store in ((MemoryTier.SHORT, self.short), (MemoryTier.LONG, self.long)):
+            mine = [h for h in hits if h.tier is tier]
+            out.update(zip((h.key for h in mine), store.explanations(rq, mine, stats)))
+        return [out[h.key] for h in hits]
 
     def refresh(self, rq: ResolvedQuery, keys: Sequence[str],
                 hits: Sequence[MemoryHit] | None = None) -> int:

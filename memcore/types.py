@@ -201,7 +201,14 @@ class MemoryQuery:
 class MemoryHit:
     """One search result. ``score`` is the ranking score (higher is better): the fused decay
     score on the similarity preset, in (0, 1) with hybrid recall (:mod:`memcore.recall.score`);
-    ``similarity`` is the cosine of the query and the memory on every preset."""
+    ``similarity`` is the cosine of the query and the memory on every preset.
+
+    ``explanation`` is None unless the search asked for it (``explain=True``): then a dict
+    of the score's terms that sum to the fused ranking score, the z statistics (mean and
+    std of each normalised signal over the namespace) and how ``score`` follows from the
+    fused score (:func:`memcore.recall.score.explained` lists the keys; contributions are
+    in fused-score units, signals in their own: cosine, BM25 score, recency in (0, 1],
+    importance in [0, 1])."""
 
     key: str
     text: str
@@ -214,6 +221,7 @@ class MemoryHit:
     namespace: Namespace = ()
     created_at: float = 0.0
     last_accessed_at: float = 0.0
+    explanation: dict | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

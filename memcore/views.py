@@ -47,10 +47,43 @@ def hit_dict(h: Any) -> dict[str, Any]:
     ...     [(d["key"], d["namespace"], d["tier"]) for d in map(hit_dict, ltm.search("notes", "red door"))]
     [('k', ['notes'], 'long')]
     """
-    return {"key": h.key, "text": h.text, "score": h.score, "similarity": h.similarity,
-            "recency": h.recency, "importance": h.importance, "tier": h.tier.value,
-            "metadata": dict(h.metadata), "namespace": list(h.namespace),
-            "created_at": h.created_at, "last_accessed_at": h.last_accessed_at}
+    d = {"key": h.key, "text": h.text, "score": h.score, "similarity": h.similarity,
+         "recency": h.recency, "importance": h.importance, "tier": h.tier.value,
+         "metadata": dict(h.metadata), "namespace": list(h.namespace),
+         "created_at": h.created_at, "last_accessed_at": h.last_accessed_at}
+    if h.explanation is not None:
+        d["explanation"] = h.explanation
+    return d
+
+
+def explanation_lines(e: dict) -> list[str]:
+    """A hit's ``explanation`` (:func:`memcore.recall.score.explained`) as text lines: one
+    per signal (contribution = weight x signal, z-normalised where the statistics say), then
+    the fused score and how ``score`` follows.
+
+    Examples
+    --------
+    >>> e = {"contributions": {"similarity": 0.5, "recency": 0.0, "importance": 0.0},
+    ...      "signals": {"similarity": 0.5, "recency": 1.0, "importance": 0.5},
+    ...      "weights": {"similarity": 1.0, "recency": 0.0, "importance": 0.0},
+    ...      "normalisation": {}, "fused": 0.5, "weight_scale": None, "score": 0.5}
+    >>> explanation_lines(e)[0]
+    'similarity       +0.5000  = 1 x 0.5'
+    """
+    out = []
+    for name, c in e["contributions"].items():
+        line = f"{name:<16} {c:+8.4f}"
+        if name in e["signals"]:
+            x, w = e["signals"][name], e["weights"][name]
+            z = e["normalisation"].get(name)
+            line += (f"  = {w:g} x {x:.4g}" if z is None else
+                     f"  = {w:g} x z({x:.4g}; mean {z['mean']:.4g}, std {z['std']:.4g})")
+        out.append(line)
+    scale = e["weight_scale"]
+    out.append(f"{'fused':<16} {e['fused']:+8.4f}" + (
+        "  = score" if scale is None else
+        f"  -> score = Phi({e['fused']:.4f} / {scale:g}) = {e['score']:.4f}"))
+    return out
 
 
 def text_key(text: str, prefix: str) -> str:

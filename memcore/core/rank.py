@@ -23,7 +23,7 @@ from memcore.recall.diversity import diversify, pool_size
 from memcore.recall.index import HybridIndex, LexicalSignals
 from memcore.recall.weights import HybridWeights
 
-__all__ = ["Signals", "signals", "rank", "SCAN_MIN_ROWS"]
+__all__ = ["Signals", "signals", "rank", "explain", "SCAN_MIN_ROWS"]
 
 #: From this many rows the similarity preset is ranked from the hybrid index's int8 codes
 #: (:meth:`HybridIndex.search_similarity`: exact float64 similarities for the candidates);
@@ -159,3 +159,18 @@ def rank(table: Table, rq: ResolvedQuery, *, dim: int | None = None, preparer: A
         cand = np.flatnonzero(alive).astype(np.int64)
         m = rerank(cand, scorer(rq.text, [table.texts[r] for r in cand]), *args)
     return ids[:m], scores[:m], sims[:m]
+
+
+def explain(table: Table, rq: ResolvedQuery, rows: list[int], *, dim: int | None = None,
+            preparer: Any = None, stats: np.ndarray | None = None) -> list[dict]:
+    """The terms of the hybrid fused score of ranked ``rows`` of ``table`` for ``rq``
+    (:meth:`HybridIndex.explain`), recomputed for these rows only; ``stats`` the z statistics
+    when pooled over several tables (by default the table's own, as :func:`rank` uses)."""
+    idx = table.recall_index(rq.hybrid, dim, preparer)
+    n = idx.n_rows
+    alive = table.visible(rq.filter, rq.now)
+    alive = None if alive is None else alive[:n]
+    c = table.columns
+    return idx.explain(rows, rq.prepared, rq.vector, weights=rq.hybrid, decay=rq.weights,
+                       now=rq.now, last_accessed_at=c.last_accessed_at[:n],
+                       importance=c.importance[:n], alive=alive, stats=stats)

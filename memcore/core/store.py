@@ -43,7 +43,7 @@ import numpy as np
 
 from memcore import _numba, _validate
 from memcore.core import query as _query
-from memcore.core.rank import Signals, rank, signals
+from memcore.core.rank import Signals, explain, rank, signals
 from memcore.core.rows import Rows, encoded
 from memcore.core.table import Table, copy_metadata
 from memcore.errors import InvalidArgumentTypeError, InvalidVectorError
@@ -51,7 +51,7 @@ from memcore.core.query import ResolvedQuery
 from memcore.recall.threads import check_threads
 from memcore.recall.weights import HybridWeights
 from memcore.recall.prep import PreparedQuery, identity_preparer
-from memcore.recall.score import calibrated
+from memcore.recall.score import calibrated, explained
 from memcore.types import (
     DecayWeights,
     MemoryHit,
@@ -145,6 +145,8 @@ class Tier(Protocol):
 
     def signals(self, rq: ResolvedQuery) -> Signals | None: ...
     def scan(self, rq: ResolvedQuery, sig: Signals | None = None) -> list[MemoryHit]: ...
+    def explanations(self, rq: ResolvedQuery, hits: Sequence[MemoryHit],
+                     stats: np.ndarray | None = None) -> list[dict | None]: ...
     def refresh(self, rq: ResolvedQuery, keys: Sequence[str]) -> int: ...
     def write(self, rows: Rows) -> list[StoredMemory]: ...
     def lifecycle(self, namespace: Namespace, keys: Sequence[str]) -> dict: ...
@@ -698,7 +700,7 @@ class MemoryStore:
                *, top_k: int = 5, threshold: float = -1.0, weights: DecayWeights | None = None,
                filter: Mapping[str, Any] | None = None, touch: bool = True,
                query_vector: Any = None, hybrid: HybridWeights | None = None,
-               refresh_ttl: bool | None = None) -> list[MemoryHit]:
+               refresh_ttl: bool | None = None, explain: bool = False) -> list[MemoryHit]:
         """Rank a namespace's live memories for a query.
 
         With the similarity preset (``hybrid=HybridWeights.similarity()``), the exact fused
@@ -745,6 +747,11 @@ class MemoryStore:
         refresh_ttl : bool, optional
             Restart the time to live of returned memories; the store's ``refresh_ttl`` when
             None.
+        explain : bool, default False
+            Set each hit's ``explanation``: the terms of its fused score, one per signal,
+            their z statistics and how ``score`` follows
+            (:func:`memcore.recall.score.explained`); recomputed for the returned hits only,
+            after ranking (False costs nothing).
 
         Returns
         -------
@@ -776,7 +783,10 @@ class MemoryStore:
         if rq is None:
             return []
         with self._lock:
-            hits = calibrated(self.scan(rq), rq)
+            raw = self.scan(rq)
+            hits = calibrated(raw, rq)
+            if explain:
+                hits = explained(hits, [h.score for h in raw], self.explanations(rq, raw), rq)
             if rq.touch or rq.refresh_ttl:
                 self.refresh(rq, [h.key for h in hits])
             return hits
@@ -830,6 +840,18 @@ class MemoryStore:
                                       approximate=self._approximate(table))
             return table.hits(rows.tolist(), scores.tolist(), sims.tolist(), rq.now,
                               rq.weights.half_life, self.tier)
+
+    def explanations(self, rq: ResolvedQuery, hits: Sequence[MemoryHit],
+                     stats: np.ndarray | None = None) -> list[dict | None]:
+        """For hits of :meth:`scan` (tier protocol): the terms of each one's hybrid fused
+        score (:func:`memcore.core.rank.explain`; ``stats`` pooled z statistics, else the
+        namespace's), or None each on the similarity preset (read from the hit)."""
+        if rq.prepared is None or not hits:
+            return [None] * len(hits)
+        with self._lock:
+            table = self._tables[rq.namespace]
+            return explain(table, rq, [table.keys[h.key] for h in hits], dim=self.dim,
+                           preparer=self.query_preparer, stats=stats)
 
     def refresh(self, rq: ResolvedQuery, keys: Sequence[str]) -> int:
         """For ``keys`` of the query's namespace (tier protocol): with ``rq.touch``

@@ -3,8 +3,10 @@
 Serves five tools over stdio with the official MCP Python SDK (``mcp`` 2.x, ``MCPServer``):
 
 - ``remember(text, namespace, key, importance, metadata)``: store (or replace) one memory;
-- ``recall(query, namespace, top_k, threshold, filter)``: the most relevant memories, best
-  first (hybrid recall with the default MiniLM embedder, as :class:`~memcore.LongTermMemory`);
+- ``recall(query, namespace, top_k, threshold, filter, explain)``: the most relevant memories,
+  best first (hybrid recall with the default MiniLM embedder, as
+  :class:`~memcore.LongTermMemory`); with ``explain`` each hit's ``explanation``, its score's
+  terms one per signal (:func:`memcore.recall.score.explained`);
 - ``get(key, namespace)``, ``forget(key, namespace)``, ``list_namespaces(prefix)``.
 
 A namespace is a str (one segment, ``"a/b"`` included) or a list of str segments, as in the
@@ -176,11 +178,12 @@ class MemoryTools:
                               vector=vec)
 
     def recall(self, query: str, namespace: Namespace = "default", top_k: int = 5,
-               threshold: float | None = None, filter: dict[str, Any] | None = None) -> list:
+               threshold: float | None = None, filter: dict[str, Any] | None = None,
+               explain: bool = False) -> list:
         """The memories of ``namespace`` most relevant to ``query``, best first.
 
         ``threshold`` is the minimum cosine similarity (none by default); ``filter`` the
-        metadata filter. Recalled memories count as accessed (``last_accessed_at``,
+        metadata filter; ``explain`` adds each hit's ``explanation``. Recalled memories count as accessed (``last_accessed_at``,
         ``access_count``), refreshed by the writer thread once the answer is ready, so the
         refresh (a write) is not on the recall's path.
 
@@ -191,7 +194,8 @@ class MemoryTools:
         """
         ns = _namespace(namespace)
         hits = self.store.search(ns, query, top_k=top_k, filter=filter, touch=False,
-                                 threshold=-1.0 if threshold is None else threshold)
+                                 threshold=-1.0 if threshold is None else threshold,
+                                 explain=bool(explain))
         if hits:   # the access refresh is a write: the writer thread does it, after answering
             self._writer.submit(self.store.touch, ns, [h.key for h in hits])
         return [hit_dict(h) for h in hits]
@@ -258,11 +262,12 @@ def build_server(tools: MemoryTools) -> Any:
     @server.tool()
     def recall(query: str, namespace: Namespace = "default", top_k: int = 5,
                threshold: float | None = None,
-               filter: dict[str, Any] | None = None) -> dict[str, Any]:
+               filter: dict[str, Any] | None = None, explain: bool = False) -> dict[str, Any]:
         """The memories most relevant to query, best first. threshold: minimum cosine
         similarity in [-1, 1]; filter: metadata conditions, e.g. {"room": "kitchen"},
-        {"room": {"$in": ["kitchen", "hall"]}}, {"room": {"$ne": "garage"}}."""
-        return {"hits": run(tools.recall, query, namespace, top_k, threshold, filter)}
+        {"room": {"$in": ["kitchen", "hall"]}}, {"room": {"$ne": "garage"}}; explain: add
+        each hit's score terms, one per signal, that sum to its fused score."""
+        return {"hits": run(tools.recall, query, namespace, top_k, threshold, filter, explain)}
 
     @server.tool()
     def get(key: str, namespace: Namespace = "default") -> dict[str, Any]:

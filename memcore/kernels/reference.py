@@ -433,44 +433,76 @@ def exact_sims(query, vectors):
     return ((p[:, 0] + p[:, 1]) + (p[:, 2] + p[:, 3])) + ((p[:, 4] + p[:, 5]) + (p[:, 6] + p[:, 7]))
 
 
-def _window_ctx(sims, win_start, win_len, win_rows, alpha):
-    n = sims.shape[0]
-    size = np.asarray(win_len)
-    acc = np.zeros(n)
-    for p in range(int(size.max()) if n else 0):
+def _window_ctx(sims, win_start, win_len, win_rows, alpha, rows=None):
+    """The context similarity of ``rows`` (all by default) from every row's ``sims``."""
+    rows = np.arange(sims.shape[0]) if rows is None else np.asarray(rows, np.int64)
+    size = np.asarray(win_len)[rows]
+    start = np.asarray(win_start)[rows]
+    acc = np.zeros(rows.shape[0])
+    for p in range(int(size.max()) if rows.shape[0] else 0):
         has = size > p
-        acc[has] += sims[win_rows[win_start[has] + p]]
+        acc[has] += sims[win_rows[start[has] + p]]
     with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.where(size > 0, acc / np.where(size > 0, size, 1), sims)
-    return alpha * sims + (1.0 - alpha) * mean
+        mean = np.where(size > 0, acc / np.where(size > 0, size, 1), sims[rows])
+    return alpha * sims[rows] + (1.0 - alpha) * mean
+
+
+def hybrid_terms(rows, query, vectors, windows, alpha, dense, sparse, decay):
+    """The terms of :func:`hybrid_exact_topk`'s float64 score of ``rows``, in the order it
+    sums them: a list of ``(name, raw, contribution)``, ``name`` one of ``"dense"`` (own
+    similarity), ``"context"`` (window similarity), ``"recency"``, ``"importance"`` or
+    ``("sparse", l)``; ``raw`` the signal's value and ``contribution`` its term, (m,) float64
+    each. Only terms with a non-zero weight are listed. Also the rows' float64 sims."""
+    win_start, win_len, win_rows = windows
+    sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv = sparse
+    last_accessed_at, importance, now, half_life, w_rec, w_imp = decay
+    n = vectors.shape[0]
+    rows = np.asarray(rows, np.int64)
+    if rows.shape[0] == n and np.array_equal(rows, np.arange(n)):
+        sims = exact_sims(query, vectors)
+    else:                           # the rows and their window neighbours only
+        need = [rows]
+        if dense[3] != 0.0:
+            size, start = np.asarray(win_len)[rows], np.asarray(win_start)[rows]
+            need += [win_rows[start[size > p] + p].astype(np.int64)
+                     for p in range(int(size.max()) if rows.shape[0] else 0)]
+        need = np.unique(np.concatenate(need))
+        sims = np.zeros(n)
+        sims[need] = exact_sims(query, vectors[need])
+    terms = []
+    if dense[0] != 0.0:
+        x = sims[rows]
+        terms.append(("dense", x, dense[0] * ((x - dense[1]) * dense[2])))
+    if dense[3] != 0.0:
+        x = _window_ctx(sims, win_start, win_len, win_rows, alpha, rows)
+        terms.append(("context", x, dense[3] * ((x - dense[4]) * dense[5])))
+    if w_rec != 0.0:
+        age = np.maximum(np.float64(now) - np.asarray(last_accessed_at)[rows], 0.0)
+        x = np.exp2(-age / np.float64(half_life))
+        terms.append(("recency", x, w_rec * x))
+    if w_imp != 0.0:
+        x = np.asarray(importance)[rows].astype(np.float64)
+        terms.append(("importance", x, w_imp * x))
+    for l in range(sp_w.shape[0]):
+        if sp_w[l] != 0.0:
+            x = np.zeros(n)
+            x[sp_rows[sp_ptr[l]:sp_ptr[l + 1]]] = sp_vals[sp_ptr[l]:sp_ptr[l + 1]]
+            x = x[rows]
+            terms.append((("sparse", l), x, sp_w[l] * ((x - sp_mu[l]) * sp_inv[l])))
+    return terms, sims[rows]
 
 
 def hybrid_exact_topk(query, vectors, windows, alpha, dense, sparse, decay, alive, threshold, out):
     """The exact hybrid path (see kernels/scan.py): float64 sims, the window stencil, z-scores
-    with the given statistics, decay, sparse signals; float32 top-k, ties by lower row.
-    ``windows``, ``sparse``, ``decay`` and ``out`` are the kernel's tuples."""
-    win_start, win_len, win_rows = windows
-    sp_ptr, sp_rows, sp_vals, sp_w, sp_mu, sp_inv = sparse
-    last_accessed_at, importance, now, half_life, w_rec, w_imp = decay
+    with the given statistics, decay, sparse signals (:func:`hybrid_terms`, summed in order);
+    float32 top-k, ties by lower row. ``windows``, ``sparse``, ``decay`` and ``out`` are the
+    kernel's tuples."""
     out_ids, out_scores, out_sims = out
     n = vectors.shape[0]
-    sims = exact_sims(query, vectors)
+    terms, sims = hybrid_terms(np.arange(n), query, vectors, windows, alpha, dense, sparse, decay)
     s = np.zeros(n)
-    if dense[0] != 0.0:
-        s += dense[0] * ((sims - dense[1]) * dense[2])
-    if dense[3] != 0.0:
-        s += dense[3] * ((_window_ctx(sims, win_start, win_len, win_rows, alpha) - dense[4]) * dense[5])
-    if w_rec != 0.0:
-        age = np.maximum(np.float64(now) - last_accessed_at, 0.0)
-        s += w_rec * np.exp2(-age / np.float64(half_life))
-    if w_imp != 0.0:
-        s += w_imp * importance.astype(np.float64)
-    for l in range(sp_w.shape[0]):
-        if sp_w[l] != 0.0:
-            x = np.zeros(n)
-            rows = sp_rows[sp_ptr[l]:sp_ptr[l + 1]]
-            x[rows] = sp_vals[sp_ptr[l]:sp_ptr[l + 1]]
-            s += sp_w[l] * ((x - sp_mu[l]) * sp_inv[l])
+    for _, _, c in terms:
+        s += c
     keep = np.flatnonzero(alive & (sims >= np.float64(threshold)))
     return _select(keep.astype(np.int64), sims[keep].astype(np.float32),
                    s[keep].astype(np.float32), out_ids, out_scores, out_sims)

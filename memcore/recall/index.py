@@ -60,6 +60,7 @@ from memcore.kernels import codes as _kc
 from memcore.kernels import moments as _km
 from memcore.kernels import candidates as _kcand
 from memcore.kernels import scan as _ks
+from memcore.kernels import reference as _ref
 from memcore.recall.lexical import LexicalIndex
 from memcore.recall.prep import DefaultQueryPreparer, PreparedQuery, QueryPreparer
 from memcore.recall.threads import check_threads, numba_threads
@@ -827,6 +828,35 @@ class HybridIndex:
         if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
             raise InvalidArgumentError(f"top_k must be an int >= 1, got {top_k!r}")
         threads = check_threads(threads)
+        w, _, q, prepared, live, lex, stats, decay = self._inputs(
+            query, query_vector, weights, decay, now, last_accessed_at, importance, alive,
+            lexical, stats)
+        n = self.n_rows
+        ids, scores, sims = _padded(int(top_k))
+        if n == 0:
+            return HybridResult(ids, scores, sims, 0)
+        dense, windows, sparse, _ = self._scan_args(prepared, w, stats, lex)
+        if rows is not None:         # the approximate path's candidates, scored exactly
+            count = _kcand.hybrid_rows_topk(
+                np.asarray(rows, np.int64), q, self._vectors()[:n], windows, float(w.alpha),
+                dense, sparse, decay, live, float(threshold), (ids, scores, sims))
+            return HybridResult(ids, scores, sims, int(count))
+        st = np.zeros(4, np.int64)
+        with numba_threads(threads):
+            count = _ks.hybrid_scan_topk(
+                q, self._codes(n), self._vectors()[:n], windows, float(w.alpha), dense, sparse,
+                decay, live, float(threshold), (ids, scores, sims, st), parallel=threads > 1)
+        self.last_scan_stats = st
+        return HybridResult(ids, scores, sims, int(count))
+
+    def _inputs(self, query: str | PreparedQuery, query_vector: np.ndarray,
+                weights: HybridWeights | None, decay: DecayWeights | None, now: float,
+                last_accessed_at: np.ndarray | None, importance: np.ndarray | None,
+                alive: np.ndarray | None, lexical: LexicalSignals | None,
+                stats: np.ndarray | None) -> tuple:
+        """:meth:`search`'s arguments checked and completed: the weights, decay weights,
+        query vector, prepared query, candidate mask, lexical signals, z statistics and the
+        scan's ``decay`` tuple."""
         w = weights if weights is not None else self.weights
         d = decay if decay is not None else DecayWeights(1.0, 0.0, 0.0)
         n = self.n_rows
@@ -836,9 +866,15 @@ class HybridIndex:
         lex = lexical if lexical is not None else self.lexical_signals(prepared, w)
         if stats is None and w.normalize:
             stats = self.moments(prepared, q, weights=w, alive=alive, lexical=lex)
-        ids, scores, sims = _padded(int(top_k))
-        if n == 0:
-            return HybridResult(ids, scores, sims, 0)
+        terms = (t, imp, float(now), float(d.half_life), float(d.w_recency),
+                 float(d.w_importance))
+        return w, d, q, prepared, live, lex, stats, terms
+
+    def _scan_args(self, prepared: PreparedQuery, w: HybridWeights, stats: np.ndarray | None,
+                   lex: LexicalSignals) -> tuple:
+        """The scan kernel's ``dense``, ``windows`` and ``sparse`` arguments for a query, and
+        the name of each sparse signal (``"lexical"``, ``"lexical_context"``, ``"speaker"``)."""
+        n = self.n_rows
 
         def z(i):
             if not w.normalize:
@@ -852,10 +888,10 @@ class HybridIndex:
         dense = np.array([w.dense, mu, inv, 0.0, 0.0, 0.0]) if r == 0 else \
             np.array([0.0, 0.0, 0.0, w.dense, mu, inv])
         windows = self.windows(max(r, 0))
-        sp_rows, sp_vals, sp_w, sp_mu, sp_inv = [], [], [], [], []
-        for i, (rows_, vals_, weight) in enumerate(((lex.own_rows, lex.own_vals, w.lexical),
-                                                    (lex.ctx_rows, lex.ctx_vals,
-                                                     w.lexical_context)), start=1):
+        sp_rows, sp_vals, sp_w, sp_mu, sp_inv, names = [], [], [], [], [], []
+        for i, (rows_, vals_, weight, name) in enumerate(
+                ((lex.own_rows, lex.own_vals, w.lexical, "lexical"),
+                 (lex.ctx_rows, lex.ctx_vals, w.lexical_context, "lexical_context")), start=1):
             if weight:
                 m_, i_ = z(i)
                 sp_rows.append(rows_)
@@ -863,6 +899,7 @@ class HybridIndex:
                 sp_w.append(weight)
                 sp_mu.append(m_)
                 sp_inv.append(i_)
+                names.append(name)
         if w.speaker:
             codes = [self._spk_code[e] for e in prepared.entities if e in self._spk_code]
             if codes:
@@ -872,26 +909,80 @@ class HybridIndex:
                 sp_w.append(w.speaker)
                 sp_mu.append(0.0)
                 sp_inv.append(1.0)
+                names.append("speaker")
         sp_ptr = np.zeros(len(sp_rows) + 1, np.int64)
         np.cumsum([x.shape[0] for x in sp_rows], out=sp_ptr[1:])
         sp_r = np.concatenate(sp_rows) if sp_rows else _EMPTY_I
         sp_v = np.concatenate(sp_vals).astype(np.float64, copy=False) if sp_vals else _EMPTY_F
         sparse = (sp_ptr, sp_r, sp_v, np.array(sp_w, np.float64), np.array(sp_mu, np.float64),
                   np.array(sp_inv, np.float64))
-        decay = (t, imp, float(now), float(d.half_life), float(d.w_recency),
-                 float(d.w_importance))
-        if rows is not None:         # the approximate path's candidates, scored exactly
-            count = _kcand.hybrid_rows_topk(
-                np.asarray(rows, np.int64), q, self._vectors()[:n], windows, float(w.alpha),
-                dense, sparse, decay, live, float(threshold), (ids, scores, sims))
-            return HybridResult(ids, scores, sims, int(count))
-        st = np.zeros(4, np.int64)
-        with numba_threads(threads):
-            count = _ks.hybrid_scan_topk(
-                q, self._codes(n), self._vectors()[:n], windows, float(w.alpha), dense, sparse,
-                decay, live, float(threshold), (ids, scores, sims, st), parallel=threads > 1)
-        self.last_scan_stats = st
-        return HybridResult(ids, scores, sims, int(count))
+        return dense, windows, sparse, names
+
+    def explain(self, rows: Sequence[int], query: str | PreparedQuery, query_vector: np.ndarray,
+                *, weights: HybridWeights | None = None, decay: DecayWeights | None = None,
+                now: float = 0.0, last_accessed_at: np.ndarray | None = None,
+                importance: np.ndarray | None = None, alive: np.ndarray | None = None,
+                lexical: LexicalSignals | None = None, stats: np.ndarray | None = None
+                ) -> list[dict]:
+        """Each term of :meth:`search`'s fused score of ``rows`` (arguments as there; the
+        rows after ranking, so only they are recomputed, in float64 by the scan's NumPy oracle
+        :func:`memcore.kernels.reference.hybrid_terms`).
+
+        Returns
+        -------
+        list of dict, one per row
+            ``contributions``: name -> float, the terms (fused-score units) that sum to
+            ``fused``: ``dense`` (``w_dense * z(context similarity)``), ``lexical`` (own-text
+            BM25; a memory's day is words of it with ``HybridWeights.dates``),
+            ``lexical_context`` (episode-window BM25), ``speaker`` (``w_speaker`` when the
+            query names the memory's speaker), ``recency`` (``w_recency * 2 ** (-age /
+            half_life)``), ``importance`` (``w_importance * importance``);
+            ``signals``: the same names -> the raw value (cosine, BM25 score, 0/1, recency in
+            (0, 1], importance in [0, 1]); ``weights``: name -> weight;
+            ``normalisation``: ``dense``, ``lexical``, ``lexical_context`` -> ``{"mean",
+            "std"}`` of the signal over the live (filtered) memories, the z statistics
+            (``std`` 0: the signal is constant and contributes 0; absent without
+            ``weights.normalize``); ``fused``: float, the sum of ``contributions``.
+
+        Raises
+        ------
+        ValueError, DimensionMismatchError
+            As :meth:`search`.
+        """
+        rows = np.asarray(_check_rows(rows), np.int64)
+        w, d, q, prepared, _, lex, stats, terms_decay = self._inputs(
+            query, query_vector, weights, decay, now, last_accessed_at, importance, alive,
+            lexical, stats)
+        n = self.n_rows
+        if rows.shape[0] and int(rows.max()) >= n:
+            raise InvalidArgumentError(f"rows must be < {n}, got {int(rows.max())}")
+        dense, windows, sparse, names = self._scan_args(prepared, w, stats, lex)
+        terms, _ = _ref.hybrid_terms(rows, q, self._vectors()[:n], windows, float(w.alpha),
+                                     dense, sparse, terms_decay)
+        label = {"dense": "dense", "context": "dense", "recency": "recency",
+                 "importance": "importance"}
+        weight = {"dense": w.dense, "lexical": w.lexical, "lexical_context": w.lexical_context,
+                  "speaker": w.speaker, "recency": d.w_recency, "importance": d.w_importance}
+        norm = {}
+        if w.normalize and stats is not None:
+            for i, name in enumerate(("dense", "lexical", "lexical_context")):
+                cnt, mean, m2 = (float(v) for v in stats[i])
+                norm[name] = {"mean": mean,
+                              "std": math.sqrt(m2 / cnt) if cnt > 0 and m2 > 0 else 0.0}
+        out = []
+        for j in range(rows.shape[0]):
+            con = dict.fromkeys(weight, 0.0)
+            sig = dict.fromkeys(weight, 0.0)
+            fused = 0.0
+            for name, raw, c in terms:
+                key = names[name[1]] if isinstance(name, tuple) else label[name]
+                con[key] = float(c[j])
+                sig[key] = float(raw[j])
+                fused += float(c[j])
+            out.append({"contributions": con, "signals": sig, "weights": dict(weight),
+                        "normalisation": {k: dict(v) for k, v in norm.items()},
+                        "fused": fused})
+        return out
 
     def search_similarity(self, query_vector: np.ndarray, *, top_k: int, decay: DecayWeights,
                           now: float, last_accessed_at: np.ndarray, importance: np.ndarray,

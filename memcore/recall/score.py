@@ -27,6 +27,9 @@ unchanged: ``w_similarity * sim + w_recency * recency + w_importance * importanc
 ``similarity`` is always the cosine of the query's vector and the memory's own vector, and
 a search's ``threshold`` always bounds it, on every preset (OM1's 0.3 means the same
 everywhere).
+
+``search(..., explain=True)`` sets :attr:`memcore.MemoryHit.explanation` (:func:`explained`):
+the terms of ``fused`` one by one, their z statistics, and ``score`` from ``fused`` as above.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import numpy as np
 
 from memcore.recall.weights import HybridWeights
 
-__all__ = ["weight_scale", "calibrate", "calibrated"]
+__all__ = ["weight_scale", "calibrate", "calibrated", "explained"]
 
 
 def weight_scale(weights: HybridWeights) -> float:
@@ -101,3 +104,60 @@ def calibrated(hits: Sequence[Any], rq: Any) -> list:
         return hits
     scores = calibrate([h.score for h in hits], rq.hybrid)
     return [replace(h, score=float(s)) for h, s in zip(hits, scores)]
+
+
+def explained(hits: Sequence[Any], fused: Sequence[float], terms: Sequence[dict | None],
+              rq: Any) -> list:
+    """``hits`` (calibrated, as returned) with :attr:`~memcore.MemoryHit.explanation` set.
+
+    Parameters
+    ----------
+    hits : sequence of MemoryHit
+        The returned hits.
+    fused : sequence of float
+        Their fused ranking scores (before :func:`calibrated`).
+    terms : sequence of dict or None
+        Hybrid recall: :meth:`memcore.recall.index.HybridIndex.explain` of each hit (the
+        z statistics the ranking used); None: the decay score of the similarity preset,
+        read from the hit.
+    rq : ResolvedQuery
+
+    Returns
+    -------
+    list of MemoryHit
+        Each with ``explanation`` a dict: ``preset`` (``"hybrid"`` or ``"similarity"``),
+        ``contributions`` (name -> term, fused-score units; they sum to ``fused``),
+        ``signals`` (name -> raw value), ``weights`` (name -> weight), ``normalisation``
+        (hybrid: ``dense``/``lexical``/``lexical_context`` -> ``{"mean", "std"}``, the z
+        statistics), ``fused``, ``weight_scale`` (hybrid with ``normalize``: the
+        :func:`weight_scale`; else None) and ``score`` (the hit's: ``Phi(fused /
+        weight_scale)``, or ``fused`` itself without normalisation). Hybrid names: ``dense``,
+        ``lexical``, ``lexical_context``, ``speaker``, ``recency``, ``importance`` (and
+        ``diversity``, the episode-diversity penalty, when ``diversity > 0``); similarity
+        preset: ``similarity``, ``recency``, ``importance`` (Park et al. 2023).
+
+    Examples
+    --------
+    >>> explained([], [], [], None)
+    []
+    """
+    out = []
+    for h, f, t in zip(hits, fused, terms):
+        if t is None:
+            w = rq.weights
+            sig = {"similarity": float(h.similarity), "recency": float(h.recency),
+                   "importance": float(h.importance)}
+            wt = {"similarity": float(w.w_similarity), "recency": float(w.w_recency),
+                  "importance": float(w.w_importance)}
+            con = {k: wt[k] * sig[k] for k in sig}
+            e = {"preset": "similarity", "contributions": con, "signals": sig, "weights": wt,
+                 "normalisation": {}, "fused": sum(con.values()), "weight_scale": None}
+        else:
+            e = dict(t, preset="hybrid", contributions=dict(t["contributions"]))
+            if rq.hybrid.diversity > 0.0:     # the penalty the diversity pass subtracted
+                e["contributions"]["diversity"] = float(f) - t["fused"]
+                e["fused"] = sum(e["contributions"].values())
+            e["weight_scale"] = weight_scale(rq.hybrid) if rq.hybrid.normalize else None
+        e["score"] = float(h.score)
+        out.append(replace(h, explanation=e))
+    return out

@@ -18,7 +18,7 @@ import numpy as np
 from memcore.embedders.hashing import HashingEmbedder
 from memcore.errors import InvalidArgumentError
 
-__all__ = ["HybridWeights", "MAX_WINDOW", "default_for", "pooled_weights"]
+__all__ = ["HybridWeights", "MAX_WINDOW", "default_for", "pooled_moments", "pooled_weights"]
 
 #: Largest episode window radius (neighbours on each side) a query may ask for; the window
 #: column holds every row's radius-MAX_WINDOW neighbourhood in episode order.
@@ -181,6 +181,42 @@ def default_for(embedder: Any) -> HybridWeights:
 
 
 
+def pooled_moments(moments: Sequence[np.ndarray]) -> np.ndarray:
+    """The moments of several indexes' signals as one population (Chan et al.'s parallel
+    update).
+
+    Parameters
+    ----------
+    moments : sequence of ndarray of shape (3, 3), float64
+        :meth:`~memcore.recall.index.HybridIndex.moments` of each index (rows dense, lexical,
+        lexical context; columns count, mean, M2).
+
+    Returns
+    -------
+    ndarray of shape (3, 3), float64
+        The same layout over the union.
+
+    Examples
+    --------
+    >>> a = np.array([[2, 0.0, 2.0]] * 3)
+    >>> pooled_moments([a, a]).tolist()[0]
+    [4.0, 0.0, 4.0]
+    """
+    n = np.zeros(3)
+    mean = np.zeros(3)
+    m2 = np.zeros(3)
+    for mo in moments:
+        nb, mb, m2b = mo[:, 0], mo[:, 1], mo[:, 2]
+        tot = n + nb
+        delta = mb - mean
+        with np.errstate(invalid="ignore", divide="ignore"):
+            frac = np.where(tot > 0, nb / np.where(tot > 0, tot, 1.0), 0.0)
+        mean = mean + delta * frac
+        m2 = m2 + m2b + delta * delta * n * frac
+        n = tot
+    return np.stack([n, mean, m2], axis=1)
+
+
 def pooled_weights(weights: HybridWeights, moments: Sequence[np.ndarray],
                    w_similarity: float = 1.0) -> tuple[HybridWeights, float]:
     """Weights that rank several indexes (e.g. two tiers) as one, z over their union.
@@ -216,18 +252,7 @@ def pooled_weights(weights: HybridWeights, moments: Sequence[np.ndarray],
     """
     if not weights.normalize:
         return weights, 0.0
-    n = np.zeros(3)
-    mean = np.zeros(3)
-    m2 = np.zeros(3)
-    for mo in moments:                       # Chan et al.'s parallel update
-        nb, mb, m2b = mo[:, 0], mo[:, 1], mo[:, 2]
-        tot = n + nb
-        delta = mb - mean
-        with np.errstate(invalid="ignore", divide="ignore"):
-            frac = np.where(tot > 0, nb / np.where(tot > 0, tot, 1.0), 0.0)
-        mean = mean + delta * frac
-        m2 = m2 + m2b + delta * delta * n * frac
-        n = tot
+    n, mean, m2 = pooled_moments(moments).T
     std = np.sqrt(np.where(n > 0, m2 / np.where(n > 0, n, 1.0), 0.0))
     base = np.array([weights.dense * w_similarity, weights.lexical, weights.lexical_context])
     scale = np.where(std > 0, 1.0 / np.where(std > 0, std, 1.0), 0.0)

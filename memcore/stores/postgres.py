@@ -987,6 +987,14 @@ class PostgresMemory(MemoryStore):
         with self._lock:
             return self._replica(rq.namespace).store.signals(rq)
 
+    def explanations(self, rq: ResolvedQuery, hits: Sequence[MemoryHit],
+                     stats: Any = None) -> list:
+        """Hybrid terms of hits from the synchronised replica (tier protocol)."""
+        if rq.prepared is None or not hits:
+            return [None] * len(hits)
+        with self._lock:
+            return self._replica(rq.namespace).store.explanations(rq, hits, stats)
+
     def speakers(self, namespace: Namespace, hybrid: HybridWeights) -> list[str]:
         """Speaker names of the namespace's memories (tier protocol), from its replica."""
         with self._lock:
