@@ -158,8 +158,8 @@ def test_bench_fused_topk(benchmark, bench_on, read_bandwidth, size, method):
     n = SIZES[size] if bench_on else min(SIZES[size], SMOKE_N)
     query, vectors, t, imp, alive = dataset(n)
     out = (np.empty(TOP_K, np.int64), np.empty(TOP_K, np.float32), np.empty(TOP_K, np.float32))
-    args = (query, vectors, t, imp, alive, NOW, W.half_life, W.w_similarity, W.w_recency,
-            W.w_importance, THRESHOLD, *out)
+    args = (query, vectors, W.w_similarity,
+            (t, imp, NOW, W.half_life, W.w_recency, W.w_importance), alive, THRESHOLD, out)
     if method == "fused_serial":
         def run():
             fused_topk_serial(*args)

@@ -48,14 +48,16 @@ def _select(ids, sims, scores32, out_ids, out_scores, out_sims):
     return m
 
 
-def fused_topk(query, vectors, last_accessed_at, importance, alive, now, half_life,
-               w_sim, w_rec, w_imp, threshold, out_ids, out_scores, out_sims):
+def fused_topk(query, vectors, w_sim, decay, alive, threshold, out):
     """Exact fused top-k over all rows.
 
-    query (dim,) float32, vectors (n, dim) float32, last_accessed_at (n,) float64,
-    importance (n,) float32, alive (n,) bool; out_ids (k,) int64, out_scores (k,) float32,
-    out_sims (k,) float32 are written. Returns the number of filled slots.
+    query (dim,) float32, vectors (n, dim) float32, decay (last_accessed_at (n,) float64,
+    importance (n,) float32, now, half_life, w_rec, w_imp), alive (n,) bool; out (out_ids (k,)
+    int64, out_scores (k,) float32, out_sims (k,) float32) is written. Returns the number of
+    filled slots.
     """
+    last_accessed_at, importance, now, half_life, w_rec, w_imp = decay
+    out_ids, out_scores, out_sims = out
     sims = (vectors.astype(np.float64) @ query.astype(np.float64)).astype(np.float32)
     keep = np.flatnonzero(alive & (sims >= np.float32(threshold)))
     scores = np.empty(keep.shape[0], np.float32)
@@ -64,13 +66,14 @@ def fused_topk(query, vectors, last_accessed_at, importance, alive, now, half_li
     return _select(keep.astype(np.int64), sims[keep], scores, out_ids, out_scores, out_sims)
 
 
-def rerank(cand_ids, cand_sims, last_accessed_at, importance, alive, now, half_life,
-           w_sim, w_rec, w_imp, threshold, out_ids, out_scores, out_sims):
+def rerank(cand_ids, cand_sims, w_sim, decay, alive, threshold, out):
     """Fused top-k of candidates (e.g. from FAISS) given their row ids and similarities.
 
     cand_ids (m,) int64 (-1 entries ignored), cand_sims (m,) float32; the column arrays are
-    indexed by row id. Returns the number of filled slots.
+    indexed by row id; the rest as in :func:`fused_topk`. Returns the number of filled slots.
     """
+    last_accessed_at, importance, now, half_life, w_rec, w_imp = decay
+    out_ids, out_scores, out_sims = out
     valid = cand_ids >= 0
     ids = cand_ids[valid]
     sims = cand_sims[valid].astype(np.float32)
