@@ -29,8 +29,8 @@ def _unit(rng, n, dim=DIM):
 
 def _run(fn, q, V, lex, w_dense, w_lex, boost, w_boost, t, imp, alive, normalize, thr, k):
     ids, sc, si = np.empty(k, np.int64), np.empty(k, np.float32), np.empty(k, np.float32)
-    n = fn(q, V, lex, w_dense, w_lex, boost, w_boost, t, imp, alive, 100.0, 50.0, 0.3, 0.2,
-           normalize, thr, np.empty(V.shape[0], np.float32), ids, sc, si)
+    n = fn(q, V, w_dense, (lex, w_lex, boost, w_boost), (t, imp, 100.0, 50.0, 0.3, 0.2), alive,
+           normalize, thr, np.empty(V.shape[0], np.float32), (ids, sc, si))
     return n, ids, sc, si
 
 

@@ -321,10 +321,11 @@ def masked_stats(x, alive):
     return float(v.mean()), float(np.sqrt(((v - v.mean()) ** 2).mean()))
 
 
-def hybrid_topk(query, vectors, lex, w_dense, w_lex, boost, w_boost, last_accessed_at,
-                importance, alive, now, half_life, w_rec, w_imp, normalize, threshold, sims,
-                out_ids, out_scores, out_sims):
+def hybrid_topk(query, vectors, w_dense, lexical, decay, alive, normalize, threshold, sims, out):
     """Exact hybrid top-k (see kernels/hybrid.py): z-normalised dense + lexical + decay + boost."""
+    lex, w_lex, boost, w_boost = lexical
+    last_accessed_at, importance, now, half_life, w_rec, w_imp = decay
+    out_ids, out_scores, out_sims = out
     s = (vectors.astype(np.float64) @ query.astype(np.float64)).astype(np.float32)
     sims[alive] = s[alive]
 
