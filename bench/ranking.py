@@ -211,9 +211,10 @@ def exact_topk(search_candidates: SearchCandidates, n_rows: int, k: int, *,
         valid_sims = sims[:n_valid]
         if n_valid > 1 and (valid_sims[1:] > valid_sims[:-1]).any():
             raise InvalidArgumentError(f"search_candidates({m}) returned sims not in decreasing order")
-        count = int(kernels.rerank(ids, sims, last_accessed_at, importance, alive, now,
-                                   w.half_life, w.w_similarity, w.w_recency, w.w_importance,
-                                   threshold, out_ids, out_scores, out_sims))
+        count = int(kernels.rerank(ids, sims, w.w_similarity,
+                                   (last_accessed_at, importance, now, w.half_life,
+                                    w.w_recency, w.w_importance),
+                                   alive, threshold, (out_ids, out_scores, out_sims)))
         if m >= n_rows or n_valid < m:
             break                                   # every row was seen
         sim_last = valid_sims[-1]
@@ -298,13 +299,13 @@ def flat_topk(queries: np.ndarray, vectors: np.ndarray, last_accessed_at: np.nda
     if q.ndim not in (1, 2) or q.shape[-1] != dim:
         raise DimensionMismatchError(
             f"queries must have shape (dim,) or (n_queries, dim) with dim={dim}, got {q.shape}")
-    args = (vectors, last_accessed_at, importance, alive, now, w.half_life, w.w_similarity,
-            w.w_recency, w.w_importance, threshold)
+    args = (vectors, w.w_similarity, (last_accessed_at, importance, now, w.half_life,
+                                      w.w_recency, w.w_importance), alive, threshold)
     if q.ndim == 1:
         out = _empty(k)
-        count = int(kernels.fused_topk(q, *args, *out))
+        count = int(kernels.fused_topk(q, *args, out))
     else:
         out = _empty(k, (q.shape[0],))
-        count = np.array([kernels.fused_topk(q[j], *args, out[0][j], out[1][j], out[2][j])
+        count = np.array([kernels.fused_topk(q[j], *args, (out[0][j], out[1][j], out[2][j]))
                           for j in range(q.shape[0])], np.int64)
     return TopK(out[0], out[1], out[2], count, n)

@@ -158,8 +158,8 @@ def test_bench_fused_topk(benchmark, bench_on, read_bandwidth, size, method):
     n = SIZES[size] if bench_on else min(SIZES[size], SMOKE_N)
     query, vectors, t, imp, alive = dataset(n)
     out = (np.empty(TOP_K, np.int64), np.empty(TOP_K, np.float32), np.empty(TOP_K, np.float32))
-    args = (query, vectors, t, imp, alive, NOW, W.half_life, W.w_similarity, W.w_recency,
-            W.w_importance, THRESHOLD, *out)
+    args = (query, vectors, W.w_similarity,
+            (t, imp, NOW, W.half_life, W.w_recency, W.w_importance), alive, THRESHOLD, out)
     if method == "fused_serial":
         def run():
             fused_topk_serial(*args)
@@ -329,9 +329,10 @@ def test_bench_hybrid_recall(benchmark, bench_on, size, method):
         scratch = np.empty(n, np.float32)
 
         def run():
-            khybrid.hybrid_topk(next_query(), d["ctx"], lex, HYBRID_W["w_ctx"], w_lex, boost,
-                                HYBRID_W["w_speaker"], d["t"], d["imp"], d["alive"], NOW, 3600.0,
-                                0.0, 0.0, True, -np.inf, scratch, *out)
+            khybrid.hybrid_topk(next_query(), d["ctx"], HYBRID_W["w_ctx"],
+                                (lex, w_lex, boost, HYBRID_W["w_speaker"]),
+                                (d["t"], d["imp"], NOW, 3600.0, 0.0, 0.0), d["alive"], True,
+                                -np.inf, scratch, out)
             return out[0].copy()
     elif method.startswith(("codes", "sim_codes")):
         kernel = kscan.hybrid_scan_topk_parallel if threads > 1 else kscan.hybrid_scan_topk_serial
@@ -413,10 +414,10 @@ def hybrid_table(sizes, rounds=9):
                 kernel(q, d["enc"], d["vectors"], *args, (*out, stats))
             return run
         cases = [("f32_ctx", 1, lambda: khybrid.hybrid_topk(
-                      next_query(), d["ctx"], lex, HYBRID_W["w_ctx"],
-                      np.array([HYBRID_W["w_lex"], HYBRID_W["w_lex_ctx"]]), boost,
-                      HYBRID_W["w_speaker"], d["t"], d["imp"], d["alive"], NOW, 3600.0, 0.0, 0.0,
-                      True, -np.inf, scratch, *out)),
+                      next_query(), d["ctx"], HYBRID_W["w_ctx"],
+                      (lex, np.array([HYBRID_W["w_lex"], HYBRID_W["w_lex_ctx"]]), boost,
+                       HYBRID_W["w_speaker"]), (d["t"], d["imp"], NOW, 3600.0, 0.0, 0.0),
+                      d["alive"], True, -np.inf, scratch, out)),
                  ("codes", 1, codes(kscan.hybrid_scan_topk_serial, False)),
                  ("codes", 2, codes(kscan.hybrid_scan_topk_parallel, False)),
                  ("sim_codes", 1, codes(kscan.hybrid_scan_topk_serial, True)),

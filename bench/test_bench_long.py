@@ -136,9 +136,9 @@ def test_search_vs_single_thread_faiss(benchmark, filled):
     try:
         fused, flat, bound, serial, parallel = [], [], [], [], []
         out = (np.empty(10, np.int64), np.empty(10, np.float32), np.empty(10, np.float32))
-        args = (cols.vectors[:n], cols.last_accessed_at[:n], cols.importance[:n],
-                cols.alive[:n], T0 + 3600, w.half_life, w.w_similarity, w.w_recency,
-                w.w_importance, -1.0)
+        args = (cols.vectors[:n], w.w_similarity,
+                (cols.last_accessed_at[:n], cols.importance[:n], T0 + 3600, w.half_life,
+                 w.w_recency, w.w_importance), cols.alive[:n], -1.0)
         for qi in q:                                  # warm up both
             s.search("bench", "q", query_vector=qi, top_k=10, touch=False)
             index.search(qi[None, :], 10)
@@ -165,7 +165,7 @@ def test_search_vs_single_thread_faiss(benchmark, filled):
         for kernel, ts in ((fused_topk_serial, serial), (fused_topk_parallel, parallel)):
             for qi in q:
                 t0 = time.perf_counter()
-                kernel(qi, *args, *out)
+                kernel(qi, *args, out)
                 ts.append(time.perf_counter() - t0)
     finally:
         faiss.omp_set_num_threads(threads)

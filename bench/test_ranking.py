@@ -47,9 +47,9 @@ def _brute_force(p, sims_all, k):
     """Kernel rerank of *every* row with the index's own sims: the reference exact_topk equals."""
     n = sims_all.shape[0]
     out = (np.empty(k, np.int64), np.empty(k, np.float32), np.empty(k, np.float32))
-    count = kernels.rerank(np.arange(n, dtype=np.int64), sims_all, p.last_accessed_at,
-                           p.importance, p.alive, p.now, p.half_life, p.w_sim, p.w_rec,
-                           p.w_imp, p.threshold, *out)
+    count = kernels.rerank(np.arange(n, dtype=np.int64), sims_all, p.w_sim,
+                           (p.last_accessed_at, p.importance, p.now, p.half_life, p.w_rec,
+                            p.w_imp), p.alive, p.threshold, out)
     return (*out, count)
 
 
@@ -76,10 +76,11 @@ def test_exact_topk_equals_brute_force_numpy_callback(p, factor):
     # ... and the oracle agrees with it (ties tolerated).
     oracle = tuple(np.empty(p.k, dt) for dt in (np.int64, np.float32, np.float32))
     full = tuple(np.empty(n + 1, dt) for dt in (np.int64, np.float32, np.float32))
-    args = (np.arange(n, dtype=np.int64), sims_all, p.last_accessed_at, p.importance, p.alive,
-            p.now, p.half_life, p.w_sim, p.w_rec, p.w_imp, p.threshold)
-    c = ref.rerank(*args, *oracle)
-    cf = ref.rerank(*args, *full)
+    args = (np.arange(n, dtype=np.int64), sims_all, p.w_sim,
+            (p.last_accessed_at, p.importance, p.now, p.half_life, p.w_rec, p.w_imp), p.alive,
+            p.threshold)
+    c = ref.rerank(*args, oracle)
+    cf = ref.rerank(*args, full)
     assert_topk_matches(tuple(top[:4]), (*oracle, c), (*full, cf),
                         score_tolerance(p.w_sim, p.w_rec, p.w_imp), exact_sims=True)
 
@@ -198,7 +199,9 @@ def test_flat_topk_equals_the_kernels(p):
     cols = (p.vectors, p.last_accessed_at, p.importance, p.alive)
     one = flat_topk(p.query, *cols, p.k, now=p.now, weights=w, threshold=p.threshold)
     out = tuple(np.empty(p.k, dt) for dt in (np.int64, np.float32, np.float32))
-    count = kernels.fused_topk_serial(p.query, *p.columns(), *out)
+    count = kernels.fused_topk_serial(p.query, p.vectors, p.w_sim,
+                                      (p.last_accessed_at, p.importance, p.now, p.half_life,
+                                       p.w_rec, p.w_imp), p.alive, p.threshold, out)
     assert one.count == count and one.n_candidates == p.vectors.shape[0]
     for a, b in zip(one[:3], out):
         np.testing.assert_array_equal(a, b)

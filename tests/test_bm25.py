@@ -130,9 +130,9 @@ def test_kernels_equal_oracles(docs, q, b, k1):
         tf = rng.integers(1, 4, t.shape[0]).astype(np.int32)
         for j, fn in enumerate((kb.bm25_append, ref.bm25_append)):
             s = states[j]
-            counts[j] = fn(d, t, tf, s["term_head"], s["term_tail"], s["term_fill"],
-                           s["block_start"], s["block_size"], s["block_next"], counts[j][0],
-                           s["pool_doc"], s["pool_tf"], counts[j][1], 2, 8)
+            post = (s["term_head"], s["term_tail"], s["term_fill"], s["block_start"],
+                    s["block_size"], s["block_next"], s["pool_doc"], s["pool_tf"])
+            counts[j] = fn(d, t, tf, post, counts[j][0], counts[j][1], 2, 8)
     assert counts[0] == counts[1]
     for key in states[0]:
         np.testing.assert_array_equal(states[0][key], states[1][key])
@@ -149,7 +149,8 @@ def test_kernels_equal_oracles(docs, q, b, k1):
                                    s["block_start"], s["block_size"], s["block_next"],
                                    s["pool_doc"], s["pool_tf"], row, dl, alive)]
         before = [a.copy() for a in args]
-        outs.append(fn(*args, k1, b, 4.0, np.full(n, 7.0)))
+        outs.append(fn(*args[:2], tuple(args[2:10]), tuple(args[10:]), k1, b, 4.0,
+                       np.full(n, 7.0)))
         for a, bb in zip(args, before):
             np.testing.assert_array_equal(a, bb)  # inputs not mutated
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-12, atol=1e-12)
@@ -229,7 +230,7 @@ def test_batch_kernels_equal_oracles():
             ptr = np.empty(n_docs + 1, np.int64)
             terms = np.empty(int(lens[pick].sum()) + 1, np.int64)
             tfs = np.empty(terms.shape[0], np.int32)
-            nt = fn(tok, tf, starts[pick], lens[pick], seg_ptr, term_of, 2, ptr, terms, tfs,
+            nt = fn(tok, tf, (starts[pick], lens[pick], seg_ptr), term_of, 2, (ptr, terms, tfs),
                     merge)
             outs.append((nt, term_of.tolist(), ptr.tolist(), terms[:ptr[-1]].tolist(),
                          tfs[:ptr[-1]].tolist()))
@@ -243,8 +244,7 @@ def test_batch_kernels_equal_oracles():
         arrs = [np.full(4, -1, np.int64), np.full(4, -1, np.int64), np.zeros(4, np.int64),
                 np.zeros(5, np.int64), np.zeros(5, np.int64), np.zeros(5, np.int64),
                 np.zeros(64, np.int64), np.zeros(64, np.int32)]
-        h, t, f, bs, bz, bn, pd, pt = arrs
-        got = fn(10, 0, ptr, term_ids, tfs, h, t, f, bs, bz, bn, 0, pd, pt, 0, 2, 8)
+        got = fn(10, 0, ptr, term_ids, tfs, tuple(arrs), 0, 0, 2, 8)
         res.append((got, [a.tolist() for a in arrs]))
     assert res[0] == res[1] and res[0][0][0] == 4
     # window_means

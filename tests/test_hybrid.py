@@ -29,8 +29,8 @@ def _unit(rng, n, dim=DIM):
 
 def _run(fn, q, V, lex, w_dense, w_lex, boost, w_boost, t, imp, alive, normalize, thr, k):
     ids, sc, si = np.empty(k, np.int64), np.empty(k, np.float32), np.empty(k, np.float32)
-    n = fn(q, V, lex, w_dense, w_lex, boost, w_boost, t, imp, alive, 100.0, 50.0, 0.3, 0.2,
-           normalize, thr, np.empty(V.shape[0], np.float32), ids, sc, si)
+    n = fn(q, V, w_dense, (lex, w_lex, boost, w_boost), (t, imp, 100.0, 50.0, 0.3, 0.2), alive,
+           normalize, thr, np.empty(V.shape[0], np.float32), (ids, sc, si))
     return n, ids, sc, si
 
 
@@ -75,8 +75,8 @@ def test_unnormalised_dense_only_equals_fused_topk_bit_for_bit(n, k, seed):
     a = _run(kh.hybrid_topk, q, V, np.zeros((2, n)), 1.0, np.zeros(2), np.zeros(n, np.float32),
              0.0, t, imp, alive, False, -1.0, k)
     ids, sc, si = np.empty(k, np.int64), np.empty(k, np.float32), np.empty(k, np.float32)
-    cnt = topk.fused_topk_serial(q, V, t, imp, alive, 100.0, 50.0, 1.0, 0.3, 0.2, -1.0,
-                                 ids, sc, si)
+    cnt = topk.fused_topk_serial(q, V, 1.0, (t, imp, 100.0, 50.0, 0.3, 0.2), alive, -1.0,
+                                 (ids, sc, si))
     assert a[0] == cnt
     np.testing.assert_array_equal(a[1], ids)
     np.testing.assert_array_equal(a[2], sc)

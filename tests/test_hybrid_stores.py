@@ -365,9 +365,9 @@ def test_similarity_preset_from_codes_equals_the_exact_fused_ranking():
         w = ltm.weights
         ids, sc, si = (np.empty(10, np.int64), np.empty(10, np.float32),
                        np.empty(10, np.float32))
-        cnt = ref.fused_topk(qv, c.vectors[:n], c.last_accessed_at[:n], c.importance[:n], alive,
-                             clock(), w.half_life, w.w_similarity, w.w_recency, w.w_importance,
-                             thr, ids, sc, si)
+        cnt = ref.fused_topk(qv, c.vectors[:n], w.w_similarity,
+                             (c.last_accessed_at[:n], c.importance[:n], clock(), w.half_life,
+                              w.w_recency, w.w_importance), alive, thr, (ids, sc, si))
         assert len(hits) == cnt
         got = np.array([h.score for h in hits], np.float32)
         np.testing.assert_allclose(got, sc[:cnt], rtol=0, atol=2e-6)

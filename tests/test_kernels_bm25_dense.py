@@ -25,18 +25,19 @@ def test_context_dense_equals_sparse_and_oracle(seed, n, vocab, dead, radius, q,
     want_len = np.full(n, -1, np.int64)
     ref.window_lengths(row_len, *wins, np.arange(n), want_len)
     np.testing.assert_array_equal(ctx_len, want_len)
-    args = (q_terms, *post, doc_row, doc_alive, ctx_len, *wins, n_live, k1, b, avgdl_ctx)
-    before = [a.copy() for a in args if isinstance(a, np.ndarray)]
+    args = (q_terms, post, (doc_row, doc_len, doc_alive), wins, ctx_len, n_live, k1, b, avgdl_ctx)
+    flat = [q_terms, *post, doc_row, doc_len, doc_alive, ctx_len, *wins]
+    before = [a.copy() for a in flat]
     scratch = (np.zeros(n + 3), np.zeros(n + 3, np.int32), np.full(2 * n + 6, 7, np.int32))
     for _ in range(2):                                  # the scratch comes back zeroed
-        rows, scores = kb.bm25_context_scores_dense(*args, *scratch)
+        rows, scores = kb.bm25_context_scores_dense(*args, scratch)
         assert not scratch[0].any() and not scratch[1].any()
     r1, s1 = kb.bm25_context_scores_sparse(*args)
     assert rows.dtype == np.int64 and scores.dtype == np.float64
     np.testing.assert_array_equal(rows, r1)
     assert scores.tobytes() == s1.tobytes()                        # bit for bit
-    r2, s2 = ref.bm25_context_scores_dense(*args, *scratch)
+    r2, s2 = ref.bm25_context_scores_dense(*args, scratch)
     np.testing.assert_array_equal(rows, r2)
     np.testing.assert_allclose(scores, s2, rtol=1e-13)
-    for a, bb in zip([a for a in args if isinstance(a, np.ndarray)], before):
+    for a, bb in zip(flat, before):
         np.testing.assert_array_equal(a, bb)

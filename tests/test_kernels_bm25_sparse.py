@@ -39,8 +39,9 @@ def _corpus(seed, n, vocab, dead_frac, radius):
     for i in range(n):
         for k, toks in enumerate((rng.integers(0, vocab, 3), docs[i])):
             u, c = np.unique(toks, return_counts=True)
-            nb, used = kb.bm25_append(2 * i + k, u.astype(np.int64), c.astype(np.int32), head,
-                                      tail, fill, bstart, bsize, bnext, nb, pdoc, ptf, used, 4, 256)
+            nb, used = kb.bm25_append(2 * i + k, u.astype(np.int64), c.astype(np.int32),
+                                      (head, tail, fill, bstart, bsize, bnext, pdoc, ptf), nb,
+                                      used, 4, 256)
             doc_len[2 * i + k] = toks.shape[0]
         doc_alive[2 * i + 1] = live[i]
     episode = np.where(live, rng.integers(-1, max(1, n // 4), n), -1)
@@ -73,16 +74,14 @@ def test_sparse_scores_equal_the_dense_kernel(seed, n, vocab, dead, radius, q, k
     q_terms, df = q_terms[keep], df[keep]
     q_idf = bm25_idf(df, int(live.sum()))
     avgdl = max(float(doc_len[doc_alive].mean()), 1e-9)
-    rows, scores = kb.bm25_scores_sparse(q_terms, q_idf, *post, doc_row, doc_len, doc_alive,
-                                         k1, b, avgdl)
-    dense = kb.bm25_scores(q_terms, q_idf, *post, doc_row, doc_len, doc_alive, k1, b, avgdl,
-                           np.zeros(n))
+    docs_t = (doc_row, doc_len, doc_alive)
+    rows, scores = kb.bm25_scores_sparse(q_terms, q_idf, post, docs_t, k1, b, avgdl)
+    dense = kb.bm25_scores(q_terms, q_idf, post, docs_t, k1, b, avgdl, np.zeros(n))
     assert rows.dtype == np.int64 and scores.dtype == np.float64
     assert (np.diff(rows) > 0).all()
     np.testing.assert_array_equal(rows, np.flatnonzero(dense))
     np.testing.assert_array_equal(scores, dense[rows])             # bit for bit
-    r2, s2 = ref.bm25_scores_sparse(q_terms, q_idf, *post, doc_row, doc_len, doc_alive, k1, b,
-                                    avgdl)
+    r2, s2 = ref.bm25_scores_sparse(q_terms, q_idf, post, docs_t, k1, b, avgdl)
     np.testing.assert_array_equal(rows, r2)
     np.testing.assert_allclose(scores, s2, rtol=1e-12)
 
@@ -105,12 +104,13 @@ def test_context_scores_equal_indexing_the_concatenated_windows(seed, n, vocab, 
     avgdl_ctx = ctx.avgdl if ctx.avgdl > 0 else 1.0
     ctx_len = np.zeros(n, np.int32)                 # as the index caches them
     kb.window_lengths(row_len, *wins, np.arange(n), ctx_len)
-    rows, scores = kb.bm25_context_scores_sparse(q_terms, *post, doc_row, doc_alive, ctx_len,
-                                                 *wins, n_live, k1, b, avgdl_ctx)
+    docs_t = (doc_row, doc_len, doc_alive)
+    rows, scores = kb.bm25_context_scores_sparse(q_terms, post, docs_t, wins, ctx_len, n_live, k1,
+                                                 b, avgdl_ctx)
     assert (np.diff(rows) > 0).all() and (scores > 0).all()
     np.testing.assert_array_equal(rows, np.flatnonzero(want))
     np.testing.assert_allclose(scores, want[rows], rtol=1e-13, atol=0)
-    r2, s2 = ref.bm25_context_scores_sparse(q_terms, *post, doc_row, doc_alive, ctx_len, *wins,
-                                            n_live, k1, b, avgdl_ctx)
+    r2, s2 = ref.bm25_context_scores_sparse(q_terms, post, docs_t, wins, ctx_len, n_live, k1, b,
+                                            avgdl_ctx)
     np.testing.assert_array_equal(rows, r2)
     np.testing.assert_allclose(scores, s2, rtol=1e-13)

@@ -19,6 +19,14 @@ SINGLE = {
 }
 
 
+def _pack(vectors, last_accessed_at, importance, alive, now, half_life, w_sim, w_rec, w_imp,
+          threshold):
+    """The kernels' arguments after the query from flat columns
+    (:meth:`strategies.RankingProblem.columns`): vectors, w_sim, decay, alive, threshold."""
+    return (vectors, w_sim, (last_accessed_at, importance, now, half_life, w_rec, w_imp), alive,
+            threshold)
+
+
 def _out(k, shape=()):
     return (np.full(shape + (k,), 7, np.int64), np.full(shape + (k,), 7, np.float32),
             np.full(shape + (k,), 7, np.float32))
@@ -26,7 +34,7 @@ def _out(k, shape=()):
 
 def _run(fn, query, p, k):
     out = _out(k)
-    count = fn(query, *p.columns(), *out)
+    count = fn(query, *_pack(*p.columns()), out)
     return (*out, int(count))
 
 
@@ -35,7 +43,7 @@ def _oracle(p, k, query=None, threshold=None):
     if threshold is not None:
         cols[-1] = threshold
     out = _out(k)
-    count = ref.fused_topk(p.query if query is None else query, *cols, *out)
+    count = ref.fused_topk(p.query if query is None else query, *_pack(*cols), out)
     return (*out, int(count))
 
 
@@ -96,12 +104,11 @@ def test_rerank_equals_oracle(p, data):
     pad = data.draw(st.integers(0, 3))                       # FAISS pads with -1
     cand = np.concatenate([cand, np.full(pad, -1, np.int64)])
     sims = np.concatenate([sims, np.full(pad, -np.inf, np.float32)])
-    args = (cand, sims, p.last_accessed_at, p.importance, p.alive, p.now, p.half_life,
-            p.w_sim, p.w_rec, p.w_imp, p.threshold)
+    args = (cand, sims, *_pack(*p.columns())[1:])
     got, want, full = _out(p.k), _out(p.k), _out(m + 1)
-    g = topk.rerank(*args, *got)
-    w = ref.rerank(*args, *want)
-    f = ref.rerank(*args, *full)
+    g = topk.rerank(*args, got)
+    w = ref.rerank(*args, want)
+    f = ref.rerank(*args, full)
     # Same sims in, so only exp2's last float64 bits can differ from the oracle.
     assert_topk_matches((*got, g), (*want, w), (*full, f), 1e-6 * (1 + p.w_sim + p.w_rec + p.w_imp),
                         exact_sims=True)
@@ -110,8 +117,8 @@ def test_rerank_equals_oracle(p, data):
 @given(p=ranking_problems(max_n=1500, max_dim=8, max_queries=1))
 def test_parallel_equals_serial_exactly(p):
     a, b = _out(p.k), _out(p.k)
-    assert topk.fused_topk_serial(p.query, *p.columns(), *a) == \
-        topk.fused_topk_parallel(p.query, *p.columns(), *b)
+    assert topk.fused_topk_serial(p.query, *_pack(*p.columns()), a) == \
+        topk.fused_topk_parallel(p.query, *_pack(*p.columns()), b)
     for x, y in zip(a, b):
         np.testing.assert_array_equal(x, y)
 
@@ -124,13 +131,13 @@ def test_permutation_invariance(p, seed):
     cols = (np.ascontiguousarray(p.vectors[perm]), p.last_accessed_at[perm],
             p.importance[perm], p.alive[perm])
     a, b = _out(p.k), _out(p.k)
-    ca = topk.fused_topk_serial(p.query, *p.columns(), *a)
-    cb = topk.fused_topk_serial(p.query, *cols, *p.columns()[4:], *b)
+    ca = topk.fused_topk_serial(p.query, *_pack(*p.columns()), a)
+    cb = topk.fused_topk_serial(p.query, *_pack(*cols, *p.columns()[4:]), b)
     assert ca == cb
     np.testing.assert_array_equal(a[1], b[1])       # the same scores, in the same order
     # Ids agree up to ties: each permuted result, mapped back, is a row with that exact score.
     full = _out(n + 1)
-    topk.fused_topk_serial(p.query, *p.columns(), *full)
+    topk.fused_topk_serial(p.query, *_pack(*p.columns()), full)
     score_of = dict(zip(full[0].tolist(), full[1].tolist()))
     mapped = perm[b[0][:cb]]
     assert all(score_of[i] == s for i, s in zip(mapped.tolist(), b[1][:cb].tolist()))
@@ -145,7 +152,7 @@ def test_permutation_invariance(p, seed):
 @given(p=ranking_problems(max_n=200), data=st.data())
 def test_raising_importance_or_refreshing_keeps_a_row_in_the_top_k(p, data):
     out = _out(p.k)
-    count = topk.fused_topk_serial(p.query, *p.columns(), *out)
+    count = topk.fused_topk_serial(p.query, *_pack(*p.columns()), out)
     if count == 0:
         return
     row = out[0][data.draw(st.integers(0, count - 1))]
@@ -153,7 +160,7 @@ def test_raising_importance_or_refreshing_keeps_a_row_in_the_top_k(p, data):
     imp[row] = 1.0                                          # importance up: score up
     t[row] = max(t[row], p.now)                             # age down to 0: score up
     again = _out(p.k)
-    topk.fused_topk_serial(p.query, p.vectors, t, imp, p.alive, *p.columns()[4:], *again)
+    topk.fused_topk_serial(p.query, *_pack(p.vectors, t, imp, p.alive, *p.columns()[4:]), again)
     assert row in again[0]
 
 
@@ -197,8 +204,8 @@ def test_ties_are_broken_by_lower_row_id():
     alive[2] = False
     for fn in SINGLE.values():
         out = _out(4)
-        count = fn(vectors[0].copy(), vectors, t, imp, alive, NOW, 60.0, 1.0, 1.0, 1.0, -1.0,
-                   *out)
+        count = fn(vectors[0].copy(), *_pack(vectors, t, imp, alive, NOW, 60.0, 1.0, 1.0, 1.0,
+                                             -1.0), out)
         assert count == 4 and out[0].tolist() == [0, 1, 3, 4]
         assert len(set(out[1].tolist())) == 1
     # rerank sees candidates in any id order (FAISS orders ties arbitrarily); a score that
@@ -206,8 +213,8 @@ def test_ties_are_broken_by_lower_row_id():
     for w in ((0.0, 0.1, 0.0), (1.0, 1.0, 1.0), (0.0, 0.0, 0.0)):
         out = _out(3)
         cand = np.arange(9, -1, -1, dtype=np.int64)
-        count = topk.rerank(cand, np.ones(10, np.float32), t, imp, alive, NOW, 60.0, *w, -1.0,
-                            *out)
+        count = topk.rerank(cand, np.ones(10, np.float32),
+                            *_pack(None, t, imp, alive, NOW, 60.0, *w, -1.0)[1:], out)
         assert count == 3 and out[0].tolist() == [0, 1, 3], w
 
 
@@ -217,12 +224,12 @@ def test_k_zero_and_empty_store():
              1.0, 1.0, 1.0, -np.inf)
     for fn in SINGLE.values():
         out = _out(3)
-        assert fn(np.ones(4, np.float32), *empty, *out) == 0
+        assert fn(np.ones(4, np.float32), *_pack(*empty), out) == 0
         assert out[0].tolist() == [-1] * 3 and np.isneginf(out[1]).all()
     rows = (np.ones((5, 4), np.float32), np.zeros(5), np.zeros(5, np.float32), np.ones(5, bool),
             NOW, 1.0, 1.0, 1.0, 1.0, -np.inf)
     for fn in SINGLE.values():
-        assert fn(np.ones(4, np.float32), *rows, *_out(0)) == 0
+        assert fn(np.ones(4, np.float32), *_pack(*rows), _out(0)) == 0
 
 
 # ----------------------------------------------------------------------------- layouts
@@ -241,13 +248,13 @@ def test_read_only_and_memmap_inputs(layout, name, tmp_path):
     def call(columns, q):
         out = _out(k)
         if name == "serial":
-            topk.fused_topk_serial(q[0], *columns, *scalars, *out)
+            topk.fused_topk_serial(q[0], *_pack(*columns, *scalars), out)
         elif name == "parallel":
-            topk.fused_topk_parallel(q[0], *columns, *scalars, *out)
+            topk.fused_topk_parallel(q[0], *_pack(*columns, *scalars), out)
         else:
             cand = np.arange(0, n, 3, dtype=np.int64)
             sims = (columns[0][cand] @ q[0]).astype(np.float32)
-            topk.rerank(cand, sims, *columns[1:], *scalars, *out)
+            topk.rerank(cand, sims, *_pack(*columns, *scalars)[1:], out)
         return out
 
     want = call(cols, queries)

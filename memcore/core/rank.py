@@ -150,9 +150,9 @@ def rank(table: Table, rq: ResolvedQuery, *, dim: int | None = None, preparer: A
     ids = np.empty(k, np.int64)
     scores = np.empty(k, np.float32)
     sims = np.empty(k, np.float32)
-    args = (c.last_accessed_at[:n], c.importance[:n], alive, float(rq.now),
-            float(w.half_life), float(w.w_similarity), float(w.w_recency),
-            float(w.w_importance), float(rq.threshold), ids, scores, sims)
+    decay = (c.last_accessed_at[:n], c.importance[:n], float(rq.now), float(w.half_life),
+             float(w.w_recency), float(w.w_importance))
+    args = (float(w.w_similarity), decay, alive, float(rq.threshold), (ids, scores, sims))
     if rq.vector is not None:
         m = fused_topk(rq.vector, c.vectors[:n], *args)
     else:

@@ -24,7 +24,10 @@ entries, each next one twice as many up to ``max_block``, so rare terms waste li
 frequent terms are read in long contiguous runs. Per term: ``term_head``/``term_tail`` (block
 ids, -1 when none) and ``term_fill`` (entries used in the tail block). Per block:
 ``block_start`` (pool offset), ``block_size``, ``block_next`` (-1 at the end). Pool entries:
-``pool_doc`` (int64 document id) and ``pool_tf`` (int32 term frequency).
+``pool_doc`` (int64 document id) and ``pool_tf`` (int32 term frequency). Kernels take them as
+one tuple, *postings* ``(term_head, term_tail, term_fill, block_start, block_size, block_next,
+pool_doc, pool_tf)``; the documents as *docs* ``(doc_row, doc_len, doc_alive)``; episode
+windows as *windows* ``(win_start, win_len, win_rows)`` (as in :mod:`memcore.kernels.scan`).
 
 Kernels are pure (arrays and scalars in, preallocated arrays out), ``cache=True``, no
 ``fastmath``; they never validate (``memcore`` does). NumPy/pure-Python oracles with the same
@@ -42,8 +45,7 @@ __all__ = ["bm25_append", "bm25_append_many", "bm25_docs", "bm25_scores", "bm25_
 
 
 @numba.njit(cache=True)
-def bm25_append(doc, term_ids, tfs, term_head, term_tail, term_fill, block_start, block_size,
-                block_next, n_blocks, pool_doc, pool_tf, pool_used, min_block, max_block):
+def bm25_append(doc, term_ids, tfs, postings, n_blocks, pool_used, min_block, max_block):
     """Append one document's postings (one entry per distinct term) to the blocked lists.
 
     Parameters
@@ -54,17 +56,15 @@ def bm25_append(doc, term_ids, tfs, term_head, term_tail, term_fill, block_start
         Distinct term ids of the document.
     tfs : ndarray of shape (m,), int32
         Their frequencies in the document, >= 1.
-    term_head, term_tail : ndarray of shape (n_terms_cap,), int64
-        First and last block of each term's list, -1 for a term without postings.
-    term_fill : ndarray of shape (n_terms_cap,), int64
-        Entries used in each term's tail block.
-    block_start : ndarray of shape (n_blocks_cap,), int64
-    block_size : ndarray of shape (n_blocks_cap,), int64
-    block_next : ndarray of shape (n_blocks_cap,), int64
+    postings : tuple of 8 ndarrays
+        ``(term_head, term_tail, term_fill, block_start, block_size, block_next, pool_doc,
+        pool_tf)``, updated in place. ``term_head``, ``term_tail``: (n_terms_cap,) int64, first and last
+        block of each term's list, -1 for a term without postings; ``term_fill``:
+        (n_terms_cap,) int64, entries used in each term's tail block; ``block_start``,
+        ``block_size``, ``block_next``: (n_blocks_cap,) int64; ``pool_doc``: (pool_cap,)
+        int64; ``pool_tf``: (pool_cap,) int32.
     n_blocks : int
         Blocks in use.
-    pool_doc : ndarray of shape (pool_cap,), int64
-    pool_tf : ndarray of shape (pool_cap,), int32
     pool_used : int
         Pool entries in use (allocated to blocks).
     min_block, max_block : int
@@ -82,14 +82,17 @@ def bm25_append(doc, term_ids, tfs, term_head, term_tail, term_fill, block_start
 
     Examples
     --------
-    >>> head, tail, fill = np.full(4, -1), np.full(4, -1), np.zeros(4, np.int64)
-    >>> bstart, bsize, bnext = np.zeros(4, np.int64), np.zeros(4, np.int64), np.zeros(4, np.int64)
-    >>> pdoc, ptf = np.zeros(64, np.int64), np.zeros(64, np.int32)
-    >>> nb, used = bm25_append(0, np.array([3], np.int64), np.array([2], np.int32), head, tail,
-    ...                        fill, bstart, bsize, bnext, 0, pdoc, ptf, 0, 4, 256)
+    >>> post = (np.full(4, -1), np.full(4, -1), np.zeros(4, np.int64), np.zeros(4, np.int64),
+    ...         np.zeros(4, np.int64), np.zeros(4, np.int64), np.zeros(64, np.int64),
+    ...         np.zeros(64, np.int32))
+    >>> nb, used = bm25_append(0, np.array([3], np.int64), np.array([2], np.int32), post, 0, 0,
+    ...                        4, 256)
+    >>> head, pdoc, ptf = post[0], post[6], post[7]
     >>> nb, used, int(head[3]), int(pdoc[0]), int(ptf[0])
     (1, 4, 0, 0, 2)
     """
+    term_head, term_tail, term_fill, block_start, block_size, block_next, pool_doc, pool_tf = \
+        postings
     for j in range(term_ids.shape[0]):
         t = term_ids[j]
         tail = term_tail[t]
@@ -116,8 +119,7 @@ def bm25_append(doc, term_ids, tfs, term_head, term_tail, term_fill, block_start
 
 
 @numba.njit(cache=True)
-def bm25_scores(q_terms, q_idf, term_head, term_tail, term_fill, block_start, block_size,
-                block_next, pool_doc, pool_tf, doc_row, doc_len, doc_alive, k1, b, avgdl, out):
+def bm25_scores(q_terms, q_idf, postings, docs, k1, b, avgdl, out):
     """BM25 score of every live document for one query, scattered to its row.
 
     ``out`` is zeroed, then for each query term in order and each of its postings of a live
@@ -131,14 +133,12 @@ def bm25_scores(q_terms, q_idf, term_head, term_tail, term_fill, block_start, bl
         caller).
     q_idf : ndarray of shape (m,), float64
         ``idf`` of each query term (see the module notes).
-    term_head, term_tail, term_fill, block_start, block_size, block_next, pool_doc, pool_tf
+    postings : tuple
         The postings (see :func:`bm25_append`).
-    doc_row : ndarray of shape (n_docs_cap,), int64
-        Output row of each document.
-    doc_len : ndarray of shape (n_docs_cap,), int64
-        Tokens per document.
-    doc_alive : ndarray of shape (n_docs_cap,), bool
-        False for removed (or replaced) documents; their postings are skipped.
+    docs : tuple (doc_row, doc_len, doc_alive)
+        ``doc_row``: (n_docs_cap,) int64, output row of each document; ``doc_len``:
+        (n_docs_cap,) int64, tokens per document; ``doc_alive``: (n_docs_cap,) bool, False for
+        removed (or replaced) documents (their postings are skipped).
     k1, b : float
         BM25 parameters, ``k1 >= 0``, ``0 <= b <= 1``.
     avgdl : float
@@ -158,17 +158,19 @@ def bm25_scores(q_terms, q_idf, term_head, term_tail, term_fill, block_start, bl
     --------
     One document (id 0, row 2, 3 tokens) holding term 1 once:
 
-    >>> head, tail, fill = np.full(4, -1), np.full(4, -1), np.zeros(4, np.int64)
-    >>> bstart, bsize, bnext = np.zeros(4, np.int64), np.zeros(4, np.int64), np.zeros(4, np.int64)
-    >>> pdoc, ptf = np.zeros(64, np.int64), np.zeros(64, np.int32)
-    >>> _ = bm25_append(0, np.array([1], np.int64), np.array([1], np.int32), head, tail, fill,
-    ...                 bstart, bsize, bnext, 0, pdoc, ptf, 0, 4, 256)
-    >>> out = bm25_scores(np.array([1]), np.array([0.5]), head, tail, fill, bstart, bsize,
-    ...                   bnext, pdoc, ptf, np.array([2]), np.array([3]), np.array([True]),
-    ...                   1.2, 0.75, 3.0, np.empty(3))
+    >>> post = (np.full(4, -1), np.full(4, -1), np.zeros(4, np.int64), np.zeros(4, np.int64),
+    ...         np.zeros(4, np.int64), np.zeros(4, np.int64), np.zeros(64, np.int64),
+    ...         np.zeros(64, np.int32))
+    >>> _ = bm25_append(0, np.array([1], np.int64), np.array([1], np.int32), post, 0, 0, 4, 256)
+    >>> docs = (np.array([2]), np.array([3]), np.array([True]))
+    >>> out = bm25_scores(np.array([1]), np.array([0.5]), post, docs, 1.2, 0.75, 3.0,
+    ...                   np.empty(3))
     >>> out.round(4).tolist()                       # 0.5 * 1 / (1 + 1.2)
     [0.0, 0.0, 0.2273]
     """
+    term_head, term_tail, term_fill, block_start, block_size, block_next, pool_doc, pool_tf = \
+        postings
+    doc_row, doc_len, doc_alive = docs
     out[:] = 0.0
     for j in range(q_terms.shape[0]):
         t = q_terms[j]
@@ -188,8 +190,9 @@ def bm25_scores(q_terms, q_idf, term_head, term_tail, term_fill, block_start, bl
 
 
 @numba.njit(cache=True)
-def _n_postings(q_terms, term_head, term_tail, term_fill, block_size, block_next):
+def _n_postings(q_terms, postings):
     """Postings entries (live or not) of the query terms, repeats counted."""
+    term_head, term_tail, term_fill, _, block_size, block_next, _, _ = postings
     m = 0
     for j in range(q_terms.shape[0]):
         t = q_terms[j]
@@ -220,8 +223,7 @@ def _reduce_by_row(rows, vals, m):
 
 
 @numba.njit(cache=True)
-def bm25_scores_sparse(q_terms, q_idf, term_head, term_tail, term_fill, block_start, block_size,
-                       block_next, pool_doc, pool_tf, doc_row, doc_len, doc_alive, k1, b, avgdl):
+def bm25_scores_sparse(q_terms, q_idf, postings, docs, k1, b, avgdl):
     """:func:`bm25_scores` for the rows that score, without an n-length output.
 
     The same contributions, summed per row in the same order (query terms in order, postings in
@@ -230,8 +232,7 @@ def bm25_scores_sparse(q_terms, q_idf, term_head, term_tail, term_fill, block_st
 
     Parameters
     ----------
-    q_terms, q_idf, term_head, term_tail, term_fill, block_start, block_size, block_next,
-    pool_doc, pool_tf, doc_row, doc_len, doc_alive, k1, b, avgdl
+    q_terms, q_idf, postings, docs, k1, b, avgdl
         As in :func:`bm25_scores`.
 
     Returns
@@ -247,18 +248,20 @@ def bm25_scores_sparse(q_terms, q_idf, term_head, term_tail, term_fill, block_st
 
     Examples
     --------
-    >>> head, tail, fill = np.full(4, -1), np.full(4, -1), np.zeros(4, np.int64)
-    >>> bstart, bsize, bnext = np.zeros(4, np.int64), np.zeros(4, np.int64), np.zeros(4, np.int64)
-    >>> pdoc, ptf = np.zeros(64, np.int64), np.zeros(64, np.int32)
-    >>> _ = bm25_append(0, np.array([1], np.int64), np.array([1], np.int32), head, tail, fill,
-    ...                 bstart, bsize, bnext, 0, pdoc, ptf, 0, 4, 256)
-    >>> rows, scores = bm25_scores_sparse(np.array([1]), np.array([0.5]), head, tail, fill,
-    ...                                   bstart, bsize, bnext, pdoc, ptf, np.array([2]),
-    ...                                   np.array([3]), np.array([True]), 1.2, 0.75, 3.0)
+    >>> post = (np.full(4, -1), np.full(4, -1), np.zeros(4, np.int64), np.zeros(4, np.int64),
+    ...         np.zeros(4, np.int64), np.zeros(4, np.int64), np.zeros(64, np.int64),
+    ...         np.zeros(64, np.int32))
+    >>> _ = bm25_append(0, np.array([1], np.int64), np.array([1], np.int32), post, 0, 0, 4, 256)
+    >>> docs = (np.array([2]), np.array([3]), np.array([True]))
+    >>> rows, scores = bm25_scores_sparse(np.array([1]), np.array([0.5]), post, docs, 1.2, 0.75,
+    ...                                   3.0)
     >>> rows.tolist(), scores.round(4).tolist()
     ([2], [0.2273])
     """
-    m = _n_postings(q_terms, term_head, term_tail, term_fill, block_size, block_next)
+    term_head, term_tail, term_fill, block_start, block_size, block_next, pool_doc, pool_tf = \
+        postings
+    doc_row, doc_len, doc_alive = docs
+    m = _n_postings(q_terms, postings)
     rows = np.empty(m, np.int64)
     vals = np.empty(m, np.float64)
     c = 0
@@ -282,9 +285,8 @@ def bm25_scores_sparse(q_terms, q_idf, term_head, term_tail, term_fill, block_st
 
 
 @numba.njit(cache=True)
-def bm25_context_scores_sparse(q_terms, term_head, term_tail, term_fill, block_start, block_size,
-                               block_next, pool_doc, pool_tf, doc_row, doc_alive, ctx_len,
-                               win_start, win_len, win_rows, n_live, k1, b, avgdl_ctx):
+def bm25_context_scores_sparse(q_terms, postings, docs, windows, ctx_len, n_live, k1, b,
+                               avgdl_ctx):
     """BM25 of each row's *context document* (its window's texts concatenated), from the
     own-text postings and the windows, for the rows that score.
 
@@ -305,14 +307,14 @@ def bm25_context_scores_sparse(q_terms, term_head, term_tail, term_fill, block_s
     ----------
     q_terms : ndarray of shape (m,), int64
         Query term ids in the own-text index (repeats allowed).
-    term_head, term_tail, term_fill, block_start, block_size, block_next, pool_doc, pool_tf,
-    doc_row, doc_alive
-        The own-text postings (see :func:`bm25_append`).
+    postings, docs
+        The own-text postings and documents (see :func:`bm25_scores`; ``doc_len`` is not
+        read).
+    windows : tuple (win_start, win_len, win_rows)
+        ``win_start``, ``win_len``: (n_rows,) int64; ``win_rows``: int64 or int32.
     ctx_len : ndarray of shape (n_rows,), integer
         Tokens of each live row's context document, ``len_ctx(i)``
         (:func:`window_lengths`).
-    win_start, win_len : ndarray of shape (n_rows,), int64
-    win_rows : ndarray, int64 or int32
     n_live : int
         Live rows (context documents), ``N``.
     k1, b : float
@@ -334,19 +336,21 @@ def bm25_context_scores_sparse(q_terms, term_head, term_tail, term_fill, block_s
     --------
     Rows 0 and 1 share a window; only row 1's text holds the term:
 
-    >>> head, tail, fill = np.full(4, -1), np.full(4, -1), np.zeros(4, np.int64)
-    >>> bstart, bsize, bnext = np.zeros(4, np.int64), np.zeros(4, np.int64), np.zeros(4, np.int64)
-    >>> pdoc, ptf = np.zeros(64, np.int64), np.zeros(64, np.int32)
-    >>> _ = bm25_append(1, np.array([2], np.int64), np.array([1], np.int32), head, tail, fill,
-    ...                 bstart, bsize, bnext, 0, pdoc, ptf, 0, 4, 256)
-    >>> rows, scores = bm25_context_scores_sparse(
-    ...     np.array([2]), head, tail, fill, bstart, bsize, bnext, pdoc, ptf,
-    ...     np.array([0, 1, 2]), np.array([True, True, True]), np.array([4, 4, 2]),
-    ...     np.array([0, 2, 4]), np.array([2, 2, 1]), np.array([0, 1, 0, 1, 2]), 3, 1.2, 0.75,
-    ...     10 / 3)
+    >>> post = (np.full(4, -1), np.full(4, -1), np.zeros(4, np.int64), np.zeros(4, np.int64),
+    ...         np.zeros(4, np.int64), np.zeros(4, np.int64), np.zeros(64, np.int64),
+    ...         np.zeros(64, np.int32))
+    >>> _ = bm25_append(1, np.array([2], np.int64), np.array([1], np.int32), post, 0, 0, 4, 256)
+    >>> docs = (np.array([0, 1, 2]), np.array([2, 2, 2]), np.array([True, True, True]))
+    >>> win = (np.array([0, 2, 4]), np.array([2, 2, 1]), np.array([0, 1, 0, 1, 2]))
+    >>> rows, scores = bm25_context_scores_sparse(np.array([2]), post, docs, win,
+    ...                                           np.array([4, 4, 2]), 3, 1.2, 0.75, 10 / 3)
     >>> rows.tolist(), bool(scores[0] == scores[1] > 0)
     ([0, 1], True)
     """
+    term_head, term_tail, term_fill, block_start, block_size, block_next, pool_doc, pool_tf = \
+        postings
+    doc_row, _, doc_alive = docs
+    win_start, win_len, win_rows = windows
     m = 0
     for j in range(q_terms.shape[0]):                 # room for every (posting, window row)
         t = q_terms[j]
@@ -412,9 +416,10 @@ def bm25_context_scores_sparse(q_terms, term_head, term_tail, term_fill, block_s
 
 
 @numba.njit(cache=True)
-def _merge_docs(tok, tok_tf, seg_start, seg_count, seg_ptr, term_of, n_terms, out_ptr,
-                out_terms, out_tfs):
+def _merge_docs(tok, tok_tf, segments, term_of, n_terms, out):
     """:func:`bm25_docs` with ``merge=True``: a k-way merge of each document's segments."""
+    seg_start, seg_count, seg_ptr = segments
+    out_ptr, out_terms, out_tfs = out
     n_docs = seg_ptr.shape[0] - 1
     widest = 0
     for i in range(n_docs):
@@ -456,8 +461,7 @@ def _merge_docs(tok, tok_tf, seg_start, seg_count, seg_ptr, term_of, n_terms, ou
 
 
 @numba.njit(cache=True)
-def bm25_docs(tok, tok_tf, seg_start, seg_count, seg_ptr, term_of, n_terms, out_ptr, out_terms,
-              out_tfs, merge=False):
+def bm25_docs(tok, tok_tf, segments, term_of, n_terms, out, merge=False):
     """Distinct terms and frequencies of many documents, with term ids assigned on first use.
 
     Document ``i`` is the multiset union of the token segments ``s`` in
@@ -475,16 +479,16 @@ def bm25_docs(tok, tok_tf, seg_start, seg_count, seg_ptr, term_of, n_terms, out_
         Token ids in [0, 2**32).
     tok_tf : ndarray of shape (n_tok,), int32
         Counts, >= 1; a document's summed count of one id must stay below 2**31.
-    seg_start, seg_count : ndarray of shape (n_seg,), int64
-    seg_ptr : ndarray of shape (n_docs + 1,), int64
+    segments : tuple (seg_start, seg_count, seg_ptr)
+        ``seg_start``, ``seg_count``: (n_seg,) int64; ``seg_ptr``: (n_docs + 1,) int64.
     term_of : ndarray of shape (n_ids,), int64
         Term id of each token id, -1 when none yet; updated in place.
     n_terms : int
         Terms already assigned.
-    out_ptr : ndarray of shape (n_docs + 1,), int64
-        Written: document ``i``'s entries are ``out_ptr[i]:out_ptr[i+1]``.
-    out_terms : ndarray of shape (>= distinct entries,), int64
-    out_tfs : ndarray, int32, same length as out_terms
+    out : tuple (out_ptr, out_terms, out_tfs)
+        Written. ``out_ptr``: (n_docs + 1,) int64, document ``i``'s entries are
+        ``out_ptr[i]:out_ptr[i+1]``; ``out_terms``: (>= distinct entries,) int64; ``out_tfs``:
+        int32, same length as ``out_terms``.
 
     merge : bool
         True when every segment holds distinct ids in ascending order (documents' term
@@ -495,10 +499,11 @@ def bm25_docs(tok, tok_tf, seg_start, seg_count, seg_ptr, term_of, n_terms, out_
     n_terms : int
         Terms assigned after the call.
     """
+    seg_start, seg_count, seg_ptr = segments
+    out_ptr, out_terms, out_tfs = out
     n_docs = seg_ptr.shape[0] - 1
     if merge:
-        return _merge_docs(tok, tok_tf, seg_start, seg_count, seg_ptr, term_of, n_terms,
-                           out_ptr, out_terms, out_tfs)
+        return _merge_docs(tok, tok_tf, segments, term_of, n_terms, out)
     longest = 0
     for i in range(n_docs):
         dl = 0
@@ -551,9 +556,8 @@ def bm25_docs(tok, tok_tf, seg_start, seg_count, seg_ptr, term_of, n_terms, out_
 
 
 @numba.njit(cache=True)
-def bm25_append_many(doc0, first, ptr, term_ids, tfs, term_head, term_tail, term_fill,
-                     block_start, block_size, block_next, n_blocks, pool_doc, pool_tf,
-                     pool_used, min_block, max_block):
+def bm25_append_many(doc0, first, ptr, term_ids, tfs, postings, n_blocks, pool_used, min_block,
+                     max_block):
     """:func:`bm25_append` for documents ``first, first + 1, ...`` (ids ``doc0 + i``, terms
     ``term_ids[ptr[i]:ptr[i+1]]``, distinct), in order, while the arrays have room for the
     blocks the next one opens.
@@ -564,6 +568,8 @@ def bm25_append_many(doc0, first, ptr, term_ids, tfs, term_head, term_tail, term
         The first document not appended (``ptr.shape[0] - 1`` when all were), and the new
         counts. The caller grows the arrays and calls again from ``next``.
     """
+    term_head, term_tail, term_fill, block_start, block_size, block_next, pool_doc, pool_tf = \
+        postings
     n_docs = ptr.shape[0] - 1
     cap_blocks = min(block_start.shape[0], block_size.shape[0], block_next.shape[0])
     cap_pool = min(pool_doc.shape[0], pool_tf.shape[0])
@@ -583,10 +589,8 @@ def bm25_append_many(doc0, first, ptr, term_ids, tfs, term_head, term_tail, term
                 need_pool += min(2 * block_size[tail], max_block)
         if n_blocks + need_blocks > cap_blocks or pool_used + need_pool > cap_pool:
             break
-        n_blocks, pool_used = bm25_append(doc0 + i, term_ids[a:a + m], tfs[a:a + m], term_head,
-                                          term_tail, term_fill, block_start, block_size,
-                                          block_next, n_blocks, pool_doc, pool_tf, pool_used,
-                                          min_block, max_block)
+        n_blocks, pool_used = bm25_append(doc0 + i, term_ids[a:a + m], tfs[a:a + m], postings,
+                                          n_blocks, pool_used, min_block, max_block)
         i += 1
     return i, n_blocks, pool_used
 
@@ -668,10 +672,8 @@ def window_lengths(row_len, win_start, win_len, win_rows, rows, out):
 
 
 @numba.njit(cache=True)
-def bm25_context_scores_dense(q_terms, term_head, term_tail, term_fill, block_start,
-                              block_size, block_next, pool_doc, pool_tf, doc_row, doc_alive,
-                              ctx_len, win_start, win_len, win_rows, n_live, k1, b, avgdl_ctx,
-                              acc, tfw, touched):
+def bm25_context_scores_dense(q_terms, postings, docs, windows, ctx_len, n_live, k1, b,
+                              avgdl_ctx, scratch):
     """:func:`bm25_context_scores_sparse`'s result (same rows, same scores bit for bit) with
     n-length accumulators instead of sorting: O(postings * window + touched rows) instead of
     O(postings * window * log), the faster choice when the query terms' postings times the
@@ -683,19 +685,17 @@ def bm25_context_scores_dense(q_terms, term_head, term_tail, term_fill, block_st
     (the sparse kernel's summation order). Rows come out ascending (one pass over the
     accumulator when many scored, else the scored rows sorted).
 
-    The accumulators are the caller's (``acc``, ``tfw``, ``touched``: reused across queries,
+    The accumulators are the caller's (``scratch``: reused across queries,
     so no n-length allocation per query): zero on entry, and zero again on return.
 
     Parameters
     ----------
-    q_terms, term_head, term_tail, term_fill, block_start, block_size, block_next, pool_doc,
-    pool_tf, doc_row, doc_alive, ctx_len, win_start, win_len, win_rows, n_live, k1, b, avgdl_ctx
+    q_terms, postings, docs, windows, ctx_len, n_live, k1, b, avgdl_ctx
         As in :func:`bm25_context_scores_sparse` (``win_start.shape[0]`` is the row count).
-    acc : ndarray of shape (>= n_rows,), float64
-    tfw : ndarray of shape (>= n_rows,), integer
-    touched : ndarray of shape (>= 2 * n_rows,), integer
-        Scratch, all zero (``touched``: any values); int32 is enough (row ids, and a
-        window's tf sums below 2**31).
+    scratch : tuple (acc, tfw, touched)
+        ``acc``: (>= n_rows,) float64; ``tfw``: (>= n_rows,) integer; ``touched``:
+        (>= 2 * n_rows,) integer. All zero (``touched``: any values); int32 is enough (row
+        ids, and a window's tf sums below 2**31).
 
     Returns
     -------
@@ -710,19 +710,23 @@ def bm25_context_scores_dense(q_terms, term_head, term_tail, term_fill, block_st
 
     Examples
     --------
-    >>> head, tail, fill = np.full(4, -1), np.full(4, -1), np.zeros(4, np.int64)
-    >>> bstart, bsize, bnext = np.zeros(4, np.int64), np.zeros(4, np.int64), np.zeros(4, np.int64)
-    >>> pdoc, ptf = np.zeros(64, np.int64), np.zeros(64, np.int32)
-    >>> _ = bm25_append(1, np.array([2], np.int64), np.array([1], np.int32), head, tail, fill,
-    ...                 bstart, bsize, bnext, 0, pdoc, ptf, 0, 4, 256)
+    >>> post = (np.full(4, -1), np.full(4, -1), np.zeros(4, np.int64), np.zeros(4, np.int64),
+    ...         np.zeros(4, np.int64), np.zeros(4, np.int64), np.zeros(64, np.int64),
+    ...         np.zeros(64, np.int32))
+    >>> _ = bm25_append(1, np.array([2], np.int64), np.array([1], np.int32), post, 0, 0, 4, 256)
+    >>> docs = (np.array([0, 1, 2]), np.array([2, 2, 2]), np.array([True, True, True]))
+    >>> win = (np.array([0, 2, 4]), np.array([2, 2, 1]), np.array([0, 1, 0, 1, 2]))
     >>> rows, scores = bm25_context_scores_dense(
-    ...     np.array([2]), head, tail, fill, bstart, bsize, bnext, pdoc, ptf,
-    ...     np.array([0, 1, 2]), np.array([True, True, True]), np.array([4, 4, 2]),
-    ...     np.array([0, 2, 4]), np.array([2, 2, 1]), np.array([0, 1, 0, 1, 2]), 3, 1.2, 0.75,
-    ...     10 / 3, np.zeros(3), np.zeros(3, np.int64), np.zeros(6, np.int64))
+    ...     np.array([2]), post, docs, win, np.array([4, 4, 2]), 3, 1.2, 0.75, 10 / 3,
+    ...     (np.zeros(3), np.zeros(3, np.int64), np.zeros(6, np.int64)))
     >>> rows.tolist(), bool(scores[0] == scores[1] > 0)
     ([0, 1], True)
     """
+    term_head, term_tail, term_fill, block_start, block_size, block_next, pool_doc, pool_tf = \
+        postings
+    doc_row, _, doc_alive = docs
+    win_start, win_len, win_rows = windows
+    acc, tfw, touched = scratch
     n = win_start.shape[0]
     nh = 0                                  # scored rows, listed in touched[n:]
     for j in range(q_terms.shape[0]):

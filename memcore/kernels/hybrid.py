@@ -18,7 +18,10 @@ False and every lexical and boost weight 0 the result is bit-identical to
 :func:`memcore.kernels.topk.fused_topk_serial`.
 
 Statistics are two-pass (mean, then squared deviations) in float64. ``sims`` is a scratch
-array the caller preallocates. No fastmath outside the dot product (NaN/-inf padding). The
+array the caller preallocates. State travels as tuples of arrays, as in
+:mod:`memcore.kernels.scan`: *lexical* ``(lex, w_lex, boost, w_boost)``, *decay*
+``(last_accessed_at, importance, now, half_life, w_rec, w_imp)`` and *out*
+``(out_ids, out_scores, out_sims)``. No fastmath outside the dot product (NaN/-inf padding). The
 NumPy oracle is :func:`memcore.kernels.reference.hybrid_topk`.
 """
 
@@ -70,9 +73,7 @@ def masked_stats(x, alive):
 
 
 @numba.njit(cache=True)
-def hybrid_topk(query, vectors, lex, w_dense, w_lex, boost, w_boost, last_accessed_at,
-                importance, alive, now, half_life, w_rec, w_imp, normalize, threshold, sims,
-                out_ids, out_scores, out_sims):
+def hybrid_topk(query, vectors, w_dense, lexical, decay, alive, normalize, threshold, sims, out):
     """Exact hybrid top-k of one query over all rows (see the module notes for the score).
 
     Parameters
@@ -80,28 +81,25 @@ def hybrid_topk(query, vectors, lex, w_dense, w_lex, boost, w_boost, last_access
     query : ndarray of shape (dim,), float32
     vectors : ndarray of shape (n, dim), float32
         The dense matrix scanned (e.g. memcore's combined turn + context embeddings).
-    lex : ndarray of shape (n_lex, n), float64
-        Lexical signals (e.g. BM25 of the memory and of its context window).
     w_dense : float
-    w_lex : ndarray of shape (n_lex,), float64
-    boost : ndarray of shape (n,), float32
-        Per-row boost (e.g. 1.0 when the query names the memory's speaker).
-    w_boost : float
-    last_accessed_at : ndarray of shape (n,), float64
-        Unix seconds.
-    importance : ndarray of shape (n,), float32
+    lexical : tuple (lex, w_lex, boost, w_boost)
+        ``lex``: (n_lex, n) float64, lexical signals (e.g. BM25 of the memory and of its
+        context window); ``w_lex``: (n_lex,) float64; ``boost``: (n,) float32, per-row boost
+        (e.g. 1.0 when the query names the memory's speaker); ``w_boost``: float.
+    decay : tuple (last_accessed_at, importance, now, half_life, w_rec, w_imp)
+        ``last_accessed_at``: (n,) float64 Unix seconds; ``importance``: (n,) float32;
+        ``now``, ``half_life``, ``w_rec``, ``w_imp``: floats, the decay terms as in
+        :func:`memcore.kernels.scoring.fused_score`.
     alive : ndarray of shape (n,), bool
-    now, half_life, w_rec, w_imp : float
-        Decay terms as in :func:`memcore.kernels.scoring.fused_score`.
     normalize : bool
         z-normalise the signals (True) or use them raw.
     threshold : float
         Minimum ``sim`` of a candidate.
     sims : ndarray of shape (n,), float32
         Scratch; on return holds ``sim`` of the live rows.
-    out_ids : ndarray of shape (k,), int64
-    out_scores, out_sims : ndarray of shape (k,), float32
-        Written in place, best first, padded.
+    out : tuple (out_ids, out_scores, out_sims)
+        ``out_ids``: (k,) int64; ``out_scores``, ``out_sims``: (k,) float32. Written in place,
+        best first, padded.
 
     Returns
     -------
@@ -117,13 +115,17 @@ def hybrid_topk(query, vectors, lex, w_dense, w_lex, boost, w_boost, last_access
     >>> V = np.eye(3, dtype=np.float32); q = V[1].copy()
     >>> lex = np.array([[0.0, 0.0, 2.0]])               # one lexical signal
     >>> ids, scores, sims = np.empty(2, np.int64), np.empty(2, np.float32), np.empty(2, np.float32)
-    >>> hybrid_topk(q, V, lex, 1.0, np.array([0.5]), np.zeros(3, np.float32), 0.0, np.zeros(3),
-    ...             np.zeros(3, np.float32), np.ones(3, bool), 0.0, 3600.0, 0.0, 0.0, True, -1.0,
-    ...             np.empty(3, np.float32), ids, scores, sims)
+    >>> lexical = (lex, np.array([0.5]), np.zeros(3, np.float32), 0.0)
+    >>> decay = (np.zeros(3), np.zeros(3, np.float32), 0.0, 3600.0, 0.0, 0.0)
+    >>> hybrid_topk(q, V, 1.0, lexical, decay, np.ones(3, bool), True, -1.0,
+    ...             np.empty(3, np.float32), (ids, scores, sims))
     2
     >>> ids.tolist(), scores.astype(float).round(3).tolist()   # z(sim) + 0.5 * z(lex)
     ([1, 2], [1.061, 0.0])
     """
+    lex, w_lex, boost, w_boost = lexical
+    last_accessed_at, importance, now, half_life, w_rec, w_imp = decay
+    out_ids, out_scores, out_sims = out
     n = vectors.shape[0]
     thr = np.float32(threshold)
     for i in range(n):

@@ -48,14 +48,16 @@ def _select(ids, sims, scores32, out_ids, out_scores, out_sims):
     return m
 
 
-def fused_topk(query, vectors, last_accessed_at, importance, alive, now, half_life,
-               w_sim, w_rec, w_imp, threshold, out_ids, out_scores, out_sims):
+def fused_topk(query, vectors, w_sim, decay, alive, threshold, out):
     """Exact fused top-k over all rows.
 
-    query (dim,) float32, vectors (n, dim) float32, last_accessed_at (n,) float64,
-    importance (n,) float32, alive (n,) bool; out_ids (k,) int64, out_scores (k,) float32,
-    out_sims (k,) float32 are written. Returns the number of filled slots.
+    query (dim,) float32, vectors (n, dim) float32, decay (last_accessed_at (n,) float64,
+    importance (n,) float32, now, half_life, w_rec, w_imp), alive (n,) bool; out (out_ids (k,)
+    int64, out_scores (k,) float32, out_sims (k,) float32) is written. Returns the number of
+    filled slots.
     """
+    last_accessed_at, importance, now, half_life, w_rec, w_imp = decay
+    out_ids, out_scores, out_sims = out
     sims = (vectors.astype(np.float64) @ query.astype(np.float64)).astype(np.float32)
     keep = np.flatnonzero(alive & (sims >= np.float32(threshold)))
     scores = np.empty(keep.shape[0], np.float32)
@@ -64,13 +66,14 @@ def fused_topk(query, vectors, last_accessed_at, importance, alive, now, half_li
     return _select(keep.astype(np.int64), sims[keep], scores, out_ids, out_scores, out_sims)
 
 
-def rerank(cand_ids, cand_sims, last_accessed_at, importance, alive, now, half_life,
-           w_sim, w_rec, w_imp, threshold, out_ids, out_scores, out_sims):
+def rerank(cand_ids, cand_sims, w_sim, decay, alive, threshold, out):
     """Fused top-k of candidates (e.g. from FAISS) given their row ids and similarities.
 
     cand_ids (m,) int64 (-1 entries ignored), cand_sims (m,) float32; the column arrays are
-    indexed by row id. Returns the number of filled slots.
+    indexed by row id; the rest as in :func:`fused_topk`. Returns the number of filled slots.
     """
+    last_accessed_at, importance, now, half_life, w_rec, w_imp = decay
+    out_ids, out_scores, out_sims = out
     valid = cand_ids >= 0
     ids = cand_ids[valid]
     sims = cand_sims[valid].astype(np.float32)
@@ -267,9 +270,10 @@ def gather_segments(data, starts, lengths, sep, out):
 # BM25 and hybrid recall (oracles of memcore.kernels.bm25 and memcore.kernels.hybrid).
 # --------------------------------------------------------------------------------------------
 
-def bm25_append(doc, term_ids, tfs, term_head, term_tail, term_fill, block_start, block_size,
-                block_next, n_blocks, pool_doc, pool_tf, pool_used, min_block, max_block):
+def bm25_append(doc, term_ids, tfs, postings, n_blocks, pool_used, min_block, max_block):
     """Append one document's postings to the blocked lists (see kernels/bm25.py)."""
+    term_head, term_tail, term_fill, block_start, block_size, block_next, pool_doc, pool_tf = \
+        postings
     for t, tf in zip(term_ids.tolist(), tfs.tolist()):
         tail = int(term_tail[t])
         if tail < 0 or term_fill[t] == block_size[tail]:
@@ -289,9 +293,11 @@ def bm25_append(doc, term_ids, tfs, term_head, term_tail, term_fill, block_start
     return n_blocks, pool_used
 
 
-def bm25_scores(q_terms, q_idf, term_head, term_tail, term_fill, block_start, block_size,
-                block_next, pool_doc, pool_tf, doc_row, doc_len, doc_alive, k1, b, avgdl, out):
+def bm25_scores(q_terms, q_idf, postings, docs, k1, b, avgdl, out):
     """BM25 of every live document: walk each query term's postings into a dict, then scatter."""
+    term_head, term_tail, term_fill, block_start, block_size, block_next, pool_doc, pool_tf = \
+        postings
+    doc_row, doc_len, doc_alive = docs
     out[:] = 0.0
     for t, idf in zip(q_terms.tolist(), q_idf.tolist()):
         postings = []
@@ -315,10 +321,11 @@ def masked_stats(x, alive):
     return float(v.mean()), float(np.sqrt(((v - v.mean()) ** 2).mean()))
 
 
-def hybrid_topk(query, vectors, lex, w_dense, w_lex, boost, w_boost, last_accessed_at,
-                importance, alive, now, half_life, w_rec, w_imp, normalize, threshold, sims,
-                out_ids, out_scores, out_sims):
+def hybrid_topk(query, vectors, w_dense, lexical, decay, alive, normalize, threshold, sims, out):
     """Exact hybrid top-k (see kernels/hybrid.py): z-normalised dense + lexical + decay + boost."""
+    lex, w_lex, boost, w_boost = lexical
+    last_accessed_at, importance, now, half_life, w_rec, w_imp = decay
+    out_ids, out_scores, out_sims = out
     s = (vectors.astype(np.float64) @ query.astype(np.float64)).astype(np.float32)
     sims[alive] = s[alive]
 
@@ -341,9 +348,10 @@ def hybrid_topk(query, vectors, lex, w_dense, w_lex, boost, w_boost, last_access
                    out_ids, out_scores, out_sims)
 
 
-def bm25_docs(tok, tok_tf, seg_start, seg_count, seg_ptr, term_of, n_terms, out_ptr, out_terms,
-              out_tfs, merge=False):
+def bm25_docs(tok, tok_tf, segments, term_of, n_terms, out, merge=False):
     """Distinct terms of many documents, term ids on first use (see kernels/bm25.py)."""
+    seg_start, seg_count, seg_ptr = segments
+    out_ptr, out_terms, out_tfs = out
     k = 0
     out_ptr[0] = 0
     for i in range(seg_ptr.shape[0] - 1):
@@ -362,10 +370,11 @@ def bm25_docs(tok, tok_tf, seg_start, seg_count, seg_ptr, term_of, n_terms, out_
     return n_terms
 
 
-def bm25_append_many(doc0, first, ptr, term_ids, tfs, term_head, term_tail, term_fill,
-                     block_start, block_size, block_next, n_blocks, pool_doc, pool_tf,
-                     pool_used, min_block, max_block):
+def bm25_append_many(doc0, first, ptr, term_ids, tfs, postings, n_blocks, pool_used, min_block,
+                     max_block):
     """bm25_append for documents first, first + 1, ... while there is room (see kernels/bm25.py)."""
+    term_head, term_tail, term_fill, block_start, block_size, block_next, pool_doc, pool_tf = \
+        postings
     i = first
     while i < ptr.shape[0] - 1:
         a, m = ptr[i], ptr[i + 1] - ptr[i]
@@ -377,10 +386,8 @@ def bm25_append_many(doc0, first, ptr, term_ids, tfs, term_head, term_tail, term
                                         block_next.shape[0])
                 or pool_used + sum(opens) > min(pool_doc.shape[0], pool_tf.shape[0])):
             break
-        n_blocks, pool_used = bm25_append(doc0 + i, term_ids[a:a + m], tfs[a:a + m], term_head,
-                                          term_tail, term_fill, block_start, block_size,
-                                          block_next, n_blocks, pool_doc, pool_tf, pool_used,
-                                          min_block, max_block)
+        n_blocks, pool_used = bm25_append(doc0 + i, term_ids[a:a + m], tfs[a:a + m], postings,
+                                          n_blocks, pool_used, min_block, max_block)
         i += 1
     return i, n_blocks, pool_used
 
@@ -573,9 +580,11 @@ def sparse_moments(vals, n):
 
 
 # --------------------------------------------------------------------------- sparse BM25
-def _live_row_terms(term_head, term_tail, term_fill, block_start, block_size, block_next,
-                    pool_doc, pool_tf, doc_row, doc_alive, terms):
+def _live_row_terms(postings, docs, terms):
     """{row: {term: tf}} of the live documents, for the given terms."""
+    term_head, term_tail, term_fill, block_start, block_size, block_next, pool_doc, pool_tf = \
+        postings
+    doc_row, _, doc_alive = docs
     out: dict = {}
     for t in set(terms):
         blk = int(term_head[t])
@@ -589,13 +598,11 @@ def _live_row_terms(term_head, term_tail, term_fill, block_start, block_size, bl
     return out
 
 
-def bm25_scores_sparse(q_terms, q_idf, term_head, term_tail, term_fill, block_start, block_size,
-                       block_next, pool_doc, pool_tf, doc_row, doc_len, doc_alive, k1, b, avgdl):
+def bm25_scores_sparse(q_terms, q_idf, postings, docs, k1, b, avgdl):
     """The non-zero rows of :func:`bm25_scores` (ascending) and their scores."""
+    doc_row = docs[0]
     n_rows = int(doc_row.max()) + 1 if doc_row.shape[0] else 0
-    dense = bm25_scores(q_terms, q_idf, term_head, term_tail, term_fill, block_start, block_size,
-                        block_next, pool_doc, pool_tf, doc_row, doc_len, doc_alive, k1, b, avgdl,
-                        np.zeros(n_rows))
+    dense = bm25_scores(q_terms, q_idf, postings, docs, k1, b, avgdl, np.zeros(n_rows))
     rows = np.flatnonzero(dense > 0).astype(np.int64)
     return rows, dense[rows]
 
@@ -607,14 +614,14 @@ def window_lengths(row_len, win_start, win_len, win_rows, rows, out):
         out[i] = int(row_len[w].sum()) if w.shape[0] else int(row_len[i])
 
 
-def bm25_context_scores_sparse(q_terms, term_head, term_tail, term_fill, block_start, block_size,
-                               block_next, pool_doc, pool_tf, doc_row, doc_alive, ctx_len,
-                               win_start, win_len, win_rows, n_live, k1, b, avgdl_ctx):
+def bm25_context_scores_sparse(q_terms, postings, docs, windows, ctx_len, n_live, k1, b,
+                               avgdl_ctx):
     """BM25 of each live row's window document (its window's own documents merged), by the
     definition: tf summed over the window (length ``ctx_len``), df over the window documents,
     N = n_live."""
-    own = _live_row_terms(term_head, term_tail, term_fill, block_start, block_size, block_next,
-                          pool_doc, pool_tf, doc_row, doc_alive, q_terms.tolist())
+    doc_row, _, doc_alive = docs
+    win_start, win_len, win_rows = windows
+    own = _live_row_terms(postings, docs, q_terms.tolist())
     live_rows = sorted({int(doc_row[d]) for d in range(doc_alive.shape[0]) if doc_alive[d]})
     ctx: dict = {}
     for i in live_rows:
@@ -639,16 +646,12 @@ def bm25_context_scores_sparse(q_terms, term_head, term_tail, term_fill, block_s
     return rows, np.array([scores[i] for i in rows.tolist()], np.float64)
 
 
-def bm25_context_scores_dense(q_terms, term_head, term_tail, term_fill, block_start, block_size,
-                              block_next, pool_doc, pool_tf, doc_row, doc_alive, ctx_len,
-                              win_start, win_len, win_rows, n_live, k1, b, avgdl_ctx, acc, tfw,
-                              touched):
+def bm25_context_scores_dense(q_terms, postings, docs, windows, ctx_len, n_live, k1, b,
+                              avgdl_ctx, scratch):
     """The same result as :func:`bm25_context_scores_sparse` (the definition; the kernels
     differ only in how they accumulate; the scratch arrays are left as given)."""
-    return bm25_context_scores_sparse(q_terms, term_head, term_tail, term_fill, block_start,
-                                      block_size, block_next, pool_doc, pool_tf, doc_row,
-                                      doc_alive, ctx_len, win_start, win_len, win_rows, n_live,
-                                      k1, b, avgdl_ctx)
+    return bm25_context_scores_sparse(q_terms, postings, docs, windows, ctx_len, n_live, k1, b,
+                                      avgdl_ctx)
 
 
 def rows_in(values, wanted):

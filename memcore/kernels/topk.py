@@ -29,7 +29,9 @@ Design
 
 Kernels never validate (no bounds checks in numba): ``memcore`` validates and converts once.
 Inputs must be C-contiguous: ``vectors`` float32, ``last_accessed_at`` float64, ``importance``
-float32, ``alive`` bool. Read-only and memory-mapped arrays are accepted.
+float32, ``alive`` bool. Read-only and memory-mapped arrays are accepted. State travels as
+tuples of arrays, as in :mod:`memcore.kernels.scan`: *decay* ``(last_accessed_at, importance,
+now, half_life, w_rec, w_imp)`` and *out* ``(out_ids, out_scores, out_sims)``.
 """
 
 from __future__ import annotations
@@ -245,9 +247,11 @@ def heap_sort(h_ids, h_scores, h_sims, size):
 
 # --------------------------------------------------------------------------- scanning
 @numba.njit(cache=True)
-def _scan_rows(query, vectors, last_accessed_at, importance, alive, now, half_life,
-               w_sim, w_rec, w_imp, thr, start, stop, h_ids, h_scores, h_sims, size):
-    """Offer rows ``[start, stop)`` to one query's heap; return the new heap size."""
+def _scan_rows(query, vectors, w_sim, decay, alive, thr, start, stop, heap, size):
+    """Offer rows ``[start, stop)`` to one query's heap ``(h_ids, h_scores, h_sims)``; return
+    the new heap size."""
+    last_accessed_at, importance, now, half_life, w_rec, w_imp = decay
+    h_ids, h_scores, h_sims = heap
     k = h_ids.shape[0]
     if k == 0:
         return 0
@@ -282,19 +286,16 @@ def _n_blocks(n):
 
 # --------------------------------------------------------------------------- public kernels
 @numba.njit(cache=True)
-def fused_topk_serial(query, vectors, last_accessed_at, importance, alive, now, half_life,
-                      w_sim, w_rec, w_imp, threshold, out_ids, out_scores, out_sims):
+def fused_topk_serial(query, vectors, w_sim, decay, alive, threshold, out):
     """Exact fused top-k of one query over all rows, single-threaded. See :func:`fused_topk`."""
+    out_ids, out_scores, out_sims = out
     thr = np.float32(threshold)
-    size = _scan_rows(query, vectors, last_accessed_at, importance, alive, now, half_life,
-                      w_sim, w_rec, w_imp, thr, 0, vectors.shape[0],
-                      out_ids, out_scores, out_sims, 0)
+    size = _scan_rows(query, vectors, w_sim, decay, alive, thr, 0, vectors.shape[0], out, 0)
     return heap_sort(out_ids, out_scores, out_sims, size)
 
 
 @numba.njit(cache=True, parallel=True)
-def fused_topk_parallel(query, vectors, last_accessed_at, importance, alive, now, half_life,
-                        w_sim, w_rec, w_imp, threshold, out_ids, out_scores, out_sims):
+def fused_topk_parallel(query, vectors, w_sim, decay, alive, threshold, out):
     """Exact fused top-k of one query, rows split in blocks over numba's threads.
 
     One heap per block, merged in the same total order, so the result equals
@@ -302,6 +303,7 @@ def fused_topk_parallel(query, vectors, last_accessed_at, importance, alive, now
     threads (change it with ``numba.set_num_threads`` inside ``try/finally``).
     See :func:`fused_topk`.
     """
+    out_ids, out_scores, out_sims = out
     n = vectors.shape[0]
     k = out_ids.shape[0]
     thr = np.float32(threshold)
@@ -316,9 +318,10 @@ def fused_topk_parallel(query, vectors, last_accessed_at, importance, alive, now
     for b in numba.prange(n_blocks):
         start = b * n // n_blocks
         stop = (b + 1) * n // n_blocks
-        b_sizes[b, 0] = _scan_rows(query, vectors, last_accessed_at, importance, alive, now,
-                                   half_life, w_sim, w_rec, w_imp, thr, start, stop,
-                                   b_ids[b, :k], b_scores[b, :k], b_sims[b, :k], 0)
+        b_sizes[b, 0] = _scan_rows(query, vectors, w_sim, decay, alive, thr, start, stop,
+                                   (b_ids[b, :k], b_scores[b, :k], b_sims[b, :k]), 0)
+    # the block heaps are read back through the arrays themselves, never through a tuple
+    # (see the note in scan.hybrid_scan_topk_parallel)
     size = 0
     for b in range(n_blocks):
         for j in range(b_sizes[b, 0]):
@@ -328,8 +331,7 @@ def fused_topk_parallel(query, vectors, last_accessed_at, importance, alive, now
 
 
 @numba.njit(cache=True)
-def rerank(cand_ids, cand_sims, last_accessed_at, importance, alive, now, half_life,
-           w_sim, w_rec, w_imp, threshold, out_ids, out_scores, out_sims):
+def rerank(cand_ids, cand_sims, w_sim, decay, alive, threshold, out):
     """Fused top-k of given candidates (e.g. FAISS results) from their ids and similarities.
 
     Same contract as :func:`fused_topk`, over the candidates instead of all rows; the
@@ -341,16 +343,8 @@ def rerank(cand_ids, cand_sims, last_accessed_at, importance, alive, now, half_l
         Row ids; entries ``< 0`` (FAISS padding) are ignored. Must be ``< n`` and distinct.
     cand_sims : ndarray of shape (m,), float32
         Their similarities, any order.
-    last_accessed_at : ndarray of shape (n,), float64
-        Unix seconds, indexed by row id.
-    importance : ndarray of shape (n,), float32
-    alive : ndarray of shape (n,), bool
-    now, half_life, w_sim, w_rec, w_imp, threshold : float
-        As in :func:`fused_topk`.
-    out_ids : ndarray of shape (k,), int64
-    out_scores : ndarray of shape (k,), float32
-    out_sims : ndarray of shape (k,), float32
-        Written in place; best first, padded with -1 / -inf / -inf.
+    w_sim, decay, alive, threshold, out
+        As in :func:`fused_topk` (the columns indexed by row id).
 
     Returns
     -------
@@ -365,10 +359,12 @@ def rerank(cand_ids, cand_sims, last_accessed_at, importance, alive, now, half_l
     --------
     >>> t, imp, alive = np.zeros(5), np.zeros(5, np.float32), np.ones(5, bool)
     >>> ids, scores, sims = np.empty(1, np.int64), np.empty(1, np.float32), np.empty(1, np.float32)
-    >>> rerank(np.array([4, 1]), np.array([0.9, 0.8], np.float32), t, imp, alive,
-    ...        0.0, 3600.0, 1.0, 0.1, 0.1, -1.0, ids, scores, sims), ids.tolist()
+    >>> rerank(np.array([4, 1]), np.array([0.9, 0.8], np.float32), 1.0,
+    ...        (t, imp, 0.0, 3600.0, 0.1, 0.1), alive, -1.0, (ids, scores, sims)), ids.tolist()
     (1, [4])
     """
+    last_accessed_at, importance, now, half_life, w_rec, w_imp = decay
+    out_ids, out_scores, out_sims = out
     k = out_ids.shape[0]
     thr = np.float32(threshold)
     size = 0
@@ -425,8 +421,7 @@ def use_parallel(n_rows, n_queries=1):
     return numba.get_num_threads() > 1 and n_rows * max(n_queries, 1) >= PARALLEL_MIN_ROWS
 
 
-def fused_topk(query, vectors, last_accessed_at, importance, alive, now, half_life,
-               w_sim, w_rec, w_imp, threshold, out_ids, out_scores, out_sims):
+def fused_topk(query, vectors, w_sim, decay, alive, threshold, out):
     """Exact fused top-k of one query over all rows, in one pass (Park et al. 2023 score).
 
     Computes ``sim = query . vectors[i]`` (float32), keeps rows with ``alive[i]`` and
@@ -442,25 +437,19 @@ def fused_topk(query, vectors, last_accessed_at, importance, alive, now, half_li
         Unit-norm, C-contiguous.
     vectors : ndarray of shape (n, dim), float32
         Unit-norm rows, C-contiguous; may be read-only / memory-mapped.
-    last_accessed_at : ndarray of shape (n,), float64
-        Unix seconds; timestamps after ``now`` count as age 0.
-    importance : ndarray of shape (n,), float32
-        In [0, 1].
+    w_sim : float
+        Weight of the similarity, >= 0 (see :class:`memcore.DecayWeights`).
+    decay : tuple (last_accessed_at, importance, now, half_life, w_rec, w_imp)
+        ``last_accessed_at``: (n,) float64 Unix seconds, timestamps after ``now`` count as
+        age 0; ``importance``: (n,) float32 in [0, 1]; ``now``: Unix seconds, resolved by the
+        caller; ``half_life``: seconds, > 0; ``w_rec``, ``w_imp``: weights, >= 0.
     alive : ndarray of shape (n,), bool
         False for deleted rows; they never appear.
-    now : float
-        Unix seconds, resolved by the caller.
-    half_life : float
-        Seconds, > 0.
-    w_sim, w_rec, w_imp : float
-        Non-negative weights (see :class:`memcore.DecayWeights`).
     threshold : float
         Minimum similarity (on ``sim``, not on the score); ``-inf`` keeps every live row.
-    out_ids : ndarray of shape (k,), int64
-    out_scores : ndarray of shape (k,), float32
-    out_sims : ndarray of shape (k,), float32
-        Written in place: best first (score desc, ties by lower id), padded with
-        id -1, score -inf, sim -inf.
+    out : tuple (out_ids, out_scores, out_sims)
+        ``out_ids``: (k,) int64; ``out_scores``, ``out_sims``: (k,) float32. Written in place:
+        best first (score desc, ties by lower id), padded with id -1, score -inf, sim -inf.
 
     Returns
     -------
@@ -478,10 +467,9 @@ def fused_topk(query, vectors, last_accessed_at, importance, alive, now, half_li
     >>> q = np.array([0.6, 0.8], np.float32)
     >>> t, imp, alive = np.full(3, 1.7e9), np.zeros(3, np.float32), np.ones(3, bool)
     >>> ids = np.empty(5, np.int64); sc = np.empty(5, np.float32); si = np.empty(5, np.float32)
-    >>> fused_topk(q, vectors, t, imp, alive, 1.7e9, 3600.0, 1.0, 0.1, 0.1, 0.7,
-    ...            ids, sc, si), ids.tolist()
+    >>> fused_topk(q, vectors, 1.0, (t, imp, 1.7e9, 3600.0, 0.1, 0.1), alive, 0.7,
+    ...            (ids, sc, si)), ids.tolist()
     (2, [1, 2, -1, -1, -1])
     """
     kernel = fused_topk_parallel if use_parallel(vectors.shape[0]) else fused_topk_serial
-    return kernel(query, vectors, last_accessed_at, importance, alive, now, half_life,
-                  w_sim, w_rec, w_imp, threshold, out_ids, out_scores, out_sims)
+    return kernel(query, vectors, w_sim, decay, alive, threshold, out)

@@ -312,9 +312,9 @@ class LexicalIndex:
         cap = int(doc_len.sum())
         term_ids = np.empty(cap, np.int64)
         tfs = np.empty(cap, np.int32)
-        n_terms = _k.bm25_docs(tok, np.ones(tok.shape[0], np.int32), seg_start, doc_len,
-                               np.arange(n + 1, dtype=np.int64), term_of, old_terms, ptr,
-                               term_ids, tfs, False)
+        n_terms = _k.bm25_docs(tok, np.ones(tok.shape[0], np.int32),
+                               (seg_start, doc_len, np.arange(n + 1, dtype=np.int64)), term_of,
+                               old_terms, (ptr, term_ids, tfs), False)
         if n_terms > old_terms:
             new = np.flatnonzero(term_of >= old_terms)
             new = new[np.argsort(term_of[new])]
@@ -374,9 +374,8 @@ class LexicalIndex:
             for name in ("pdoc", "ptf"):
                 self._grow(name, self._pool_used + pool_need)
             i, self._n_blocks, self._pool_used = _k.bm25_append_many(
-                doc0, i, ptr, term_ids, tfs, self._a("head"), self._a("tail"), self._a("fill"),
-                self._a("bstart"), self._a("bsize"), self._a("bnext"), self._n_blocks,
-                self._a("pdoc"), self._a("ptf"), self._pool_used, MIN_BLOCK, MAX_BLOCK)
+                doc0, i, ptr, term_ids, tfs, self._postings(), self._n_blocks, self._pool_used,
+                MIN_BLOCK, MAX_BLOCK)
             block_need, pool_need = 2 * block_need + 16, 2 * pool_need + MAX_BLOCK
 
     def remove(self, row: int) -> bool:
@@ -476,9 +475,13 @@ class LexicalIndex:
         return q_terms, bm25_idf(df[q_terms], self.n_docs)
 
     def _postings(self) -> tuple:
+        """The kernels' postings tuple (:mod:`memcore.kernels.bm25`)."""
         return (self._a("head"), self._a("tail"), self._a("fill"), self._a("bstart"),
-                self._a("bsize"), self._a("bnext"), self._a("pdoc"), self._a("ptf"),
-                self._a("doc_row"))
+                self._a("bsize"), self._a("bnext"), self._a("pdoc"), self._a("ptf"))
+
+    def _docs(self) -> tuple:
+        """The kernels' docs tuple: (doc_row, doc_len, doc_alive)."""
+        return self._a("doc_row"), self._a("doc_len"), self._a("doc_alive")
 
     def scores_tokens(self, token_hashes: np.ndarray, out: np.ndarray | None = None, *,
                       k1: float | None = None, b: float | None = None) -> np.ndarray:
@@ -512,9 +515,7 @@ class LexicalIndex:
             out[:] = 0.0
             return out
         q_terms, q_idf = self.query_terms(token_hashes)
-        (head, tail, fill, bstart, bsize, bnext, pdoc, ptf, doc_row) = self._postings()
-        return _k.bm25_scores(q_terms, q_idf, head, tail, fill, bstart, bsize, bnext, pdoc, ptf,
-                              doc_row, self._a("doc_len"), self._a("doc_alive"),
+        return _k.bm25_scores(q_terms, q_idf, self._postings(), self._docs(),
                               self.k1 if k1 is None else k1, self.b if b is None else b,
                               self.avgdl, out)
 
@@ -524,9 +525,7 @@ class LexicalIndex:
         for query terms from :meth:`query_terms`: (m,) int64 ascending, (m,) float64."""
         if self.n_docs == 0 or q_terms.shape[0] == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float64)
-        (head, tail, fill, bstart, bsize, bnext, pdoc, ptf, doc_row) = self._postings()
-        args = (q_terms, q_idf, head, tail, fill, bstart, bsize, bnext, pdoc, ptf, doc_row,
-                self._a("doc_len"), self._a("doc_alive"), k1, b, self.avgdl)
+        args = (q_terms, q_idf, self._postings(), self._docs(), k1, b, self.avgdl)
         if 8 * int(self._a("df")[q_terms].sum()) < self.n_rows:
             return _k.bm25_scores_sparse(*args)
         # common terms: the n-length kernel and its non-zero rows (the same values bit for
@@ -564,10 +563,8 @@ class LexicalIndex:
         concurrent call gets its own accumulators."""
         if self.n_docs == 0 or q_terms.shape[0] == 0 or ctx_total_len <= 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float64)
-        (head, tail, fill, bstart, bsize, bnext, pdoc, ptf, doc_row) = self._postings()
-        args = (q_terms, head, tail, fill, bstart, bsize, bnext, pdoc, ptf, doc_row,
-                self._a("doc_alive"), ctx_len, win_start, win_len, win_rows, self.n_docs, k1, b,
-                ctx_total_len / self.n_docs)
+        args = (q_terms, self._postings(), self._docs(), (win_start, win_len, win_rows), ctx_len,
+                self.n_docs, k1, b, ctx_total_len / self.n_docs)
         # sorting (postings * window) pairs, or n-length accumulators for common terms: the
         # same rows and scores bit for bit
         work = int(self._a("df")[q_terms].sum()) * (2 * radius + 1)
@@ -575,7 +572,7 @@ class LexicalIndex:
         if 4 * work < n:
             return _k.bm25_context_scores_sparse(*args)
         scratch = self._take_scratch(n)
-        out = _k.bm25_context_scores_dense(*args, *scratch)
+        out = _k.bm25_context_scores_dense(*args, scratch)
         self._scratch.append(scratch)            # zero again (the kernel's contract)
         return out
 
