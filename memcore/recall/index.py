@@ -115,7 +115,7 @@ def _check_rows(rows: Any) -> list:
         if rows.shape[0] and rows.min() < 0:
             raise InvalidArgumentError(f"rows must be ints >= 0, got {int(rows.min())}")
         return rows.tolist()
-    return [LexicalIndex._check_row(r) for r in rows]
+    return [LexicalIndex.check_row(r) for r in rows]
 
 
 @dataclass(frozen=True)
@@ -356,7 +356,7 @@ class HybridIndex:
         InvalidTextError, ValueError
             For a bad text or row.
         """
-        row = LexicalIndex._check_row(row)
+        row = LexicalIndex.check_row(row)
         v = np.ascontiguousarray(vector, np.float32).reshape(-1)
         if v.shape[0] != self.dim:
             raise DimensionMismatchError(f"vector has dim {v.shape[0]}, but this index was "
@@ -552,7 +552,7 @@ class HybridIndex:
         gone: list[int] = []
         seen: set[int] = set()
         for row in rows:
-            row = LexicalIndex._check_row(row)
+            row = LexicalIndex.check_row(row)
             if row < self.n_rows and alive[row] and row not in seen:
                 gone.append(row)
                 seen.add(row)
@@ -611,7 +611,7 @@ class HybridIndex:
         pos = self._a("win_pos")[rows].astype(np.int64)[:, None]
         cnt = self._a("win_cnt")[rows].astype(np.int64)[:, None]
         W = self._a("win")[rows]
-        lens = self.lexical._a("row_len")[np.maximum(W, 0)]
+        lens = self.lexical.row_lengths[np.maximum(W, 0)]
         col = np.arange(_STRIDE, dtype=np.int64)[None, :]
         for r in range(MAX_WINDOW + 1):
             ok = (col >= pos - r) & (col <= pos + r) & (col < cnt)
@@ -736,7 +736,7 @@ class HybridIndex:
         lo = pos - np.minimum(pos, radius)
         got[0][rows] = rows * _STRIDE + lo
         got[1][rows] = np.minimum(cnt, pos + radius + 1) - lo
-        _kb.window_lengths(self.lexical._a("row_len"), got[0], got[1],
+        _kb.window_lengths(self.lexical.row_lengths, got[0], got[1],
                            self._a("win").reshape(-1), rows, got[3])
 
     def _windows_changed(self, rows: np.ndarray) -> None:

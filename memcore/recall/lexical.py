@@ -25,7 +25,7 @@ from memcore.errors import InvalidArgumentError
 
 import math
 import numbers
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -231,7 +231,7 @@ class LexicalIndex:
         --------
         >>> LexicalIndex().add_many([0, 1], ["a b", "c"])
         """
-        rows = [self._check_row(r) for r in rows]
+        rows = [self.check_row(r) for r in rows]
         texts = _text.check_texts(texts, encodable=False)
         if len(rows) != len(texts):
             raise InvalidArgumentError(f"add_many got {len(rows)} rows but {len(texts)} texts")
@@ -278,7 +278,7 @@ class LexicalIndex:
                 raise InvalidArgumentError(f"row must be an int >= 0, got {int(rows.min())}")
             rows_a = rows.astype(np.int64)
         else:
-            rows_a = np.asarray([self._check_row(r) for r in rows], np.int64)
+            rows_a = np.asarray([self.check_row(r) for r in rows], np.int64)
         n = rows_a.shape[0]
         if n == 0:
             return
@@ -386,7 +386,7 @@ class LexicalIndex:
         >>> LexicalIndex().remove(3)
         False
         """
-        row = self._check_row(row)
+        row = self.check_row(row)
         row_doc = self._a("row_doc")
         if row >= self.n_rows or row_doc[row] <= 0:
             return False
@@ -444,12 +444,19 @@ class LexicalIndex:
         self._set_counters({})
 
     @staticmethod
-    def _check_row(row) -> int:
+    def check_row(row: Any) -> int:
+        """``row`` as an int, else :class:`InvalidArgumentError` (rows are ints >= 0)."""
         if isinstance(row, bool) or not isinstance(row, (int, np.integer)) or row < 0:
             raise InvalidArgumentError(f"row must be an int >= 0, got {row!r}")
         return int(row)
 
     # ------------------------------------------------------------------ reads
+    @property
+    def row_lengths(self) -> np.ndarray:
+        """Each row's document length in tokens, ndarray of shape (capacity,), int32 (0 for a
+        row never written); a view, not a copy."""
+        return self._a("row_len")
+
     def row_terms(self, row: int) -> tuple[np.ndarray, np.ndarray]:
         """A live row's distinct term ids (int64) and their tfs (int32), in first-seen order."""
         doc = int(self._a("row_doc")[row]) - 1
