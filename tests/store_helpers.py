@@ -108,3 +108,19 @@ def make_store(case: StoreCase, clock: FakeClock | None = None, emb: Any = None)
     clock = clock if clock is not None else FakeClock()
     emb = emb if emb is not None else embedder()
     return case.build(clock, emb)
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    """Run the ``memcore`` command line in-process: (exit status, stdout, stderr)."""
+    import contextlib
+    import io
+
+    from memcore.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(argv))
+        except SystemExit as e:
+            code = e.code
+    return code, out.getvalue(), err.getvalue()

@@ -5,8 +5,6 @@ built-in) that says what was wrong, and nothing is written."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import warnings
 from fractions import Fraction
 
@@ -14,7 +12,7 @@ import numpy as np
 import pytest
 
 from memcore import _validate
-from memcore.cli import main
+from store_helpers import run_cli
 from memcore import (
     HashingEmbedder,
     InvalidArgumentError,
@@ -134,14 +132,7 @@ def vec(seed):
     return _validate.vector(np.random.default_rng(seed).standard_normal(DIM), DIM)
 
 
-def _cli(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(list(argv))
-        except SystemExit as e:
-            code = e.code
-    return code, out.getvalue(), err.getvalue()
+_cli = run_cli
 
 
 def test_lone_surrogate_key_and_metadata(tmp_path):

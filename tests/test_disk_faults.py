@@ -18,12 +18,12 @@ import pytest
 from memcore import (
     HashingEmbedder,
     LongTermMemory,
-    MemcoreError,
     MemoryItem,
     StoreCorruptedError,
     StoreIOError,
 )
 from memcore import _validate, storage
+from store_helpers import run_cli
 
 DIM = 16
 T0 = 1_700_000_000.0
@@ -701,18 +701,7 @@ def test_disk_full_long(tmp_path):
 
 # ---------------------------------------------------------------------- CLI verify / repair
 
-def _cli(*argv):
-    from memcore.cli import main
-    import contextlib
-    import io
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(list(argv))
-        except SystemExit as e:
-            code = e.code
-    return code, out.getvalue(), err.getvalue()
+_cli = run_cli
 
 
 def test_cli_verify_and_repair(tmp_path, caplog):

@@ -10,14 +10,12 @@ counted and listed (the CLI prints it), and its last version is set aside in
 from __future__ import annotations
 
 import base64
-import contextlib
-import io
 import json
 
 import numpy as np
 
 from memcore import HashingEmbedder, LongTermMemory
-from memcore.cli import main
+from store_helpers import run_cli
 
 EMB = HashingEmbedder(dim=16)
 
@@ -48,10 +46,8 @@ def quarantined(root) -> list[dict]:
 
 
 def cli(*argv) -> tuple[int, str]:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        code = main(list(argv))
-    return code, out.getvalue()
+    code, out, _ = run_cli(*argv)
+    return code, out
 
 
 PUTS = [("key0", "the dock is in the hallway"), ("key1", "the charger is under the desk"),
