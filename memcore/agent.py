@@ -56,7 +56,7 @@ from memcore.errors import (
 )
 from memcore.extractors import MemoryExtractor, PairExtractor, Turn
 from memcore.open import build_embedder, describe, is_url, open_store
-from memcore.views import namespace_hint
+from memcore.names import namespace_hint
 from memcore.types import (
     Clock,
     DecayWeights,

@@ -67,8 +67,8 @@ from memcore.integrations.mcp_server import serve
 from memcore.open import AUTO, EMBEDDERS, build_embedder, describe, is_url, matching_embedder, open_store
 from memcore.recall.weights import HybridWeights
 from memcore.stores.long import LongTermMemory
-from memcore.views import (explanation_lines, format_namespace, hit_dict, memory_dict,
-                           namespace_hint, text_key)
+from memcore.names import format_namespace, namespace_hint
+from memcore.views import explanation_lines, hit_dict, memory_dict, text_key
 
 __all__ = ["add_global_options", "add_commands", "store_path", "parse_namespace", "UsageError",
            "MemoryNotFoundError", "text_key", "format_namespace"]

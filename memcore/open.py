@@ -295,6 +295,7 @@ def open_store(where: Any = None, embedder: Any = AUTO, *, read_only: bool = Fal
     if read_only or not create or embedder is None:
         return LongTermMemory.open(where, embedder, read_only=read_only, **options)
     if not store_exists(where):
+        storage.layout.claim_store_dir(str(where))  # a foreign directory: its error, no note
         notify(f"no store at {describe(where)}: creating a new one (embedder "
                f"{getattr(embedder, 'name', '?')})")
     return LongTermMemory(where, embedder, **options)

@@ -236,8 +236,10 @@ class TwoTierMemory(MemoryStore):
         self.short.put_stored(memories, vectors)
 
     # ------------------------------------------------------------------ reads
-    def get(self, namespace: NamespaceLike, key: str, *, refresh_ttl: bool | None = None
-            ) -> StoredMemory | None:
+    def get(self, namespace: NamespaceLike, key: str, *, refresh_ttl: bool | None = None,
+            missing_ok: bool = True) -> StoredMemory | None:
+        if not missing_ok:
+            self.require_namespace(namespace)
         refresh = self.refresh_ttl if refresh_ttl is None else bool(refresh_ttl)
         with self._lock:
             m = self.short.get(namespace, key, refresh_ttl=refresh)
@@ -299,7 +301,8 @@ class TwoTierMemory(MemoryStore):
                threshold: float = -1.0, weights: DecayWeights | None = None,
                filter: Mapping[str, Any] | None = None, touch: bool = True,
                query_vector: Any = None, hybrid: HybridWeights | None = None,
-               refresh_ttl: bool | None = None, explain: bool = False) -> list[MemoryHit]:
+               refresh_ttl: bool | None = None, explain: bool = False,
+               missing_ok: bool = True) -> list[MemoryHit]:
         """Rank both tiers with one formula, de-duplicate by key (short wins), keep ``top_k``.
 
         Arguments as :meth:`MemoryStore.search` (``weights`` defaults to ``self.weights``,
@@ -311,6 +314,8 @@ class TwoTierMemory(MemoryStore):
                           refresh_ttl=refresh_ttl)
         if rq is None:
             return []
+        if not missing_ok:
+            self.require_namespace(rq.namespace)
         with self._lock:
             rank_q, offset = rq, 0.0
             sig_short = sig_long = None

@@ -1,23 +1,21 @@
 """What the front ends (command line, MCP server) show of a store: memories and hits as JSON-ready
-dicts, the key derived from a text, and the did-you-mean hint for a namespace that holds nothing.
+dicts, the key derived from a text, a hit's explanation as lines (hints: :mod:`memcore.names`).
 
 Examples
 --------
 >>> from memcore import HashingEmbedder, LongTermMemory
 >>> with LongTermMemory(None, HashingEmbedder(dim=32)) as ltm:
 ...     m = ltm.put("notes", text_key("buy milk", "cli"), "buy milk")
-...     memory_dict(m)["key"], namespace_hint(("note",), ltm.namespaces())
-('cli:9799a972c6b6f616', "did you mean 'notes'?")
+...     memory_dict(m)["key"]
+'cli:9799a972c6b6f616'
 """
 
 from __future__ import annotations
 
-import difflib
 import hashlib
-import json
-from typing import Any, Iterable
+from typing import Any
 
-__all__ = ["memory_dict", "hit_dict", "text_key", "format_namespace", "namespace_hint"]
+__all__ = ["memory_dict", "hit_dict", "text_key", "explanation_lines"]
 
 
 def memory_dict(m: Any) -> dict[str, Any]:
@@ -98,46 +96,3 @@ def text_key(text: str, prefix: str) -> str:
     return f"{prefix}:" + hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-def format_namespace(ns: tuple[str, ...]) -> str:
-    """A namespace as the command line takes it: one segment as itself, else a JSON list.
-
-    Examples
-    --------
-    >>> format_namespace(("notes",)), format_namespace(("agent", "chat"))
-    ('notes', '["agent", "chat"]')
-    """
-    if len(ns) == 1 and not ns[0].startswith("["):
-        return ns[0]
-    return json.dumps(list(ns), ensure_ascii=False)
-
-
-def namespace_hint(ns: tuple[str, ...], known: Iterable[tuple[str, ...]], *,
-                   limit: int = 3) -> str:
-    """What to say when ``ns`` holds nothing but the store has ``known`` namespaces.
-
-    In order: namespaces that end with ``ns`` under a longer prefix (a
-    :class:`~memcore.SemanticMemory` keeps mode ``chat`` in ``("agent", "chat")``), then the
-    names closest to it (difflib, cutoff 0.6), at most ``limit``; "" when none is near.
-
-    Examples
-    --------
-    >>> namespace_hint(("chat",), [("agent", "chat"), ("notes",)])
-    'did you mean \\'["agent", "chat"]\\'? (SemanticMemory keeps a mode under its prefix: ("agent", mode) by default)'
-    >>> namespace_hint(("note",), [("notes",), ("nodes",), ("robot",)])
-    "did you mean 'notes' or 'nodes'?"
-    >>> namespace_hint(("kitchen",), [("notes",)])
-    ''
-    """
-    known = [tuple(k) for k in known if tuple(k) != tuple(ns)]
-    prefixed = [k for k in known if len(k) > len(ns) and k[-len(ns):] == tuple(ns)][:limit]
-    if prefixed:
-        return (f"did you mean {_alternatives(prefixed)}? (SemanticMemory keeps a mode under "
-                f"its prefix: (\"agent\", mode) by default)")
-    names = {format_namespace(k): k for k in known}
-    close = difflib.get_close_matches(format_namespace(ns), list(names), n=limit, cutoff=0.6)
-    return f"did you mean {_alternatives([names[c] for c in close])}?" if close else ""
-
-
-def _alternatives(namespaces: list) -> str:
-    quoted = [repr(format_namespace(k)) for k in namespaces]
-    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]

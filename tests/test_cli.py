@@ -498,3 +498,26 @@ def test_readme_filter_example_finds_what_put_metadata_stored(tmp_path, cli, mon
         assert cli("--embedder", "hashing", *argv[1:]).returncode == 0
     hits = json.loads(cli(*search[1:], "--json").stdout)
     assert [h["metadata"] for h in hits] == [{"room": "hall"}]
+
+
+def test_a_foreign_directory_as_store_is_one_error_and_no_creation_note(tmp_path):
+    from store_helpers import run_cli
+
+    mine = tmp_path / "mydocs"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    code, out, err = run_cli("--store", str(mine), "--embedder", "hashing", "put", "notes", "x")
+    assert code == 1 and out == "" and "creating" not in err
+    assert len(err.strip().splitlines()) == 1 and "not a memcore store" in err
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+
+
+def test_python_m_memcore_runs_the_command_line():
+    import subprocess
+    import sys
+
+    from memcore import __version__
+
+    out = subprocess.run([sys.executable, "-m", "memcore", "--version"], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == f"memcore {__version__}"

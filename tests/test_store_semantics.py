@@ -27,6 +27,7 @@ from memcore import (
     ShortTermMemory,
     StoredMemory,
     TwoTierMemory,
+    UnknownNamespaceError,
 )
 from memcore.core.store import MemoryStore
 from store_helpers import DIM, STORE_CASES, CountingEmbedder, FakeClock, embedder, make_store
@@ -166,6 +167,26 @@ def test_namespace_without_items_is_not_listed(store):
     store.put("b", "k", "text here")
     assert store.clear("b") == 1
     assert store.namespaces() == [] and store.count("b") == 0
+
+
+def test_strict_lookups_name_the_nearest_namespace(store):
+    """``missing_ok=False``: a namespace holding nothing raises UnknownNamespaceError (an
+    InvalidNamespaceError, a ValueError) with a did-you-mean; the default stays lenient."""
+    store.put("notes", "k", "buy milk on the way home")
+    store.put(("agent", "chat"), "c", "the kettle is in the left cupboard")
+    assert store.search("note", "milk") == [] and store.get("note", "k") is None
+    with pytest.raises(UnknownNamespaceError, match="did you mean 'notes'") as err:
+        store.search("note", "milk", missing_ok=False)
+    assert isinstance(err.value, ValueError)
+    with pytest.raises(UnknownNamespaceError, match="did you mean 'notes'"):
+        store.get("note", "k", missing_ok=False)
+    with pytest.raises(UnknownNamespaceError, match=r'\["agent", "chat"\]'):
+        store.search("chat", "kettle", missing_ok=False)       # a SemanticMemory mode's prefix
+    store.delete("notes", "k")                                  # emptied: strict again
+    with pytest.raises(UnknownNamespaceError):
+        store.get("notes", "k", missing_ok=False)
+    assert store.get(("agent", "chat"), "c", missing_ok=False).key == "c"
+    assert [h.key for h in store.search(("agent", "chat"), "kettle", missing_ok=False)] == ["c"]
 
 
 def test_clear_only_that_namespace(store):

@@ -47,6 +47,7 @@ from memcore.core.rank import Signals, explain, rank, signals
 from memcore.core.rows import Rows, encoded
 from memcore.core.table import Table, copy_metadata
 from memcore.errors import InvalidArgumentTypeError, InvalidVectorError
+from memcore.names import unknown_namespace
 from memcore.core.query import ResolvedQuery
 from memcore.recall.threads import check_threads
 from memcore.recall.weights import HybridWeights
@@ -406,11 +407,13 @@ class MemoryStore:
         return rows.memories(self.tier, copy_metadata)
 
     # ------------------------------------------------------------------ reads
-    def get(self, namespace: NamespaceLike, key: str, *, refresh_ttl: bool | None = None
-            ) -> StoredMemory | None:
+    def get(self, namespace: NamespaceLike, key: str, *, refresh_ttl: bool | None = None,
+            missing_ok: bool = True) -> StoredMemory | None:
         """The memory stored under ``key``, or None (also once it expired). Does not refresh
         its access fields; ``refresh_ttl`` (the store's ``refresh_ttl`` when None) restarts
-        its time to live.
+        its time to live. ``missing_ok=False`` raises :class:`UnknownNamespaceError` (naming
+        the nearest namespaces that hold memories) when ``namespace`` holds none, instead of
+        returning None.
 
         Examples
         --------
@@ -422,10 +425,36 @@ class MemoryStore:
         ------
         InvalidNamespaceError, InvalidTextError
             On a malformed namespace or key.
+        UnknownNamespaceError
+            With ``missing_ok=False``, when the namespace holds no memories.
         """
+        if not missing_ok:
+            self.require_namespace(namespace)
         refresh = self.refresh_ttl if refresh_ttl is None else bool(refresh_ttl)
         table, row = self._find(namespace, key, refresh)
         return None if row is None else table.memory(row, self.tier)
+
+    def require_namespace(self, namespace: NamespaceLike) -> Namespace:
+        """``namespace`` validated, when it holds live memories; else
+        :class:`UnknownNamespaceError` whose message names the nearest namespaces that do
+        (the strict lookups: ``missing_ok=False``). Lists the namespaces only on that error.
+
+        Examples
+        --------
+        >>> from memcore import ShortTermMemory
+        >>> stm = ShortTermMemory(capacity=4)
+        >>> _ = stm.put("notes", "k", "buy milk")
+        >>> stm.require_namespace("notes")
+        ('notes',)
+        >>> stm.search("note", "milk", missing_ok=False)
+        Traceback (most recent call last):
+        ...
+        memcore.errors.UnknownNamespaceError: namespace 'note' holds no memories; did you mean 'notes'?
+        """
+        ns = _validate.namespace(namespace)
+        if self.count(ns) == 0:
+            raise unknown_namespace(ns, self.namespaces())
+        return ns
 
     def vector(self, namespace: NamespaceLike, key: str) -> np.ndarray | None:
         """A copy of the stored vector of ``key``: shape (dim,), float32; None when absent
@@ -700,7 +729,8 @@ class MemoryStore:
                *, top_k: int = 5, threshold: float = -1.0, weights: DecayWeights | None = None,
                filter: Mapping[str, Any] | None = None, touch: bool = True,
                query_vector: Any = None, hybrid: HybridWeights | None = None,
-               refresh_ttl: bool | None = None, explain: bool = False) -> list[MemoryHit]:
+               refresh_ttl: bool | None = None, explain: bool = False,
+               missing_ok: bool = True) -> list[MemoryHit]:
         """Rank a namespace's live memories for a query.
 
         With the similarity preset (``hybrid=HybridWeights.similarity()``), the exact fused
@@ -752,6 +782,10 @@ class MemoryStore:
             their z statistics and how ``score`` follows
             (:func:`memcore.recall.score.explained`); recomputed for the returned hits only,
             after ranking (False costs nothing).
+        missing_ok : bool, default True
+            False: a namespace that holds no memories raises :class:`UnknownNamespaceError`
+            naming the nearest namespaces that do (a typo, or a SemanticMemory mode under its
+            prefix), instead of returning [].
 
         Returns
         -------
@@ -768,6 +802,8 @@ class MemoryStore:
             On a bad ``query_vector``.
         EmbedderMismatchError
             If the store has no embedder and no ``query_vector`` is given.
+        UnknownNamespaceError
+            With ``missing_ok=False``, when the namespace holds no memories.
 
         Examples
         --------
@@ -782,6 +818,8 @@ class MemoryStore:
                           refresh_ttl=refresh_ttl)
         if rq is None:
             return []
+        if not missing_ok:
+            self.require_namespace(rq.namespace)
         with self._lock:
             raw = self.scan(rq)
             hits = calibrated(raw, rq)

@@ -819,11 +819,14 @@ class PostgresMemory(MemoryStore):
                             access_count=r[7], tier=self.tier, expires_at=r[8] or None,
                             ttl=r[9] or None)
 
-    def get(self, namespace: NamespaceLike, key: str, *, refresh_ttl: bool | None = None
-            ) -> StoredMemory | None:
-        """As :meth:`MemoryStore.get` (``refresh_ttl`` restarts the time to live)."""
+    def get(self, namespace: NamespaceLike, key: str, *, refresh_ttl: bool | None = None,
+            missing_ok: bool = True) -> StoredMemory | None:
+        """As :meth:`MemoryStore.get` (``refresh_ttl`` restarts the time to live,
+        ``missing_ok=False`` raises on a namespace that holds nothing)."""
         self._check_read()
         ns, key = _validate.namespace(namespace), _validate.key(key)
+        if not missing_ok:
+            self.require_namespace(ns)
         refresh = self.refresh_ttl if refresh_ttl is None else bool(refresh_ttl)
         p = {"ns": _ns_text(ns), "key": key, "now": _query.now(self.clock)}
         t = self._t("memcore_memories")
