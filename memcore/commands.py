@@ -490,8 +490,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
         _print_json(out)
     else:
         size = "" if disk is None else f"  {disk / 1e6:.2f} MB on disk"
-        print(f"store {out['store']}  embedder {embedder}  {out['memories']} memories in "
-              f"{out['namespaces']} namespaces{size}")
+        n_mem, n_ns = out["memories"], out["namespaces"]
+        print(f"store {out['store']}  embedder {embedder}  {n_mem} memor{'y' if n_mem == 1 else 'ies'}"
+              f" in {n_ns} namespace{'' if n_ns == 1 else 's'}{size}")
         for ns, n in per_ns.items():
             print(f"  {ns}\t{n}")
     return 0

@@ -477,7 +477,7 @@ def test_stats_on_a_url_names_the_url_and_no_disk(cli):
     assert put.returncode == 0 and "creating a new one" in put.stderr
     out = cli("--store", url, "stats").stdout
     assert out.startswith("store postgresql://") and "MB on disk" not in out
-    assert "1 memories in 1 namespaces" in out
+    assert "1 memory in 1 namespace" in out
     assert json.loads(cli("--store", url, "stats", "--json").stdout)["disk_bytes"] is None
 
 
@@ -521,3 +521,14 @@ def test_python_m_memcore_runs_the_command_line():
     out = subprocess.run([sys.executable, "-m", "memcore", "--version"], capture_output=True,
                          text=True, check=True).stdout
     assert out.strip() == f"memcore {__version__}"
+
+
+def test_stats_counts_read_as_english(tmp_path):
+    from store_helpers import run_cli
+
+    store = str(tmp_path / "s")
+    run_cli("--store", store, "--embedder", "hashing", "put", "notes", "hello there")
+    code, out, _ = run_cli("--store", store, "stats")
+    assert code == 0 and " 1 memory in 1 namespace " in out.splitlines()[0]
+    run_cli("--store", store, "--embedder", "hashing", "put", "todo", "buy milk")
+    assert " 2 memories in 2 namespaces " in run_cli("--store", store, "stats")[1].splitlines()[0]
