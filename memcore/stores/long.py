@@ -32,7 +32,6 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from memcore import _validate, storage
-from memcore.core.query import now as _now
 from memcore.core.rows import INITIAL_CAPACITY, Rows, encoded
 from memcore.core.store import MemoryStore, check_embedder
 from memcore.core.table import RamColumns, Table
@@ -44,7 +43,6 @@ from memcore.errors import (
     StoreClosedError,
 )
 from memcore.recall.approx import AnnIndex, ApproximateSearch, load_faiss
-from memcore.recall.index import HybridIndex
 from memcore.recall.weights import HybridWeights
 from memcore.recall.prep import QueryPreparer
 from memcore.stores.long_admin import LongTermAdmin, disk_errors
