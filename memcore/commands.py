@@ -853,7 +853,7 @@ def add_commands(subparsers: Any) -> None:
         p.add_argument("--quiet", action="store_true", help="no progress bar")
         json_flag(p)
 
-    p = sub("mcp", "serve the store to MCP clients over stdio (pip install 'memcore-agent[mcp]')",
+    p = sub("mcp", "serve the store to MCP clients over stdio (needs the mcp extra)",
             cmd_mcp)
     p.add_argument("--no-warmup", action="store_true",
                    help="start serving at once (the first recall then loads the model)")

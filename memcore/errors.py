@@ -149,3 +149,24 @@ class MemoryClosedError(StoreClosedError):
 
 class MissingDependencyError(MemcoreError, ImportError):
     """An optional dependency a feature needs is not installed (the message names the extra)."""
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs memcore's optional extra ``extra``, for error messages.
+
+    ``memcore-agent`` is not on PyPI yet, so the hint leads with the form that works today (an
+    editable install from a clone) and names the published form after it.
+
+    Parameters
+    ----------
+    extra : str
+        The extra's name in ``pyproject.toml`` (``"mcp"``, ``"postgres"``, ``"ann"``, ...).
+
+    Returns
+    -------
+    str
+        e.g. ``pip install -e '.[mcp]' in a clone of memcore (published: pip install
+        'memcore-agent[mcp]')``.
+    """
+    return (f"pip install -e '.[{extra}]' in a clone of memcore "
+            f"(published: pip install 'memcore-agent[{extra}]')")

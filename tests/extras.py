@@ -15,6 +15,8 @@ from types import ModuleType
 
 import pytest
 
+from memcore.errors import install_hint
+
 _spec = importlib.util.spec_from_file_location(
     "memcore_repo_conftest", Path(__file__).resolve().parents[1] / "conftest.py")
 _repo_conftest = importlib.util.module_from_spec(_spec)
@@ -28,7 +30,7 @@ def require(module: str, extra: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError as err:
-        reason = f"needs the {extra!r} extra: pip install 'memcore-agent[{extra}]' ({err})"
+        reason = f"needs the {extra!r} extra: {install_hint(extra)} ({err})"
         if in_ci():
             pytest.fail(f"CI=true: {reason}", pytrace=False)
         pytest.skip(reason, allow_module_level=True)

@@ -14,6 +14,7 @@ from memcore.errors import (
     InvalidArgumentTypeError,
     InvalidTextError,
     InvalidVectorError,
+    MissingDependencyError,
     MemcoreError,
 )
 from tests.extras import require
@@ -167,5 +168,7 @@ def test_missing_sentence_transformers_names_the_extra(monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "sentence_transformers", None)   # import raises ImportError
-    with pytest.raises(ImportError, match=r"memcore-agent\[sentence-transformers\]"):
+    with pytest.raises(MissingDependencyError, match=r"memcore-agent\[sentence-transformers\]") as err:
         SentenceTransformerEmbedder("all-MiniLM-L6-v2")
+    assert isinstance(err.value, ImportError)
+    assert "pip install -e '.[sentence-transformers]'" in str(err.value)

@@ -127,7 +127,9 @@ def test_mcp_without_the_sdk_names_the_extra(tmp_path, monkeypatch, capfd):
 
     monkeypatch.setitem(sys.modules, "mcp.server.mcpserver", None)   # import raises ImportError
     status = main(["--store", str(tmp_path / "store"), "mcp"])
-    assert status == 1 and "pip install 'memcore-agent[mcp]'" in capfd.readouterr().err
+    err = capfd.readouterr().err
+    # the hint that works from a clone today, and the published name
+    assert status == 1 and "pip install -e '.[mcp]'" in err and "memcore-agent[mcp]" in err
     assert not (tmp_path / "store").exists()      # checked before anything is created
 
 

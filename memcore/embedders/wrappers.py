@@ -22,6 +22,8 @@ from memcore.errors import (
     InvalidArgumentTypeError,
     InvalidTextError,
     InvalidVectorError,
+    MissingDependencyError,
+    install_hint,
 )
 
 __all__ = ["CallableEmbedder", "SentenceTransformerEmbedder"]
@@ -185,9 +187,9 @@ class SentenceTransformerEmbedder(CallableEmbedder):
             try:
                 from sentence_transformers import SentenceTransformer
             except ImportError as err:
-                raise ImportError(
+                raise MissingDependencyError(
                     f"SentenceTransformerEmbedder({model!r}) needs sentence-transformers: "
-                    f"pip install 'memcore-agent[sentence-transformers]'") from err
+                    f"{install_hint('sentence-transformers')}") from err
             ident = model
             model = SentenceTransformer(model, device=device)
         else:

@@ -72,8 +72,9 @@ try:
         tokenize_path,
     )
 except ImportError as err:  # pragma: no cover - exercised on a clone without the extra
-    raise ImportError("memcore.integrations.langgraph needs LangGraph's store interface: "
-                      "pip install 'memcore-agent[langgraph]'") from err
+    from memcore.errors import MissingDependencyError, install_hint
+    raise MissingDependencyError("memcore.integrations.langgraph needs LangGraph's store "
+                                 "interface: " + install_hint("langgraph")) from err
 
 from memcore import _validate
 from memcore.core.store import MemoryStore

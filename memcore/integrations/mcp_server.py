@@ -47,7 +47,7 @@ from typing import Any
 
 from memcore import __version__, _validate
 from memcore.errors import (InvalidArgumentTypeError, InvalidTextError, MemcoreError,
-                            MemoryNotFoundError)
+                            MemoryNotFoundError, MissingDependencyError, install_hint)
 from memcore.open import AUTO, open_store
 from memcore.views import hit_dict, memory_dict, text_key
 
@@ -315,5 +315,5 @@ def _check_sdk() -> None:
     try:
         import mcp.server.mcpserver  # noqa: F401
     except ImportError as err:
-        raise ImportError("memcore mcp needs the MCP Python SDK 2.x: pip install "
-                          "'memcore-agent[mcp]'") from err
+        raise MissingDependencyError("memcore mcp needs the MCP Python SDK 2.x: "
+                                     + install_hint("mcp")) from err

@@ -51,7 +51,8 @@ from typing import Any
 import numpy as np
 
 from memcore._crc import file_crc32
-from memcore.errors import InvalidArgumentError, MissingDependencyError, StoreIOError
+from memcore.errors import (InvalidArgumentError, MissingDependencyError, StoreIOError,
+                            install_hint)
 from memcore.kernels.candidates import hybrid_rows_topk
 
 __all__ = ["ApproximateSearch", "AnnIndex", "load_faiss"]
@@ -71,7 +72,7 @@ def load_faiss() -> Any:
         import faiss
     except ImportError as err:
         raise MissingDependencyError(
-            "approximate search needs FAISS: pip install 'memcore-agent[ann]' (faiss-cpu)") from err
+            f"approximate search needs FAISS (faiss-cpu): {install_hint('ann')}") from err
     return faiss
 
 

@@ -14,7 +14,7 @@ import time
 from typing import Any
 from urllib.parse import unquote
 
-from memcore.errors import InvalidArgumentError, MemcoreError
+from memcore.errors import InvalidArgumentError, MemcoreError, install_hint
 
 __all__ = ["PostgresError", "PostgresUnavailableError", "PostgresAuthError",
            "PostgresExtensionError", "InvalidUrlError", "is_postgres_url", "redact", "Pool",
@@ -26,7 +26,7 @@ POOL_WAIT = 30.0
 #: Default ``connect_timeout`` (seconds): how long a call waits for an unreachable server.
 CONNECT_TIMEOUT = 5.0
 
-INSTALL_HINT = "pip install 'memcore-agent[postgres]'"
+INSTALL_HINT = install_hint("postgres")
 
 
 class PostgresError(MemcoreError, RuntimeError):

