@@ -67,8 +67,9 @@ from memcore.integrations.mcp_server import serve
 from memcore.open import AUTO, EMBEDDERS, build_embedder, describe, is_url, matching_embedder, open_store
 from memcore.recall.weights import HybridWeights
 from memcore.stores.long import LongTermMemory
-from memcore.names import format_namespace, namespace_hint
-from memcore.views import explanation_lines, hit_dict, memory_dict, text_key
+from memcore.names import format_namespace
+from memcore.views import (empty_namespace_note, explanation_lines, hit_dict, memory_dict,
+                           text_key)
 
 __all__ = ["add_global_options", "add_commands", "store_path", "parse_namespace", "UsageError",
            "MemoryNotFoundError", "text_key", "format_namespace"]
@@ -233,21 +234,9 @@ def _mismatch_message(args: argparse.Namespace, where: str, given: Any) -> str:
 
 
 def _no_memories(opened: _Opened, ns: tuple[str, ...]) -> str:
-    """``namespace NS`` plus, when NS holds nothing, where its memories may be: in
-    SemanticMemory's short-tier journal (not consolidated yet), or in the nearest namespaces
-    that hold some (did you mean ...?)."""
-    label = f"namespace {format_namespace(ns)}"
-    if opened.store.count(ns):
-        return label
-    every = opened.store.namespaces()
-    journal = (INTERNAL_PREFIX,) + ns
-    if journal in every:
-        return (f"{label}; SemanticMemory's short tier holds {opened.store.count(journal)} "
-                f"memories of it, not consolidated into the long tier yet (they are in the "
-                f"internal journal namespace {format_namespace(journal)})")
-    known = sorted({k[1:] if k[0] == INTERNAL_PREFIX else k for k in every})
-    hint = namespace_hint(ns, known)
-    return label + (f"; {hint}" if hint else "")
+    """``namespace NS`` plus, when NS holds nothing, where its memories may be (see
+    :func:`memcore.views.empty_namespace_note`)."""
+    return empty_namespace_note(opened.store, ns) or f"namespace {format_namespace(ns)}"
 
 
 def _json_default(value: Any) -> Any:
@@ -421,6 +410,8 @@ def cmd_search(args: argparse.Namespace) -> int:
                    "" if args.threshold is None else f" above the threshold {args.threshold:g}") + ")")
     if args.json:
         _print_json([hit_dict(h) for h in hits])
+        if not hits:      # stdout stays a JSON list; why it is empty goes to stderr as a note
+            _note(args)(why[1:-1])
         return 0
     if not hits:
         print(why)

@@ -15,7 +15,10 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-__all__ = ["memory_dict", "hit_dict", "text_key", "explanation_lines"]
+from memcore.agent import SHORT_JOURNAL
+from memcore.names import format_namespace, namespace_hint
+
+__all__ = ["memory_dict", "hit_dict", "text_key", "explanation_lines", "empty_namespace_note"]
 
 
 def memory_dict(m: Any) -> dict[str, Any]:
@@ -96,3 +99,33 @@ def text_key(text: str, prefix: str) -> str:
     return f"{prefix}:" + hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
+def empty_namespace_note(store: Any, ns: tuple[str, ...]) -> str | None:
+    """Why a search of ``ns`` found nothing, when ``ns`` holds no memories: ``None`` if it holds
+    some; otherwise ``namespace NS`` plus where its memories may be, i.e. SemanticMemory's
+    short-tier journal (stored but not consolidated into the long tier yet) or the nearest
+    namespaces that hold some (``did you mean 'notes'?``).
+
+    Parameters
+    ----------
+    store : a memcore store
+        Anything with ``count(ns)`` and ``namespaces()``.
+    ns : tuple of str
+        The namespace searched.
+
+    Returns
+    -------
+    str or None
+        e.g. ``"namespace note; did you mean 'notes'?"``.
+    """
+    if store.count(ns):
+        return None
+    label = f"namespace {format_namespace(ns)}"
+    every = store.namespaces()
+    journal = (SHORT_JOURNAL,) + ns
+    if journal in every:
+        return (f"{label}; SemanticMemory's short tier holds {store.count(journal)} "
+                f"memories of it, not consolidated into the long tier yet (they are in the "
+                f"internal journal namespace {format_namespace(journal)})")
+    known = sorted({k[1:] if k[0] == SHORT_JOURNAL else k for k in every})
+    hint = namespace_hint(ns, known)
+    return label + (f"; {hint}" if hint else "")

@@ -423,6 +423,13 @@ def test_search_and_get_name_the_nearest_namespaces(store, cli):
     one_line_error(cli(*base, "get", "notes", "nope"), 1, "no memory 'nope' in namespace notes")
     assert cli(*base, "search", "kitchen", "kettle").stdout.strip() == \
         "(no memories in namespace kitchen)"
+    # --json: stdout stays a JSON list; why it is empty (with the hint) is a note on stderr
+    typo = cli(*base, "search", "note", "key", "--json")
+    assert typo.returncode == 0 and json.loads(typo.stdout) == []
+    note = json.loads(typo.stderr)
+    assert note["command"] == "search" and "did you mean 'notes'?" in note["note"]
+    found = cli(*base, "search", "notes", "key", "--json")
+    assert json.loads(found.stdout) and found.stderr == ""
 
 
 def test_semantic_memory_stores_short_tier_and_journal(tmp_path, cli):

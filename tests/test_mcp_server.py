@@ -74,7 +74,12 @@ def test_round_trip_through_a_real_server(tmp_path):
         # threshold: nothing is that similar
         hits = _payload(await call("recall", {"query": "where is the kettle",
                                               "namespace": ["home", "ada"], "threshold": 0.99}))
-        assert hits["hits"] == []
+        assert hits["hits"] == [] and "note" not in hits    # the namespace holds memories
+        # a typo'd namespace: no hits, and a note naming the nearest one
+        typo = _payload(await call("recall", {"query": "kettle", "namespace": ["home", "adda"]}))
+        assert typo["hits"] == [] and """did you mean '["home", "ada"]'""" in typo["note"]
+        lost = await call("get", {"key": "spare-key", "namespace": ["home", "adda"]})
+        assert lost.is_error and """did you mean '["home", "ada"]'""" in lost.content[0].text
         got = _payload(await call("get", {"key": "spare-key", "namespace": ["home", "ada"]}))
         assert got["text"] == "The spare key is under the blue pot."
         assert got["metadata"] == {"room": "garden"}

@@ -49,7 +49,7 @@ from memcore import __version__, _validate
 from memcore.errors import (InvalidArgumentTypeError, InvalidTextError, MemcoreError,
                             MemoryNotFoundError, MissingDependencyError, install_hint)
 from memcore.open import AUTO, open_store
-from memcore.views import hit_dict, memory_dict, text_key
+from memcore.views import empty_namespace_note, hit_dict, memory_dict, text_key
 
 __all__ = ["MemoryTools", "build_server", "serve"]
 
@@ -200,6 +200,11 @@ class MemoryTools:
             self._writer.submit(self.store.touch, ns, [h.key for h in hits])
         return [hit_dict(h) for h in hits]
 
+    def why_empty(self, namespace: Namespace = "default") -> str | None:
+        """Why a recall of ``namespace`` can find nothing: ``None`` when it holds memories,
+        otherwise a note naming where they may be (the nearest namespaces: did you mean ...?)."""
+        return empty_namespace_note(self.store, _namespace(namespace))
+
     def get(self, key: str, namespace: Namespace = "default") -> dict:
         """One memory by key.
 
@@ -211,7 +216,8 @@ class MemoryTools:
         ns = _namespace(namespace)
         found = self.store.get(ns, key)
         if found is None:
-            raise MemoryNotFoundError(f"no memory {key!r} in namespace {list(ns)}")
+            where = empty_namespace_note(self.store, ns) or f"namespace {list(ns)}"
+            raise MemoryNotFoundError(f"no memory {key!r} in {where}")
         return memory_dict(found)
 
     def forget(self, key: str, namespace: Namespace = "default") -> dict:
@@ -266,8 +272,11 @@ def build_server(tools: MemoryTools) -> Any:
         """The memories most relevant to query, best first. threshold: minimum cosine
         similarity in [-1, 1]; filter: metadata conditions, e.g. {"room": "kitchen"},
         {"room": {"$in": ["kitchen", "hall"]}}, {"room": {"$ne": "garage"}}; explain: add
-        each hit's score terms, one per signal, that sum to its fused score."""
-        return {"hits": run(tools.recall, query, namespace, top_k, threshold, filter, explain)}
+        each hit's score terms, one per signal, that sum to its fused score. With no hits in
+        a namespace that holds no memories, note says so and names the nearest namespaces."""
+        hits = run(tools.recall, query, namespace, top_k, threshold, filter, explain)
+        note = None if hits else run(tools.why_empty, namespace)
+        return {"hits": hits} if note is None else {"hits": hits, "note": note}
 
     @server.tool()
     def get(key: str, namespace: Namespace = "default") -> dict[str, Any]:
