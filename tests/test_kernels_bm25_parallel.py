@@ -90,3 +90,33 @@ def test_context_parallel_common_and_rare_terms_at_size(vocab):
     n = 3000
     args = _context_args(11, n, vocab, 0.3, 2, [0, 1, 2, 1, 7], 1.2, 0.75)
     _check_context(args, n, (1, 2, 3, 8))
+
+
+def test_store_threads_take_the_parallel_kernels_with_the_same_hits(monkeypatch):
+    """A store with threads=2 scores common terms (a speaker's name in every other row) with
+    the threaded kernels and returns exactly the 1-thread store's hits."""
+    from memcore import HashingEmbedder, LongTermMemory, MemoryItem
+    from memcore.recall import lexical
+    from memcore.recall.weights import HybridWeights
+
+    calls = []
+    for name in ("bm25_scores_parallel", "bm25_context_scores_dense_parallel"):
+        kernel = getattr(kb, name)
+        monkeypatch.setattr(lexical._k, name,
+                            lambda *a, _k=kernel, _n=name: calls.append(_n) or _k(*a))
+    turns = ["Ann: the red kettle is on the stove", "Bob: the dock battery is low",
+             "Ann: I left the lamp on in the hallway", "Bob: the garden door is open"]
+    items = [MemoryItem(key=f"m{i}", text=f"{turns[i % 4]} #{i // 4}",
+                        metadata={"speaker": turns[i % 4].split(":")[0], "episode": i // 8})
+             for i in range(2400)]
+    emb = HashingEmbedder(dim=64)
+    stores = [LongTermMemory(embedder=emb, hybrid=HybridWeights.no_model(), threads=t)
+              for t in (1, 2)]
+    for s in stores:
+        s.put_many("ns", items)
+    for q in ("where did Ann leave the red kettle", "Bob battery", "the door #7"):
+        a, b = (s.search("ns", q, top_k=8, touch=False) for s in stores)
+        assert [(h.key, h.score, h.similarity) for h in a] == \
+            [(h.key, h.score, h.similarity) for h in b]
+    if numba.config.NUMBA_NUM_THREADS > 1:
+        assert set(calls) == {"bm25_scores_parallel", "bm25_context_scores_dense_parallel"}
