@@ -99,6 +99,7 @@ def test_store_threads_take_the_parallel_kernels_with_the_same_hits(monkeypatch)
     from memcore.recall import lexical
     from memcore.recall.weights import HybridWeights
 
+    monkeypatch.setattr(lexical, "PARALLEL_MIN_WORK", 0)     # 2,400 rows: parallel anyway
     calls = []
     for name in ("bm25_scores_parallel", "bm25_context_scores_dense_parallel"):
         kernel = getattr(kb, name)

@@ -34,6 +34,10 @@ from memcore.arrays import RamArrays
 from memcore.kernels import bm25 as _k
 from memcore.recall.threads import numba_threads, thread_count
 
+#: Postings (times the window, for the window BM25) of a query from which ``threads`` >= 2
+#: score them on numba's threads: below, a parallel region costs more than it saves.
+PARALLEL_MIN_WORK = 65_536
+
 __all__ = ["LexicalIndex", "bm25_idf"]
 
 #: First postings block of a term, and the cap of the doubling block sizes (entries).
@@ -538,13 +542,14 @@ class LexicalIndex:
         if self.n_docs == 0 or q_terms.shape[0] == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float64)
         args = (q_terms, q_idf, self._postings(), self._docs(), k1, b, self.avgdl)
-        if 8 * int(self._a("df")[q_terms].sum()) < self.n_rows:
+        work = int(self._a("df")[q_terms].sum())
+        if 8 * work < self.n_rows:
             return _k.bm25_scores_sparse(*args)
         # common terms: the n-length kernel and its non-zero rows (the same values bit for
         # bit) beat sorting the postings; its output is the zeroed accumulator of
         # context_scores, zeroed again after
         scratch = self._take_scratch(self.n_rows)
-        if thread_count(threads) > 1:
+        if thread_count(threads) > 1 and work >= PARALLEL_MIN_WORK:
             with numba_threads(threads):
                 out = _k.bm25_scores_parallel(*args, scratch[0][:self.n_rows])
         else:
@@ -604,7 +609,7 @@ class LexicalIndex:
             return _k.bm25_context_scores_sparse(*args)
         scratch = self._take_scratch(n)
         parts = thread_count(threads)
-        if parts > 1:
+        if parts > 1 and work >= PARALLEL_MIN_WORK:
             ps = self._take_parts(parts, n)
             with numba_threads(parts):
                 out = _k.bm25_context_scores_dense_parallel(*args, scratch, ps)
