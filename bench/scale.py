@@ -380,6 +380,9 @@ def run(args: argparse.Namespace) -> int:
                   corpus_cached=all((corpus_dir(n, args.vectors, args.seed, args.embed_limit, w)
                                      / "meta.json").exists() for w in workloads))
              for n in sizes]
+    for p in plans:     # every workload and round, with the fresh-first writers' ingests
+        p["time_s"] = len(workloads) * args.repeat * (
+            p["time_s"] + len(exits) * p["n"] * (COST["ingest_s"] + COST["first_search_s"]))
     print(plan_markdown(plans), file=sys.stderr)
     if args.plan:
         return 0
