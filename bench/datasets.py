@@ -481,6 +481,44 @@ def scale_turns(n: int, seed: int = 0, data=None) -> ScaleTurns:
     return ScaleTurns(texts[:n], speakers[:n], np.asarray(episodes[:n], np.int64))
 
 
+def repetitive_turns(n: int, data=None) -> ScaleTurns:
+    """``n`` turns of the repetitive workload (issue 25): the LoCoMo dev turns repeated, the
+    way a robot's observations repeat, each copy told apart by a suffix.
+
+    Row ``i`` is turn ``j = i % T`` of the ``T`` dev turns (dialog order) followed by
+    ``" #<r>"``, ``r = i // T`` the repeat (so ~``n / T`` rows share a text up to the suffix
+    and the suffix number is a term of ``T`` rows), with turn ``j``'s speaker; the episode is
+    ``100_000 * r + 1000 * conversation + session`` (each repeat of a session is an episode of
+    its own). Deterministic, prefix-stable.
+
+    Raises
+    ------
+    ValueError
+        If ``n < 0``.
+
+    Examples
+    --------
+    >>> turns = repetitive_turns(8000)
+    >>> turns.texts[0][-3:], turns.texts[-1][-3:], int(turns.episodes[-1] // 100_000)
+    (' #0', ' #2', 2)
+    """
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    base, spk, epi = [], [], []
+    for ci, conv in enumerate(locomo_conversations(data)):
+        for t in conv.turns:
+            base.append(t.text)
+            spk.append(t.speaker)
+            epi.append(1000 * ci + t.session)
+    size = len(base)
+    reps = np.arange(n) // size
+    rows = np.arange(n) % size
+    texts = [f"{base[j]} #{r}" for j, r in zip(rows.tolist(), reps.tolist())]
+    speakers = [spk[j] for j in rows.tolist()]
+    episodes = 100_000 * reps + np.asarray(epi, np.int64)[rows]
+    return ScaleTurns(texts, speakers, episodes.astype(np.int64))
+
+
 def scale_questions(count: int, seed: int = 0, data=None) -> list:
     """``count`` LoCoMo dev questions (those with evidence), shuffled by ``default_rng(seed)``
     and cycled if ``count`` exceeds their number (1,155 with evidence in the dev split)."""

@@ -1,11 +1,20 @@
-"""``memcore bench scale``: one namespace of 1e5..1e7 memories, memcore beside FAISS (issue 14).
+"""``memcore bench scale``: one namespace of 1e5..1e7 memories, memcore beside FAISS (issues
+14 and 25).
 
-Protocol (per n, every phase in its own subprocess so its peak RSS is its own):
+Two workloads (``--workloads``), run back to back per n, and ``--repeat`` rounds of all of
+them (interleaved: round 1 of every workload and n, then round 2, ...):
 
-1. **corpus** (cached): :func:`bench.datasets.scale_turns` -- the LoCoMo dev turns, then
-   recombined synthetic episodes -- with ``speaker``/``episode`` metadata, a seeded importance
-   per memory and precomputed vectors (hashing embedder, or MiniLM for a subset tiled with
-   seeded jitter, ``--vectors minilm``), kept as ``.npy`` memmaps under
+- **recombined**: :func:`bench.datasets.scale_turns` -- the LoCoMo dev turns, then
+  recombined synthetic episodes (mostly distinct texts);
+- **repetitive**: :func:`bench.datasets.repetitive_turns` -- the LoCoMo dev turns repeated
+  with a ``" #<repeat>"`` suffix (the way a robot's observations repeat; ~n / 5,900 copies of
+  each turn), each repeat of a session an episode of its own.
+
+Protocol (per workload and n, every phase in its own subprocess so its peak RSS is its own):
+
+1. **corpus** (cached): the workload's turns with ``speaker``/``episode`` metadata, a seeded
+   importance per memory and precomputed vectors (hashing embedder, or MiniLM for a subset
+   tiled with seeded jitter, ``--vectors minilm``), kept as ``.npy`` memmaps under
    ``bench/results/cache/scale/`` so reruns skip generation.
 2. **ingest**: ``put_many`` of the precomputed vectors + texts + metadata into a new
    :class:`~memcore.LongTermMemory` on disk, one namespace, ``--chunk`` memories per call, the
@@ -30,6 +39,12 @@ Protocol (per n, every phase in its own subprocess so its peak RSS is its own):
    Exact similarity top-10 from chunked NumPy brute force gives recall@10.
 6. **hnsw** (unless ``--skip-hnsw``): ``IndexHNSWFlat`` (M=32, inner product), built once per
    corpus and cached on disk; efSearch 64 and 128, recall@10 against exact similarity.
+7. **fresh first search** (``--fresh-first``, default ``clean,unclean``): per writer exit, a
+   new store, a process that only ingests (the same ``put_many`` calls, no search), then
+   either ``close()`` and a normal exit (*clean*) or SIGKILL to itself right after the last
+   ``put_many`` returned (*unclean*: no close, no atexit); its page cache is evicted; then a
+   fresh process opens the store and times its first hybrid search (no search before in any
+   process), then a second one.
 
 Ratios memcore / FAISS flat are of the same run. Results: ``bench/results/scale-<UTC>.{json,md,
 png}``. ``--plan`` prints the estimated RAM, disk and time per n and refuses what will not fit.
@@ -110,6 +125,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunk", type=int, default=50_000,
                    help="memories per put_many call (default 50000)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workloads", default="recombined,repetitive",
+                   help="comma-separated data sets: recombined (LoCoMo turns, then recombined "
+                        "episodes), repetitive (LoCoMo turns repeated with a suffix) "
+                        "(default both)")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="rounds of every workload and n, interleaved; the report gives each "
+                        "round and the medians (default 1)")
+    p.add_argument("--fresh-first", default="clean,unclean",
+                   help="writer exits after which a fresh process times its first hybrid "
+                        "search following a bulk put_many: clean, unclean (SIGKILL), both "
+                        "comma-separated, or none (default clean,unclean)")
     p.add_argument("--plan", action="store_true",
                    help="print the estimated RAM, disk and time per n and exit")
     p.add_argument("--force", action="store_true",
@@ -148,10 +174,34 @@ def cache_root() -> Path:
     return path
 
 
-def corpus_dir(n: int, vectors: str, seed: int, embed_limit: int) -> Path:
-    """Where the corpus of size ``n`` is cached (one folder per n, vectors kind and seed)."""
+WORKLOADS = ("recombined", "repetitive")
+EXITS = ("clean", "unclean")
+
+
+def corpus_dir(n: int, vectors: str, seed: int, embed_limit: int,
+               workload: str = "recombined") -> Path:
+    """Where the corpus of size ``n`` is cached (one folder per workload, n, vectors kind and
+    seed; the recombined workload keeps its folder names of before issue 25)."""
     tag = f"{vectors}-{DIM}" + (f"-e{embed_limit}" if vectors == "minilm" else "")
-    return cache_root() / f"{tag}-s{seed}-n{n}"
+    prefix = "" if workload == "recombined" else f"{workload}-"
+    return cache_root() / f"{prefix}{tag}-s{seed}-n{n}"
+
+
+def parse_choices(text: str, allowed: tuple, what: str) -> list:
+    """``"a,b"`` -> ``["a", "b"]``, each in ``allowed`` (``"none"`` -> ``[]``).
+
+    Raises
+    ------
+    ValueError
+        If an entry is not allowed.
+    """
+    out = [x.strip() for x in text.split(",") if x.strip()]
+    if out == ["none"]:
+        return []
+    bad = [x for x in out if x not in allowed]
+    if bad or len(set(out)) != len(out):
+        raise ValueError(f"{what} must be distinct names from {', '.join(allowed)}, got {text!r}")
+    return out
 
 
 def plan(n: int, queries: int, hnsw: bool, *, mem_available: float | None = None,
@@ -216,7 +266,7 @@ def plan_markdown(plans: list) -> str:
                           rows)
 
 
-def _run_worker(phase: str, args: list, threads: int) -> dict:
+def _run_worker(phase: str, args: list, threads: int, killed_ok: bool = False) -> dict:
     env = thread_env(threads)
     env["PYTHONPATH"] = os.pathsep.join([str(repo_root()), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     import tempfile
@@ -227,7 +277,8 @@ def _run_worker(phase: str, args: list, threads: int) -> dict:
         proc = subprocess.run([sys.executable, "-m", "bench.scale", "--worker", phase,
                                "--result", str(out), "--threads", str(threads), *args],
                               cwd=repo_root(), env=env)
-        if proc.returncode != 0 or out.stat().st_size == 0:
+        killed = killed_ok and proc.returncode == -9
+        if (proc.returncode != 0 and not killed) or out.stat().st_size == 0:
             raise RuntimeError(f"scale worker {phase} failed (exit {proc.returncode}); see stderr")
         return json.loads(out.read_text())
     finally:
@@ -314,16 +365,24 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         sizes = parse_sizes(args.n or ("1e3" if args.quick else "1e5,1e6"))
+        workloads = parse_choices(args.workloads, WORKLOADS, "--workloads")
+        exits = parse_choices(args.fresh_first, EXITS, "--fresh-first")
+        if not workloads:
+            raise ValueError("--workloads names no workload")
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     queries = args.queries or (20 if args.quick else 200)
-    if queries < 1 or args.chunk < 1 or args.threads < 1:
-        print("error: --queries, --chunk and --threads must be >= 1", file=sys.stderr)
+    if queries < 1 or args.chunk < 1 or args.threads < 1 or args.repeat < 1:
+        print("error: --queries, --chunk, --threads and --repeat must be >= 1", file=sys.stderr)
         return 2
     plans = [plan(n, queries, not args.skip_hnsw,
-                  corpus_cached=(corpus_dir(n, args.vectors, args.seed, args.embed_limit)
-                                 / "meta.json").exists()) for n in sizes]
+                  corpus_cached=all((corpus_dir(n, args.vectors, args.seed, args.embed_limit, w)
+                                     / "meta.json").exists() for w in workloads))
+             for n in sizes]
+    for p in plans:     # every workload and round, with the fresh-first writers' ingests
+        p["time_s"] = len(workloads) * args.repeat * (
+            p["time_s"] + len(exits) * p["n"] * (COST["ingest_s"] + COST["first_search_s"]))
     print(plan_markdown(plans), file=sys.stderr)
     if args.plan:
         return 0
@@ -338,18 +397,23 @@ def run(args: argparse.Namespace) -> int:
     common = ["--vectors", args.vectors, "--seed", str(args.seed), "--chunk", str(args.chunk),
               "--embed-limit", str(args.embed_limit), "--queries", str(queries), *data]
     results, notes = [], []
-    for n in sizes:
-        try:
-            results.append(_run_n(n, args, common, notes))
-        except RuntimeError as err:
-            notes.append(f"n={n}: {err}")
-            print(f"warning: {notes[-1]}", file=sys.stderr)
+    for run_i in range(args.repeat):
+        for n in sizes:
+            for workload in workloads:
+                try:
+                    r = _run_n(n, args, common, notes, workload, exits)
+                    r["round"] = run_i
+                    results.append(r)
+                except RuntimeError as err:
+                    notes.append(f"{workload} n={n} round {run_i}: {err}")
+                    print(f"warning: {notes[-1]}", file=sys.stderr)
     if not results:
         print("error: no n completed; nothing written", file=sys.stderr)
         return 1
     payload = {"suite": "scale", "env": env, "queries": queries,
                "top_k": TOP_K, "vectors": args.vectors, "chunk": args.chunk, "seed": args.seed,
                "hybrid_preset": "no_model" if args.vectors == "hashing" else "hybrid",
+               "workloads": workloads, "repeat": args.repeat, "fresh_first_exits": exits,
                "quick": bool(args.quick), "protocol": __doc__.split("Protocol", 1)[1].strip(),
                "plan": plans, "notes": notes, "results": results}
     md = markdown(payload)
@@ -360,12 +424,32 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_n(n: int, args, common: list, notes: list) -> dict:
-    cdir = corpus_dir(n, args.vectors, args.seed, args.embed_limit)
-    base = ["--n", str(n), "--corpus", str(cdir), *common]
+def _fresh_first(n: int, base: list, store: Path, exit_: str, threads: int,
+                 keep: bool) -> dict:
+    """Ingest-only writer (exit ``exit_``), page cache evicted, then a fresh process's first
+    hybrid search (protocol step 7)."""
+    path = store.with_name(f"{store.name}-{exit_}")
+    shutil.rmtree(path, ignore_errors=True)
+    args = [*base, "--store", str(path), "--exit", exit_]
+    try:
+        print(f"n={n:,}: bulk put_many, writer exits {exit_}", file=sys.stderr)
+        ingest = _run_worker("bulk-ingest", args, threads, killed_ok=exit_ == "unclean")
+        evict_page_cache(path)
+        first = _run_worker("fresh-first", args, threads)
+    finally:
+        if not keep:
+            shutil.rmtree(path, ignore_errors=True)
+    return {"ingest": ingest, **first}
+
+
+def _run_n(n: int, args, common: list, notes: list, workload: str = "recombined",
+           exits: tuple = ()) -> dict:
+    cdir = corpus_dir(n, args.vectors, args.seed, args.embed_limit, workload)
+    base = ["--n", str(n), "--corpus", str(cdir), "--workload", workload, *common]
+    load = os.getloadavg()
     t = time.perf_counter()
     if not (cdir / "meta.json").exists():
-        print(f"n={n:,}: generating the corpus into {cdir}", file=sys.stderr)
+        print(f"{workload} n={n:,}: generating the corpus into {cdir}", file=sys.stderr)
         _run_worker("corpus", base, args.threads)
     corpus_s = time.perf_counter() - t
     store = cache_root() / "stores" / f"{cdir.name}-store"
@@ -388,6 +472,8 @@ def _run_n(n: int, args, common: list, notes: list) -> dict:
         warm["open_s"] = float(np.median([o["open_s"] for o in opens]))
         warm["open_s_each"] = [o["open_s"] for o in opens]
         warm["peak_rss_mb"] = max(o["peak_rss_mb"] for o in opens)
+        fresh = {e: _fresh_first(n, base, store, e, args.threads, args.keep_store)
+                 for e in exits}
         approx = None
         if getattr(args, "approximate", False):
             print(f"n={n:,}: memcore approximate path (index build + searches)", file=sys.stderr)
@@ -436,7 +522,9 @@ def _run_n(n: int, args, common: list, notes: list) -> dict:
     if agree < 1.0:
         notes.append(f"n={n}: memcore's similarity preset matched exact FAISS flat + decay on "
                      f"{agree:.3f} of the queries (expected 1.000)")
-    return {"n": n, "corpus": {"dir": cdir.name, "generate_s": corpus_s,
+    return {"n": n, "workload": workload, "load_at_start": list(load),
+            "load_at_end": list(os.getloadavg()), "fresh_first": fresh,
+            "corpus": {"dir": cdir.name, "generate_s": corpus_s,
                                **json.loads((cdir / "meta.json").read_text())},
             "ingest": ingest, "memcore": mem, "open_warm": warm, "faiss_flat": flat,
             "hnsw": hnsw, "approximate": approx, "similarity_vs_flat_agreement": agree,
@@ -476,18 +564,25 @@ def markdown(payload: dict) -> str:
     def pp(d):
         return f"{fmt(d['p50'])} / {fmt(d['p99'])}" if d else "—"
 
-    lat, res = [], []
-    for r in sorted(payload["results"], key=lambda r: r["n"]):
+    lat, res, fresh = [], [], []
+    for r in sorted(payload["results"], key=_order):
         m, f, h, ing = r["memcore"], r["faiss_flat"], r["hnsw"], r["ingest"]
         hn = [f"{pp(h['ef'][str(ef)]['search'])} ({h['ef'][str(ef)]['recall_at_10']:.2f})"
               if h else "—" for ef in HNSW_EFS]
-        lat.append([f"{r['n']:,}", fmt(m["open_s"], 3), fmt(r["open_warm"]["open_s"], 3),
+        who = [r.get("workload", "recombined"), str(r.get("round", 0) + 1)]
+        for e, x in (r.get("fresh_first") or {}).items():
+            fresh.append([*who, f"{r['n']:,}", e, fmt(x["ingest"]["put_many_s"], 1),
+                          fmt(x["ingest"]["close_s"], 2) if x["ingest"]["close_s"] is not None
+                          else "killed", fmt(x["open_s"], 3), fmt(x["first_hybrid_s"], 3),
+                          fmt(1e3 * x["second_hybrid_s"]), f"{x['peak_rss_mb']:,.0f}",
+                          _load(r)])
+        lat.append([*who, f"{r['n']:,}", fmt(m["open_s"], 3), fmt(r["open_warm"]["open_s"], 3),
                     fmt(m["first_hybrid_s"]), pp(m["hybrid"]), pp(m["similarity"]),
                     pp(f["search"]), *hn, fmt(r["ratios"]["hybrid_p50_over_flat"]),
                     fmt(r["ratios"]["similarity_p50_over_flat"]),
                     fmt(r["similarity_vs_flat_agreement"], 3)])
         total = ing["put_many_s"] + ing["index_s"] + ing["close_s"]
-        res.append([f"{r['n']:,}", fmt(ing["put_many_s"], 1), fmt(ing["index_s"], 1),
+        res.append([*who, f"{r['n']:,}", fmt(ing["put_many_s"], 1), fmt(ing["index_s"], 1),
                     f"{r['n'] / total:,.0f}", f"{ing['disk_bytes_per_memory']:,.0f}",
                     f"{m['peak_rss_mb']:,.0f}", f"{ing['peak_rss_mb']:,.0f}",
                     f"{f['peak_rss_mb']:,.0f}", fmt(f["build_s"], 1),
@@ -505,11 +600,14 @@ def markdown(payload: dict) -> str:
               if (a := r.get("approximate"))]
     parts = [f"# Scale benchmark: one namespace, {payload['vectors']} vectors, top_k={payload['top_k']}, "
              f"{payload['queries']} LoCoMo questions per row (latencies p50 / p99 in ms)", "",
-             markdown_table(["n", "open cold s", "open warm s", "first hybrid s",
+             *_summary(payload), "## Every round", "",
+             markdown_table(["workload", "round", "n", "open cold s", "open warm s",
+                             "first hybrid s",
                              f"hybrid ({preset})", "similarity", "FAISS flat + decay",
                              "HNSW ef64 (R@10)", "HNSW ef128 (R@10)", "hybrid / flat p50",
                              "similarity / flat p50", "similarity = flat"], lat), "",
-             markdown_table(["n", "put_many s", "index s", "ingest /s", "disk B/mem",
+             markdown_table(["workload", "round", "n", "put_many s", "index s", "ingest /s",
+                             "disk B/mem",
                              "memcore peak RSS MB", "ingest peak RSS MB", "flat peak RSS MB",
                              "flat build s", "HNSW peak RSS MB", "HNSW build s"], res), "",
              "- open cold: a fresh process after fsync + posix_fadvise(DONTNEED) of every store "
@@ -524,6 +622,15 @@ def markdown(payload: dict) -> str:
              "score until provably exact; `similarity = flat`: share of queries where memcore's "
              "similarity preset returns the same top-10 (ties tolerated).",
              f"- HNSW: IndexHNSWFlat M={HNSW_M}, recall@10 against exact similarity.", ""]
+    if fresh:
+        parts += ["## First hybrid search in a fresh process after a bulk put_many", "",
+                  markdown_table(["workload", "round", "n", "writer exit", "put_many s",
+                                  "close s", "open s", "first hybrid s", "second hybrid ms",
+                                  "peak RSS MB", "load 1/5/15"], fresh), "",
+                  "- The writer only calls put_many (no search in any process before the timed "
+                  "one); clean: close() then exit; unclean: SIGKILL to itself after the last "
+                  "put_many returned. The store's page cache is evicted before the fresh "
+                  "process opens it.", ""]
     if approx:
         parts += ["## memcore's opt-in approximate path", "",
                   markdown_table(["n", "index", "build + first search s",
@@ -543,19 +650,96 @@ def markdown(payload: dict) -> str:
     return "\n".join(parts)
 
 
+def _order(r: dict) -> tuple:
+    return (r["n"], WORKLOADS.index(r.get("workload", "recombined")), r.get("round", 0))
+
+
+def _load(r: dict) -> str:
+    load = r.get("load_at_start")
+    return "/".join(f"{x:.1f}" for x in load) if load else "—"
+
+
+def summary_rows(results: list) -> list:
+    """Medians over the rounds of each (n, workload): one dict per pair, sorted by n then
+    workload, with the figures issue 25 sets targets for (ms, s, MB)."""
+    groups: dict = {}
+    for r in results:
+        groups.setdefault((r["n"], r.get("workload", "recombined")), []).append(r)
+    out = []
+    for (n, w), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], WORKLOADS.index(kv[0][1]))):
+        def med(get):
+            vals = [v for v in (get(r) for r in rs) if v is not None]
+            return float(np.median(vals)) if vals else None
+
+        def fresh(e):
+            return lambda r: (r.get("fresh_first") or {}).get(e, {}).get("first_hybrid_s")
+
+        ing = lambda r: r["ingest"]["put_many_s"] + r["ingest"]["index_s"] + r["ingest"]["close_s"]
+        out.append({
+            "n": n, "workload": w, "rounds": len(rs),
+            "hybrid_p50": med(lambda r: r["memcore"]["hybrid"]["p50"]),
+            "hybrid_p99": med(lambda r: r["memcore"]["hybrid"]["p99"]),
+            "similarity_p50": med(lambda r: r["memcore"]["similarity"]["p50"]),
+            "flat_p50": med(lambda r: r["faiss_flat"]["search"]["p50"]),
+            "similarity_over_flat": med(lambda r: r["ratios"]["similarity_p50_over_flat"]),
+            "ingest_s": med(ing),
+            "bulk_put_many_s": med(lambda r: next(iter(
+                (x["ingest"]["put_many_s"] for x in (r.get("fresh_first") or {}).values())),
+                None)),
+            "open_cold_s": med(lambda r: r["memcore"]["open_s"]),
+            "open_warm_s": med(lambda r: r["open_warm"]["open_s"]),
+            "first_fresh_clean_s": med(fresh("clean")),
+            "first_fresh_unclean_s": med(fresh("unclean")),
+            "peak_rss_mb": med(lambda r: r["memcore"]["peak_rss_mb"]),
+            "ingest_peak_rss_mb": med(lambda r: r["ingest"]["peak_rss_mb"]),
+            "loads": [_load(r) for r in sorted(rs, key=_order)]})
+    return out
+
+
+def _summary(payload: dict) -> list:
+    from bench.report import fmt, markdown_table
+
+    rows = summary_rows(payload["results"])
+    if not rows:
+        return []
+
+    def f(x, d=2):
+        return "—" if x is None else fmt(x, d)
+
+    table = [[f"{r['n']:,}", r["workload"], str(r["rounds"]),
+              f"{f(r['hybrid_p50'])} / {f(r['hybrid_p99'])}", f(r["similarity_p50"]),
+              f(r["flat_p50"]), f(r["similarity_over_flat"]), f(r["ingest_s"], 1),
+              f(r["bulk_put_many_s"], 1), f(r["open_cold_s"], 3), f(r["open_warm_s"], 3),
+              f(r["first_fresh_clean_s"], 3), f(r["first_fresh_unclean_s"], 3),
+              f"{r['peak_rss_mb']:,.0f}", "; ".join(r["loads"])] for r in rows]
+    return ["## Both workloads side by side (medians over the rounds)", "",
+            markdown_table(["n", "workload", "rounds", "hybrid p50 / p99 ms",
+                            "similarity p50 ms", "FAISS flat p50 ms", "similarity / flat",
+                            "ingest s", "bulk put_many s", "open cold s", "open warm s",
+                            "first hybrid, fresh process, clean exit s",
+                            "first hybrid, fresh process, unclean exit s",
+                            "search peak RSS MB", "load 1/5/15 at each round's start"],
+                           table), "",
+            "- ingest s: put_many + first search (index) + close in one process (protocol step "
+            "2); bulk put_many s: the put_many calls of step 7's writer (no search).", ""]
+
+
 def plot(results: list, path: Path) -> None:
     import matplotlib.pyplot as plt
 
-    rs = sorted(results, key=lambda r: r["n"])
-    ns = [r["n"] for r in rs]
+    rs = sorted((r for r in results if r.get("round", 0) == 0), key=_order)   # round 1
+    ns = sorted({r["n"] for r in rs})
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    series = [("memcore hybrid", lambda r: r["memcore"]["hybrid"]),
-              ("memcore similarity", lambda r: r["memcore"]["similarity"]),
-              ("FAISS flat + decay", lambda r: r["faiss_flat"]["search"])]
-    series += [(f"FAISS HNSW ef{ef}", lambda r, ef=ef: r["hnsw"]["ef"][str(ef)]["search"]
-                if r["hnsw"] else None) for ef in HNSW_EFS]
-    for label, get in series:
-        pts = [(r["n"], get(r)) for r in rs if get(r)]
+    series = []
+    for w in WORKLOADS:
+        tag = f" ({w})" if len({r.get("workload", "recombined") for r in rs}) > 1 else ""
+        series += [(f"memcore hybrid{tag}", w, lambda r: r["memcore"]["hybrid"]),
+                   (f"memcore similarity{tag}", w, lambda r: r["memcore"]["similarity"]),
+                   (f"FAISS flat + decay{tag}", w, lambda r: r["faiss_flat"]["search"])]
+        series += [(f"FAISS HNSW ef{ef}{tag}", w, lambda r, ef=ef: r["hnsw"]["ef"][str(ef)]
+                    ["search"] if r["hnsw"] else None) for ef in HNSW_EFS]
+    for label, w, get in series:
+        pts = [(r["n"], get(r)) for r in rs if r.get("workload", "recombined") == w and get(r)]
         if not pts:
             continue
         line, = ax.plot([p[0] for p in pts], [p[1]["p50"] for p in pts], marker="o",
@@ -612,13 +796,14 @@ class Corpus:
                 for i, t in zip(range(start, stop), self.texts(start, stop))]
 
 
-def write_corpus(folder: Path, n: int, vectors: str, seed: int, embed_limit: int, data) -> None:
+def write_corpus(folder: Path, n: int, vectors: str, seed: int, embed_limit: int, data,
+                 workload: str = "recombined") -> None:
     """Generate and cache the corpus of size ``n`` (written to a temporary folder, then
     renamed, so an interrupted run leaves nothing half-written)."""
-    from bench.datasets import cached_encode, scale_turns, variant_vectors
+    from bench.datasets import cached_encode, repetitive_turns, scale_turns, variant_vectors
 
     t0 = time.perf_counter()
-    turns = scale_turns(n, seed, data)
+    turns = repetitive_turns(n, data) if workload == "repetitive" else scale_turns(n, seed, data)
     texts = list(turns.texts)
     if vectors == "hashing":
         from memcore.embedders import HashingEmbedder
@@ -674,7 +859,11 @@ def write_corpus(folder: Path, n: int, vectors: str, seed: int, embed_limit: int
             "distinct_texts": distinct, "mean_text_bytes": float(offsets[-1] / max(n, 1)),
             "generated_s": time.perf_counter() - t0,
             "prefixed_with_speaker": len(empty) if vectors == "hashing" else 0,
-            "texts_how": "bench.datasets.scale_turns: LoCoMo dev turns, then recombined episodes"}
+            "workload": workload,
+            "texts_how": ("bench.datasets.repetitive_turns: LoCoMo dev turns repeated with a "
+                          "' #<repeat>' suffix" if workload == "repetitive" else
+                          "bench.datasets.scale_turns: LoCoMo dev turns, then recombined "
+                          "episodes")}
     (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp, folder)
@@ -773,7 +962,7 @@ def worker(a: argparse.Namespace) -> dict:
 
     phase = a.worker
     if phase == "corpus":
-        write_corpus(a.corpus, a.n, a.vectors, a.seed, a.embed_limit, a.data)
+        write_corpus(a.corpus, a.n, a.vectors, a.seed, a.embed_limit, a.data, a.workload)
         return {"ok": True}
     corpus = Corpus(a.corpus)
     n = a.n
@@ -816,6 +1005,8 @@ def worker(a: argparse.Namespace) -> dict:
                 "reopen_and_first_search_s": reopen_first_s, "search": percentiles(ns),
                 "hybrid": percentiles(hyb_ns), "stats": stats, "ids": _hit_ids(hits),
                 "hybrid_ids": _hit_ids(hyb), "peak_rss_mb": _peak_rss_mb(), "threads": pinned}
+    if phase in ("bulk-ingest", "fresh-first"):
+        return _bulk_phase(a, corpus, questions, now)
     if phase in ("ingest", "memcore", "open-warm"):
         from memcore.recall.weights import HybridWeights
         from memcore.stores.long import LongTermMemory
@@ -828,16 +1019,7 @@ def worker(a: argparse.Namespace) -> dict:
         rss0 = _rss_mb()
         if phase == "ingest":
             store = LongTermMemory(a.store, emb, hybrid=hw, clock=clock, threads=a.threads)
-            put_s = 0.0
-            for c, s in enumerate(range(0, n, a.chunk)):
-                e = min(s + a.chunk, n)
-                items = corpus.items(s, e)
-                vecs = np.ascontiguousarray(corpus.vectors[s:e])
-                clock.now = T0 + c * STEP
-                t = time.perf_counter()
-                store.put_many(NAMESPACE, items, vectors=vecs)
-                put_s += time.perf_counter() - t
-                del items, vecs
+            put_s, _ = _put_chunks(store, corpus, n, a.chunk, clock)
             clock.now = now
             t = time.perf_counter()
             store.search(NAMESPACE, questions[0], top_k=TOP_K, touch=False)
@@ -958,11 +1140,72 @@ def worker(a: argparse.Namespace) -> dict:
     raise ValueError(f"unknown worker phase {phase!r}")
 
 
+def _put_chunks(store, corpus: Corpus, n: int, chunk: int, clock: _Clock) -> tuple:
+    """``put_many`` of the corpus in ``chunk``-memory calls, the clock one STEP per call;
+    returns ``(seconds inside put_many, calls)``."""
+    put_s, calls = 0.0, 0
+    for c, s in enumerate(range(0, n, chunk)):
+        e = min(s + chunk, n)
+        items = corpus.items(s, e)
+        vecs = np.ascontiguousarray(corpus.vectors[s:e])
+        clock.now = T0 + c * STEP
+        t = time.perf_counter()
+        store.put_many(NAMESPACE, items, vectors=vecs)
+        put_s += time.perf_counter() - t
+        calls += 1
+        del items, vecs
+    return put_s, calls
+
+
+def _bulk_phase(a: argparse.Namespace, corpus: Corpus, questions: list, now: float) -> dict:
+    """``bulk-ingest``: put_many only, then close + exit, or (``--exit unclean``) the result
+    written and SIGKILL to itself. ``fresh-first``: open, first hybrid search, a second one."""
+    import signal
+
+    from bench.env import pin_threads
+    from memcore.stores.long import LongTermMemory
+
+    emb = _embedder(a.vectors)
+    hw = _hybrid(a.vectors)
+    pinned = pin_threads(a.threads)
+    warm_s = warm_kernels(emb, hw)
+    if a.worker == "bulk-ingest":
+        clock = _Clock(T0)
+        store = LongTermMemory(a.store, emb, hybrid=hw, clock=clock, threads=a.threads)
+        put_s, calls = _put_chunks(store, corpus, a.n, a.chunk, clock)
+        out = {"put_many_s": put_s, "put_many_calls": calls, "exit": a.exit,
+               "kernel_warmup_s": warm_s, "peak_rss_mb": _peak_rss_mb(), "threads": pinned}
+        if a.exit == "unclean":
+            out["close_s"] = None
+            a.result.write_text(json.dumps(out))
+            os.kill(os.getpid(), signal.SIGKILL)
+        t = time.perf_counter()
+        store.close()
+        out["close_s"] = time.perf_counter() - t
+        return out
+    t = time.perf_counter()
+    store = LongTermMemory(a.store, emb, hybrid=hw, clock=_Clock(now), threads=a.threads)
+    open_s = time.perf_counter() - t
+    t = time.perf_counter()
+    store.search(NAMESPACE, questions[0], top_k=TOP_K, touch=False)
+    first_s = time.perf_counter() - t
+    t = time.perf_counter()
+    store.search(NAMESPACE, questions[1 % len(questions)], top_k=TOP_K, touch=False)
+    second_s = time.perf_counter() - t
+    count = store.count(NAMESPACE)
+    store.close()
+    return {"open_s": open_s, "first_hybrid_s": first_s, "second_hybrid_s": second_s,
+            "count": count, "kernel_warmup_s": warm_s, "peak_rss_mb": _peak_rss_mb(),
+            "threads": pinned, "exit": a.exit}
+
+
 def _worker_main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.scale", description="scale benchmark worker")
     p.add_argument("--worker", required=True,
                    choices=("corpus", "ingest", "memcore", "open-warm", "approximate",
-                            "faiss-flat", "hnsw"))
+                            "faiss-flat", "hnsw", "bulk-ingest", "fresh-first"))
+    p.add_argument("--workload", choices=WORKLOADS, default="recombined")
+    p.add_argument("--exit", choices=EXITS, default="clean")
     p.add_argument("--n", type=int, required=True)
     p.add_argument("--corpus", type=Path, required=True)
     p.add_argument("--store", type=Path)

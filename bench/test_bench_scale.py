@@ -85,6 +85,7 @@ def test_scale_smoke_run(shared, tmp_path, monkeypatch):
     monkeypatch.setenv("MEMCORE_BENCH_CACHE", str(tmp_path / "cache"))
     n, queries = 1000, 12
     rc = harness.main(["scale", "--n", str(n), "--queries", str(queries), "--chunk", "300",
+                       "--workloads", "recombined", "--fresh-first", "none",
                        "--data", str(shared), "--out", str(tmp_path / "out")])
     assert rc == 0
     (js,) = (tmp_path / "out").glob("scale-*.json")
@@ -115,6 +116,7 @@ def test_scale_smoke_run(shared, tmp_path, monkeypatch):
     assert r["corpus"]["n"] == n and r["corpus"]["distinct_texts"] > 0.9 * n
     # a rerun reuses the cached corpus and HNSW index
     rc = harness.main(["scale", "--n", str(n), "--queries", "3", "--chunk", "300",
+                       "--workloads", "recombined", "--fresh-first", "none",
                        "--data", str(shared), "--out", str(tmp_path / "out2")])
     assert rc == 0
     (js2,) = (tmp_path / "out2").glob("scale-*.json")
@@ -128,3 +130,84 @@ def test_plan_flag_prints_and_exits(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "100,000" in err and "10,000,000" in err and "NO:" in err
     assert not list(tmp_path.glob("scale-*"))
+
+
+def test_parse_choices():
+    assert scale.parse_choices("repetitive, recombined", scale.WORKLOADS, "w") == \
+        ["repetitive", "recombined"]
+    assert scale.parse_choices("none", scale.EXITS, "e") == []
+    for bad in ("clean,clean", "dirty"):
+        with pytest.raises(ValueError):
+            scale.parse_choices(bad, scale.EXITS, "e")
+    assert scale.corpus_dir(10, "hashing", 0, 1).name == "hashing-384-s0-n10"   # unchanged
+    assert scale.corpus_dir(10, "hashing", 0, 1, "repetitive").name == \
+        "repetitive-hashing-384-s0-n10"
+
+
+@pytest.mark.data("locomo")
+def test_repetitive_turns_repeat_the_dev_turns_with_a_suffix(shared):
+    from bench.datasets import locomo_conversations, repetitive_turns
+
+    turns = [t for c in locomo_conversations(str(shared)) for t in c.turns]
+    size = len(turns)
+    rep = repetitive_turns(2 * size + 7, data=str(shared))
+    assert len(rep.texts) == len(rep.speakers) == rep.episodes.shape[0] == 2 * size + 7
+    assert rep.texts[0] == f"{turns[0].text} #0" and rep.texts[size + 3] == f"{turns[3].text} #1"
+    assert rep.texts[2 * size] == f"{turns[0].text} #2"
+    assert rep.speakers[size + 3] == turns[3].speaker
+    assert not set(rep.texts[:size]) & set(rep.texts[size:2 * size])   # copies told apart
+    # each repeat of a session is an episode of its own; within a repeat, LoCoMo's sessions
+    assert rep.episodes[size + 3] == 100_000 + rep.episodes[3]
+    assert np.unique(rep.episodes[:size]).size == np.unique(rep.episodes[size:2 * size]).size
+    assert rep.texts[:50] == repetitive_turns(50, data=str(shared)).texts
+
+
+def _fake_result(n, workload, round_, p50, fresh):
+    ms = {"p50": p50, "p99": 2 * p50, "n": 3}
+    return {"n": n, "workload": workload, "round": round_, "load_at_start": [1.0, 1.0, 1.0],
+            "memcore": {"hybrid": ms, "similarity": ms, "open_s": 0.1, "peak_rss_mb": 100.0},
+            "faiss_flat": {"search": ms}, "ratios": {"similarity_p50_over_flat": 1.0},
+            "open_warm": {"open_s": 0.05},
+            "ingest": {"put_many_s": 1.0, "index_s": 0.5, "close_s": 0.5, "peak_rss_mb": 1.0},
+            "fresh_first": {"clean": {"first_hybrid_s": fresh, "ingest": {"put_many_s": 1.0}}}}
+
+
+def test_summary_takes_medians_per_workload_and_n():
+    rows = scale.summary_rows([_fake_result(10, "repetitive", r, p, f)
+                               for r, (p, f) in enumerate([(1.0, 9.0), (5.0, 1.0), (3.0, 2.0)])]
+                              + [_fake_result(10, "recombined", 0, 7.0, 0.5)])
+    assert [(r["workload"], r["rounds"]) for r in rows] == [("recombined", 1), ("repetitive", 3)]
+    rep = rows[1]
+    assert rep["hybrid_p50"] == 3.0 and rep["hybrid_p99"] == 6.0 and rep["ingest_s"] == 2.0
+    assert rep["first_fresh_clean_s"] == 2.0 and rep["first_fresh_unclean_s"] is None
+    assert rep["loads"] == ["1.0/1.0/1.0"] * 3
+
+
+@pytest.mark.slow
+@pytest.mark.data("locomo")
+def test_scale_repetitive_workload_smoke_run(shared, tmp_path, monkeypatch):
+    """The repetitive workload end to end with both writer exits and two interleaved rounds:
+    every phase runs, the fresh process's first hybrid search follows a bulk put_many."""
+    monkeypatch.setenv("MEMCORE_BENCH_CACHE", str(tmp_path / "cache"))
+    n, queries = 700, 4
+    rc = harness.main(["scale", "--n", str(n), "--queries", str(queries), "--chunk", "300",
+                       "--workloads", "repetitive", "--repeat", "2", "--skip-hnsw",
+                       "--data", str(shared), "--out", str(tmp_path / "out")])
+    assert rc == 0
+    (js,) = (tmp_path / "out").glob("scale-*.json")
+    payload = json.loads(js.read_text())
+    assert payload["workloads"] == ["repetitive"] and payload["fresh_first_exits"] == \
+        ["clean", "unclean"] and not payload["notes"]
+    assert [(r["workload"], r["round"]) for r in payload["results"]] == \
+        [("repetitive", 0), ("repetitive", 1)]
+    for r in payload["results"]:
+        assert r["corpus"]["workload"] == "repetitive" and r["memcore"]["count"] == n
+        assert r["similarity_vs_flat_agreement"] == 1.0
+        assert len(r["load_at_start"]) == 3
+        for exit_, x in r["fresh_first"].items():
+            assert x["count"] == n and x["exit"] == exit_ and x["first_hybrid_s"] > 0
+            assert x["open_s"] > 0 and x["second_hybrid_s"] > 0
+            assert x["ingest"]["put_many_calls"] == math.ceil(n / 300)
+            assert (x["ingest"]["close_s"] is None) == (exit_ == "unclean")
+    md = js.with_suffix(".md").read_text()
+    assert "side by side" in md and "fresh process after a bulk put_many" in md

@@ -57,14 +57,15 @@ class Signals:
 
 
 def signals(table: Table, rq: ResolvedQuery, dim: int, preparer: Any, *,
-            moments: bool = True) -> Signals:
+            moments: bool = True, threads: int = 1) -> Signals:
     """The hybrid signals of ``rq`` over ``table`` (builds its hybrid index on first use);
-    with ``moments`` also their z statistics (when the weights z-normalise: for pooling)."""
+    with ``moments`` also their z statistics (when the weights z-normalise: for pooling);
+    ``threads``: numba threads for the BM25 of common terms."""
     idx = table.recall_index(rq.hybrid, dim, preparer)
     n = idx.n_rows
     alive = table.visible(rq.filter, rq.now)
     alive = None if alive is None else alive[:n]
-    lex = idx.lexical_signals(rq.prepared, rq.hybrid)
+    lex = idx.lexical_signals(rq.prepared, rq.hybrid, threads)
     mom = None
     if moments and rq.hybrid.normalize:
         mom = idx.moments(rq.prepared, rq.vector, weights=rq.hybrid, alive=alive, lexical=lex)
@@ -113,7 +114,7 @@ def rank(table: Table, rq: ResolvedQuery, *, dim: int | None = None, preparer: A
         return rows, scores, sims
     if rq.prepared is not None:
         if sig is None or sig.n_rows != sig.index.n_rows:
-            sig = signals(table, rq, dim, preparer, moments=False)
+            sig = signals(table, rq, dim, preparer, moments=False, threads=threads)
         n = sig.index.n_rows
         rows = None
         if ann is not None:

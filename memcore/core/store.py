@@ -864,7 +864,7 @@ class MemoryStore:
             table = self._tables.get(rq.namespace)
             if table is None or not table.keys:
                 return None
-            return signals(table, rq, self.dim, self.query_preparer)
+            return signals(table, rq, self.dim, self.query_preparer, threads=rq.threads)
 
     def scan(self, rq: ResolvedQuery, sig: Signals | None = None) -> list[MemoryHit]:
         """The ranked hits of a resolved query, nothing refreshed (tier protocol)."""

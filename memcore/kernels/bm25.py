@@ -41,7 +41,7 @@ import numpy as np
 
 __all__ = ["bm25_append", "bm25_append_many", "bm25_docs", "bm25_scores", "bm25_scores_sparse",
            "bm25_context_scores_sparse", "bm25_context_scores_dense", "window_lengths",
-           "window_means"]
+           "window_means", "bm25_scores_parallel", "bm25_context_scores_dense_parallel"]
 
 
 @numba.njit(cache=True)
@@ -786,4 +786,247 @@ def bm25_context_scores_dense(q_terms, postings, docs, windows, ctx_len, n_live,
             rows[m] = i
             vals[m] = acc[i]
             acc[i] = 0.0
+    return rows, vals
+
+
+# --------------------------------------------------------------------------- threads
+# The ``*_parallel`` kernels are the ``prange`` twins of the serial kernels of the same stem,
+# with identical results (same rows, same float64 bits): every row still gets its
+# contributions one query term at a time, in query order, each from one thread. numba's
+# thread count is the caller's (``numba.set_num_threads``; memcore.recall.threads).
+
+
+@numba.njit(cache=True)
+def _term_blocks(t, postings):
+    """Pool ranges of term ``t``'s blocks in list order: ``(starts, stops)``, (nb,) int64."""
+    term_head, term_tail, term_fill, block_start, block_size, block_next, _, _ = postings
+    nb = 0
+    blk = term_head[t]
+    while blk >= 0:
+        nb += 1
+        blk = block_next[blk]
+    starts = np.empty(nb, np.int64)
+    stops = np.empty(nb, np.int64)
+    blk = term_head[t]
+    for i in range(nb):
+        starts[i] = block_start[blk]
+        stops[i] = starts[i] + (term_fill[t] if blk == term_tail[t] else block_size[blk])
+        blk = block_next[blk]
+    return starts, stops
+
+
+@numba.njit(cache=True, parallel=True)
+def bm25_scores_parallel(q_terms, q_idf, postings, docs, k1, b, avgdl, out):
+    """:func:`bm25_scores` with each query term's postings blocks spread over numba's
+    threads; ``out`` equals the serial kernel's bit for bit.
+
+    Live documents have distinct rows (the lexical index keeps one live document per row) and
+    a term lists a document once, so within a term no two postings write one row; terms run
+    one after the other, so each row sums its contributions in query order, as the serial
+    kernel does.
+
+    Parameters, Returns
+        As :func:`bm25_scores`.
+
+    Raises
+    ------
+    Nothing (not validated).
+
+    Examples
+    --------
+    >>> post = (np.full(4, -1), np.full(4, -1), np.zeros(4, np.int64), np.zeros(4, np.int64),
+    ...         np.zeros(4, np.int64), np.zeros(4, np.int64), np.zeros(64, np.int64),
+    ...         np.zeros(64, np.int32))
+    >>> _ = bm25_append(0, np.array([1], np.int64), np.array([1], np.int32), post, 0, 0, 4, 256)
+    >>> docs = (np.array([2]), np.array([3]), np.array([True]))
+    >>> bm25_scores_parallel(np.array([1]), np.array([0.5]), post, docs, 1.2, 0.75, 3.0,
+    ...                      np.empty(3)).round(4).tolist()
+    [0.0, 0.0, 0.2273]
+    """
+    pool_doc, pool_tf = postings[6], postings[7]
+    doc_row, doc_len, doc_alive = docs
+    n = out.shape[0]
+    for i in numba.prange(n):
+        out[i] = 0.0
+    for j in range(q_terms.shape[0]):
+        idf = q_idf[j]
+        starts, stops = _term_blocks(q_terms[j], postings)
+        for bi in numba.prange(starts.shape[0]):
+            for p in range(starts[bi], stops[bi]):
+                d = pool_doc[p]
+                if doc_alive[d]:
+                    tf = np.float64(pool_tf[p])
+                    norm = k1 * (1.0 - b + b * np.float64(doc_len[d]) / avgdl)
+                    out[doc_row[d]] += idf * tf / (tf + norm)
+    return out
+
+
+@numba.njit(cache=True)
+def _push_part(k, parts, starts, stops, cum, postings, docs, windows, tfw, touched):
+    """Part ``k`` of ``parts`` of a term's postings (split evenly by count): each live
+    posting's tf added to the integer tf of every row of its window, in ``tfw[k]``; the rows
+    touched the first time listed in ``touched[k]``. Returns their count."""
+    pool_doc, pool_tf = postings[6], postings[7]
+    doc_row, _, doc_alive = docs
+    win_start, win_len, win_rows = windows
+    total = cum[-1]
+    lo = total * k // parts
+    hi = total * (k + 1) // parts
+    u = 0
+    for bi in range(starts.shape[0]):
+        a = max(cum[bi], lo)
+        e = min(cum[bi + 1], hi)
+        for p in range(starts[bi] + a - cum[bi], starts[bi] + e - cum[bi]):
+            d = pool_doc[p]
+            if doc_alive[d]:
+                r = doc_row[d]
+                tf = pool_tf[p]
+                w0 = win_start[r]
+                w1 = win_start[r] + win_len[r]
+                if w1 > w0:
+                    for q in range(w0, w1):
+                        i = win_rows[q]
+                        if tfw[k, i] == 0:
+                            touched[k, u] = i
+                            u += 1
+                        tfw[k, i] += tf
+                else:
+                    if tfw[k, r] == 0:
+                        touched[k, u] = r
+                        u += 1
+                    tfw[k, r] += tf
+    return u
+
+
+@numba.njit(cache=True, parallel=True)
+def bm25_context_scores_dense_parallel(q_terms, postings, docs, windows, ctx_len, n_live, k1,
+                                       b, avgdl_ctx, scratch, parts_scratch):
+    """:func:`bm25_context_scores_dense` over numba's threads: the same rows and scores, bit
+    for bit.
+
+    Per query term (in order), its postings are split in ``P`` parts of equal count
+    (``P = parts_scratch[0].shape[0]``, at least the thread count for full use, any ``P >= 1``
+    gives the same result). Each part adds its (posting, window row) tfs into its own integer
+    accumulator (no two threads write one cell); each touched row is then *owned* by the
+    first part that touched it, which sums the parts' integer tfs (exact in any order) and,
+    after ``df_ctx`` is known (the owned rows' count), adds the row's one contribution for
+    this term to the float64 accumulator -- one thread per row, terms in query order, the
+    serial kernel's summation order.
+
+    Parameters
+    ----------
+    q_terms, postings, docs, windows, ctx_len, n_live, k1, b, avgdl_ctx, scratch
+        As :func:`bm25_context_scores_dense` (only ``scratch[0]``, the float64 accumulator,
+        is used: zero on entry and on return).
+    parts_scratch : tuple (tfw, touched, owned, tot, hits)
+        Five (P, >= n_rows) int32 arrays; ``tfw`` all zero on entry (zero again on return),
+        the others any values.
+
+    Returns
+    -------
+    rows : ndarray of shape (m,), int64
+        Strictly ascending.
+    scores : ndarray of shape (m,), float64
+
+    Raises
+    ------
+    Nothing (not validated).
+
+    Examples
+    --------
+    >>> post = (np.full(4, -1), np.full(4, -1), np.zeros(4, np.int64), np.zeros(4, np.int64),
+    ...         np.zeros(4, np.int64), np.zeros(4, np.int64), np.zeros(64, np.int64),
+    ...         np.zeros(64, np.int32))
+    >>> _ = bm25_append(1, np.array([2], np.int64), np.array([1], np.int32), post, 0, 0, 4, 256)
+    >>> docs = (np.array([0, 1, 2]), np.array([2, 2, 2]), np.array([True, True, True]))
+    >>> win = (np.array([0, 2, 4]), np.array([2, 2, 1]), np.array([0, 1, 0, 1, 2]))
+    >>> parts = tuple(np.zeros((2, 3), np.int32) for _ in range(5))
+    >>> rows, scores = bm25_context_scores_dense_parallel(
+    ...     np.array([2]), post, docs, win, np.array([4, 4, 2]), 3, 1.2, 0.75, 10 / 3,
+    ...     (np.zeros(3), np.zeros(3, np.int32), np.zeros(6, np.int32)), parts)
+    >>> rows.tolist(), bool(scores[0] == scores[1] > 0)
+    ([0, 1], True)
+    """
+    acc = scratch[0]
+    tfw, touched, owned, tot, hits = parts_scratch
+    P = tfw.shape[0]
+    n = windows[0].shape[0]
+    nu = np.zeros(P, np.int64)           # rows each part touched (this term)
+    no = np.zeros(P, np.int64)           # rows each part owns (this term)
+    nh = np.zeros(P, np.int64)           # rows each part gave a first contribution (all terms)
+    for j in range(q_terms.shape[0]):
+        starts, stops = _term_blocks(q_terms[j], postings)
+        cum = np.zeros(starts.shape[0] + 1, np.int64)
+        for bi in range(starts.shape[0]):
+            cum[bi + 1] = cum[bi] + stops[bi] - starts[bi]
+        for k in numba.prange(P):
+            nu[k] = _push_part(k, P, starts, stops, cum, postings, docs, windows, tfw, touched)
+        for k in numba.prange(P):       # ownership: the first part holding the row
+            c = 0
+            for o in range(nu[k]):
+                i = touched[k, o]
+                mine = True
+                for k2 in range(k):
+                    if tfw[k2, i] != 0:
+                        mine = False
+                        break
+                if mine:
+                    s = 0
+                    for k2 in range(k, P):
+                        s += tfw[k2, i]
+                    owned[k, c] = i
+                    tot[k, c] = s
+                    c += 1
+            no[k] = c
+        df = 0
+        for k in range(P):
+            df += no[k]
+        if df == 0:
+            continue
+        idf = np.log1p((n_live - df + 0.5) / (df + 0.5))
+        for k in numba.prange(P):
+            for o in range(nu[k]):
+                tfw[k, touched[k, o]] = 0
+            h = nh[k]
+            for o in range(no[k]):
+                i = owned[k, o]
+                tf = np.float64(tot[k, o])
+                norm = k1 * (1.0 - b + b * np.float64(ctx_len[i]) / avgdl_ctx)
+                x = idf * tf / (tf + norm)
+                if acc[i] == 0.0 and x != 0.0:
+                    hits[k, h] = i
+                    h += 1
+                acc[i] += x
+            nh[k] = h
+    m = 0
+    for k in range(P):
+        m += nh[k]
+    rows = np.empty(m, np.int64)
+    if m * 16 > n:                       # many rows: one pass over the accumulator, in chunks
+        nc = 8 * P
+        cnt = np.zeros(nc + 1, np.int64)
+        for c in numba.prange(nc):
+            for i in range(n * c // nc, n * (c + 1) // nc):
+                if acc[i] != 0.0:
+                    cnt[c + 1] += 1
+        for c in range(nc):
+            cnt[c + 1] += cnt[c]
+        for c in numba.prange(nc):
+            o = cnt[c]
+            for i in range(n * c // nc, n * (c + 1) // nc):
+                if acc[i] != 0.0:
+                    rows[o] = i
+                    o += 1
+    else:
+        c = 0
+        for k in range(P):
+            for o in range(nh[k]):
+                rows[c] = hits[k, o]
+                c += 1
+        rows.sort()
+    vals = np.empty(m, np.float64)
+    for o in numba.prange(m):
+        i = rows[o]
+        vals[o] = acc[i]
+        acc[i] = 0.0
     return rows, vals

@@ -654,6 +654,18 @@ def bm25_context_scores_dense(q_terms, postings, docs, windows, ctx_len, n_live,
                                       avgdl_ctx)
 
 
+def bm25_scores_parallel(q_terms, q_idf, postings, docs, k1, b, avgdl, out):
+    """:func:`bm25_scores` (the threads change nothing)."""
+    return bm25_scores(q_terms, q_idf, postings, docs, k1, b, avgdl, out)
+
+
+def bm25_context_scores_dense_parallel(q_terms, postings, docs, windows, ctx_len, n_live, k1, b,
+                                       avgdl_ctx, scratch, parts_scratch):
+    """:func:`bm25_context_scores_sparse`'s result (the threads change nothing)."""
+    return bm25_context_scores_sparse(q_terms, postings, docs, windows, ctx_len, n_live, k1, b,
+                                      avgdl_ctx)
+
+
 def rows_in(values, wanted):
     """Rows whose value is in ``wanted``, ascending, int64."""
     return np.flatnonzero(np.isin(values, wanted)).astype(np.int64)

@@ -1048,10 +1048,12 @@ class HybridIndex:
         """The dense window radius a search uses (0: the own similarity only)."""
         return 0 if w.alpha == 1.0 or w.dense_window == 0 else int(w.dense_window)
 
-    def lexical_signals(self, prepared: PreparedQuery, weights: HybridWeights | None = None
-                        ) -> LexicalSignals:
+    def lexical_signals(self, prepared: PreparedQuery, weights: HybridWeights | None = None,
+                        threads: int = 1) -> LexicalSignals:
         """BM25 of the query against each row's text and its episode-window document, for
-        the rows that score (sparse; window BM25 from the own postings and the windows).
+        the rows that score (sparse; window BM25 from the own postings and the windows);
+        ``threads`` >= 2: common terms are scored on that many numba threads (the same
+        signals bit for bit).
 
         Returns
         -------
@@ -1065,12 +1067,13 @@ class HybridIndex:
             h, _, c = _text.token_hashes([q], parallel=False)
             q_terms, q_idf = self.lexical.query_terms(h[:c[0]])
             if w.lexical:
-                own = self.lexical.sparse_scores(q_terms, q_idf, w.k1, w.b)
+                own = self.lexical.sparse_scores(q_terms, q_idf, w.k1, w.b, threads)
             if w.lexical_context:
                 r = int(w.lexical_window)
                 ws, wl, wr = self.windows(r)
                 ctx = self.lexical.context_scores(q_terms, ws, wl, wr, self.context_lengths(r),
-                                                  int(self._ctx_len[r]), w.k1, w.b, r)
+                                                  int(self._ctx_len[r]), w.k1, w.b, r,
+                                                  threads)
         return LexicalSignals(own[0], own[1], ctx[0], ctx[1])
 
     def moments(self, query: str | PreparedQuery, query_vector: np.ndarray, *,

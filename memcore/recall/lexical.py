@@ -32,6 +32,11 @@ import numpy as np
 from memcore import _text
 from memcore.arrays import RamArrays
 from memcore.kernels import bm25 as _k
+from memcore.recall.threads import numba_threads, thread_count
+
+#: Postings (times the window, for the window BM25) of a query from which ``threads`` >= 2
+#: score them on numba's threads: below, a parallel region costs more than it saves.
+PARALLEL_MIN_WORK = 65_536
 
 __all__ = ["LexicalIndex", "bm25_idf"]
 
@@ -147,6 +152,7 @@ class LexicalIndex:
         self.prefix = prefix
         self._terms: dict[int, int] = {}
         self._scratch: list = []                 # context_scores' accumulators (RAM)
+        self._parts: list = []                   # and the threaded kernel's, per part
         self._set_counters({})
         for name, dtype in ARRAYS.items():
             if self.arrays.get(prefix + name) is None:
@@ -526,20 +532,28 @@ class LexicalIndex:
                               self.k1 if k1 is None else k1, self.b if b is None else b,
                               self.avgdl, out)
 
-    def sparse_scores(self, q_terms: np.ndarray, q_idf: np.ndarray, k1: float, b: float
-                      ) -> tuple[np.ndarray, np.ndarray]:
+    def sparse_scores(self, q_terms: np.ndarray, q_idf: np.ndarray, k1: float, b: float,
+                      threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
         """The rows that score and their BM25 (:func:`memcore.kernels.bm25.bm25_scores_sparse`)
-        for query terms from :meth:`query_terms`: (m,) int64 ascending, (m,) float64."""
+        for query terms from :meth:`query_terms`: (m,) int64 ascending, (m,) float64.
+        ``threads`` >= 2: common terms' postings are scored on that many numba threads
+        (:func:`memcore.kernels.bm25.bm25_scores_parallel`; the same rows and scores bit for
+        bit)."""
         if self.n_docs == 0 or q_terms.shape[0] == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float64)
         args = (q_terms, q_idf, self._postings(), self._docs(), k1, b, self.avgdl)
-        if 8 * int(self._a("df")[q_terms].sum()) < self.n_rows:
+        work = int(self._a("df")[q_terms].sum())
+        if 8 * work < self.n_rows:
             return _k.bm25_scores_sparse(*args)
         # common terms: the n-length kernel and its non-zero rows (the same values bit for
         # bit) beat sorting the postings; its output is the zeroed accumulator of
         # context_scores, zeroed again after
         scratch = self._take_scratch(self.n_rows)
-        out = _k.bm25_scores(*args, scratch[0][:self.n_rows])
+        if thread_count(threads) > 1 and work >= PARALLEL_MIN_WORK:
+            with numba_threads(threads):
+                out = _k.bm25_scores_parallel(*args, scratch[0][:self.n_rows])
+        else:
+            out = _k.bm25_scores(*args, scratch[0][:self.n_rows])
         rows = np.flatnonzero(out).astype(np.int64)
         vals = out[rows]
         out[rows] = 0.0
@@ -559,15 +573,30 @@ class LexicalIndex:
             scratch = (np.zeros(cap), np.zeros(cap, np.int32), np.zeros(2 * cap, np.int32))
         return scratch
 
+    def _take_parts(self, parts: int, n: int) -> tuple:
+        """The threaded context kernel's per-part accumulators: five (parts, >= n) int32
+        arrays, the first zero (given back zeroed, as :meth:`_take_scratch`'s)."""
+        try:
+            got = self._parts.pop()
+        except IndexError:
+            got = None
+        if got is None or got[0].shape[0] != parts or got[0].shape[1] < n:
+            cap = n + n // 4 + 64
+            got = tuple(np.zeros((parts, cap), np.int32) for _ in range(5))
+        return got
+
     def context_scores(self, q_terms: np.ndarray, win_start: np.ndarray, win_len: np.ndarray,
                        win_rows: np.ndarray, ctx_len: np.ndarray, ctx_total_len: int, k1: float,
-                       b: float, radius: int = 1) -> tuple[np.ndarray, np.ndarray]:
+                       b: float, radius: int = 1, threads: int = 1
+                       ) -> tuple[np.ndarray, np.ndarray]:
         """BM25 of each row's window document (its window's texts concatenated) from the own
         postings (:func:`memcore.kernels.bm25.bm25_context_scores_sparse`): rows (m,) int64
         ascending and scores (m,) float64. ``ctx_len``: each row's window-document length
         (:func:`memcore.kernels.bm25.window_lengths`); ``ctx_total_len``: their sum over the
-        live rows; ``radius``: the windows' radius (picks the kernel). Thread-safe: each
-        concurrent call gets its own accumulators."""
+        live rows; ``radius``: the windows' radius (picks the kernel); ``threads`` >= 2:
+        common terms on that many numba threads
+        (:func:`memcore.kernels.bm25.bm25_context_scores_dense_parallel`, the same result bit
+        for bit). Thread-safe: each concurrent call gets its own accumulators."""
         if self.n_docs == 0 or q_terms.shape[0] == 0 or ctx_total_len <= 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float64)
         args = (q_terms, self._postings(), self._docs(), (win_start, win_len, win_rows), ctx_len,
@@ -579,7 +608,14 @@ class LexicalIndex:
         if 4 * work < n:
             return _k.bm25_context_scores_sparse(*args)
         scratch = self._take_scratch(n)
-        out = _k.bm25_context_scores_dense(*args, scratch)
+        parts = thread_count(threads)
+        if parts > 1 and work >= PARALLEL_MIN_WORK:
+            ps = self._take_parts(parts, n)
+            with numba_threads(parts):
+                out = _k.bm25_context_scores_dense_parallel(*args, scratch, ps)
+            self._parts.append(ps)
+        else:
+            out = _k.bm25_context_scores_dense(*args, scratch)
         self._scratch.append(scratch)            # zero again (the kernel's contract)
         return out
 

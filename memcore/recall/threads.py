@@ -11,7 +11,7 @@ import numpy as np
 
 from memcore.errors import InvalidArgumentError
 
-__all__ = ["check_threads", "numba_threads"]
+__all__ = ["check_threads", "numba_threads", "thread_count"]
 
 
 @contextlib.contextmanager
@@ -22,11 +22,23 @@ def numba_threads(n: int):
         yield
         return
     old = numba.get_num_threads()
-    numba.set_num_threads(min(int(n), numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(thread_count(n))
     try:
         yield
     finally:
         numba.set_num_threads(old)
+
+
+def thread_count(n: int) -> int:
+    """The threads a parallel kernel gets for a request of ``n``: ``n`` capped at
+    ``NUMBA_NUM_THREADS`` (1 for ``n <= 1``).
+
+    Examples
+    --------
+    >>> thread_count(1), thread_count(0)
+    (1, 1)
+    """
+    return 1 if n <= 1 else min(int(n), numba.config.NUMBA_NUM_THREADS)
 
 
 def check_threads(threads: Any) -> int:

@@ -215,8 +215,9 @@ class LongTermMemory(LongTermAdmin, MemoryStore):
     query_preparer : callable, optional
         ``(text, entities) -> PreparedQuery`` for hybrid recall.
     threads : int, default 1
-        CPU threads a search's scan may use (numba's, set only while the scan runs); >= 2
-        runs the parallel kernel (robots have 4-12 cores).
+        CPU threads a search's scan and its BM25 of common terms may use (numba's, set only
+        while they run); >= 2 runs the parallel kernels, whose results equal the 1-thread
+        ones bit for bit (robots have 4-12 cores).
     approximate : ApproximateSearch, optional
         Opt in to approximate similarity-preset search for namespaces of at least
         ``approximate.min_rows`` rows (:mod:`memcore.recall.approx`: FAISS candidates, exact

@@ -60,8 +60,9 @@ class ShortTermMemory(MemoryStore):
     query_preparer : callable, optional
         ``(text, entities) -> PreparedQuery`` for hybrid recall.
     threads : int, default 1
-        CPU threads a search's scan may use (numba's, set only while the scan runs); >= 2
-        runs the parallel kernel (robots have 4-12 cores).
+        CPU threads a search's scan and its BM25 of common terms may use (numba's, set only
+        while they run); >= 2 runs the parallel kernels, whose results equal the 1-thread
+        ones bit for bit (robots have 4-12 cores).
     ttl : float, optional
         Default time to live in seconds of a put without ``ttl=`` (None: never expires).
     refresh_ttl : bool, default False
