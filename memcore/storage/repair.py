@@ -13,7 +13,8 @@ import numpy as np
 from memcore.core.rows import MAX_ACCESS_COUNT, encoded
 from memcore.errors import StoreCorruptedError
 from memcore.storage.checkpoint import crc32_of
-from memcore.storage.columns import Columns, invalid_stats, valid_time
+from memcore.storage.columns import (Columns, invalid_stats, open_expiry, valid_time,
+                                     write_expiry)
 from memcore.storage.generations import NamespaceFiles, close_namespace, remove_stale, write_generation
 from memcore.storage.jsonl import export_jsonl
 from memcore.storage.layout import (
@@ -207,6 +208,9 @@ def _repair(directory: str, ns: tuple, dim: int, gen: int, h: dict, embed=None) 
             np.concatenate([vectors_of(quarantine)] + [v[None] for v in aside_vecs]))
     rows = [row_of(i) for i in keep]
     new_vecs = vectors_of(keep)
+    expiry = open_expiry(directory, gen, read_only=True)        # every time to live kept
+    write_expiry(expiry, directory, gen + 1, [rep.file_rows[i] for i in keep])
+    del expiry
     cols, _, _ = write_generation(directory, ns, dim, gen + 1, rows, new_vecs)
     cols.release()
     remove_stale(directory, gen + 1, 0)
