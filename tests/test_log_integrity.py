@@ -122,3 +122,42 @@ def test_repair_keeps_every_time_to_live(tmp_path):
         assert r["kept"] == 2
         after = {k: ltm.get("ns", k).expires_at for k in "ac"}
     assert after == {"a": before["a"], "c": before["c"]} and None not in after.values()
+
+
+def test_repair_of_a_log_cut_below_its_checkpoint_vouches_for_nothing_after_the_cut(tmp_path):
+    """Records after the cut are gone, a DEL or a replacing PUT among them: every key the
+    checkpoint held live is listed uncertain and set aside, none served."""
+    import json
+
+    from store_helpers import run_cli
+
+    src, root = tmp_path / "src", tmp_path / "m"
+    with LongTermMemory(src, EMB) as ltm:
+        for k in "abc":
+            ltm.put("ns", k, f"memory {k}")
+    (log,) = src.glob("ns.0/*/log.0")
+    cut = log.stat().st_size
+    with LongTermMemory(src, EMB) as ltm:
+        ltm.put("ns", "d", "memory d")             # checkpointed at close
+    with LongTermMemory(src, EMB) as ltm:
+        ltm.delete("ns", "b")                      # after the last checkpoint
+        ltm.put("ns", "c", "memory c, replaced")
+        shutil.copytree(src, root)                 # a crash
+    (log,) = root.glob("ns.0/*/log.0")
+    with open(log, "r+b") as f:
+        f.truncate(cut)
+    shutil.copytree(root, tmp_path / "m2")
+    code, out, _ = run_cli("repair", str(tmp_path / "m2"))       # the human output lists them
+    assert code == 0 and "'b'" in out and "'c'" in out, out
+    code, out, _ = run_cli("repair", str(root), "--json")
+    assert code == 0, out
+    (r,) = json.loads(out)["repaired"]
+    assert {"b", "c"} <= set(r["uncertain"])
+    with LongTermMemory(root, EMB) as ltm:
+        served = {k: ltm.get("ns", k).text for k in ltm.keys("ns")}
+    assert "b" not in served and served.get("c") != "memory c"
+    quarantined = [json.loads(line)["key"] for q in root.glob("quarantine.*.jsonl")
+                   for line in q.read_text().splitlines()[1:]]
+    assert {"b", "c"} <= set(quarantined)
+    code, out, _ = run_cli("repair", str(root))    # nothing left to repair: a clean store
+    assert code == 0

@@ -67,7 +67,10 @@ def repair_namespace(directory: str, dim: int, embed=None) -> dict:
     is kept only when something vouches for its last intact record. Rows the last checkpoint
     covers are vouched for by its live flags (when their CRC verifies): a row the checkpoint
     holds dead stays dead, whatever record was lost. Past the checkpoint a key is vouched for
-    when its last intact record follows every damaged stretch. Every other key is dropped
+    when its last intact record follows every damaged stretch. A log cut below its
+    checkpoint's ``log_bytes`` vouches for nothing at the cut: the records after it (a DEL,
+    a replacing PUT, past the checkpoint too) are gone, so every key whose last record lies
+    before the cut counts as past a damaged stretch there. Every other key is dropped
     from the store and listed in ``"uncertain"``; when it may still be current (past the
     checkpoint) its last intact version (with its vector) is written to ``quarantine.<n>.jsonl`` in the store's root directory (an
     :meth:`~memcore.LongTermMemory.export_jsonl` file: inspect it, ``import_jsonl`` what is
@@ -151,6 +154,8 @@ def _repair(directory: str, ns: tuple, dim: int, gen: int, h: dict, embed=None) 
     # the last damaged stretch nothing else vouches across: past the checkpoint, or anywhere
     # when the checkpoint's live flags cannot be verified
     blind = [x for x in rep.damaged if ck_alive is None or x >= ck_bytes]
+    if ck_alive is not None and len(data) < ck_bytes:
+        blind.append(len(data))       # cut below its checkpoint: what followed is unknown
     last_damage = max(blind) if blind else -1
     ck_rows = 0 if ck_alive is None else ck_alive.shape[0]
     keep, uncertain, quarantine = [], [], []
