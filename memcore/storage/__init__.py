@@ -71,7 +71,10 @@ first ``n`` rows of every column file and the files of checkpoint ``c`` (live fl
 each of the first ``n`` vectors was checked against its PUT record's ``vector_crc`` (the rows
 written since the previous checkpoint at every checkpoint; every live row when compaction
 writes a generation). ``"crc"`` holds the CRC-32 (zlib) of each checkpoint file's bytes and of
-the first ``n`` rows of ``record_offset``; open verifies them (a mismatch ->
+the first ``n`` rows of ``record_offset``, ``created_at``, ``updated_at`` and ``importance``
+(the columns the log implies, :data:`~memcore.storage.columns.CHECKED_COLUMNS`; access
+statistics change without a record and ``expiry`` with ``refresh_ttl``: range-checked only);
+open verifies them (a mismatch ->
 :class:`StoreCorruptedError` naming the file; ``repair`` rebuilds the namespace from its log).
 Headers written before checksums lack the entry and are not verified. Headers are replaced
 atomically: write ``header.json.tmp``, fsync, rename over ``header.json``, fsync the directory.
@@ -108,7 +111,8 @@ followed by ``length`` payload bytes; the CRC-32 (zlib) covers the payload.
 
 - PUT (``op = 1``), 64 fixed bytes then the variable parts::
 
-      op u8, pad 3 (a batch's count, see Commit protocol), row u32, created_at f64, updated_at f64, last_accessed_at f64,
+      op u8, pad 3 (a batch's count, see Commit protocol), row u32, created_at f64,
+      updated_at f64, last_accessed_at f64,
       access_count i64, importance f64, vector_crc u32, key_len u32, text_len u32,
       meta_len u32, key utf-8, text utf-8, metadata JSON utf-8
 

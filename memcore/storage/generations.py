@@ -21,14 +21,13 @@ from memcore.storage.checkpoint import (
     KeyIndex,
     PutRecord,
     checkpoint_names,
-    crc32_of,
     decode_puts,
     key_hashes,
     load_checkpoint_files,
     read_put,
     write_checkpoint_files,
 )
-from memcore.storage.columns import INITIAL_CAPACITY, Columns, expiry_path
+from memcore.storage.columns import INITIAL_CAPACITY, Columns, column_crcs, expiry_path
 from memcore.storage.layout import (
     FORMAT_VERSION,
     NAMESPACE_FORMAT,
@@ -112,7 +111,7 @@ class NamespaceFiles:
             cols.sync()
         crcs = write_checkpoint_files(tmp, 0, 0, np.zeros(0, np.bool_), np.zeros(0, np.uint64),
                                       np.zeros(0, np.int64), durable=durable)
-        crcs["record_offset"] = crc32_of(b"")
+        crcs.update(column_crcs(cols, 0))
         write_namespace_identity(tmp, ns, durable=durable)
         _write_ns_header(tmp, ns, dim, 0, 0, 0, 0, durable=durable, crc=crcs)
         cols.release()
@@ -347,7 +346,7 @@ class NamespaceFiles:
         hashes, krows = keys.merged(cols.alive[:rows])
         crcs = write_checkpoint_files(self.directory, self.generation, c, cols.alive[:rows],
                                       hashes, krows, durable=False)
-        crcs["record_offset"] = crc32_of(cols.record_offset[:rows])
+        crcs.update(column_crcs(cols, rows))
         entry = None
         if hybrid:
             index_crcs: dict = {}
@@ -504,7 +503,7 @@ def write_generation_blob(directory: str, ns: tuple, dim: int, generation: int, 
     order = np.argsort(hashes, kind="stable")
     crcs = write_checkpoint_files(directory, generation, 0, cols.alive[:n], hashes[order],
                                   order.astype(np.int64), durable=True)
-    crcs["record_offset"] = crc32_of(cols.record_offset[:n])
+    crcs.update(column_crcs(cols, n))
     _write_ns_header(directory, ns, dim, generation, n, len(blob), n, durable=True,
                      checkpoint=0, live=n, crc=crcs)
     return cols, n, len(blob)

@@ -288,6 +288,14 @@ def verify_namespace(files: "NamespaceFiles", cols: Columns, rows: int) -> dict:
     if wrong.shape[0]:
         errors.append(f"{cols.path('record_offset')} is corrupted at offset "
                       f"{int(wrong[0]) * 8}: row {int(wrong[0])} does not point at its record")
+    for name, logged in (("created_at", rep.created_at), ("updated_at", rep.updated_at),
+                         ("importance", rep.importance)):
+        col = getattr(cols, name)
+        wrong = np.flatnonzero(col[:n] != np.asarray(logged[:n], col.dtype))
+        if wrong.shape[0]:
+            errors.append(f"{cols.path(name)} is corrupted at offset "
+                          f"{int(wrong[0]) * col.dtype.itemsize}: row {int(wrong[0])} "
+                          f"disagrees with its PUT record ({wrong.shape[0]} row(s))")
     alive = np.ones(rep.rows, np.bool_)
     if len(rep.dead):
         alive[np.asarray(rep.dead, np.int64)] = False
