@@ -71,7 +71,10 @@ first ``n`` rows of every column file and the files of checkpoint ``c`` (live fl
 each of the first ``n`` vectors was checked against its PUT record's ``vector_crc`` (the rows
 written since the previous checkpoint at every checkpoint; every live row when compaction
 writes a generation). ``"crc"`` holds the CRC-32 (zlib) of each checkpoint file's bytes and of
-the first ``n`` rows of ``record_offset``; open verifies them (a mismatch ->
+the first ``n`` rows of ``record_offset``, ``created_at``, ``updated_at`` and ``importance``
+(the columns the log implies, :data:`~memcore.storage.columns.CHECKED_COLUMNS`; access
+statistics change without a record and ``expiry`` with ``refresh_ttl``: range-checked only);
+open verifies them (a mismatch ->
 :class:`StoreCorruptedError` naming the file; ``repair`` rebuilds the namespace from its log).
 Headers written before checksums lack the entry and are not verified. Headers are replaced
 atomically: write ``header.json.tmp``, fsync, rename over ``header.json``, fsync the directory.
@@ -108,7 +111,8 @@ followed by ``length`` payload bytes; the CRC-32 (zlib) covers the payload.
 
 - PUT (``op = 1``), 64 fixed bytes then the variable parts::
 
-      op u8, pad 3, row u32, created_at f64, updated_at f64, last_accessed_at f64,
+      op u8, pad 3 (a batch's count, see Commit protocol), row u32, created_at f64,
+      updated_at f64, last_accessed_at f64,
       access_count i64, importance f64, vector_crc u32, key_len u32, text_len u32,
       meta_len u32, key utf-8, text utf-8, metadata JSON utf-8
 
@@ -137,11 +141,15 @@ vectors and columns of *new* rows into the memory maps (never touching a committ
 vector), then appends its records to the log with one ``write`` -- the commit point.
 ``put_many`` commits once (as do ``delete_many`` and a namespace's ``sweep``, their DEL
 records one batch): a batch of several records is written with its first record's magic
-pending (first byte 0, :data:`~memcore.storage.records.PENDING_MAGIC`), then committed by
-writing that one byte (``"fsync"``: after syncing the records). A process killed mid-batch
-leaves an intact pending record followed by some of the batch: recovery cuts the log there
-like a torn tail, so the batch is all or nothing (a single record is atomic by its CRC). The
-bytes of a committed batch are the same as before: format 2 is unchanged.
+pending (first byte 0, :data:`~memcore.storage.records.PENDING_MAGIC`) and the batch's
+record count in its 3 pad bytes (u24; :func:`~memcore.storage.records.mark_batch`; every
+other record has 0 there), then committed by writing that one byte (``"fsync"``: after
+syncing the records). A process killed mid-batch leaves an intact pending record followed by
+some of the batch: recovery cuts the log there like a torn tail, so the batch is all or
+nothing (a single record is atomic by its CRC). Format 2 is unchanged: every reader ignores
+the pad bytes, so memcore before the batch count reads these logs as before (and a log it
+wrote, without counts, opens here; only a pending record of its own that a crash left is
+then reported as damage, see Recovery).
 
 - ``durability="flush"`` (default): the records are written to the OS before the call returns.
   An acknowledged write survives the process being killed (the memory maps and the log share
@@ -182,11 +190,17 @@ Recovery (on open)
    column-wise). At the first bad record at offset ``x``: if any valid record follows it, the
    damage is in the middle of the file -> :class:`StoreCorruptedError` naming the file and
    ``x``; a log shorter than ``log_bytes`` -> the same (truncated). An intact record with
-   the pending magic past ``log_bytes`` is an uncommitted batch: cut there (whatever
-   follows it). Otherwise it is a torn tail
-   (a write cut short by a crash) and the log is truncated to ``x``, the end of the last
-   committed record (read-only opens just ignore it). A CRC-valid record that breaks the row
-   rules is corruption.
+   the pending magic past ``log_bytes`` and a batch count ``c >= 2``, followed by at most
+   ``c - 1`` intact records and nothing valid after them, is an uncommitted batch: cut
+   there. A pending record without a count, or followed by more records than its batch
+   holds, is damage (a zeroed first byte: its records committed; ``repair`` restores it).
+   A whole record (frame and length intact, inside the file) with a bad CRC and a non-zero
+   last byte is damage too (a flipped bit: a torn write is short, or ends in zeros).
+   Otherwise it is a torn tail (a write cut short by a crash) and the log is truncated to
+   ``x``, the end of the last committed record (read-only opens just ignore it). A
+   CRC-valid record that breaks the row rules is corruption. (Zeroing the first byte of the
+   *last* batch's first record leaves what a crash before its commit byte leaves: that batch
+   is cut.)
 4. Every row of the tail (rows ``n`` and up) is checked against its record's ``vector_crc``;
    a mismatch -> :class:`StoreCorruptedError` naming the vectors file, byte offset and row.
    (Rows below ``n`` were verified and fsynced, and rows are append-only: nothing writes a
@@ -225,8 +239,10 @@ the store has its embedder and keeps it only when the result matches the CRC bit
 
 Repair never resurrects: a key is kept only when something vouches for its last intact
 record -- the checkpoint's CRC-verified live flags for checkpointed rows, else its record
-following every damaged stretch of the log; the others are dropped and listed (report
-``"uncertain"``), and what may still be current is set aside in ``quarantine.<n>.jsonl``.
+following every damaged stretch of the log (a log cut below its checkpoint counts as damaged
+at the cut: the records after it are unknown); the others are dropped and listed (report
+``"uncertain"``, and the CLI's human output), and what may still be current is set aside in
+``quarantine.<n>.jsonl``.
 
 Exceptions: every commit step (write, delete, checkpoint, clear, compaction, reindex) marks
 its namespace (or, for reindex, the store) stale until it finished; any exception in

@@ -22,10 +22,9 @@ from memcore.storage.log import (
     fixed_fields,
     frame_scan,
     parse_one,
-    valid_record_after,
+    tail_damage,
 )
-from memcore.storage.records import (DEL_FIXED, FRAME, MAGIC, OP_DEL, OP_PUT, PUT_FIXED,
-                                     pending_batch_at)
+from memcore.storage.records import DEL_FIXED, FRAME, MAGIC, OP_DEL, OP_PUT, PUT_FIXED
 
 #: A checkpoint is written after this many log bytes or rows since the previous one.
 CHECKPOINT_BYTES = 64 << 20
@@ -280,7 +279,7 @@ def scan_tail(data: bytes, base: int, path: str, first_row: int) -> Tail:
     """
     size = len(data)
     buf, offsets, count, stop = frame_scan(data)
-    if stop < size and not pending_batch_at(data, stop, size):   # else: an uncommitted batch
+    if stop < size:                      # a torn tail, an uncommitted batch or damage
         try:
             parse_one(data, stop, size)
         except BadRecord as bad:
@@ -289,11 +288,11 @@ def scan_tail(data: bytes, base: int, path: str, first_row: int) -> Tail:
             raise StoreCorruptedError(
                 f"{path}: the frame scan stopped at offset {base + stop}, where the exact "
                 f"parser reads a valid record; {REPAIR_HINT}")
-        later = valid_record_after(data, stop, size)
-        if later is not None:
+        where = tail_damage(data, stop, size, 0, base)
+        if where is not None:
             raise StoreCorruptedError(
-                f"{path} is corrupted at offset {base + stop} ({reason}), followed by a valid "
-                f"record at offset {base + later}; {REPAIR_HINT}")
+                f"{path} is corrupted at offset {base + stop} ({reason}), {where}; "
+                f"{REPAIR_HINT}")
     payload = offsets + FRAME.size
     ops = buf[payload] if count else np.zeros(0, np.uint8)
     if not np.isin(ops, (OP_PUT, OP_DEL)).all():

@@ -10,10 +10,12 @@ import os
 import numpy as np
 
 from memcore.core.rows import INITIAL_CAPACITY, MAX_ABS_TIME, MAX_ACCESS_COUNT, capacity_for
+from memcore._crc import crc32_of
 from memcore.errors import StoreCorruptedError
 from memcore.storage.layout import COLUMNS, COLUMNS_V2, FORMAT_VERSION, column_path
 
-__all__ = ["INITIAL_CAPACITY", "Columns", "capacity_for", "expiry_path", "grow_expiry",
+__all__ = ["CHECKED_COLUMNS", "INITIAL_CAPACITY", "Columns", "bad_column", "capacity_for",
+           "column_crcs", "expiry_path", "grow_expiry",
            "invalid_stats", "open_expiry", "valid_time", "write_expiry"]
 
 
@@ -276,3 +278,26 @@ def write_expiry(expiry: np.ndarray | None, directory: str, generation: int,
         f.write(e.tobytes())
         f.flush()
         os.fsync(f.fileno())
+
+
+#: The column files whose first ``rows`` rows never change once checkpointed (the log
+#: implies them): the namespace header's ``"crc"`` holds the CRC-32 of each at every
+#: checkpoint, and open and ``verify()`` check them. Access statistics (refreshed by reads
+#: without a log record) and ``expiry`` (moved by ``refresh_ttl``) are range-checked instead
+#: (:func:`invalid_stats`).
+CHECKED_COLUMNS = ("record_offset", "created_at", "updated_at", "importance")
+
+
+def column_crcs(cols: "Columns", rows: int) -> dict:
+    """``{name: CRC-32 of its first rows values}`` for each of :data:`CHECKED_COLUMNS`."""
+    return {name: crc32_of(getattr(cols, name)[:rows]) for name in CHECKED_COLUMNS}
+
+
+def bad_column(cols: "Columns", rows: int, crcs: dict | None) -> str | None:
+    """The first of :data:`CHECKED_COLUMNS` whose first ``rows`` values fail the CRC-32 in
+    ``crcs`` (a header's ``"crc"``; a column it lacks -- a header written before the check --
+    is not checked), or None. Cost: one CRC pass over 28 bytes a row."""
+    for name in CHECKED_COLUMNS:
+        if crcs and name in crcs and crc32_of(getattr(cols, name)[:rows]) != crcs[name]:
+            return name
+    return None

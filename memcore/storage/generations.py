@@ -21,14 +21,13 @@ from memcore.storage.checkpoint import (
     KeyIndex,
     PutRecord,
     checkpoint_names,
-    crc32_of,
     decode_puts,
     key_hashes,
     load_checkpoint_files,
     read_put,
     write_checkpoint_files,
 )
-from memcore.storage.columns import INITIAL_CAPACITY, Columns, expiry_path
+from memcore.storage.columns import INITIAL_CAPACITY, Columns, column_crcs, expiry_path
 from memcore.storage.layout import (
     FORMAT_VERSION,
     NAMESPACE_FORMAT,
@@ -55,6 +54,7 @@ from memcore.storage.records import (
     encode_delete,
     encode_put,
     encode_puts,
+    mark_batch,
     record_vector_crcs,
     vector_crcs,
     verify_vectors,
@@ -84,6 +84,7 @@ class NamespaceFiles:
         self.checkpoint_rows = 0    # rows covered by the header's (verified) checkpoint
         self._pending: list[bytes] = []
         self._pending_bytes = 0
+        self._pending_records = 0
         self._fd = None if read_only else os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
         self._mfd: int | None = None    # writes a batch's commit byte (see _write_batch)
         self._vec_fd = None
@@ -110,7 +111,7 @@ class NamespaceFiles:
             cols.sync()
         crcs = write_checkpoint_files(tmp, 0, 0, np.zeros(0, np.bool_), np.zeros(0, np.uint64),
                                       np.zeros(0, np.int64), durable=durable)
-        crcs["record_offset"] = crc32_of(b"")
+        crcs.update(column_crcs(cols, 0))
         write_namespace_identity(tmp, ns, durable=durable)
         _write_ns_header(tmp, ns, dim, 0, 0, 0, 0, durable=durable, crc=crcs)
         cols.release()
@@ -179,10 +180,12 @@ class NamespaceFiles:
 
     # ---------------------------------------------------------------- commits
 
-    def append(self, blob: bytes, cols: Columns) -> None:
-        """Commit records (already framed) according to the durability mode."""
+    def append(self, blob: bytes, cols: Columns, records: int = 1) -> None:
+        """Commit ``records`` records (already framed, in ``blob``) according to the
+        durability mode."""
         if self.durability == "none":
             self._pending.append(blob)
+            self._pending_records += records
             self._pending_bytes += len(blob)
             self.log_bytes += len(blob)
             if self._pending_bytes >= NONE_BUFFER_BYTES:
@@ -190,6 +193,7 @@ class NamespaceFiles:
                     self.flush_pending()
                 except BaseException:            # this commit failed; earlier ones stay pending
                     self._pending.pop()
+                    self._pending_records -= records
                     self._pending_bytes -= len(blob)
                     self.log_bytes -= len(blob)
                     raise
@@ -197,23 +201,26 @@ class NamespaceFiles:
         self.flush_pending()
         if self.durability == "fsync":
             cols.sync_vectors()
-        self._write_batch(blob, self.log_bytes)
+        self._write_batch(blob, self.log_bytes, records)
         self.log_bytes += len(blob)
         if self.durability == "fsync":
             os.fdatasync(self._fd)
 
-    def _write_batch(self, blob, base: int) -> None:
-        """Append ``blob`` at log offset ``base`` as one commit. One record is atomic by its
-        CRC; several (``put_many``) are written with the first record's magic pending
-        (:data:`~memcore.storage.records.PENDING_MAGIC`), then committed by writing its
-        first byte: a process killed mid-write leaves an uncommitted batch that recovery
-        cuts whole, never a prefix of it (``"fsync"`` syncs the records before the byte)."""
+    def _write_batch(self, blob, base: int, records: int) -> None:
+        """Append ``blob`` (``records`` records) at log offset ``base`` as one commit. One
+        record is atomic by its CRC; several (``put_many``) are written with the first
+        record's magic pending (:data:`~memcore.storage.records.PENDING_MAGIC`) and the
+        batch's record count in its pad bytes (:func:`~memcore.storage.records.mark_batch`),
+        then committed by writing its first byte: a process killed mid-write leaves an
+        uncommitted batch that recovery cuts whole, never a prefix of it (``"fsync"`` syncs
+        the records before the byte), and the count tells a pending batch from a damaged
+        record followed by later commits."""
         length = FRAME.unpack_from(blob, 0)[1] if len(blob) >= FRAME.size else 0
         if len(blob) <= FRAME.size + length:
             _write_all(self._fd, blob, base)
             return
         blob = blob if isinstance(blob, bytearray) else bytearray(blob)
-        blob[0] = 0
+        mark_batch(blob, records)
         _write_all(self._fd, blob, base)
         try:
             if self.durability == "fsync":
@@ -244,7 +251,7 @@ class NamespaceFiles:
                                        updated_at, last_accessed_at, access_count, importance,
                                        vector_crcs(vectors))
             offsets = (starts + base).tolist()
-        self.append(blob, cols)
+        self.append(blob, cols, len(keys))
         self.records += len(keys)
         return offsets
 
@@ -252,7 +259,7 @@ class NamespaceFiles:
         """Commit the DEL records of ``keys`` at their ``rows`` with one append (several
         records: one batch, all or nothing after a crash, see :meth:`_write_batch`)."""
         self.append(b"".join(encode_delete(row, key.encode("utf-8"))
-                             for row, key in zip(rows, keys)), cols)
+                             for row, key in zip(rows, keys)), cols, len(keys))
         self.records += len(keys)
 
     def verified_log(self, vectors: np.ndarray, rows: Sequence[int], offsets: np.ndarray,
@@ -274,12 +281,12 @@ class NamespaceFiles:
 
     def flush_pending(self) -> None:
         if self._pending:
-            pending, nbytes = self._pending, self._pending_bytes
-            self._pending, self._pending_bytes = [], 0      # never written twice
+            pending, nbytes, nrec = self._pending, self._pending_bytes, self._pending_records
+            self._pending, self._pending_bytes, self._pending_records = [], 0, 0   # written once
             try:
-                self._write_batch(bytearray(b"".join(pending)), self.log_bytes - nbytes)
+                self._write_batch(bytearray(b"".join(pending)), self.log_bytes - nbytes, nrec)
             except BaseException:                           # cut back: still pending
-                self._pending, self._pending_bytes = pending, nbytes
+                self._pending, self._pending_bytes, self._pending_records = pending, nbytes, nrec
                 raise
 
     def checkpoint(self, cols: Columns, rows: int, offsets: Sequence[int],
@@ -339,7 +346,7 @@ class NamespaceFiles:
         hashes, krows = keys.merged(cols.alive[:rows])
         crcs = write_checkpoint_files(self.directory, self.generation, c, cols.alive[:rows],
                                       hashes, krows, durable=False)
-        crcs["record_offset"] = crc32_of(cols.record_offset[:rows])
+        crcs.update(column_crcs(cols, rows))
         entry = None
         if hybrid:
             index_crcs: dict = {}
@@ -496,7 +503,7 @@ def write_generation_blob(directory: str, ns: tuple, dim: int, generation: int, 
     order = np.argsort(hashes, kind="stable")
     crcs = write_checkpoint_files(directory, generation, 0, cols.alive[:n], hashes[order],
                                   order.astype(np.int64), durable=True)
-    crcs["record_offset"] = crc32_of(cols.record_offset[:n])
+    crcs.update(column_crcs(cols, n))
     _write_ns_header(directory, ns, dim, generation, n, len(blob), n, durable=True,
                      checkpoint=0, live=n, crc=crcs)
     return cols, n, len(blob)

@@ -17,7 +17,10 @@ from memcore.storage.records import (
     MAX_PAYLOAD,
     OP_DEL,
     OP_PUT,
+    MAX_BATCH_COUNT,
+    PENDING_MAGIC,
     PUT_FIXED,
+    batch_count,
     first_bad_row,
     pending_batch_at,
 )
@@ -158,6 +161,46 @@ def valid_record_after(data, off: int, size: int) -> int | None:
             pos += 1
 
 
+def tail_damage(data, off: int, size: int, committed_bytes: int, base: int = 0) -> str | None:
+    """Why the first bad record at ``off`` is damage, or None when the log may be cut there
+    (a write that never committed: a torn tail or an uncommitted batch). ``data`` starts at
+    log offset ``base`` (for the message).
+
+    Damage: ``off`` inside the checkpoint; a valid record after the uncommitted stretch;
+    a pending record (:data:`~memcore.storage.records.PENDING_MAGIC`) without a batch count
+    (no writer leaves one: a record whose first byte was zeroed) or followed by more intact
+    records than its batch holds; a record whose frame and length are intact and fit in the
+    file, with a bad CRC and a non-zero last byte (a flipped bit: a torn write is short, or
+    ends in the zeros of a file extended but never written).
+    """
+    if off < committed_bytes:
+        return "inside the last checkpoint"
+    pos = off
+    if pending_batch_at(data, off, size):
+        count = batch_count(data, off)
+        if count < 2:
+            return "a pending record that heads no batch (its first byte was zeroed)"
+        pos = off + FRAME.size + FRAME.unpack_from(data, off)[1]
+        k = 1
+        while k < count or count == MAX_BATCH_COUNT:
+            try:
+                pos = parse_one(data, pos, size)[2]
+            except BadRecord:
+                break
+            k += 1
+    later = valid_record_after(data, pos - 1, size) if pos < size else None
+    if later is not None:
+        return f"followed by a valid record at offset {base + later}"
+    if pos == off and size - off >= FRAME.size:
+        magic, length, _ = FRAME.unpack_from(data, off)
+        end = off + FRAME.size + length
+        if magic in (MAGIC, PENDING_MAGIC) and length <= MAX_PAYLOAD and end <= size \
+                and data[end - 1] != 0:
+            return ("a whole record at the end of the log that fails its checks (a flipped "
+                    "bit, not a torn write)")
+    return None
+
+
 #: The fixed part of a PUT payload as a NumPy record (decodes every PUT of a log at once).
 PUT_DTYPE = np.dtype({
     "names": ["op", "row", "created_at", "updated_at", "last_accessed_at", "access_count",
@@ -221,14 +264,12 @@ def _scan_log_fast(data: bytes, path: str, committed_bytes: int) -> Replay | Non
     """
     size = len(data)
     buf, offsets, count, stop = frame_scan(data)
-    if stop < size and stop >= committed_bytes and pending_batch_at(data, stop, size):
-        pass                                 # an uncommitted batch: cut like a torn tail
-    elif stop < size:                        # the first bad frame: torn tail or corruption
+    if stop < size:                          # the first bad frame: torn tail or corruption
         try:
             parse_one(data, stop, size)
             return None                      # the kernel and the exact parser disagree
         except BadRecord:
-            if stop < committed_bytes or valid_record_after(data, stop, size) is not None:
+            if tail_damage(data, stop, size, committed_bytes) is not None:
                 return None                  # corruption: the exact scan names it
 
     payload = offsets + FRAME.size
@@ -345,26 +386,35 @@ def scan_log_exact(data: bytes, path: str, committed_bytes: int, salvage: bool) 
             op, fields, nxt = parse_one(data, off, size)
             _apply(rep, op, fields, off, salvage)
         except BadRecord as bad:
-            if off >= committed_bytes and pending_batch_at(data, off, size):
-                break                                # an uncommitted batch: never committed
+            where = tail_damage(data, off, size, committed_bytes)
+            if where is None:                # a torn tail or an uncommitted batch: never committed
+                rep.skipped += salvage and not pending_batch_at(data, off, size)
+                break
+            if salvage and pending_batch_at(data, off, size):
+                # intact but for its first byte (a committed record: see tail_damage)
+                rec = bytearray(data[off:off + FRAME.size + FRAME.unpack_from(data, off)[1]])
+                rec[0] = MAGIC & 0xFF
+                try:
+                    op, fields, n = parse_one(rec, 0, len(rec))
+                    _apply(rep, op, fields, off, salvage)
+                except BadRecord:
+                    pass
+                else:
+                    rep.skipped += 1
+                    off = rep.end = off + n
+                    continue
             later = valid_record_after(data, off, size)
             if salvage:
                 rep.skipped += 1
-                if later is None and off >= committed_bytes:
-                    break                            # a torn tail: never committed
                 rep.damaged.append(off)
                 if later is None:
                     break
                 off = later
                 continue
-            if later is not None or off < committed_bytes:
-                where = ("inside the last checkpoint" if off < committed_bytes
-                         else f"followed by a valid record at offset {later}")
-                raise StoreCorruptedError(
-                    f"{path} is corrupted at offset {off} ({bad.reason}), {where}; "
-                    "LongTermMemory(..., repair=True) or store.repair() rewrites it keeping "
-                    "every intact record") from None
-            break                                    # torn tail
+            raise StoreCorruptedError(
+                f"{path} is corrupted at offset {off} ({bad.reason}), {where}; "
+                "LongTermMemory(..., repair=True) or store.repair() rewrites it keeping "
+                "every intact record") from None
         off = nxt
         rep.end = off
     if off < committed_bytes and not salvage:

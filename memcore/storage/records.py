@@ -165,6 +165,7 @@ def copy_puts(log: bytes, offsets: np.ndarray, last_accessed_at, access_count
     ends = np.cumsum(lengths)
     starts = ends - lengths
     buf = np.frombuffer(out, np.uint8)
+    buf[(starts + BATCH_COUNT_AT)[:, None] + np.arange(3)] = 0     # no batch count
     for at, values, dtype in ((16, np.arange(n), "<u4"), (36, last_accessed_at, "<f8"),
                               (44, access_count, "<i8")):
         raw = np.ascontiguousarray(values, dtype=dtype).view(np.uint8).reshape(n, -1)
@@ -184,6 +185,36 @@ def pending_batch_at(data, off: int, size: int) -> bool:
     start = off + FRAME.size
     return (magic == PENDING_MAGIC and length <= MAX_PAYLOAD and start + length <= size
             and zlib.crc32(data[start:start + length]) == crc)
+
+
+#: Where a batch's first record holds the batch's record count: its payload's 3 pad bytes
+#: (u24, little-endian; readers of format 2 ignore them, so old ones read the files as before).
+#: Every other record has 0 there. Saturates at :data:`MAX_BATCH_COUNT` ("at least that many").
+BATCH_COUNT_AT = FRAME.size + 1
+MAX_BATCH_COUNT = 0xFFFFFF
+
+
+def mark_batch(blob: bytearray, count: int) -> None:
+    """Make ``blob``'s first record the pending head of a batch of ``count`` records: its pad
+    bytes hold ``count`` (its CRC recomputed) and its magic is :data:`PENDING_MAGIC` until the
+    commit byte is written.
+
+    Examples
+    --------
+    >>> blob = bytearray(encode_delete(0, b"a") + encode_delete(1, b"b"))
+    >>> mark_batch(blob, 2); batch_count(blob, 0), pending_batch_at(blob, 0, len(blob))
+    (2, True)
+    """
+    length = FRAME.unpack_from(blob, 0)[1]
+    at = BATCH_COUNT_AT
+    blob[at:at + 3] = min(count, MAX_BATCH_COUNT).to_bytes(3, "little")
+    struct.pack_into("<I", blob, 8, zlib.crc32(memoryview(blob)[FRAME.size:FRAME.size + length]))
+    blob[0] = 0
+
+
+def batch_count(data, off: int) -> int:
+    """The batch count in the pad bytes of the record at ``off`` (0: not a batch's head)."""
+    return int.from_bytes(bytes(data[off + BATCH_COUNT_AT:off + BATCH_COUNT_AT + 3]), "little")
 
 
 def encode_delete(row: int, key: bytes) -> bytes:

@@ -16,11 +16,10 @@ from memcore.storage.checkpoint import (
     REPAIR_HINT,
     KeyIndex,
     Tail,
-    crc32_of,
     load_checkpoint_files,
     scan_tail,
 )
-from memcore.storage.columns import Columns, capacity_for, invalid_stats
+from memcore.storage.columns import Columns, bad_column, capacity_for, invalid_stats
 from memcore.storage.generations import NamespaceFiles, file_bytes, new_key_index, remove_stale
 from memcore.storage.layout import (
     COLUMNS,
@@ -182,11 +181,11 @@ def _open_v2(directory: str, h: dict, ns: tuple, dim: int, durability: str,
     else:
         cols = Columns(dim, capacity_for(max(rows, 1), have_rows), directory, gen,
                        version=2, need=rows)
-    if crcs and "record_offset" in crcs and \
-            crc32_of(cols.record_offset[:ck_rows]) != crcs["record_offset"]:
+    bad = bad_column(cols, ck_rows, crcs)
+    if bad is not None:
         cols.release()
         raise StoreCorruptedError(
-            f"{cols.path('record_offset')} fails its CRC-32 over its first {ck_rows} rows "
+            f"{cols.path(bad)} fails its CRC-32 over its first {ck_rows} rows "
             f"(offset 0): the column file was damaged; {REPAIR_HINT}")
     files = NamespaceFiles(directory, ns, dim, gen, durability, read_only)
     files.version = 2

@@ -13,7 +13,8 @@ import numpy as np
 from memcore.core.rows import MAX_ACCESS_COUNT, encoded
 from memcore.errors import StoreCorruptedError
 from memcore.storage.checkpoint import crc32_of
-from memcore.storage.columns import Columns, invalid_stats, valid_time
+from memcore.storage.columns import (Columns, invalid_stats, open_expiry, valid_time,
+                                     write_expiry)
 from memcore.storage.generations import NamespaceFiles, close_namespace, remove_stale, write_generation
 from memcore.storage.jsonl import export_jsonl
 from memcore.storage.layout import (
@@ -66,7 +67,10 @@ def repair_namespace(directory: str, dim: int, embed=None) -> dict:
     is kept only when something vouches for its last intact record. Rows the last checkpoint
     covers are vouched for by its live flags (when their CRC verifies): a row the checkpoint
     holds dead stays dead, whatever record was lost. Past the checkpoint a key is vouched for
-    when its last intact record follows every damaged stretch. Every other key is dropped
+    when its last intact record follows every damaged stretch. A log cut below its
+    checkpoint's ``log_bytes`` vouches for nothing at the cut: the records after it (a DEL,
+    a replacing PUT, past the checkpoint too) are gone, so every key whose last record lies
+    before the cut counts as past a damaged stretch there. Every other key is dropped
     from the store and listed in ``"uncertain"``; when it may still be current (past the
     checkpoint) its last intact version (with its vector) is written to ``quarantine.<n>.jsonl`` in the store's root directory (an
     :meth:`~memcore.LongTermMemory.export_jsonl` file: inspect it, ``import_jsonl`` what is
@@ -150,6 +154,8 @@ def _repair(directory: str, ns: tuple, dim: int, gen: int, h: dict, embed=None) 
     # the last damaged stretch nothing else vouches across: past the checkpoint, or anywhere
     # when the checkpoint's live flags cannot be verified
     blind = [x for x in rep.damaged if ck_alive is None or x >= ck_bytes]
+    if ck_alive is not None and len(data) < ck_bytes:
+        blind.append(len(data))       # cut below its checkpoint: what followed is unknown
     last_damage = max(blind) if blind else -1
     ck_rows = 0 if ck_alive is None else ck_alive.shape[0]
     keep, uncertain, quarantine = [], [], []
@@ -207,6 +213,9 @@ def _repair(directory: str, ns: tuple, dim: int, gen: int, h: dict, embed=None) 
             np.concatenate([vectors_of(quarantine)] + [v[None] for v in aside_vecs]))
     rows = [row_of(i) for i in keep]
     new_vecs = vectors_of(keep)
+    expiry = open_expiry(directory, gen, read_only=True)        # every time to live kept
+    write_expiry(expiry, directory, gen + 1, [rep.file_rows[i] for i in keep])
+    del expiry
     cols, _, _ = write_generation(directory, ns, dim, gen + 1, rows, new_vecs)
     cols.release()
     remove_stale(directory, gen + 1, 0)
@@ -279,6 +288,14 @@ def verify_namespace(files: "NamespaceFiles", cols: Columns, rows: int) -> dict:
     if wrong.shape[0]:
         errors.append(f"{cols.path('record_offset')} is corrupted at offset "
                       f"{int(wrong[0]) * 8}: row {int(wrong[0])} does not point at its record")
+    for name, logged in (("created_at", rep.created_at), ("updated_at", rep.updated_at),
+                         ("importance", rep.importance)):
+        col = getattr(cols, name)
+        wrong = np.flatnonzero(col[:n] != np.asarray(logged[:n], col.dtype))
+        if wrong.shape[0]:
+            errors.append(f"{cols.path(name)} is corrupted at offset "
+                          f"{int(wrong[0]) * col.dtype.itemsize}: row {int(wrong[0])} "
+                          f"disagrees with its PUT record ({wrong.shape[0]} row(s))")
     alive = np.ones(rep.rows, np.bool_)
     if len(rep.dead):
         alive[np.asarray(rep.dead, np.int64)] = False
