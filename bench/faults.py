@@ -7,9 +7,11 @@ lands where the child happens to be).
 
 Damage classification, per case (one file of a closed store damaged one way):
 
-* **detected**: open raised, ``damaged``/``repair_report`` said so, ``verify()`` listed an
-  error or bad row, or a read raised :class:`memcore.errors.MemcoreError`;
+* **detected**: open raised, ``damaged`` said so, ``verify()`` listed an error or bad row,
+  or a read raised :class:`memcore.errors.MemcoreError` (a WARNING logged on open is
+  recorded in the case but is no report);
 * **harmless**: nothing reported and every get/search/vector exactly as expected;
+* **crashed**: open or a read raised an exception that is no MemcoreError;
 * **silent**: nothing reported and some result wrong or missing (the failure issue 27 counts).
 
 After each case ``repair()`` runs on a writer; a deleted or replaced key served with its old
@@ -39,7 +41,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from memcore import HashingEmbedder, LongTermMemory, MemoryItem, SemanticMemory  # noqa: E402
+from memcore import (HashingEmbedder, HybridWeights, LongTermMemory, MemoryItem,  # noqa: E402
+                     SemanticMemory)
 from memcore import _validate  # noqa: E402
 from memcore.errors import MemcoreError  # noqa: E402
 from tests.kill_driver import killed_round  # noqa: E402  (one SIGKILL driver for tests and bench)
@@ -89,9 +92,9 @@ def _expect(s, model: dict, deleted: set, skip=()) -> list[str]:
         if v is None or not np.array_equal(v, want_v) or not np.any(want_v):
             bad.append(f"{ns}/{key}: vector bits differ")
             continue
-        hits = s.search(ns, "memory", query_vector=want_v, top_k=1, touch=False)
+        hits = s.search(ns, text, query_vector=want_v, top_k=1, touch=False)
         if vseed is None and hits and hits[0].key != key:     # an equal embedding may tie
-            hits = [h for h in s.search(ns, "memory", query_vector=want_v, top_k=60,
+            hits = [h for h in s.search(ns, text, query_vector=want_v, top_k=60,
                                         touch=False) if h.key == key] or hits
         if not hits or hits[0].key != key or np.float32(hits[0].importance) != np.float32(imp) \
                 or hits[0].created_at != T0:
@@ -360,9 +363,9 @@ def file_kind(name: str) -> str:
     m = re.match(r"([a-z_]+)\.\d+\.c\d+\.", name)
     if m:
         return f"checkpoint:{m.group(1)}"
-    m = re.match(r"hx\d+\.([a-z0-9_]+)\.", name)
-    if m:
-        return f"hybrid:{m.group(1)}"
+    if name.startswith("hx"):                    # the hybrid index's persisted state
+        return ("hybrid:state" if name.endswith(".npz") else
+                "hybrid:lexical arrays" if ".lex." in name else "hybrid:arrays")
     if name.startswith("ann."):
         return "ann" + ("-sidecar" if name.endswith(".json") else "")
     return name.split(".")[0]
@@ -372,7 +375,7 @@ def build_source(root: str) -> tuple[dict, set]:
     """A store with checkpointed rows and post-checkpoint records (puts, TTLs, a delete, a
     replacement, a batch), left as a SIGKILL leaves it. Returns (model, deleted)."""
     model, deleted = {}, set()
-    with _ltm(root) as s:
+    with _ltm(root, hybrid=HybridWeights()) as s:
         items = [MemoryItem(f"c{i}", f"checkpointed memory {i}", importance=0.1 + i / 50,
                             metadata={"i": i}) for i in range(24)]
         s.put_many("ns", items, vectors=np.stack([vec(i) for i in range(24)]), ttl=None)
@@ -387,7 +390,7 @@ def build_source(root: str) -> tuple[dict, set]:
         deleted.add(("ns", "c3"))
         s.put("other", "o", "another namespace", vector=vec(99))
         model[("other", "o")] = ("another namespace", 0.5, None, 99, None)
-    s = _ltm(root)                         # post-checkpoint records, never checkpointed
+    s = _ltm(root, hybrid=HybridWeights())  # post-checkpoint records, never checkpointed
     for i in range(30, 36):
         s.put("ns", f"p{i}", f"after the checkpoint {i}", importance=0.9, metadata={"p": i},
               vector=vec(i), ttl=600.0 if i % 2 else None)
@@ -474,8 +477,10 @@ def classify(work: str, model: dict, deleted: set) -> dict:
             _open_and_read(work, model, deleted, reported, wrong, ro)
     finally:
         logger.removeHandler(seen)
-    reported += [f"logged: {m}" for m in seen.seen]
-    if reported:
+    # a WARNING logged on open is recorded, but only open/verify/reads count as reporting
+    if any(r.startswith("CRASH") for r in reported):
+        verdict = "crashed"              # an exception that is no MemcoreError
+    elif reported:
         verdict = "detected"
     elif wrong:
         verdict = "silent"
@@ -489,7 +494,7 @@ def classify(work: str, model: dict, deleted: set) -> dict:
         logger.removeHandler(quiet)
         logger.propagate = old
     return {"verdict": verdict, "wrong": wrong[:4], "n_wrong": len(wrong),
-            "reported": reported[:2], "repair_listed": len(listed), "lost": lost,
+            "reported": reported[:2], "logged": seen.seen[:2], "repair_listed": len(listed), "lost": lost,
             "resurrected": resurrected, "repair_error": repair_err}
 
 
@@ -497,7 +502,7 @@ def _open_and_read(work, model, deleted, reported, wrong, read_only):
     """Open, verify, read every key: what was reported into ``reported``, what was served
     wrong into ``wrong``."""
     try:
-        with _ltm(work, read_only=read_only) as s:
+        with _ltm(work, read_only=read_only, hybrid=HybridWeights()) as s:
             if s.damaged:
                 reported.append(f"damaged {s.damaged}")
             reported += _report_errors(s.verify())
@@ -505,16 +510,18 @@ def _open_and_read(work, model, deleted, reported, wrong, read_only):
                 wrong += [f"{'reader' if read_only else 'writer'}: {w}"
                           for w in _expect(s, model, deleted)]
             except MemcoreError as e:
-                reported.append(f"read raised {type(e).__name__}: {e}")
+                reported.append(f"read raised {type(e).__name__}: {str(e)[:200]}")
     except MemcoreError as e:
         reported.append(f"open raised {type(e).__name__}: {str(e)[:200]}")
+    except Exception as e:               # noqa: BLE001 - not a MemcoreError: a crash
+        reported.append(f"CRASH {type(e).__name__}: {str(e)[:200]}")
 
 
 def _repair_and_check(work, model, deleted):
     """repair() on a writer; then what is lost (not served, not listed) and resurrected."""
     listed, lost, resurrected, repair_err = [], [], [], None
     try:
-        with _ltm(work, repair=True) as s:
+        with _ltm(work, repair=True, hybrid=HybridWeights()) as s:
             listed = s.repair() or []
             rep = json.dumps(listed, default=str) + json.dumps(s.repair_report, default=str)
             for (ns, key), (text, *_rest) in model.items():
@@ -532,6 +539,8 @@ def _repair_and_check(work, model, deleted):
                 resurrected.append("ns/c5 (replaced) old value")
     except MemcoreError as e:
         repair_err = f"{type(e).__name__}: {str(e)[:150]}"
+    except Exception as e:               # noqa: BLE001 - not a MemcoreError: a crash
+        repair_err = f"CRASH {type(e).__name__}: {str(e)[:150]}"
     return listed, lost, resurrected, repair_err
 
 
@@ -577,16 +586,17 @@ def render(res: dict) -> str:
     lines += ["", "## Damage cases", "",
               f"{len(dm)} cases over {len(res['files'])} files; median "
               f"{med(res['damage_times']):.3f} s/case.", "",
-              "| file kind | damage | cases | detected | harmless | silent | lost acknowledged "
-              "| resurrected after repair |", "|---|---|---|---|---|---|---|---|"]
-    agg = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
+              "| file kind | damage | cases | detected | harmless | silent | crashed (no "
+              "MemcoreError) | lost acknowledged after repair | resurrected after repair |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    agg = defaultdict(lambda: [0, 0, 0, 0, 0, 0, 0])
     for r in dm:
         a = agg[(r["kind"], r["damage"])]
         a[0] += 1
-        a[1 + ("detected", "harmless", "silent").index(r["verdict"])] += 1
-        a[4] += len(r["lost"])
-        a[5] += len(r["resurrected"])
-    tot = [0] * 6
+        a[1 + ("detected", "harmless", "silent", "crashed").index(r["verdict"])] += 1
+        a[5] += len(r["lost"])
+        a[6] += len(r["resurrected"])
+    tot = [0] * 7
     for (k, d), a in sorted(agg.items()):
         lines.append(f"| {k} | {d} | " + " | ".join(map(str, a)) + " |")
         tot = [x + y for x, y in zip(tot, a)]
@@ -598,7 +608,11 @@ def render(res: dict) -> str:
                      f"{'; '.join(r['wrong'][:2])}; repair listed {r['repair_listed']}"
                      f"{'; lost ' + ', '.join(r['lost'][:5]) if r['lost'] else ''}"
                      f"{'; RESURRECTED ' + ', '.join(r['resurrected']) if r['resurrected'] else ''}")
-    other = [r for r in dm if r["verdict"] != "silent" and (r["lost"] or r["resurrected"]
+    crashed = [r for r in dm if r["verdict"] == "crashed"]
+    lines += ["", f"## Crashed cases ({len(crashed)}: an exception that is no MemcoreError)", ""]
+    for r in crashed:
+        lines.append(f"- `{r['file']}` {r['what']}: {r['reported'][0][:200]}")
+    other = [r for r in dm if r["verdict"] not in ("silent", "crashed") and (r["lost"] or r["resurrected"]
                                                            or r["repair_error"])]
     lines += ["", f"## Non-silent cases where repair lost, resurrected or failed ({len(other)})",
               ""]
@@ -659,7 +673,7 @@ def run(args: argparse.Namespace) -> int:
         out = os.path.join(out, f"faults-{time.strftime('%Y%m%d', time.gmtime())}.md")
     Path(out).write_text(text)
     print(text)
-    silent = sum(r["verdict"] == "silent" for r in res["damage"])
+    silent = sum(r["verdict"] in ("silent", "crashed") for r in res["damage"])
     bad = res["ltm"]["failing_rounds"] + len(res["sm"]["lost"]) + silent
     return 1 if bad else 0
 
