@@ -22,7 +22,6 @@ listed by repair is counted as *lost*.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import logging
 import os
@@ -150,7 +149,7 @@ def _ltm_child(root: str, r_no: int, seed: int, big: bool):
                 do_big = False
                 continue
             if x < 0.4:
-                vs = r_no * 10_000 + i
+                vs = (r_no * 100_000 + i) * 100          # distinct from every batch's
                 ttl = rnd.choice([None, None, 1e6])
                 meta = {"r": r_no, "i": i}
                 imp = round(rnd.random(), 3)
@@ -162,7 +161,7 @@ def _ltm_child(root: str, r_no: int, seed: int, big: bool):
             elif x < 0.6:
                 keys = sorted({f"k{rnd.randrange(60)}" for _ in range(rnd.randrange(2, 12))})
                 ttl = rnd.choice([None, 5e5])
-                items = [[k, f"r{r_no} op{i} {k} {_words(r_no, i + j)}", 0.5, None, r_no * 10_000 + i * 20 + j, ttl]
+                items = [[k, f"r{r_no} op{i} {k} {_words(r_no, i + j)}", 0.5, None, (r_no * 100_000 + i) * 100 + 1 + j, ttl]
                          for j, k in enumerate(keys)]
                 say({"op": "many", "ns": ns, "items": items})
                 s.put_many(ns, [MemoryItem(k, t, importance=p) for k, t, p, *_ in items],
@@ -552,13 +551,15 @@ def damage_cases(base: str, cases: int, seed: int, log) -> tuple[list[dict], lis
     for p in sorted(Path(src).rglob("*")):
         if p.is_file() and p.name != "LOCK":
             by_kind[file_kind(p.name)].append(str(p.relative_to(src)))
-    # round-robin over file kinds, so that every kind is hit within the first len(kinds) cases
-    files = [f for group in itertools.zip_longest(*by_kind.values()) for f in group if f]
+    kinds = sorted(by_kind)
+    files = [f for k in kinds for f in by_kind[k]]
     out = []
     work = os.path.join(base, "case")
     for c in range(cases):
-        rel = files[c % len(files)]
-        kind = DAMAGES[(c // len(files)) % len(DAMAGES)]
+        # every file kind in turn, each damage in turn per kind; a seeded file of that kind
+        group = by_kind[kinds[c % len(kinds)]]
+        rel = group[int(rng.integers(0, len(group)))]
+        kind = DAMAGES[(c // len(kinds)) % len(DAMAGES)]
         out.append(damage_case(src, work, rel, kind, rng, model, deleted))
         if (c + 1) % 50 == 0:
             log(f"damage case {c + 1}/{cases}: silent so far "
