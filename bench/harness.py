@@ -1,4 +1,4 @@
-"""Entry point of the benchmark harness: ``memcore bench tick|locomo|beir|scale [options]``.
+"""Entry point of the benchmark harness: ``memcore bench tick|locomo|beir|scale|postgres|faults [options]``.
 
 Also runnable from a checkout without installing the command: ``python -m bench.harness tick``.
 Every suite takes ``--quick`` (a smoke-sized run), ``--data PATH`` (the shared data folder;
@@ -15,10 +15,10 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser(prog: str = "memcore bench") -> argparse.ArgumentParser:
-    from bench import postgres, quality, scale, tick
+    from bench import faults, postgres, quality, scale, tick
 
     parser = argparse.ArgumentParser(prog=prog, description="memcore's benchmark harness")
-    sub = parser.add_subparsers(dest="suite", required=True, metavar="{tick,locomo,beir,scale,postgres}")
+    sub = parser.add_subparsers(dest="suite", required=True, metavar="{tick,locomo,beir,scale,postgres,faults}")
     suites = {
         "tick": ("tick-budget latency and RSS, memcore vs the OM1 stack, FAISS and NumPy",
                  tick.add_arguments, tick.run),
@@ -32,6 +32,9 @@ def build_parser(prog: str = "memcore bench") -> argparse.ArgumentParser:
         "postgres": ("the PostgreSQL + pgvector backend beside the embedded store: put/search "
                      "latency, writer processes, LoCoMo R@10", postgres.add_arguments,
                      postgres.run),
+        "faults": ("fault campaign (issue 27): SIGKILL rounds on LongTermMemory and "
+                   "SemanticMemory, damage to every file kind, each case classified detected, "
+                   "harmless or silent", faults.add_arguments, faults.run),
     }
     for name, (help_, add, fn) in suites.items():
         p = sub.add_parser(name, help=help_, description=help_)

@@ -1,0 +1,691 @@
+"""Fault campaign for issue 27: SIGKILL rounds on LongTermMemory and SemanticMemory, and
+seeded byte damage to every file kind of a store, each case classified.
+
+``python -m bench.faults --kills 300 --damage 400 --seed 1 --out bench/results/faults-D.md``
+(also ``memcore bench faults ...``). Deterministic by seed (kill moments aside: a SIGKILL
+lands where the child happens to be).
+
+Damage classification, per case (one file of a closed store damaged one way):
+
+* **detected**: open raised, ``damaged`` said so, ``verify()`` listed an error or bad row,
+  or a read raised :class:`memcore.errors.MemcoreError` (a WARNING logged on open is
+  recorded in the case but is no report);
+* **harmless**: nothing reported and every get/search/vector exactly as expected;
+* **crashed**: open or a read raised an exception that is no MemcoreError;
+* **silent**: nothing reported and some result wrong or missing (the failure issue 27 counts).
+
+After each case ``repair()`` runs on a writer; a deleted or replaced key served with its old
+value afterwards is counted as *resurrected*; an acknowledged key neither served exactly nor
+listed by repair is counted as *lost*.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from memcore import (HashingEmbedder, HybridWeights, LongTermMemory, MemoryItem,  # noqa: E402
+                     SemanticMemory)
+from memcore import _validate  # noqa: E402
+from memcore.errors import MemcoreError  # noqa: E402
+from tests.kill_driver import killed_round  # noqa: E402  (one SIGKILL driver for tests and bench)
+
+DIM = 16
+T0 = 1_700_000_000.0
+DAMAGES = ("bitflip", "zero", "truncate", "delete", "torn_last")
+
+
+def clock() -> float:
+    """A fixed clock: TTLs never lapse during a campaign, so every difference is damage."""
+    return T0
+
+
+def vec(seed: int) -> np.ndarray:
+    """The (DIM,) float32 unit vector of ``seed``."""
+    return _validate.vector(np.random.default_rng(seed).standard_normal(DIM), DIM)
+
+
+def _ltm(root, **kw) -> LongTermMemory:
+    return LongTermMemory(root, HashingEmbedder(dim=DIM), clock=clock, **kw)
+
+
+# ------------------------------------------------------------------------------ expected state
+
+def _expect(s, model: dict, deleted: set, skip=()) -> list[str]:
+    """What ``s`` serves wrong: every (ns, key) of ``model`` exactly (text, metadata,
+    importance, expiry, vector bits, found by its own vector), every deleted key absent."""
+    bad = []
+    for (ns, key), (text, imp, meta, vseed, ttl) in sorted(model.items()):
+        if (ns, key) in skip:
+            continue
+        m = s.get(ns, key)
+        if m is None:
+            bad.append(f"{ns}/{key}: missing")
+            continue
+        want_exp = None if ttl is None else T0 + ttl
+        if (m.text != text or m.updated_at != T0 or m.last_accessed_at != T0 or (m.metadata or None) != (meta or None) or np.float32(m.importance) != np.float32(imp)
+                or m.created_at != T0 or m.expires_at != want_exp):
+            bad.append(f"{ns}/{key}: got {m.text!r} imp={m.importance} meta={m.metadata} "
+                       f"created={m.created_at} expires={m.expires_at}; want {text!r} imp={imp} "
+                       f"meta={meta} expires={want_exp}")
+            continue
+        v = s.vector(ns, key)
+        # after a reindex (vseed None) the row holds the embedder's vector: not bit-checked
+        want_v = v if vseed is None else vec(vseed)
+        if v is None or not np.array_equal(v, want_v) or not np.any(want_v):
+            bad.append(f"{ns}/{key}: vector bits differ")
+            continue
+        hits = s.search(ns, text, query_vector=want_v, top_k=1, touch=False)
+        if vseed is None and hits and hits[0].key != key:     # an equal embedding may tie
+            hits = [h for h in s.search(ns, text, query_vector=want_v, top_k=60,
+                                        touch=False) if h.key == key] or hits
+        if not hits or hits[0].key != key or np.float32(hits[0].importance) != np.float32(imp) \
+                or hits[0].created_at != T0:
+            got = hits[0] if hits else None
+            bad.append(f"{ns}/{key}: search by its vector gave "
+                       f"{None if got is None else (got.key, got.importance, got.created_at)}")
+    for ns, key in sorted(deleted):
+        if (ns, key) not in model and s.get(ns, key) is not None:
+            bad.append(f"{ns}/{key}: deleted but served")
+    return bad
+
+
+def _report_errors(report: dict) -> list[str]:
+    out = []
+    for ns, r in report.items():
+        if r.get("errors") or r.get("bad_rows"):
+            out.append(f"{ns}: errors={r.get('errors')} bad_rows={r.get('bad_rows')}")
+    return out
+
+
+# ------------------------------------------------------------------------------ SIGKILL rounds
+
+_WORDS = ("kettle", "dock", "keys", "garden", "window", "lamp", "chair", "book", "door", "cup")
+
+
+def _words(a: int, b: int) -> str:
+    """Two words for a text (a reindex embeds texts: digits alone would embed to zeros)."""
+    return f"{_WORDS[b % 10]} {_WORDS[(a * 7 + b * 3) % 10]} {_WORDS[(a + b // 10) % 10]}"
+
+def _ltm_child(root: str, r_no: int, seed: int, big: bool):
+    def child(w):
+        do_big = big
+        s = _ltm(root, durability="flush")
+        rnd = random.Random(seed * 7919 + r_no)
+        say = lambda obj: os.write(w, (json.dumps(obj) + "\n").encode())  # noqa: E731
+        s.put("warm", "k", "warm-up", vector=vec(0))
+        os.write(w, b"R\n")
+        i = 0
+        while True:
+            i += 1
+            x = rnd.random()
+            key = f"k{rnd.randrange(60)}"
+            ns = "ns"
+            if do_big:
+                n = 65_600
+                say({"op": "many", "ns": "big", "items": [[f"b{j}", f"b{j}", 0.5, None,
+                                                           j % 97, None] for j in (0, n - 1)],
+                     "n": n, "base": f"r{r_no}"})
+                vs = np.stack([vec(j % 97) for j in range(97)])[np.arange(n) % 97]
+                s.put_many("big", [MemoryItem(f"b{j}", f"r{r_no} b{j}") for j in range(n)],
+                           vectors=vs)
+                say({"op": "A"})
+                do_big = False
+                continue
+            if x < 0.4:
+                vs = (r_no * 100_000 + i) * 100          # distinct from every batch's
+                ttl = rnd.choice([None, None, 1e6])
+                meta = {"r": r_no, "i": i}
+                imp = round(rnd.random(), 3)
+                text = f"r{r_no} op{i} {_words(r_no, i)}"
+                say({"op": "put", "ns": ns, "key": key, "text": text, "imp": imp,
+                     "meta": meta, "v": vs, "ttl": ttl})
+                s.put(ns, key, text, importance=imp, metadata=meta,
+                      vector=vec(vs), ttl=ttl)
+            elif x < 0.6:
+                keys = sorted({f"k{rnd.randrange(60)}" for _ in range(rnd.randrange(2, 12))})
+                ttl = rnd.choice([None, 5e5])
+                items = [[k, f"r{r_no} op{i} {k} {_words(r_no, i + j)}", 0.5, None, (r_no * 100_000 + i) * 100 + 1 + j, ttl]
+                         for j, k in enumerate(keys)]
+                say({"op": "many", "ns": ns, "items": items})
+                s.put_many(ns, [MemoryItem(k, t, importance=p) for k, t, p, *_ in items],
+                           vectors=np.stack([vec(it[4]) for it in items]), ttl=ttl)
+            elif x < 0.75:
+                say({"op": "del", "ns": ns, "key": key})
+                s.delete(ns, key)
+            elif x < 0.85:
+                say({"op": "touch"})
+                s.touch(ns, [key])
+            elif x < 0.92:
+                say({"op": "compact"})
+                s.compact()
+            elif x < 0.97:
+                say({"op": "clear", "ns": "big"})
+                s.clear("big")
+            else:
+                say({"op": "reindex"})
+                s.reindex(HashingEmbedder(dim=DIM), progress=False)
+            say({"op": "A"})
+    return child
+
+
+def _apply(model, deleted, op, big):
+    """Apply one acknowledged op to the expected state."""
+    k = op["op"]
+    if k == "put":
+        model[(op["ns"], op["key"])] = (op["text"], op["imp"], op["meta"], op["v"], op["ttl"])
+        deleted.discard((op["ns"], op["key"]))
+    elif k == "many" and op["ns"] == "big":
+        big["n"], big["base"] = op["n"], op["base"]
+    elif k == "many":
+        for key, text, imp, meta, vs, ttl in op["items"]:
+            model[(op["ns"], key)] = (text, imp, meta, vs, ttl)
+            deleted.discard((op["ns"], key))
+    elif k == "del":
+        if model.pop((op["ns"], op["key"]), None) is not None:
+            deleted.add((op["ns"], op["key"]))
+    elif k == "clear":
+        big["n"] = 0
+    elif k == "reindex":                  # every vector is now the embedder's
+        for key, row in model.items():
+            model[key] = row[:3] + (None,) + row[4:]
+
+
+def _check_big(s, big, pending) -> list[str]:
+    """The 65,600-row batch: all or nothing (a sample of keys and the count)."""
+    st = s.stats().get(("big",), {})
+    live = st.get("live", st.get("count", 0)) if isinstance(st, dict) else 0
+    allowed = {big["n"]}
+    if pending and pending.get("ns") == "big":
+        allowed |= {0, pending.get("n", 0)}
+    if live not in allowed:
+        return [f"big: {live} rows live, expected one of {sorted(allowed)} (half a batch?)"]
+    return []
+
+
+def ltm_kill_rounds(root: str, rounds: int, seed: int, big_every: int, log) -> dict:
+    rnd = random.Random(seed)
+    model, deleted, big = {}, set(), {"n": 0, "base": None}
+    acked = failures = 0
+    fails, verify_dirty, times = [], 0, []
+    for r_no in range(1, rounds + 1):
+        t0 = time.perf_counter()
+        isbig = big_every > 0 and r_no % big_every == 0
+        out = killed_round(_ltm_child(root, r_no, seed, isbig),
+                           rnd.uniform(0.5, 1.5) if isbig else rnd.uniform(0.0, 0.15))
+        pending = None
+        for line in out.decode().splitlines():
+            if line == "R":
+                continue
+            op = json.loads(line)
+            if op["op"] == "A":
+                if pending:
+                    _apply(model, deleted, pending, big)
+                    acked += 1
+                pending = None
+            else:
+                pending = op
+        skip = set()
+        if pending and pending["op"] in ("put", "del"):
+            skip.add((pending["ns"], pending["key"]))
+        if pending and pending["op"] == "many" and pending["ns"] != "big":
+            skip |= {(pending["ns"], it[0]) for it in pending["items"]}
+        if pending and pending["op"] == "reindex":    # killed mid-reindex: done or not, whole
+            with _ltm(root, read_only=True) as s:
+                done = any(vs is not None and not np.array_equal(s.vector(ns, k), vec(vs))
+                           for (ns, k), (_, _, _, vs, _) in model.items())
+            if done:
+                _apply(model, deleted, pending, big)
+        bad = []
+        for ro in (True, False):
+            with _ltm(root, read_only=ro) as s:
+                bad += [f"{'ro' if ro else 'rw'} {b}" for b in _expect(s, model, deleted, skip)]
+                bad += _check_big(s, big, pending)
+                if not ro:
+                    errs = _report_errors(s.verify())
+                    verify_dirty += bool(errs)
+                    bad += errs
+                    # the pending op resolved either way: adopt what the store says
+                    if pending and pending["op"] == "many" and pending["ns"] != "big":
+                        got = [s.get("ns", it[0]) for it in pending["items"]]
+                        done = [g is not None and g.text == it[1]
+                                for g, it in zip(got, pending["items"])]
+                        if any(done) and not all(done):
+                            bad.append(f"half batch: {sum(done)}/{len(done)} rows")
+                        if all(done):
+                            _apply(model, deleted, pending, big)
+                    elif pending and pending["op"] == "put":
+                        m = s.get("ns", pending["key"])
+                        if m is not None and m.text == pending["text"]:
+                            _apply(model, deleted, pending, big)
+                    elif pending and pending["op"] == "del":
+                        if s.get("ns", pending["key"]) is None:
+                            _apply(model, deleted, pending, big)
+                    elif pending and pending["op"] == "many" and pending["ns"] == "big":
+                        st = s.stats().get(("big",), {})
+                        big["n"] = st.get("live", 0) if isinstance(st, dict) else 0
+                    elif pending and pending["op"] == "clear":
+                        st = s.stats().get(("big",), {})
+                        big["n"] = st.get("live", 0) if isinstance(st, dict) else 0
+        if bad:
+            failures += 1
+            fails.append(f"LTM round {r_no}: " + "; ".join(bad[:3]))
+        times.append(time.perf_counter() - t0)
+        if r_no % 25 == 0:
+            log(f"LTM kill round {r_no}/{rounds}: acked {acked}, failing rounds {failures}")
+    return {"rounds": rounds, "acked": acked, "failing_rounds": failures, "failures": fails,
+            "verify_dirty": verify_dirty, "times": times, "live": len(model)}
+
+
+def _sm(root):
+    return SemanticMemory(root, HashingEmbedder(dim=64), warmup=False, consolidate_every=8,
+                          short_capacity=50_000)
+
+
+def sm_kill_rounds(root: str, rounds: int, seed: int, log) -> dict:
+    rnd = random.Random(seed + 1)
+
+    def child_of(r_no):
+        def child(w):
+            mem = _sm(root)
+            mem.store(f"round {r_no} warm-up", "noted", mode="warm")
+            os.write(w, b"R\n")
+            i = 0
+            while True:
+                i += 1
+                bg = i % 3 == 0
+                items = mem.store(f"round {r_no} sighting {i} of the red door", "noted",
+                                  mode="patrol", background=bg,
+                                  importance=0.9 if i % 4 == 0 else 0.1)
+                if bg:
+                    os.write(w, f"Q {items[0].key}\n".encode())
+                    if i % 6 == 0:
+                        mem.flush()
+                        os.write(w, b"F\n")
+                else:
+                    os.write(w, f"A {items[0].key}\n".encode())
+        return child
+
+    acked, lost, times, verify_dirty = {}, [], [], 0
+    for r_no in range(1, rounds + 1):
+        t0 = time.perf_counter()
+        out = killed_round(child_of(r_no), rnd.uniform(0.0, 0.3))
+        queued = []
+        for line in out.decode().splitlines():
+            if line.startswith("A "):
+                acked[line[2:]] = r_no
+            elif line.startswith("Q "):
+                queued.append(line[2:])
+            elif line == "F":
+                acked.update({k: r_no for k in queued})
+                queued = []
+        mem = _sm(root)
+        ns = ("agent", "patrol")
+        try:
+            for key in sorted(acked):
+                if mem.short.get(ns, key) is None and mem.long.get(ns, key) is None:
+                    lost.append(f"SM round {r_no}: {key} (acknowledged in round {acked[key]})")
+            verify_dirty += bool(_report_errors(mem.long.verify()))
+        finally:
+            mem.close()
+        times.append(time.perf_counter() - t0)
+        if r_no % 25 == 0:
+            log(f"SM kill round {r_no}/{rounds}: acked {len(acked)}, lost {len(lost)}")
+    return {"rounds": rounds, "acked": len(acked), "lost": lost, "times": times,
+            "verify_dirty": verify_dirty}
+
+
+# ------------------------------------------------------------------------------ damage cases
+
+def file_kind(name: str) -> str:
+    """The kind of a store file, from its owned name (memcore.storage.layout)."""
+    m = re.match(r"(memcore\.copy\.json|memcore\.json|LOCK|header\.json|namespace\.json|log)\b",
+                 name)
+    if m:
+        return m.group(1)
+    m = re.match(r"([a-z_]+)\.\d+\.c\d+\.", name)
+    if m:
+        return f"checkpoint:{m.group(1)}"
+    if name.startswith("hx"):                    # the hybrid index's persisted state
+        return ("hybrid:state" if name.endswith(".npz") else
+                "hybrid:lexical arrays" if ".lex." in name else "hybrid:arrays")
+    if name.startswith("ann."):
+        return "ann" + ("-sidecar" if name.endswith(".json") else "")
+    return name.split(".")[0]
+
+
+def build_source(root: str) -> tuple[dict, set]:
+    """A store with checkpointed rows and post-checkpoint records (puts, TTLs, a delete, a
+    replacement, a batch), left as a SIGKILL leaves it. Returns (model, deleted)."""
+    model, deleted = {}, set()
+    with _ltm(root, hybrid=HybridWeights()) as s:
+        items = [MemoryItem(f"c{i}", f"checkpointed memory {i}", importance=0.1 + i / 50,
+                            metadata={"i": i}) for i in range(24)]
+        s.put_many("ns", items, vectors=np.stack([vec(i) for i in range(24)]), ttl=None)
+        for it, i in zip(items, range(24)):
+            model[("ns", it.key)] = (it.text, it.importance, {"i": i}, i, None)
+        for i in range(24, 30):
+            s.put("ns", f"c{i}", f"ttl memory {i}", importance=0.7, metadata={"i": i},
+                  vector=vec(i), ttl=3600.0)
+            model[("ns", f"c{i}")] = (f"ttl memory {i}", 0.7, {"i": i}, i, 3600.0)
+        s.delete("ns", "c3")
+        model.pop(("ns", "c3"))
+        deleted.add(("ns", "c3"))
+        s.put("other", "o", "another namespace", vector=vec(99))
+        model[("other", "o")] = ("another namespace", 0.5, None, 99, None)
+    s = _ltm(root, hybrid=HybridWeights())  # post-checkpoint records, never checkpointed
+    for i in range(30, 36):
+        s.put("ns", f"p{i}", f"after the checkpoint {i}", importance=0.9, metadata={"p": i},
+              vector=vec(i), ttl=600.0 if i % 2 else None)
+        model[("ns", f"p{i}")] = (f"after the checkpoint {i}", 0.9, {"p": i}, i,
+                                 600.0 if i % 2 else None)
+    s.put("ns", "c5", "replaced after the checkpoint", importance=0.3, vector=vec(205))
+    model[("ns", "c5")] = ("replaced after the checkpoint", 0.3, None, 205, None)
+    s.delete("ns", "c7")
+    model.pop(("ns", "c7"))
+    deleted.add(("ns", "c7"))
+    s.put_many("ns", [MemoryItem(f"q{i}", f"last batch {i}") for i in range(3)],
+               vectors=np.stack([vec(300 + i) for i in range(3)]))
+    for i in range(3):
+        model[("ns", f"q{i}")] = (f"last batch {i}", 0.5, None, 300 + i, None)
+    s._release()                           # what a SIGKILL leaves: no final checkpoint
+    s._closed = True
+    return model, deleted
+
+
+def _damage(path: Path, kind: str, rng: np.random.Generator) -> str:
+    raw = path.read_bytes()
+    n = len(raw)
+    if kind == "delete":
+        path.unlink()
+        return "deleted"
+    if n == 0:
+        return "empty file (untouched)"
+    nz = np.flatnonzero(np.frombuffer(raw, np.uint8))
+    used = int(nz[-1]) + 1 if len(nz) else n     # offsets land in the bytes in use, not padding
+    if kind == "bitflip":
+        at = int(rng.integers(0, used))
+        b = bytearray(raw)
+        b[at] ^= 1 << int(rng.integers(0, 8))
+        path.write_bytes(bytes(b))
+        return f"bit flip at {at}/{n}"
+    if kind == "zero":
+        at = int(rng.integers(0, used))
+        ln = int(rng.integers(1, min(16, n - at) + 1))
+        b = bytearray(raw)
+        b[at:at + ln] = bytes(ln)
+        path.write_bytes(bytes(b))
+        return f"zeroed [{at}, {at + ln})/{n}"
+    if kind == "truncate":
+        at = int(rng.integers(0, used))
+        path.write_bytes(raw[:at])
+        return f"truncated to {at}/{n}"
+    # torn_last: the last few bytes of the file cut (a torn final record / write)
+    cut = int(rng.integers(1, min(32, n) + 1))
+    path.write_bytes(raw[:n - cut])
+    return f"last {cut} bytes cut ({n} -> {n - cut})"
+
+
+class _Warnings(logging.Handler):
+    """What memcore logs at WARNING or above (a repair on open is a report too)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.seen: list[str] = []
+
+    def emit(self, record):
+        self.seen.append(record.getMessage()[:200])
+
+
+def damage_case(src: str, work: str, rel: str, kind: str, rng, model, deleted) -> dict:
+    """Copy ``src`` to ``work``, damage its file ``rel`` one way, classify (:func:`classify`)."""
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(src, work)
+    what = _damage(Path(work) / rel, kind, rng)
+    return {"file": rel, "kind": file_kind(Path(rel).name), "damage": kind, "what": what,
+            **classify(work, model, deleted)}
+
+
+def classify(work: str, model: dict, deleted: set) -> dict:
+    """Open the store at ``work`` (reader, then writer), verify, read every key of ``model``
+    and ``deleted``; then repair. Returns verdict ("detected", "harmless" or "silent"), what
+    was reported and served wrong, what repair listed, lost and resurrected."""
+    reported, wrong = [], []
+    logger = logging.getLogger("memcore")
+    seen = _Warnings()
+    logger.addHandler(seen)
+    old, logger.propagate = logger.propagate, False
+    try:
+        for ro in (True, False):          # a reader, then a writer (which recovers the tail)
+            _open_and_read(work, model, deleted, reported, wrong, ro)
+    finally:
+        logger.removeHandler(seen)
+    # a WARNING logged on open is recorded, but only open/verify/reads count as reporting
+    if any(r.startswith("CRASH") for r in reported):
+        verdict = "crashed"              # an exception that is no MemcoreError
+    elif reported:
+        verdict = "detected"
+    elif wrong:
+        verdict = "silent"
+    else:
+        verdict = "harmless"
+    quiet = _Warnings()
+    logger.addHandler(quiet)
+    try:
+        listed, lost, resurrected, repair_err = _repair_and_check(work, model, deleted)
+    finally:
+        logger.removeHandler(quiet)
+        logger.propagate = old
+    return {"verdict": verdict, "wrong": wrong[:4], "n_wrong": len(wrong),
+            "reported": reported[:2], "logged": seen.seen[:2], "repair_listed": len(listed), "lost": lost,
+            "resurrected": resurrected, "repair_error": repair_err}
+
+
+def _open_and_read(work, model, deleted, reported, wrong, read_only):
+    """Open, verify, read every key: what was reported into ``reported``, what was served
+    wrong into ``wrong``."""
+    try:
+        with _ltm(work, read_only=read_only, hybrid=HybridWeights()) as s:
+            if s.damaged:
+                reported.append(f"damaged {s.damaged}")
+            reported += _report_errors(s.verify())
+            try:
+                wrong += [f"{'reader' if read_only else 'writer'}: {w}"
+                          for w in _expect(s, model, deleted)]
+            except MemcoreError as e:
+                reported.append(f"read raised {type(e).__name__}: {str(e)[:200]}")
+    except MemcoreError as e:
+        reported.append(f"open raised {type(e).__name__}: {str(e)[:200]}")
+    except Exception as e:               # noqa: BLE001 - not a MemcoreError: a crash
+        reported.append(f"CRASH {type(e).__name__}: {str(e)[:200]}")
+
+
+def _repair_and_check(work, model, deleted):
+    """repair() on a writer; then what is lost (not served, not listed) and resurrected."""
+    listed, lost, resurrected, repair_err = [], [], [], None
+    try:
+        with _ltm(work, repair=True, hybrid=HybridWeights()) as s:
+            listed = s.repair() or []
+            rep = json.dumps(listed, default=str) + json.dumps(s.repair_report, default=str)
+            for (ns, key), (text, *_rest) in model.items():
+                try:
+                    m = s.get(ns, key)
+                except MemcoreError:
+                    m = None
+                if (m is None or m.text != text) and key not in rep:
+                    lost.append(f"{ns}/{key}")
+            for ns, key in deleted:
+                if s.get(ns, key) is not None:
+                    resurrected.append(f"{ns}/{key} (deleted)")
+            m = s.get("ns", "c5")
+            if m is not None and m.text != model[("ns", "c5")][0]:
+                resurrected.append("ns/c5 (replaced) old value")
+    except MemcoreError as e:
+        repair_err = f"{type(e).__name__}: {str(e)[:150]}"
+    except Exception as e:               # noqa: BLE001 - not a MemcoreError: a crash
+        repair_err = f"CRASH {type(e).__name__}: {str(e)[:150]}"
+    return listed, lost, resurrected, repair_err
+
+
+def damage_cases(base: str, cases: int, seed: int, log) -> tuple[list[dict], list[str]]:
+    rng = np.random.default_rng(seed)
+    src = os.path.join(base, "src")
+    model, deleted = build_source(src)
+    by_kind = defaultdict(list)
+    for p in sorted(Path(src).rglob("*")):
+        if p.is_file() and p.name != "LOCK":
+            by_kind[file_kind(p.name)].append(str(p.relative_to(src)))
+    kinds = sorted(by_kind)
+    files = [f for k in kinds for f in by_kind[k]]
+    out = []
+    work = os.path.join(base, "case")
+    for c in range(cases):
+        # every file kind in turn, each damage in turn per kind; a seeded file of that kind
+        group = by_kind[kinds[c % len(kinds)]]
+        rel = group[int(rng.integers(0, len(group)))]
+        kind = DAMAGES[(c // len(kinds)) % len(DAMAGES)]
+        out.append(damage_case(src, work, rel, kind, rng, model, deleted))
+        if (c + 1) % 50 == 0:
+            log(f"damage case {c + 1}/{cases}: silent so far "
+                f"{sum(r['verdict'] == 'silent' for r in out)}")
+    return out, files
+
+
+# ------------------------------------------------------------------------------ report
+
+def render(res: dict) -> str:
+    lt, sm, dm = res["ltm"], res["sm"], res["damage"]
+    med = lambda xs: float(np.median(xs)) if xs else 0.0  # noqa: E731
+    lines = [f"# Fault campaign {res['date']} (seed {res['seed']})", "",
+             f"Code: `{res['commit']}`. Command: `{res['command']}`. Wall {res['wall']:.0f} s; "
+             f"load (uptime) before: {res['load_before']}; after: {res['load_after']}.", "",
+             "## SIGKILL rounds", "",
+             "| store | rounds | acknowledged writes | lost / wrong | verify() dirty | "
+             "median s/round |", "|---|---|---|---|---|---|",
+             f"| LongTermMemory | {lt['rounds']} | {lt['acked']} | {lt['failing_rounds']} rounds "
+             f"| {lt['verify_dirty']} | {med(lt['times']):.3f} |",
+             f"| SemanticMemory | {sm['rounds']} | {sm['acked']} | {len(sm['lost'])} keys | "
+             f"{sm['verify_dirty']} | {med(sm['times']):.3f} |", ""]
+    for f in (lt["failures"] + sm["lost"])[:30]:
+        lines.append(f"- {f}")
+    lines += ["", "## Damage cases", "",
+              f"{len(dm)} cases over {len(res['files'])} files; median "
+              f"{med(res['damage_times']):.3f} s/case.", "",
+              "| file kind | damage | cases | detected | harmless | silent | crashed (no "
+              "MemcoreError) | lost acknowledged after repair | resurrected after repair |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    agg = defaultdict(lambda: [0, 0, 0, 0, 0, 0, 0])
+    for r in dm:
+        a = agg[(r["kind"], r["damage"])]
+        a[0] += 1
+        a[1 + ("detected", "harmless", "silent", "crashed").index(r["verdict"])] += 1
+        a[5] += len(r["lost"])
+        a[6] += len(r["resurrected"])
+    tot = [0] * 7
+    for (k, d), a in sorted(agg.items()):
+        lines.append(f"| {k} | {d} | " + " | ".join(map(str, a)) + " |")
+        tot = [x + y for x, y in zip(tot, a)]
+    lines.append("| **all** | | " + " | ".join(f"**{x}**" for x in tot) + " |")
+    silent = [r for r in dm if r["verdict"] == "silent"]
+    lines += ["", f"## Silent cases ({len(silent)}: verify() clean, some result wrong)", ""]
+    for r in silent:
+        lines.append(f"- `{r['file']}` {r['what']}: {r['n_wrong']} wrong; "
+                     f"{'; '.join(r['wrong'][:2])}; repair listed {r['repair_listed']}"
+                     f"{'; lost ' + ', '.join(r['lost'][:5]) if r['lost'] else ''}"
+                     f"{'; RESURRECTED ' + ', '.join(r['resurrected']) if r['resurrected'] else ''}")
+    crashed = [r for r in dm if r["verdict"] == "crashed"]
+    lines += ["", f"## Crashed cases ({len(crashed)}: an exception that is no MemcoreError)", ""]
+    for r in crashed:
+        lines.append(f"- `{r['file']}` {r['what']}: {r['reported'][0][:200]}")
+    other = [r for r in dm if r["verdict"] not in ("silent", "crashed") and (r["lost"] or r["resurrected"]
+                                                           or r["repair_error"])]
+    lines += ["", f"## Non-silent cases where repair lost, resurrected or failed ({len(other)})",
+              ""]
+    for r in other[:60]:
+        lines.append(f"- `{r['file']}` {r['what']} ({r['verdict']}): lost {r['lost'][:5]} "
+                     f"resurrected {r['resurrected']} repair error {r['repair_error']}")
+    return "\n".join(lines) + "\n"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kills", type=int, default=300, help="SIGKILL rounds (LTM 3/4, SM 1/4)")
+    p.add_argument("--damage", type=int, default=400, help="damage cases")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--big-every", type=int, default=100,
+                   help="every Nth LTM round puts a 65,600-row batch (0: never)")
+    p.add_argument("--dir", default=None, help="scratch directory (default a temp dir)")
+
+
+def campaign(kills: int, damage: int, seed: int, big_every: int = 100, scratch=None,
+             log=print) -> dict:
+    base = tempfile.mkdtemp(prefix="faults-", dir=scratch)
+    try:
+        t0 = time.perf_counter()
+        n_sm = kills // 4
+        lt = ltm_kill_rounds(os.path.join(base, "ltm"), kills - n_sm, seed, big_every, log)
+        sm = sm_kill_rounds(os.path.join(base, "sm"), n_sm, seed, log)
+        t1 = time.perf_counter()
+        dm, files = damage_cases(os.path.join(base, "dmg"), damage, seed, log)
+        dt = (time.perf_counter() - t1) / max(damage, 1)
+        return {"ltm": lt, "sm": sm, "damage": dm, "files": files,
+                "damage_times": [dt], "wall": time.perf_counter() - t0, "seed": seed}
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    import datetime
+    import subprocess
+    if args.quick:
+        args.kills, args.damage, args.big_every = min(args.kills, 8), min(args.damage, 40), 0
+    load0 = os.getloadavg()
+    res = campaign(args.kills, args.damage, args.seed, args.big_every, args.dir,
+                   log=lambda m: print(m, file=sys.stderr, flush=True))
+    res["load_before"] = " ".join(f"{x:.2f}" for x in load0)
+    res["load_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    res["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    try:
+        res["commit"] = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                                       capture_output=True, text=True).stdout.strip()
+    except OSError:
+        res["commit"] = "?"
+    res["command"] = (f"python -m bench.faults --kills {args.kills} --damage {args.damage} "
+                      f"--seed {args.seed} --big-every {args.big_every}")
+    text = render(res)
+    out = args.out or str(REPO / "bench" / "results" /
+                          f"faults-{time.strftime('%Y%m%d', time.gmtime())}.md")
+    if os.path.isdir(out):
+        out = os.path.join(out, f"faults-{time.strftime('%Y%m%d', time.gmtime())}.md")
+    Path(out).write_text(text)
+    print(text)
+    silent = sum(r["verdict"] in ("silent", "crashed") for r in res["damage"])
+    bad = res["ltm"]["failing_rounds"] + len(res["sm"]["lost"]) + silent
+    return 1 if bad else 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.faults", description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--out", default=None, help="the markdown report's path")
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
