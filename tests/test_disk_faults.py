@@ -914,3 +914,29 @@ def test_semantic_memory_store_is_durable_long(tmp_path):
     res = _agent_rounds(tmp_path, 40, 22)
     print(res)
     assert res["lost"] == 0 and res["acked"] > 100
+
+
+@pytest.mark.parametrize("damage", ["dtype", "zip", "truncated"])
+def test_a_damaged_index_state_file_is_store_corrupted_never_a_raw_error(tmp_path, damage):
+    """Bytes of an index's .npz state damaged so numpy's reader fails in ways other than
+    ValueError/OSError (a '|i9' dtype is a TypeError, a broken zip a BadZipFile): the reader
+    raises StoreCorruptedError, as for any damaged store file (found by the fault campaign)."""
+    from memcore.arrays import RamArrays
+    from memcore.errors import StoreCorruptedError
+    from memcore.storage.mapped import _state_path, index_prefix, read_index, write_index
+
+    structure = (False, False)
+    manifest = write_index(str(tmp_path), 0, 1, structure, RamArrays(),
+                           {"n": np.arange(3, dtype=np.int64)}, durable=False)
+    path = _state_path(str(tmp_path), index_prefix(structure), 0, 1)
+    raw = Path(path).read_bytes()
+    if damage == "dtype":           # the stored array's header names a dtype numpy refuses
+        raw = raw.replace(b"'<i8'", b"'|i9'")
+    elif damage == "zip":           # the zip's central directory signature gone
+        at = raw.rfind(b"PK\x05\x06")
+        raw = raw[:at] + b"\0\0\0\0" + raw[at + 4:]
+    else:
+        raw = raw[: len(raw) // 2]
+    Path(path).write_bytes(raw)
+    with pytest.raises(StoreCorruptedError, match="not a readable .npz"):
+        read_index(str(tmp_path), 0, 1, structure, manifest)

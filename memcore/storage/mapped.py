@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import os
+import zipfile
 from typing import Any, Iterable
 
 import numpy as np
@@ -185,11 +186,14 @@ def read_index(directory: str, generation: int, ic: int, structure: tuple,
     except FileNotFoundError:
         raise StoreCorruptedError(f"{path} is missing (offset 0)") from None
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with open(path, "rb") as f:     # bytes first: np.load leaks its file on a bad zip
+            blob = f.read()
+        with np.load(io.BytesIO(blob), allow_pickle=False) as z:
             state = {k: z[k] for k in z.files}
     except FileNotFoundError:
         raise StoreCorruptedError(f"{path} is missing (offset 0)") from None
-    except (ValueError, OSError) as err:
+    except (ValueError, OSError, TypeError, EOFError, KeyError, zipfile.BadZipFile) as err:
+        # damaged bytes can fail numpy's .npz reader in any of these (a '|i9' dtype is a TypeError)
         raise StoreCorruptedError(f"{path} is not a readable .npz at offset 0: {err}") from None
     return arrays, state
 
