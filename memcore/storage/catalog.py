@@ -17,6 +17,7 @@ Lines: ``<crc32 of the JSON, 8 hex digits> <JSON>\\n``, one of ``{"catalog": 1, 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import zlib
 from typing import Any, Callable, Iterable
@@ -29,6 +30,8 @@ from memcore.storage.layout import (
 )
 
 __all__ = ["CATALOG_PREFIX", "Catalog", "catalog_path"]
+
+logger = logging.getLogger("memcore")
 
 CATALOG_PREFIX = "catalog."
 
@@ -159,26 +162,48 @@ class Catalog:
             parts.append(_line({"clean": {d: s for d, s in sorted(self.summary.items())
                                           if d in self.dirs}}))
         tmp = self.path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(b"".join(parts))
-            if self.durable:
-                os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(b"".join(parts))
+                if self.durable:
+                    os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except OSError as err:
+            self._lost(err)
+            return
         self._dirty = not clean
 
     def _append(self, obj: Any) -> None:
         if self.read_only:
             return
-        with open(self.path, "ab") as f:
-            f.write(_line(obj))
+        try:
+            with open(self.path, "ab") as f:
+                f.write(_line(obj))
+        except OSError as err:
+            self._lost(err)
+
+    def _lost(self, err: OSError) -> None:
+        """A write failed (a full disk): remove the file (it is rebuilt at the next open),
+        so that no stale clean marker survives; derived state never fails a store call."""
+        logger.warning("the namespace catalog %s could not be written (%s); it is rebuilt "
+                       "at the next open", self.path, err)
+        for path in (self.path + ".tmp", self.path):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        self._dirty = True
 
     def touch(self) -> None:
         """Before a change: mark the summaries untrusted (once per session)."""
         if self._dirty or self.read_only:
             return
         self._append({"dirty": 1})
-        if self.durable:
-            fsync_path(self.path)
+        if self.durable and os.path.exists(self.path):
+            try:
+                fsync_path(self.path)
+            except OSError as err:
+                self._lost(err)
         self._dirty = True
 
     def add(self, dirname: str, ns: tuple) -> None:
