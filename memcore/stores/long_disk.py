@@ -89,7 +89,7 @@ class Tables(dict):
 #: At most this many namespaces of a disk store have their files open at once (the least
 #: recently used one is checkpointed and closed to open another): open file descriptors and
 #: memory maps are bounded by it, never by the number of namespaces.
-OPEN_NAMESPACES = 8
+OPEN_NAMESPACES = 4
 
 
 class LazyTables(Tables):
@@ -594,9 +594,13 @@ class DiskTable(Table):
         return storage.verify_namespace(self.files, self.columns, self.rows)
 
     def close(self) -> None:
-        """Write anything buffered, close the log and unmap the files."""
+        """Write anything buffered, close the log and unmap the files; the references that
+        keep a mapping (and its descriptor) alive are dropped, so that a table closed by the
+        LRU of open namespaces frees them at once, not at the next cyclic collection."""
         self.expiry = None
         storage.close_namespace(self.files, self.columns)
+        self.index = self.recall = self.saver = None
+        self.filter_masks = {}
 
 
 class LogTable(Table):
@@ -804,6 +808,7 @@ class DiskSpace:
                                            "an embedder")
             name, self.dim = str(emb.name), int(emb.dim)
             root.create(name, self.dim, durable=self.durability != "none")
+            self._load_catalog([])
             return name, self.dim, storage.FORMAT_VERSION
         name, self.dim = root.header["embedder"], root.header["dim"]
         version = root.header["version"]
