@@ -154,7 +154,7 @@ def _add_bench(subparsers) -> None:
     p = subparsers.add_parser(
         "bench", help="run the benchmark harness (from a source checkout)",
         description="Run memcore's benchmark harness: tick latency (tick), LoCoMo retrieval "
-                    "(locomo), BEIR SciFact (beir), store scale (scale) or the PostgreSQL backend (postgres). `memcore bench SUITE --help` lists a "
+                    "(locomo), BEIR SciFact (beir), store scale (scale), many namespaces (namespaces) or the PostgreSQL backend (postgres). `memcore bench SUITE --help` lists a "
                     "suite's options (--quick, --data PATH, --out DIR, ...).")
     p.add_argument("suite", choices=BENCH_SUITES)
     p.add_argument("options", nargs=argparse.REMAINDER, help="the suite's options")
