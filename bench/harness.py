@@ -15,10 +15,11 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser(prog: str = "memcore bench") -> argparse.ArgumentParser:
-    from bench import faults, postgres, quality, scale, tick
+    from bench import faults, namespaces, postgres, quality, scale, tick
 
     parser = argparse.ArgumentParser(prog=prog, description="memcore's benchmark harness")
-    sub = parser.add_subparsers(dest="suite", required=True, metavar="{tick,locomo,beir,scale,postgres,faults}")
+    sub = parser.add_subparsers(dest="suite", required=True,
+                                metavar="{tick,locomo,beir,scale,postgres,namespaces,faults}")
     suites = {
         "tick": ("tick-budget latency and RSS, memcore vs the OM1 stack, FAISS and NumPy",
                  tick.add_arguments, tick.run),
@@ -32,6 +33,9 @@ def build_parser(prog: str = "memcore bench") -> argparse.ArgumentParser:
         "postgres": ("the PostgreSQL + pgvector backend beside the embedded store: put/search "
                      "latency, writer processes, LoCoMo R@10", postgres.add_arguments,
                      postgres.run),
+        "namespaces": ("N namespaces x M memories in one store: ingest, open, descriptors, "
+                       "search/get latency, namespaces(), disk, RSS, beside LangGraph's "
+                       "InMemoryStore", namespaces.add_arguments, namespaces.run),
         "faults": ("fault campaign (issue 27): SIGKILL rounds on LongTermMemory and "
                    "SemanticMemory, damage to every file kind, each case classified detected, "
                    "harmless or silent", faults.add_arguments, faults.run),

@@ -146,7 +146,7 @@ def _run_models_list(args: argparse.Namespace) -> int:
     return 0
 
 
-BENCH_SUITES = ("tick", "locomo", "beir", "scale", "postgres", "faults")
+BENCH_SUITES = ("tick", "locomo", "beir", "scale", "postgres", "namespaces", "faults")
 
 
 def _add_bench(subparsers) -> None:
@@ -154,7 +154,9 @@ def _add_bench(subparsers) -> None:
     p = subparsers.add_parser(
         "bench", help="run the benchmark harness (from a source checkout)",
         description="Run memcore's benchmark harness: tick latency (tick), LoCoMo retrieval "
-                    "(locomo), BEIR SciFact (beir), store scale (scale), the PostgreSQL backend (postgres) or the fault campaign (faults). `memcore bench SUITE --help` lists a "
+                    "(locomo), BEIR SciFact (beir), store scale (scale), many namespaces "
+                    "(namespaces), the PostgreSQL backend (postgres) or the fault campaign "
+                    "(faults). `memcore bench SUITE --help` lists a "
                     "suite's options (--quick, --data PATH, --out DIR, ...).")
     p.add_argument("suite", choices=BENCH_SUITES)
     p.add_argument("options", nargs=argparse.REMAINDER, help="the suite's options")

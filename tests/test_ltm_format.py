@@ -120,11 +120,14 @@ def test_v2_fixture_opens_with_every_row_and_score(tmp_path, read_only):
 def test_same_operations_write_the_same_bytes(tmp_path):
     """The same operations write the fixture's bytes, except that namespace headers now also
     carry the checkpoint files' CRC-32s, and two redundant files were added (issue 15: a
-    copy of the store header, each namespace's identity), and a batch's first record holds
-    the batch's record count in its pad bytes (issue 27; its CRC follows) -- the fixture
-    predates them and still opens, above."""
+    copy of the store header, each namespace's identity; issue 24: the derived namespace
+    catalog ``catalog.<e>.log``), and a batch's first record holds the batch's record count in
+    its pad bytes (issue 27; its CRC follows) -- the fixture predates them and still opens,
+    above."""
     build(str(tmp_path / "store"))
     got, want = _files(str(tmp_path / "store")), _files(V2)
+    catalog = got.pop("catalog.0.log").decode()
+    assert all(ns in catalog for ns in {n.split("/")[1] for n in want if n.count("/") == 2})
     assert json.loads(got.pop("memcore.copy.json")) == json.loads(want["memcore.json"])
     for name in [n for n in got if n.endswith("/namespace.json")]:
         header = json.loads(got[name.replace("namespace.json", "header.json")])

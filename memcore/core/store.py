@@ -567,11 +567,25 @@ class MemoryStore:
         """
         self._check_read()
         with self._lock:
-            expiring = any(t.expiry is not None for t in self._tables.values())
+            sums = [(ns, exp) for ns, live, exp in self._summaries() if live]
+            expiring = {ns for ns, exp in sums if exp}
             now = _query.now(self.clock) if expiring else 0.0
-            return sorted_namespaces([ns for ns, t in self._tables.items()
-                                      if t.keys and (t.expiry is None or t.visible_live(now))],
-                                     prefix)
+            return [ns for ns in sorted_namespaces([ns for ns, _ in sums], prefix)
+                    if ns not in expiring or self._tables[ns].visible_live(now)]
+
+    def _summaries(self) -> list[tuple[Namespace, int, bool]]:
+        """``(namespace, live, has_ttl)`` of every namespace, sorted: what
+        :meth:`namespaces` and :meth:`sweep` need, answered by the tables' own
+        ``summaries()`` where they keep one (a disk store's catalog: no namespace opened)."""
+        own = getattr(self._tables, "summaries", None)
+        if own is not None:
+            return own()
+        return [(ns, len(t.keys), t.expiry is not None) for ns, t in sorted(self._tables.items())]
+
+    def _expiring(self) -> list[Namespace]:
+        """The namespaces that hold live memories with a time-to-live column (the sweep's
+        candidates), from :meth:`_summaries`."""
+        return [ns for ns, live, exp in self._summaries() if live and exp]
 
     # ------------------------------------------------------------------ removal
     def delete(self, namespace: NamespaceLike, key: str) -> bool:
@@ -687,10 +701,11 @@ class MemoryStore:
         swept = 0
         with self._lock:
             self._check_write()
-            if all(t.expiry is None for t in self._tables.values()):
+            todo = [ns for ns in self._expiring() if only is None or ns == only]
+            if not todo:
                 return 0                                  # (the clock is read only for TTL)
             now = _query.now(self.clock)
-            for ns in [only] if only is not None else list(self._tables):
+            for ns in todo:
                 table = self._tables.get(ns)
                 if table is None or table.expiry is None:
                     continue

@@ -17,6 +17,8 @@ Modules
   intact record).
 - :mod:`~memcore.storage.mapped`: the hybrid index files; :mod:`~memcore.storage.jsonl`:
   export and import.
+- :mod:`~memcore.storage.catalog`: the namespace catalog (which namespaces an epoch holds,
+  and a summary of each), so that opening a store opens no namespace.
 
 Files
 -----
@@ -28,6 +30,11 @@ Files
       memcore.copy.json         a copy of memcore.json, written just before it (rebuilds a
                                 lost or damaged store header: ``repair=True``)
       LOCK                      the single-writer lock (filelock / fcntl.flock); never read
+      catalog.<e>.log           derived: the namespaces of epoch e, one CRC-checked JSON line
+                                each (directory name, namespace), and at a clean close a
+                                summary line {dir: [live, rows, has_ttl]}; reconciled with
+                                the listing of ns.<e>/ at every open, rebuilt from each
+                                namespace.json when missing or damaged (storage.catalog)
       ns.<e>/                   the namespaces of epoch e (``reindex``/``migrate`` write e+1)
         n-<slug>-<hash>/        one namespace; hash = first 32 hex digits of sha256 of the
                                 namespace as a JSON list, slug = up to 40 chars of [a-z0-9_-]

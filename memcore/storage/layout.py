@@ -75,9 +75,9 @@ _NS_DIR = r"n-[a-z0-9_-]{0,40}-[0-9a-f]{32}"          # :func:`namespace_dirname
 _COLUMN_STEMS = "|".join(sorted({c[0] for c in COLUMNS + COLUMNS_V2} | {"vectors", "expiry"}))
 _OWNED = {
     # the store's root: headers (and their temp files), the lock, epochs, quarantine files
-    # (export files: a temp file, then renamed)
+    # (export files: a temp file, then renamed), the namespace catalog of each epoch
     "root": re.compile(r"(memcore(\.copy)?\.json(\.tmp)?|" + re.escape(LOCK_FILE)
-                       + r"|ns\.\d+|quarantine\.\d+\.jsonl(\.tmp)?)\Z"),
+                       + r"|ns\.\d+|quarantine\.\d+\.jsonl(\.tmp)?|catalog\.\d+\.log(\.tmp)?)\Z"),
     # an epoch directory: namespaces, one being created (tmp-...-<pid>) or deleted (trash-)
     "epoch": re.compile(rf"({_NS_DIR}|tmp-{_NS_DIR}-\d+|trash-{_NS_DIR})\Z"),
     # a namespace directory: headers, log, columns (+ TTL column), checkpoint files, the

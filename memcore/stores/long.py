@@ -328,6 +328,8 @@ class LongTermMemory(LongTermAdmin, MemoryStore):
                 self._release()
                 raise
         self._tables = self._space.tables
+        if isinstance(self._space, DiskSpace):
+            self._space.on_evict = self._evicted
         #: what opening with ``repair=True`` rebuilt (one dict per namespace or header)
         self.repair_report: list[dict] = self._space.repair_report
 
@@ -361,7 +363,15 @@ class LongTermMemory(LongTermAdmin, MemoryStore):
     def damaged(self) -> dict[str, str]:
         """Namespaces that failed to open: directory name -> the error (each raises it when
         used; :meth:`repair` rewrites them). Empty for a healthy store."""
+        self._probe()
         return dict(self._tables.damaged)
+
+    def _probe(self) -> None:
+        """On disk, open every namespace not yet opened (one at a time) so that damage
+        is found and isolated (a namespace's files are otherwise opened on first use)."""
+        if isinstance(self._space, DiskSpace) and not self._space.probed and not self._closed:
+            with self._lock:
+                self._space.probe()
 
     def _release(self) -> None:
         self._space.release()
@@ -422,6 +432,13 @@ class LongTermMemory(LongTermAdmin, MemoryStore):
             return
         ann.save(path)          # older generations' indexes go with their files (remove_stale)
         self._ann[t.namespace] = (ann, ann.rows)
+
+    def _evicted(self, t: Table) -> None:
+        """A namespace is being closed (the LRU of open namespaces): save and drop its
+        approximate index."""
+        if not self.read_only:
+            self._save_ann(t)
+        self._ann.pop(t.namespace, None)
 
     def approximate_stats(self, namespace: NamespaceLike) -> dict[str, Any] | None:
         """The approximate path's state for ``namespace`` since opening: the counters of
@@ -537,7 +554,7 @@ class LongTermMemory(LongTermAdmin, MemoryStore):
         """
         self._check_read()
         with self._lock:
-            return {ns: {"live": t.live, "rows": t.rows} for ns, t in sorted(self._tables.items())}
+            return {ns: {"live": t.live, "rows": t.rows} for ns, t in self._tables.items()}
 
     # ------------------------------------------------------------------ export / import
     @disk_errors
@@ -553,7 +570,7 @@ class LongTermMemory(LongTermAdmin, MemoryStore):
         self._check_read()
         with self._lock:
             def rows():
-                for ns, t in sorted(self._tables.items()):
+                for ns, t in self._tables.items():      # sorted; one open at a time
                     for row in t.keys.values():
                         yield t.memory(row, self.tier), t.columns.vectors[row]
             return storage.export_jsonl(path, self.embedder_name, self.dim, rows())

@@ -10,6 +10,7 @@ backend (``self._space``: :class:`memcore.stores.long.RamSpace` or
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from typing import Any
@@ -175,8 +176,6 @@ class LongTermAdmin:
         >>> ltm.reindex(HashingEmbedder(dim=16), progress=False), ltm.dim
         (1, 16)
         """
-        from tqdm.auto import tqdm
-
         self._check_write()
         check_embedder(embedder, named=True)
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
@@ -185,25 +184,37 @@ class LongTermAdmin:
         name, dim = str(embedder.name), int(embedder.dim)
         with self._lock:
             self._check_write()
+            self._probe()
             if self._tables.damaged:
                 raise StoreCorruptedError(
                     "reindex() would drop the damaged namespaces of this store; repair() "
                     f"them first: {'; '.join(self._tables.damaged.values())}")
-            plan = [t for _, t in sorted(self._tables.items()) if t.keys]
-            total = sum(t.live for t in plan)
-            new_vecs = []
-            with tqdm(total=total, desc="reindex", unit="memory", disable=not progress) as bar:
-                for t in plan:
-                    texts = t.live_fields()[2]
-                    parts = []
-                    for s in range(0, len(texts), batch_size):
-                        chunk = texts[s:s + batch_size]
-                        parts.append(encoded(embedder.encode(chunk), len(chunk), dim, name))
-                        bar.update(len(chunk))
-                    new_vecs.append(np.ascontiguousarray(np.concatenate(parts)))
-            self._space.reindex(plan, new_vecs, embedder)
+            hold = getattr(self._tables, "all_open", contextlib.nullcontext)
+            with hold():        # a reindex holds every namespace until its epoch commits
+                total = self._reindex(embedder, batch_size, progress)
             self.embedder, self.embedder_name, self.dim = embedder, name, dim
             return total
+
+    def _reindex(self, embedder: Any, batch_size: int, progress: bool) -> int:
+        """Re-embed every live memory and write the new epoch (lock held, namespaces held
+        open)."""
+        from tqdm.auto import tqdm
+
+        name, dim = str(embedder.name), int(embedder.dim)
+        plan = [t for _, t in self._tables.items() if t.keys]
+        total = sum(t.live for t in plan)
+        new_vecs = []
+        with tqdm(total=total, desc="reindex", unit="memory", disable=not progress) as bar:
+            for t in plan:
+                texts = t.live_fields()[2]
+                parts = []
+                for s in range(0, len(texts), batch_size):
+                    chunk = texts[s:s + batch_size]
+                    parts.append(encoded(embedder.encode(chunk), len(chunk), dim, name))
+                    bar.update(len(chunk))
+                new_vecs.append(np.ascontiguousarray(np.concatenate(parts)))
+        self._space.reindex(plan, new_vecs, embedder)
+        return total
 
     @disk_errors
     def warmup(self, hybrid: Any = None, *, progress: bool = True) -> int:
@@ -251,16 +262,18 @@ class LongTermAdmin:
         key = hw.structure()
         with self._lock:
             self._check_read()
+            self._probe()
             if self._tables.damaged:
                 raise StoreCorruptedError(
                     "warmup() cannot index the damaged namespaces of this store; repair() "
                     f"them first: {'; '.join(self._tables.damaged.values())}")
-            todo = [t for _, t in sorted(self._tables.items()) if t.keys and (
-                t.recall is None or key not in t.recall.indexes)]
-            total = sum(t.live for t in todo)
+            todo = {ns: t.live for ns, t in self._tables.items() if t.keys and (
+                t.recall is None or key not in t.recall.indexes)}     # one open at a time
+            total = sum(todo.values())
             with tqdm(total=total, desc="warmup", unit="memory",
                       disable=None if progress else True) as bar:
-                for t in todo:
+                for ns in todo:
+                    t = self._tables[ns]
                     if isinstance(t, DiskTable):       # built in chunks: one update each
                         t.recall_index(hw, self.dim, self.query_preparer, progress=bar.update)
                     else:

@@ -32,10 +32,12 @@ from memcore.errors import (
 from memcore.recall.index import HybridIndex
 from memcore.recall.namespace import NamespaceRecall, episode_speaker
 from memcore.recall.weights import HybridWeights
+from memcore.storage.catalog import Catalog
 from memcore.storage.columns import grow_expiry, open_expiry, write_expiry
 from memcore.types import Namespace
 
-__all__ = ["DiskSpace", "DiskTable", "LogTable", "Tables", "open_table", "write_live"]
+__all__ = ["OPEN_NAMESPACES", "DiskSpace", "DiskTable", "LazyTables", "LogTable", "Tables",
+           "open_table", "write_live"]
 
 logger = logging.getLogger("memcore")
 
@@ -82,6 +84,169 @@ class Tables(dict):
         """Forget every table and every damaged namespace."""
         self.clear()
         self.damaged.clear()
+
+
+#: At most this many namespaces of a disk store have their files open at once (the least
+#: recently used one is checkpointed and closed to open another): open file descriptors and
+#: memory maps are bounded by it, never by the number of namespaces.
+OPEN_NAMESPACES = 4
+
+
+class LazyTables(Tables):
+    """The tables of a :class:`DiskSpace`: every namespace of the catalog is a key, but only
+    the :data:`OPEN_NAMESPACES` most recently used ones are open (the dict's own items, in
+    use order). Looking one up opens it (``opener(dirname)``; damage found there isolates it
+    as damage at store open does); opening one more closes the least recently used one
+    (``closer(table)``). ``items()``/``values()`` open the namespaces one at a time, in
+    namespace order; :meth:`open_tables` lists the open ones.
+
+    Parameters
+    ----------
+    opener : callable
+        ``opener(dirname) -> Table``; raises :class:`StoreCorruptedError` or
+        FileNotFoundError.
+    closer : callable
+        ``closer(table)``: save, checkpoint and close an evicted table.
+    """
+
+    def __init__(self, opener: Callable[[str], Any], closer: Callable[[Any], None]):
+        super().__init__()
+        self.opener, self.closer = opener, closer
+        self.dirs: dict[Namespace, str] = {}      # every known namespace -> directory name
+        self.limit = OPEN_NAMESPACES
+        self.pinned = 0
+        self.catalog: Any = None                  # memcore.storage.catalog.Catalog
+
+    def _open(self, ns: Namespace) -> Any:
+        name = self.dirs[ns]
+        self._evict(self.limit - 1)
+        try:
+            t = self.opener(name)
+        except FileNotFoundError:
+            del self.dirs[ns]                     # removed by the writer (a reader)
+            return None
+        except StoreCorruptedError as err:
+            del self.dirs[ns]
+            raise StoreCorruptedError(self.isolate(name, err)) from None
+        dict.__setitem__(self, ns, t)
+        return t
+
+    def isolate(self, name: str, err: Exception) -> str:
+        """Record directory ``name`` as damaged (see :class:`Tables`); returns the message."""
+        msg = (f"{err} [namespace directory {name} is isolated: the store's other namespaces "
+               "serve; repair() or `memcore repair PATH` rewrites it]")
+        self.damaged[name] = msg
+        logger.warning("%s", msg)
+        return msg
+
+    def _evict(self, keep: int) -> None:
+        if self.pinned:
+            return
+        while dict.__len__(self) > keep:
+            ns = next(iter(dict.keys(self)))
+            self.closer(dict.pop(self, ns))
+
+    def get(self, ns: Any, default: Any = None) -> Any:
+        self._check(ns)
+        t = dict.pop(self, ns, None)
+        if t is not None:
+            dict.__setitem__(self, ns, t)       # most recently used last
+            return t
+        if ns in self.dirs:
+            t = self._open(ns)
+        return default if t is None else t
+
+    def __getitem__(self, ns: Any) -> Any:
+        t = self.get(ns)
+        if t is None:
+            raise KeyError(ns)
+        return t
+
+    def __setitem__(self, ns: Any, t: Any) -> None:
+        dict.pop(self, ns, None)
+        self._evict(self.limit - 1)
+        self.dirs[ns] = os.path.basename(t.files.directory)
+        dict.__setitem__(self, ns, t)
+
+    def __delitem__(self, ns: Any) -> None:
+        dict.pop(self, ns, None)
+        del self.dirs[ns]
+
+    def pop(self, ns: Any, *default: Any) -> Any:
+        t = self.get(ns)
+        if t is None:
+            if default:
+                return default[0]
+            raise KeyError(ns)
+        del self[ns]
+        return t
+
+    def __contains__(self, ns: object) -> bool:
+        return ns in self.dirs
+
+    def __len__(self) -> int:
+        return len(self.dirs)
+
+    def __iter__(self):
+        return iter(sorted(self.dirs))
+
+    def keys(self):                                  # type: ignore[override]
+        return sorted(self.dirs)
+
+    def items(self):                                 # type: ignore[override]
+        """(namespace, table) of every healthy namespace in namespace order, each opened
+        when reached (a damaged one is isolated and skipped)."""
+        for ns in sorted(self.dirs):
+            try:
+                t = self.get(ns)
+            except StoreCorruptedError:
+                continue
+            if t is not None:
+                yield ns, t
+
+    def values(self):                                # type: ignore[override]
+        return (t for _, t in self.items())
+
+    def summaries(self) -> list[tuple[Namespace, int, bool]]:
+        """``(namespace, live, has_ttl)`` of every namespace, sorted: an open one's from its
+        table, another's from the catalog's trusted summary, else it is opened to learn it."""
+        out = []
+        summary = self.catalog.summary if self.catalog is not None else {}
+        for ns in sorted(self.dirs):
+            t = dict.get(self, ns)
+            s = summary.get(self.dirs[ns]) if t is None else None
+            if s is None:
+                try:
+                    t = self.get(ns)
+                except StoreCorruptedError:
+                    continue
+                if t is None:
+                    continue
+                out.append((ns, t.live, t.expiry is not None))
+            else:
+                out.append((ns, s[0], s[2]))
+        return out
+
+    def open_tables(self) -> list:
+        """The open tables (least recently used first)."""
+        return list(dict.values(self))
+
+    @contextlib.contextmanager
+    def all_open(self):
+        """Let every namespace stay open while the block runs (a reindex holds them all)."""
+        self.pinned += 1
+        try:
+            yield
+        finally:
+            self.pinned -= 1
+            self._evict(self.limit)
+
+    def clear(self) -> None:
+        dict.clear(self)
+        self.dirs.clear()
+
+    def copy(self):                                  # pragma: no cover - never a dict copy
+        raise TypeError("LazyTables cannot be copied")
 
 
 class _DiskKeys:
@@ -429,9 +594,13 @@ class DiskTable(Table):
         return storage.verify_namespace(self.files, self.columns, self.rows)
 
     def close(self) -> None:
-        """Write anything buffered, close the log and unmap the files."""
+        """Write anything buffered, close the log and unmap the files; the references that
+        keep a mapping (and its descriptor) alive are dropped, so that a table closed by the
+        LRU of open namespaces frees them at once, not at the next cyclic collection."""
         self.expiry = None
         storage.close_namespace(self.files, self.columns)
+        self.index = self.recall = self.saver = None
+        self.filter_masks = {}
 
 
 class LogTable(Table):
@@ -519,6 +688,13 @@ def write_live(t: DiskTable | LogTable, vecs: np.ndarray, parent: str, generatio
     return files.directory
 
 
+def _changed(t: DiskTable) -> bool:
+    """Whether ``t`` holds rows, records or a hybrid index its last checkpoint lacks."""
+    f = t.files
+    return (t.rows != f.checkpoint_rows or f.log_bytes != f.checkpoint_log_bytes
+            or bool(t.index_dirty))
+
+
 def _replaced(files: Any) -> bool:
     """Whether a writer has replaced the checkpoint a read-only open read (its header now
     names another generation or checkpoint): the index files it named may be gone."""
@@ -567,7 +743,11 @@ class DiskSpace:
         self.path, self.durability, self.read_only = path, durability, read_only
         self.lock_timeout, self.preparer = lock_timeout, preparer
         self.root: storage.StoreRoot | None = None
-        self.tables = Tables()
+        self.tables = LazyTables(self._open_dir, self._evict)
+        self.catalog: Catalog | None = None
+        #: called with a table before it is evicted (the store saves its approximate index)
+        self.on_evict: Callable[[Table], None] | None = None
+        self.probed = False
         self.dim = 0
         self.repair_report: list[dict] = []
         self.stale: set = set()          # namespaces a step left half done
@@ -628,6 +808,7 @@ class DiskSpace:
                                            "an embedder")
             name, self.dim = str(emb.name), int(emb.dim)
             root.create(name, self.dim, durable=self.durability != "none")
+            self._load_catalog([])
             return name, self.dim, storage.FORMAT_VERSION
         name, self.dim = root.header["embedder"], root.header["dim"]
         version = root.header["version"]
@@ -651,33 +832,73 @@ class DiskSpace:
             if self._raced(last):
                 raise _EpochReplaced() from None
             raise
-        for directory in dirs:
-            try:
-                t = open_table(directory, self.dim, self.durability, self.read_only,
-                               self.preparer)
-            except (StoreCorruptedError, FileNotFoundError) as err:
-                if self._raced(last):
-                    raise _EpochReplaced() from None
-                if isinstance(err, FileNotFoundError):
-                    if self.read_only and not os.path.isdir(directory):
-                        continue                # cleared by the writer while we opened
-                    raise
-                if not repair or self.read_only:
-                    self._isolate(directory, err)
-                    continue
-                self.repair_report.append(storage.repair_namespace(directory, self.dim, embed))
-                t = open_table(directory, self.dim, self.durability, self.read_only,
-                               self.preparer)
-            self.tables[t.namespace] = self._served(t)
+        self._load_catalog(dirs)
+        if repair and not self.read_only:
+            self.probe()
+            for name in sorted(self.tables.damaged):
+                self.repair_report.append(storage.repair_namespace(
+                    os.path.join(root.epoch_dir, name), self.dim, embed))
+                del self.tables.damaged[name]
+                t = self.reopen(os.path.join(root.epoch_dir, name))
+                self.tables[t.namespace] = t
         return name, self.dim, version
 
-    def _isolate(self, directory: str, err: StoreCorruptedError) -> None:
-        """Keep a namespace that failed to open out of the store: the others open and
-        serve, a call on it raises ``err``'s message (:attr:`Tables.damaged`)."""
-        msg = (f"{err} [namespace directory {os.path.basename(directory)} is isolated: the "
-               "store's other namespaces serve; repair() or `memcore repair PATH` rewrites it]")
-        self.tables.damaged[os.path.basename(directory)] = msg
-        logger.warning("%s", msg)
+    def _load_catalog(self, dirs: Sequence[str]) -> None:
+        """Learn the namespaces of the current epoch from its catalog (reconciled with the
+        directory listing ``dirs``) without opening any; a directory nothing names is
+        opened now to learn its namespace."""
+        self.catalog, unnamed = Catalog.load(self.path, self.root.epoch,
+                                             [os.path.basename(d) for d in dirs],
+                                             self.read_only, self.durability == "fsync")
+        self.tables.catalog = self.catalog
+        self.probed = False
+        for name, ns in self.catalog.dirs.items():
+            self.tables.dirs[ns] = name
+        for name in unnamed:
+            try:
+                t = self._open_dir(name)
+            except FileNotFoundError:
+                continue
+            except StoreCorruptedError as err:
+                self.tables.isolate(name, err)
+                continue
+            self.tables[t.namespace] = t
+            self.catalog.add(name, t.namespace)
+
+    def _open_dir(self, name: str) -> DiskTable | LogTable:
+        """Open namespace directory ``name`` of the current epoch (a table's first use)."""
+        directory = os.path.join(self.root.epoch_dir, name)
+        with storage.os_errors(self.path):
+            return self._served(open_table(directory, self.dim, self.durability,
+                                           self.read_only, self.preparer))
+
+    def _evict(self, t: DiskTable | LogTable) -> None:
+        """Close a least recently used table: its approximate index saved, a checkpoint
+        when it changed since the last one, its summary noted in the catalog."""
+        try:
+            if self.on_evict is not None:
+                self.on_evict(t)
+            if not self.read_only and isinstance(t, DiskTable) and _changed(t):
+                try:
+                    self.checkpoint(t)
+                except StoreCorruptedError as err:   # the header keeps the last good one
+                    logger.warning("namespace %r was closed without a checkpoint (%s)",
+                                   t.namespace, err)
+            if self.catalog is not None:
+                self.catalog.note(os.path.basename(t.files.directory), t.live, t.rows,
+                                  t.expiry is not None)
+        finally:
+            t.close()
+
+    def probe(self) -> None:
+        """Open every namespace once, one at a time, so that any damaged one is isolated
+        (:attr:`Tables.damaged`)."""
+        for ns in list(self.tables):
+            try:
+                self.tables.get(ns)
+            except StoreCorruptedError:
+                pass
+        self.probed = True
 
     def reopen(self, directory: str) -> DiskTable | LogTable:
         """Open a namespace directory of this store for writing."""
@@ -685,10 +906,23 @@ class DiskSpace:
                                        self.preparer))
 
     def release(self) -> None:
-        """Close every table and release the writer lock."""
-        for t in self.tables.values():
-            t.close()
-        self.tables.clear()
+        """Close every table (a writer's catalog gets its clean-close marker) and release
+        the writer lock."""
+        try:
+            for t in self.tables.open_tables():
+                if self.catalog is not None:
+                    self.catalog.note(os.path.basename(t.files.directory), t.live, t.rows,
+                                      t.expiry is not None)
+                t.close()
+            if self.catalog is not None and self.root is not None \
+                    and self.root.lock is not None:
+                try:
+                    self.catalog.close()
+                except OSError as err:        # derived state: rebuilt at the next open
+                    logger.warning("the namespace catalog was not written (%s)", err)
+        finally:
+            self.tables.clear()
+            self.catalog = None
         if self.root is not None:
             self.root.release()
 
@@ -699,6 +933,8 @@ class DiskSpace:
         MemoryError, a failing write, ...) leaves the step half done, the namespace stays
         marked and :meth:`heal` reloads it. Deliberately not a ``finally``."""
         self.stale.add(ns)
+        if self.catalog is not None:
+            self.catalog.touch()
         yield
         self.stale.discard(ns)
 
@@ -723,9 +959,10 @@ class DiskSpace:
             if self.stale_all is not None:
                 adopted = self._reload_all(self.stale_all)
             for ns in sorted(self.stale):
-                t = self.tables.pop(ns, None)
+                t = dict.pop(self.tables, ns, None)
                 if t is not None:
                     t.close()
+                self.tables.dirs.pop(ns, None)
                 directory = os.path.join(self.root.epoch_dir, storage.namespace_dirname(ns))
                 if os.path.isfile(os.path.join(directory, storage.NAMESPACE_HEADER)):
                     self.tables[ns] = self.reopen(directory)
@@ -737,7 +974,7 @@ class DiskSpace:
     def _reload_all(self, embedder: Any) -> Any:
         """Reopen every namespace of the epoch the store header names (a ``reindex`` that
         raised after its commit point, or before: whichever the header says happened)."""
-        for t in list(self.tables.values()):
+        for t in self.tables.open_tables():
             t.close()
         self.tables.reset()
         head = storage.read_store_header(self.path)
@@ -745,9 +982,7 @@ class DiskSpace:
         if (head["embedder"], head["dim"]) == (str(embedder.name), int(embedder.dim)):
             adopted, self.dim = embedder, head["dim"]
         self.root.adopt(head)
-        for directory in self.root.namespace_dirs():        # removes the other epoch
-            t = self.reopen(directory)
-            self.tables[t.namespace] = t
+        self._load_catalog(self.root.namespace_dirs())      # removes the other epoch
         self.stale.clear()
         self.stale_all = None
         return adopted
@@ -755,8 +990,11 @@ class DiskSpace:
     # ------------------------------------------------------------------ writes
     def new_table(self, ns: Namespace) -> DiskTable:
         """A new namespace's table (its directory created in the current epoch)."""
-        return self._served(DiskTable.create(self.root.epoch_dir, ns, self.dim,
-                                             self.durability))
+        t = self._served(DiskTable.create(self.root.epoch_dir, ns, self.dim,
+                                          self.durability))
+        if self.catalog is not None:
+            self.catalog.add(os.path.basename(t.files.directory), ns)
+        return t
 
     def checkpoint(self, t: DiskTable) -> None:
         """Checkpoint one namespace as a step (see :meth:`DiskTable.checkpoint`)."""
@@ -797,7 +1035,7 @@ class DiskSpace:
         if self.read_only:
             return
         errors = []
-        for t in list(self.tables.values()):
+        for t in self.tables.open_tables():        # an evicted one was checkpointed
             try:
                 self.checkpoint(t)
             except StoreCorruptedError as err:
@@ -810,6 +1048,8 @@ class DiskSpace:
         """Remove a cleared namespace's directory as a step."""
         with self.step(t.namespace):
             storage.drop_namespace(t.files, t.columns)
+        if self.catalog is not None:
+            self.catalog.drop(os.path.basename(t.files.directory))
 
     def ann_file(self, t: Table) -> str:
         """Where the approximate index of ``t``'s generation is saved."""
@@ -860,28 +1100,28 @@ class DiskSpace:
                 self.root.abort_epoch()
                 self.stale_all = None
             raise
-        structures = [_index_structures(t) for t in plan]
-        for t in self.tables.values():
+        structures = {t.namespace: _index_structures(t) for t in plan}
+        for t in self.tables.open_tables():
             t.close()
         self.tables.reset()
         self.dim = dim
         self.root.finish_epoch()
-        for directory in dirs:
-            t = self.reopen(directory)
-            self.tables[t.namespace] = t
+        self._load_catalog(dirs)
         self.stale_all = None
-        for built, t in zip(structures, list(self.tables.values())):
-            self.tables[t.namespace] = self._reindexed(t, built)
+        for ns, built in sorted(structures.items()):
+            if built:
+                self.tables[ns] = self._reindexed(self.tables[ns], built)
 
     def repair(self, embed: Callable | None) -> list[dict]:
         """Checkpoint what can be, then rewrite every damaged namespace (isolated at open, or
         failing :func:`memcore.storage.namespace_intact`) from its intact records."""
         report = []
-        for t in list(self.tables.values()):
+        for t in self.tables.open_tables():
             try:
                 self.checkpoint(t)
             except StoreCorruptedError:
                 pass        # its header keeps the last good checkpoint: re-verified below
+        self.probe()
         for name in sorted(self.tables.damaged):
             directory = os.path.join(self.root.epoch_dir, name)
             report.append(storage.repair_namespace(directory, self.dim, embed))
@@ -903,7 +1143,7 @@ class DiskSpace:
     def verify(self) -> dict:
         """:meth:`DiskTable.verify` of every format-2 namespace, and the damaged ones'
         errors (keyed by directory name)."""
-        out: dict = {ns: t.verify() for ns, t in sorted(self.tables.items())
+        out: dict = {ns: t.verify() for ns, t in self.tables.items()
                      if isinstance(t, DiskTable)}
         for name, msg in sorted(self.tables.damaged.items()):
             out[name] = {"rows": 0, "live": 0, "bad_rows": [], "errors": [msg]}

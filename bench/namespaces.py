@@ -1,0 +1,120 @@
+"""``memcore bench namespaces``: many small namespaces in one store (issue 24).
+
+N namespaces x M memories (hashing embedder, 384-d; one put_many per namespace), each system in
+its own subprocess under RLIMIT_NOFILE=1024: ingest s, open s (memcore: reopen the store; the
+in-memory peer has nothing to open), open descriptors after open and after the searches, search
+p50/p99 in a random namespace, get p50, ``namespaces()`` s, disk bytes per memory, peak RSS.
+Beside LangGraph's ``InMemoryStore`` (vector index over the same embedder) on the same data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+
+SYSTEMS = ("memcore", "langgraph")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--namespaces", type=int, default=1000, help="N (default 1000)")
+    p.add_argument("--memories", type=int, default=10, help="M per namespace (default 10)")
+    p.add_argument("--queries", type=int, default=500, help="searches and gets (default 500)")
+
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _pct(xs: list, q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def measure(system: str, n: int, m: int, queries: int, root: str) -> dict:
+    """One system's figures (run in its own process: :func:`main` ``--child``)."""
+    import resource
+
+    from memcore import HashingEmbedder, LongTermMemory, MemoryItem
+
+    emb = HashingEmbedder(dim=384)
+    names = [("users", f"u{i}", "memories") for i in range(n)]
+    texts = [[f"user {i} note {j} about thing {j % 4}" for j in range(m)] for i in range(n)]
+    t0 = time.perf_counter()
+    if system == "memcore":
+        with LongTermMemory(root, emb) as s:
+            for ns, tx in zip(names, texts):
+                s.put_many(ns, [MemoryItem(f"k{j}", t) for j, t in enumerate(tx)])
+        ingest = time.perf_counter() - t0
+        base = _fds()
+        t0 = time.perf_counter()
+        s = LongTermMemory(root, emb)
+        open_s = time.perf_counter() - t0
+        search = lambda ns, q: s.search(ns, q, top_k=5)          # noqa: E731
+        get = lambda ns, k: s.get(ns, k)                        # noqa: E731
+        listing = s.namespaces
+    else:
+        from langgraph.store.memory import InMemoryStore
+
+        s = InMemoryStore(index={"dims": 384, "embed": lambda xs: emb.encode(list(xs)).tolist(),
+                                 "fields": ["text"]})
+        for ns, tx in zip(names, texts):
+            for j, t in enumerate(tx):
+                s.put(ns, f"k{j}", {"text": t})
+        ingest = time.perf_counter() - t0
+        base, open_s = _fds(), 0.0
+        search = lambda ns, q: s.search(ns, query=q, limit=5)   # noqa: E731
+        get = lambda ns, k: s.get(ns, k)                        # noqa: E731
+        listing = lambda: s.list_namespaces(limit=n + 1)        # noqa: E731
+    fds_open = _fds() - base
+    rng = random.Random(0)
+    lat, glat = [], []
+    for _ in range(queries):
+        ns = names[rng.randrange(n)]
+        t0 = time.perf_counter()
+        search(ns, "note about thing 2")
+        lat.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        get(ns, "k3")
+        glat.append(time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    listed = len(listing())
+    ns_s = time.perf_counter() - t0
+    out = dict(system=system, n=n, m=m, ingest_s=ingest, open_s=open_s, fds_open=fds_open,
+               fds_after=_fds() - base, search_p50_ms=_pct(lat, .5) * 1e3,
+               search_p99_ms=_pct(lat, .99) * 1e3, get_p50_us=_pct(glat, .5) * 1e6,
+               namespaces_s=ns_s, listed=listed)
+    if system == "memcore":
+        s.close()
+        disk = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs)
+        out["disk_bytes_per_memory"] = disk / (n * m)
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return out
+
+
+def run_one(system: str, n: int, m: int, queries: int) -> dict:
+    """:func:`measure` in a subprocess under RLIMIT_NOFILE=1024."""
+    with tempfile.TemporaryDirectory() as tmp:
+        code = ("import json, resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, "
+                "(1024, 1024)); from bench.namespaces import measure; "
+                "print(json.dumps(measure(*sys.argv[1:2], *map(int, sys.argv[2:5]), sys.argv[5])))")
+        repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = dict(os.environ, PYTHONPATH=repo)
+        out = subprocess.run([sys.executable, "-c", code, system, str(n), str(m), str(queries),
+                              os.path.join(tmp, "store")], capture_output=True, text=True,
+                             env=env, cwd=repo)
+        if out.returncode != 0:
+            return dict(system=system, n=n, m=m, error=out.stderr.strip().splitlines()[-1:])
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run(args) -> int:
+    n, m, q = (50, 4, 50) if args.quick else (args.namespaces, args.memories, args.queries)
+    rows = [run_one(sysname, n, m, q) for sysname in SYSTEMS]
+    for r in rows:
+        print(json.dumps(r))
+    return 0 if all("error" not in r for r in rows) else 1
