@@ -73,6 +73,7 @@ from memcore.types import (
 
 __all__ = [
     "SemanticMemory",
+    "warm_ticks",
     "BackgroundWriteError",
     "MemoryClosedError",
     "format_prompt",
@@ -429,37 +430,8 @@ class SemanticMemory:
                 self.long.entities(mode_ns, hybrid=self.hybrid)      # builds the index
         if not np.any(self.embedder.encode(["warm up"])):
             return                        # an embedder that sees no content in English
-        self._warm_ticks()
-
-    def _warm_ticks(self) -> None:
-        """Run ticks on a private scratch memory built like this one (embedder, recall, threads,
-        tiers; on disk in a temporary directory, in RAM where possible, when this one has a
-        path): 24 stored turns of three speakers, retrieves of rare and common terms and of
-        names, with a filter, peeks, consolidation and the journal's trim -- every kernel
-        signature a tick of this memory calls, compiled or loaded from numba's cache now."""
-        import tempfile
-
-        ram = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-        with contextlib.ExitStack() as stack:
-            where = None
-            if self._journaled and not is_url(self.path):
-                where = stack.enter_context(tempfile.TemporaryDirectory(prefix="memcore-warmup-",
-                                                                        dir=ram))
-            scratch = SemanticMemory(where, embedder=self.embedder, top_k=self.top_k,
-                                     threshold=0.0, weights=self.weights, hybrid=self.hybrid,
-                                     short_capacity=8, consolidate_every=4, clock=self.clock,
-                                     warmup=False, preload=False, threads=self.threads)
-            stack.callback(scratch.close)
-            for i, text in enumerate(_WARMUP_TURNS):
-                speaker = _WARMUP_SPEAKERS[i % len(_WARMUP_SPEAKERS)]
-                scratch.retrieve(f"{speaker}, {text}", "warmup")
-                scratch.retrieve(f"what did {speaker} say about xylophones?", "warmup",
-                                 filter={"speaker": speaker}, touch=False)
-                scratch.store(f"{speaker}: {text}", f"noted {i}", "warmup",
-                              metadata={"speaker": speaker, "episode": f"e{i // 6}"})
-            scratch.retrieve("the", "warmup")
-            scratch.retrieve("zzyzx quark", "warmup", touch=False)
-            scratch.consolidate()
+        warm_ticks(self.embedder, hybrid=self.hybrid, weights=self.weights, threads=self.threads,
+                   on_disk=self._journaled and not is_url(self.path), clock=self.clock)
 
     # ------------------------------------------------------------------ the tick
     def retrieve(self, inputs: str, mode: str, *, top_k: int | None = None,
@@ -858,3 +830,67 @@ class SemanticMemory:
                 "retrieve": _percentiles(self._retrieve_ms),
                 "store": _percentiles(self._store_ms),
             }
+
+
+def warm_ticks(embedder: Any, *, hybrid: Any = None, weights: DecayWeights | None = None,
+               threads: int = 1, on_disk: bool = True, clock: Clock | None = None) -> None:
+    """Run ticks on a private scratch :class:`SemanticMemory` (what :meth:`SemanticMemory.warmup`
+    and ``memcore warmup PATH`` do): every numba kernel signature a tick of a memory with these
+    settings calls is compiled (and saved in numba's cache) or loaded from it now.
+
+    64 memories are written to the long tier, then 24 turns of three speakers are stored
+    (common and rare words, numbers, dates), each preceded by retrieves of the turn, of terms
+    rare in either tier (the sparse BM25 kernels), of a name with a filter and a peek; a
+    retrieve of a common and of unknown terms follows; consolidation runs every 12 stores.
+    With ``on_disk`` the scratch memory lives in a temporary directory (under ``/dev/shm``
+    where writable), so the journal's writes and trim and the disk store's reads run too.
+
+    Parameters
+    ----------
+    embedder : Embedder
+    hybrid : HybridWeights, optional
+        Recall of the memory to warm (``default_for(embedder)`` when None).
+    weights : DecayWeights, optional
+    threads : int, default 1
+        Scan threads (>= 2 warms the parallel kernels).
+    on_disk : bool, default True
+        Warm the persistent long tier's and the journal's paths too.
+    clock : Clock, optional
+
+    Examples
+    --------
+    >>> from memcore import HashingEmbedder
+    >>> warm_ticks(HashingEmbedder(), on_disk=False)
+    """
+    import tempfile
+
+    ram = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    with contextlib.ExitStack() as stack:
+        where = None
+        if on_disk:
+            where = stack.enter_context(tempfile.TemporaryDirectory(prefix="memcore-warmup-",
+                                                                    dir=ram))
+        scratch = SemanticMemory(where, embedder=embedder, threshold=0.0, weights=weights,
+                                 hybrid=hybrid, short_capacity=32, consolidate_every=12,
+                                 clock=clock, warmup=False, preload=False, threads=threads)
+        stack.callback(scratch.close)
+        n_long = 64        # rare terms (df 1) take the sparse BM25 kernels past 8 rows
+        vecs = np.ascontiguousarray(embedder.encode(list(_WARMUP_TURNS)), dtype=np.float32)
+        scratch.long.put_many(
+            scratch.namespace_of("warmup"),
+            [MemoryItem(key=f"w{j}", text=f"{_WARMUP_TURNS[j % len(_WARMUP_TURNS)]}, ticket {2000 + j}",
+                        metadata={"speaker": _WARMUP_SPEAKERS[j % 3], "episode": f"p{j // 8}"})
+             for j in range(n_long)],
+            vectors=np.resize(vecs, (n_long, vecs.shape[1])))
+        for i, text in enumerate(_WARMUP_TURNS):
+            speaker = _WARMUP_SPEAKERS[i % len(_WARMUP_SPEAKERS)]
+            scratch.retrieve(f"{speaker}, {text}", "warmup")
+            scratch.retrieve(f"{1000 + i - 1}", "warmup")                 # rare in the short tier
+            scratch.retrieve(f"ticket {2000 + i}", "warmup", touch=False)  # rare in the long tier
+            scratch.retrieve(f"what did {speaker} say about xylophones?", "warmup",
+                             filter={"speaker": speaker}, touch=False)
+            scratch.store(f"{speaker}: {text}, ticket {1000 + i}", f"noted {i}", "warmup",
+                          metadata={"speaker": speaker, "episode": f"e{i // 6}"})
+        scratch.retrieve("the", "warmup")
+        scratch.retrieve("zzyzx quark", "warmup", touch=False)
+        scratch.consolidate()
