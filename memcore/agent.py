@@ -235,9 +235,10 @@ class SemanticMemory:
         Run :meth:`warmup` now, so the first tick does not pay for model loading and JIT
         compilation.
     preload : bool, default True
-        Start a background thread (``memcore-preload``) that loads every memcore kernel
-        signature numba's on-disk cache holds (:func:`memcore._numba.preload`), without running
-        one; failures are logged at DEBUG and ignored.
+        With ``warmup=False``: start a background thread (``memcore-preload``) that loads every
+        memcore kernel signature numba's on-disk cache holds (:func:`memcore._numba.preload`),
+        without running one; failures are logged at DEBUG and ignored. (With ``warmup`` the
+        warmup loads the tick's kernels itself; a preload alongside slowed the first ticks.)
     threads : int, default 1
         CPU threads a recall's scan may use (both tiers; numba's, set only while the scan
         runs). Robots have 4-12 cores; >= 2 runs the parallel kernel.
@@ -360,10 +361,10 @@ class SemanticMemory:
             except BaseException:
                 self.long.close()
                 raise
-        if preload:
+        if warmup:            # loads what a tick calls; a preload beside it would hold the GIL
+            self.warmup()     # and numba's compiler lock through the first ticks
+        elif preload:
             _numba.start_preload()
-        if warmup:
-            self.warmup()
 
     # ------------------------------------------------------------------ helpers
     def __repr__(self) -> str:
