@@ -883,6 +883,9 @@ def warm_ticks(embedder: Any, *, hybrid: Any = None, weights: DecayWeights | Non
                         metadata={"speaker": _WARMUP_SPEAKERS[j % 3], "episode": f"p{j // 8}"})
              for j in range(n_long)],
             vectors=np.resize(vecs, (n_long, vecs.shape[1])))
+        if scratch.hybrid.is_similarity:     # a store's saved hybrid index is kept by writes
+            from memcore.recall.weights import HybridWeights
+            scratch.long.entities(scratch.namespace_of("warmup"), hybrid=HybridWeights.no_model())
         for i, text in enumerate(_WARMUP_TURNS):
             speaker = _WARMUP_SPEAKERS[i % len(_WARMUP_SPEAKERS)]
             scratch.retrieve(f"{speaker}, {text}", "warmup")
