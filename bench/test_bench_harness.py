@@ -127,6 +127,32 @@ def test_tick_smoke(tmp_path, shared):
 
 @needs_long
 @pytest.mark.data("locomo")
+def test_tick_rounds_interleave_and_report_median_first_tick_and_tail(tmp_path, shared):
+    rc = harness.main(["tick", "--systems", "memcore-hashing-similarity", "--sizes", "300",
+                       "--ticks", "5", "--warmup", "2", "--rounds", "2", "--data", str(shared),
+                       "--out", str(tmp_path)])
+    assert rc == 0
+    payload = json.loads(next(tmp_path.glob("tick-*.json")).read_text())
+    assert [r["round"] for r in payload["runs"]] == [0, 1]
+    (row,) = payload["results"]
+    assert row["rounds"] == 2 and len(row["loads"]) == 2 and row["first_tick_ms"] > 0
+    assert sum(t["count"] for t in payload["runs"][0]["tail"].values()) == 5
+    md = next(tmp_path.glob("tick-*.md")).read_text()
+    assert "first tick" in md and "What makes the tail" in md
+
+
+def test_first_tick_table_lists_each_round():
+    from bench.tick import _first_markdown
+
+    rows = [{"encoder": "hashing", "n": 10, "cache": c, "warmup": w, "open_s": 0.1,
+             "first_ms": f, "second_ms": 1.0, "load": 2.0, "round": r}
+            for r, f in enumerate((3.0, 5.0)) for c in ("empty", "warm") for w in (False, True)]
+    md = "\n".join(_first_markdown(rows))
+    assert "3.00 / 5.00" in md and md.count("| hashing |") == 4
+
+
+@needs_long
+@pytest.mark.data("locomo")
 def test_locomo_smoke(tmp_path, shared):
     rc = harness.main(["locomo", "--quick", "--runs", "bm25,memcore-hashing", "--data", str(shared),
                        "--out", str(tmp_path)])

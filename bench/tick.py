@@ -84,6 +84,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=1,
                    help="threads for every pool: torch, onnxruntime, BLAS, FAISS, numba (default 1)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rounds", type=int, default=1,
+                   help="runs of every (system, n), interleaved ABAB (round 1 of every system, "
+                        "then round 2, ...); the report gives each row's median over the rounds")
+    p.add_argument("--first-tick", type=int, default=None, metavar="N",
+                   help="also the 'first tick after a process start' table: SemanticMemory on a "
+                        "disk store of N memories per encoder (hashing, MiniLM, static), fresh "
+                        "processes with an empty or warm numba cache, with and without warmup "
+                        "(--rounds alternating runs each)")
     p.add_argument("--no-hashing-1e6", action="store_true", help="skip the n=1e6 hashing row")
     p.add_argument("--prefill-budget", type=float, default=PREFILL_BUDGET_S,
                    help="skip a (system, n) run whose prefill, at the ingest rate the same "
@@ -129,8 +137,11 @@ def plan(systems: list, sizes: list | None, quick: bool, hashing_1e6: bool = Tru
     return runs, notes
 
 
-def _subprocess(args: list, threads: int) -> subprocess.CompletedProcess:
+def _subprocess(args: list, threads: int, numba_cache: str | None = None
+                ) -> subprocess.CompletedProcess:
     env = thread_env(threads)
+    if numba_cache is not None:
+        env["NUMBA_CACHE_DIR"] = numba_cache
     env["PYTHONPATH"] = os.pathsep.join([str(repo_root()), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return subprocess.run([sys.executable, "-m", "bench.tick", *args], cwd=repo_root(), env=env,
                           stdout=subprocess.PIPE, text=True)
@@ -176,14 +187,22 @@ def run(args: argparse.Namespace) -> int:
             return 1
     # 2. One subprocess per (system, n).
     results, skipped = [], []
+    rounds = max(1, args.rounds)
+    first: list = []
     with tempfile.TemporaryDirectory() as tmp:
-        for s, n in tqdm(runs, desc="tick runs", unit="run"):
+        if args.first_tick:
+            first = first_ticks(list(FIRST_TICK_ENCODERS), args.first_tick, rounds, args.threads,
+                                args.seed, data, embed_limit, Path(tmp))
+        for rnd, (s, n) in tqdm([(r, x) for r in range(rounds) for x in runs],
+                                desc="tick runs", unit="run"):
+            if any(k["system"] == s and k["n"] == n for k in skipped):
+                continue
             over = _over_budget(s, n, results, args.prefill_budget)
             if over:
                 skipped.append({"system": s, "n": n, "reason": over})
                 print(f"note: {over}", file=sys.stderr)
                 continue
-            out = Path(tmp) / f"{s}-{n}.json"
+            out = Path(tmp) / f"{s}-{n}-{rnd}.json"
             proc = _subprocess(["--worker", s, "--n", str(n), "--ticks", str(ticks),
                                 "--warmup", str(warmup), "--threads", str(args.threads),
                                 "--embed-limit", str(embed_limit),
@@ -193,20 +212,44 @@ def run(args: argparse.Namespace) -> int:
                 notes.append(f"{s} n={n}: failed (exit {proc.returncode}); see stderr above")
                 print(f"warning: {notes[-1]}", file=sys.stderr)
                 continue
-            results.append(json.loads(out.read_text()))
+            results.append({**json.loads(out.read_text()), "round": rnd})
             notes += [x for x in results[-1].get("notes", []) if x not in notes]
             if results[-1]["tick"]["n"] < ticks:
                 notes.append(f"{s} n={n:,}: {results[-1]['tick']['n']} of {ticks} timed ticks, "
                              f"the {args.tick_budget:.0f} s tick budget (--tick-budget)")
+    merged = median_rows(results)
     payload = {"suite": "tick", "env": environment(args.threads), "ticks": ticks,
                "warmup": warmup, "embed_limit": embed_limit, "quick": bool(args.quick), "notes": notes,
-               "results": results, "skipped": skipped, "targets": targets(results)}
+               "rounds": rounds, "runs": results, "first_ticks": first,
+               "results": merged, "skipped": skipped, "targets": targets(merged)}
     md = markdown(payload)
     files = write_run(args.out or default_out_dir(), "tick", payload, md,
-                      plot=lambda path: plot(results, path))
+                      plot=lambda path: plot(merged, path))
     print(md)
     print(f"\nwrote {', '.join(str(f) for f in files.values())}", file=sys.stderr)
     return 0
+
+
+def median_rows(runs: list) -> list:
+    """One row per (system, n): each phase percentile, first tick, RSS and hits the median
+    over the rounds; ``loads`` lists each round's load average (start, end)."""
+    import statistics
+
+    by: dict = {}
+    for r in runs:
+        by.setdefault((r["system"], r["n"]), []).append(r)
+    out = []
+    for (system, n), rs in by.items():
+        row = dict(rs[0])
+        for phase in ("encode", "recall", "store", "tick"):
+            row[phase] = {k: statistics.median(r[phase][k] for r in rs) for k in rs[0][phase]}
+        for k in ("first_tick_ms", "rss_mb", "hits_mean", "prefill_s"):
+            vals = [r[k] for r in rs if r.get(k) is not None]
+            row[k] = statistics.median(vals) if vals else None
+        row["rounds"] = len(rs)
+        row["loads"] = [r.get("load") for r in rs]
+        out.append(row)
+    return out
 
 
 def _over_budget(system: str, n: int, results: list, budget_s: float) -> str | None:
@@ -282,9 +325,20 @@ def markdown(payload: dict) -> str:
                      *[""] * 8])
     header = ["system", "n", "encode p50", "recall p50", "store p50", "tick p50", "tick p95",
               "tick p99", "tick p99.9", "RSS MB", "hits/tick"]
+    for row, r in zip(rows, sorted(payload["results"], key=lambda r: (r["n"], r["system"]))):
+        loads = [l for l in r.get("loads", []) if l]
+        row += [fmt(r.get("first_tick_ms")),
+                " / ".join(f"{a:.1f}-{b:.1f}" for a, b in loads) if loads else ""]
+    header += ["first tick", "load per round"]
+    rounds = payload.get("rounds", 1)
     parts = [f"# Tick benchmark ({payload['ticks']} timed ticks after {payload['warmup']} warm-up, "
-             "latencies in ms)", "", markdown_table(header, rows), "",
-             "Phase percentiles for all phases (p50/p95/p99/p99.9) are in the JSON file.", ""]
+             f"latencies in ms; {rounds} round(s) interleaved ABAB, each cell the median over "
+             "the rounds)", "", markdown_table(header, rows), "",
+             "first tick: the first tick of each system in its fresh process after open, prefill "
+             "and the application's warmup (open time excluded). Phase percentiles for all phases "
+             "(p50/p95/p99/p99.9) are in the JSON file.", ""]
+    parts += _tail_markdown(payload.get("runs", []))
+    parts += _first_markdown(payload.get("first_ticks", []))
     ratios = vs_reference(payload["results"])
     if ratios:
         parts += [f"## Each row over {REFERENCE} at the same n (same run)", "",
@@ -304,6 +358,63 @@ def markdown(payload: dict) -> str:
         parts.append(f"- note: {note}")
     parts += ["", env_markdown(payload["env"])]
     return "\n".join(parts)
+
+
+def _tail_markdown(runs: list) -> list:
+    """What the slow ticks were, per (system, n, round): consolidation ticks, ticks with a GC
+    pass, the rest -- count, p50, max and how many reached the run's p99."""
+    from bench.report import fmt, markdown_table
+
+    rows = []
+    for r in sorted(runs, key=lambda r: (r["n"], r["system"], r.get("round", 0))):
+        tail = r.get("tail")
+        if not tail:
+            continue
+        cells = []
+        for kind in ("consolidation", "gc", "other"):
+            t = tail[kind]
+            cells.append(f"{t['count']}: {fmt(t['p50'])} / {fmt(t['max'])} ({t['at_or_over_p99']})"
+                         if t["count"] else "0")
+        rows.append([r["system"], f"{r['n']:,}", str(r.get("round", 0) + 1), fmt(r["tick"]["p99"]),
+                     fmt(r["tick"].get("p99.9")), *cells, fmt(tail["gc"]["gc_ms_max"])])
+    if not rows:
+        return []
+    return ["## What makes the tail (each round)", "",
+            "Ticks by kind -- count: p50 / max ms (how many at or over the run's p99). A "
+            "consolidation tick is one whose store ran SemanticMemory's consolidation (every 32 "
+            "stores by default; similarity rows never consolidate); a gc tick had a Python GC pass "
+            "inside (its longest pass in the last column); the tick benchmark's memory is in RAM, "
+            "so no checkpoint (every 65,536 rows on disk) or journal write happens in it.", "",
+            markdown_table(["system", "n", "round", "tick p99", "tick p99.9", "consolidation",
+                            "gc", "other", "longest GC ms"], rows), ""]
+
+
+def _first_markdown(first: list) -> list:
+    """The 'first tick after a process start' table: median over the rounds per (encoder,
+    numba cache, warmup)."""
+    import statistics
+
+    from bench.report import fmt, markdown_table
+
+    if not first:
+        return []
+    by: dict = {}
+    for f in first:
+        by.setdefault((f["encoder"], f["n"], f["cache"], f["warmup"]), []).append(f)
+    rows = []
+    for (enc, n, cache, warm), fs in sorted(by.items()):
+        rows.append([enc, f"{n:,}", cache, "yes" if warm else "no (warmup=False, preload on)",
+                     fmt(statistics.median(f["open_s"] for f in fs) * 1e3, 0),
+                     fmt(statistics.median(f["first_ms"] for f in fs)),
+                     " / ".join(fmt(f["first_ms"]) for f in fs),
+                     fmt(statistics.median(f["second_ms"] for f in fs)),
+                     " / ".join(f"{f['load']:.1f}" for f in fs)])
+    return ["## First tick after a process start (SemanticMemory on disk, open excluded)", "",
+            "A fresh process opens a saved store (its hybrid index saved) and ticks (retrieve "
+            "then store); numba's on-disk cache empty (a new NUMBA_CACHE_DIR) or warm; median "
+            "over the rounds, each round's figure listed. Target (issue 29): <= 50 ms.", "",
+            markdown_table(["encoder", "n", "numba cache", "warmup at open", "open ms",
+                            "first tick ms", "each round", "second tick ms", "load"], rows), ""]
 
 
 def plot(results: list, path: Path) -> None:
@@ -366,6 +477,7 @@ def worker(system: str, n: int, ticks: int, warmup: int, threads: int, seed: int
     from bench.metrics import percentiles
     from bench.systems import EMBEDDER_OF, cache_name, make_system
 
+    load_start = os.getloadavg()[0]
     sysobj = make_system(system, threads, data, seed)
     pinned = pin_threads(threads)
     gc.collect()
@@ -404,21 +516,50 @@ def worker(system: str, n: int, ticks: int, warmup: int, threads: int, seed: int
     pairs = tick_inputs(warmup + ticks, seed, data)
     phases = {"encode": [], "recall": [], "store": [], "tick": []}
     hits = []
+    first_tick = None
+    mem = getattr(sysobj, "mem", None)           # SemanticMemory rows: which ticks consolidate
+    consolidations = lambda: getattr(mem, "_consolidations", 0)  # noqa: E731
+    gc_ns = [0, 0]                               # [running total, start of the current pass]
+
+    def on_gc(phase, info):
+        if phase == "start":
+            gc_ns[1] = time.perf_counter_ns()
+        else:
+            gc_ns[0] += time.perf_counter_ns() - gc_ns[1]
+
+    gc.callbacks.append(on_gc)
+    kinds = {"consolidation": [], "gc": [], "other": []}
     t_ticks = time.perf_counter()
     for i, (text, response) in enumerate(tqdm(pairs, desc=f"ticks {system} n={n}", unit="tick",
                                                leave=False)):
         if (len(hits) >= MIN_TIMED_TICKS
                 and time.perf_counter() - t_ticks > tick_budget):
             break
+        c0, g0 = consolidations(), gc_ns[0]
         e, r, s_, h = sysobj.tick(i, text, response)
+        if first_tick is None:
+            first_tick = e + r + s_
         if i >= warmup:
+            kind = ("consolidation" if consolidations() != c0 else
+                    "gc" if gc_ns[0] != g0 else "other")
+            kinds[kind].append((e + r + s_, gc_ns[0] - g0))
             phases["encode"].append(e)
             phases["recall"].append(r)
             phases["store"].append(s_)
             phases["tick"].append(e + r + s_)
             hits.append(h)
+    gc.callbacks.remove(on_gc)
     gc.collect()
+    all_ticks = sorted(phases["tick"])
+    p99 = all_ticks[min(len(all_ticks) - 1, int(0.99 * len(all_ticks)))] if all_ticks else 0
+    tail = {k: {"count": len(v), "p50": percentiles([t for t, _ in v], qs=(50,))["p50"] if v else None,
+                "max": max((t for t, _ in v), default=0) / 1e6 if v else None,
+                "at_or_over_p99": sum(t >= p99 for t, _ in v),
+                "gc_ms_max": max((g for _, g in v), default=0) / 1e6}
+            for k, v in kinds.items()}
     out = {"system": system, "n": n, "ticks": len(hits), "warmup": warmup,
+           "first_tick_ms": None if first_tick is None else first_tick / 1e6,
+           "load": [load_start, os.getloadavg()[0]], "tail": tail,
            **{k: percentiles(v, qs=(50, 95, 99, 99.9)) for k, v in phases.items()},
            "hits_mean": sum(hits) / max(len(hits), 1),
            "rss_mb": _rss_mb(), "rss_loaded_mb": rss_loaded,
@@ -431,11 +572,97 @@ def worker(system: str, n: int, ticks: int, warmup: int, threads: int, seed: int
     result.write_text(json.dumps(out))
 
 
+#: Encoders of the "first tick after a process start" table (SemanticMemory on a disk store).
+FIRST_TICK_ENCODERS = ("hashing", "minilm-default", "static")
+
+
+def first_tick_worker(encoder: str, n: int, store: Path, warmup: bool, threads: int, seed: int,
+                      data, result: Path, embed_limit: int) -> None:
+    """One process start: open the SemanticMemory on disk at ``store`` (written first, with n
+    memories, when missing), then time its first two ticks (retrieve then store; the open,
+    and the warmup it runs unless ``warmup`` is False, excluded)."""
+    import numpy as np
+
+    from bench.datasets import cached_encode, tick_inputs, tick_memories, tick_metadata
+    from bench.env import pin_threads
+    from bench.systems import _memcore_embedder, cache_name
+    from memcore.agent import SemanticMemory
+    from memcore.types import MemoryItem
+
+    embedder = _memcore_embedder(encoder, threads)
+    pin_threads(threads)
+    mode = "tick"
+    if not store.exists():
+        texts = tick_memories(n, seed, data)
+        name = cache_name(encoder)
+        vecs = (embedder.encode(texts) if name is None else
+                np.resize(cached_encode(name, embedder.encode, texts[:min(n, embed_limit)], progress=False),
+                          (n, embedder.dim)))
+        meta = tick_metadata(n, seed, data)
+        with SemanticMemory(store, embedder=embedder, warmup=True, preload=False) as mem:
+            mem.long.put_many(mem.namespace_of(mode),
+                              [MemoryItem(key=f"m{i}", text=t, metadata=m)
+                               for i, (t, m) in enumerate(zip(texts, meta))], vectors=vecs)
+            mem.warmup()                  # saves the hybrid index, as `memcore warmup` would
+        return
+    load = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    mem = SemanticMemory(store, embedder=embedder, warmup=warmup)
+    open_s = time.perf_counter() - t0
+    ticks = []
+    for text, response in tick_inputs(2, seed + 1, data):
+        t1 = time.perf_counter_ns()
+        mem.retrieve(text, mode)
+        mem.store(text, response, mode)
+        ticks.append((time.perf_counter_ns() - t1) / 1e6)
+    mem.close()
+    result.write_text(json.dumps({"encoder": encoder, "n": n, "warmup": warmup, "open_s": open_s,
+                                  "first_ms": ticks[0], "second_ms": ticks[1], "load": load}))
+
+
+def first_ticks(encoders: list, n: int, rounds: int, threads: int, seed: int, data: list,
+                embed_limit: int, tmp: Path) -> list:
+    """The "first tick after a process start" rows: per encoder, a disk store of n memories
+    opened by fresh processes with numba's on-disk cache warm (the usual one) and, for the
+    hashing encoder in the first round, empty (a new NUMBA_CACHE_DIR: every kernel compiles,
+    minutes of CPU per process on a loaded machine), with and without SemanticMemory's warmup; ``rounds`` alternating runs of
+    each. Each store copy is opened once (a first tick writes)."""
+    import shutil
+
+    rows = []
+    for enc in encoders:
+        base = tmp / f"first-{enc}-{n}"
+        common = ["--encoder", enc, "--n", str(n), "--threads", str(threads), "--seed", str(seed),
+                  "--embed-limit", str(embed_limit), *data]
+        if _subprocess(["--first-tick", str(base), *common, "--warmup", "1"], threads).returncode:
+            print(f"warning: first-tick store for {enc} failed", file=sys.stderr)
+            continue
+        k = 0
+        for r in range(rounds):
+            for cache in (("empty", "warm") if enc == "hashing" and r == 0 else ("warm",)):
+                for warm in (False, True):
+                    k += 1
+                    copy = tmp / f"first-{enc}-{n}-{k}"
+                    shutil.copytree(base, copy)
+                    out = tmp / f"first-{enc}-{n}-{k}.json"
+                    env_cache = str(tmp / f"numba-{enc}-{k}") if cache == "empty" else None
+                    proc = _subprocess(["--first-tick", str(copy), *common, "--warmup",
+                                        str(int(warm)), "--result", str(out)], threads,
+                                       numba_cache=env_cache)
+                    shutil.rmtree(copy, ignore_errors=True)
+                    if proc.returncode or not out.exists():
+                        continue
+                    rows.append({**json.loads(out.read_text()), "cache": cache, "round": r})
+    return rows
+
+
 def _worker_main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.tick", description="tick benchmark worker")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--worker", metavar="SYSTEM")
     g.add_argument("--prepare", metavar="ENCODER")
+    g.add_argument("--first-tick", metavar="STORE", type=Path)
+    p.add_argument("--encoder", default="hashing")
     p.add_argument("--n", type=int, required=True)
     p.add_argument("--ticks", type=int, default=100)
     p.add_argument("--warmup", type=int, default=20)
@@ -446,7 +673,10 @@ def _worker_main(argv=None) -> int:
     p.add_argument("--embed-limit", type=int, default=10_000)
     p.add_argument("--tick-budget", type=float, default=TICK_BUDGET_S)
     a = p.parse_args(argv)
-    if a.prepare:
+    if a.first_tick:
+        first_tick_worker(a.encoder, a.n, a.first_tick, bool(a.warmup), a.threads, a.seed,
+                          a.data, a.result, a.embed_limit)
+    elif a.prepare:
         prepare(a.prepare, a.n, a.seed, a.threads, a.data)
     else:
         worker(a.worker, a.n, a.ticks, a.warmup, a.threads, a.seed, a.data, a.result,

@@ -11,11 +11,16 @@ text kernels before their first call.
 from __future__ import annotations
 
 import contextlib
+import importlib
+import logging
+import pkgutil
 import signal
 import sys
 import threading
 
-__all__ = ["load"]
+__all__ = ["load", "preload", "start_preload", "kernel_dispatchers", "loaded_signatures"]
+
+logger = logging.getLogger("memcore")
 
 _lock = threading.Lock()
 _loaded = False
@@ -94,3 +99,117 @@ def _forget_partial_registrations() -> None:
         for typeclass, func in list(functions.items()):
             if getattr(func, "__module__", None) not in sys.modules:
                 del functions[typeclass]
+
+
+def kernel_dispatchers() -> list:
+    """memcore's numba kernels: every ``numba`` dispatcher defined in a ``memcore.kernels``
+    module (importing them), in module then name order.
+
+    Returns
+    -------
+    list of numba Dispatcher
+
+    Examples
+    --------
+    >>> len(kernel_dispatchers()) > 10
+    True
+    """
+    from numba.core.dispatcher import Dispatcher
+
+    import memcore.kernels as package
+
+    out = []
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        for name in sorted(vars(module)):
+            obj = getattr(module, name)
+            if isinstance(obj, Dispatcher) and getattr(obj.py_func, "__module__", None) == module.__name__:
+                out.append(obj)
+    return out
+
+
+def loaded_signatures() -> set:
+    """The (kernel, signature) pairs compiled or loaded so far in this process.
+
+    Returns
+    -------
+    set of (str, str)
+        ``("memcore.kernels.scan.rows_in", "(Array(int32, 1, 'C', ...), ...)")``.
+
+    Examples
+    --------
+    >>> isinstance(loaded_signatures(), set)
+    True
+    """
+    return {(f"{d.py_func.__module__}.{d.py_func.__qualname__}", str(sig))
+            for d in kernel_dispatchers() for sig in list(d.overloads)}
+
+
+def preload() -> int:
+    """Load from numba's on-disk cache every signature of every memcore kernel it holds for
+    this machine, as a first call with those argument types would, without running a kernel.
+
+    Nothing compiles: a signature the cache lacks (or whose entry is stale) stays for its
+    first call (:meth:`SemanticMemory.warmup` compiles the tick's). Any failure is logged at
+    DEBUG on the ``memcore`` logger and ends the preload; it never raises.
+
+    Returns
+    -------
+    int
+        Signatures loaded.
+
+    Examples
+    --------
+    >>> preload() >= 0
+    True
+    """
+    loaded = 0
+    try:
+        load()
+        from numba.core.compiler_lock import global_compiler_lock
+
+        for disp in kernel_dispatchers():
+            cache = getattr(disp, "_cache", None)
+            impl = getattr(cache, "_impl", None)
+            cache_file = getattr(cache, "_cache_file", None)
+            if impl is None or cache_file is None:
+                continue                      # cache=False kernel
+            try:
+                index = cache_file._load_index()
+            except Exception:                 # no index yet, or unreadable
+                continue
+            codegen = disp.targetctx.codegen()
+            for key in list(index):
+                sig, machine = key[0], key[1]
+                if machine != codegen.magic_tuple():
+                    continue
+                with global_compiler_lock:
+                    if tuple(sig) in disp.overloads:
+                        continue
+                    cres = cache.load_overload(sig, disp.targetctx)
+                    if cres is None:
+                        continue
+                    if not cres.objectmode:
+                        disp.targetctx.insert_user_function(cres.entry_point, cres.fndesc,
+                                                            [cres.library])
+                    disp.add_overload(cres)
+                    loaded += 1
+    except Exception:
+        logger.debug("preloading numba kernels failed after %d signatures", loaded, exc_info=True)
+    return loaded
+
+
+def start_preload() -> threading.Thread:
+    """Run :func:`preload` in a daemon thread (``memcore-preload``), started now.
+
+    Returns
+    -------
+    threading.Thread
+
+    Examples
+    --------
+    >>> start_preload().join()
+    """
+    thread = threading.Thread(target=preload, name="memcore-preload", daemon=True)
+    thread.start()
+    return thread

@@ -34,8 +34,10 @@ Design
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import os
 import queue
 import threading
 import time
@@ -45,7 +47,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from memcore import _validate
+from memcore import _numba, _validate
 from memcore.errors import (
     BackgroundWriteError,
     InvalidArgumentError,
@@ -71,11 +73,23 @@ from memcore.types import (
 
 __all__ = [
     "SemanticMemory",
+    "warm_ticks",
     "BackgroundWriteError",
     "MemoryClosedError",
     "format_prompt",
     "human_age",
 ]
+
+#: The scratch corpus of :meth:`SemanticMemory.warmup`: turns with common and rare words,
+#: numbers and names, stored under three speakers.
+_WARMUP_SPEAKERS = ("Ada", "Grace", "Linus")
+_WARMUP_TURNS = tuple(
+    f"{what} {when}" for what in (
+        "I moved to Lisbon and started painting", "the robot charged its battery in the kitchen",
+        "we adopted a dog called Biscuit", "my sister plays the xylophone at the concert",
+        "I ran a marathon in 3 hours 58 minutes", "the warehouse shelves hold 1200 boxes",
+        "I read a book about quantum chemistry", "the garden needs water every morning")
+    for when in ("last week", "on 12 May 2023", "yesterday"))
 
 logger = logging.getLogger(__name__)
 
@@ -220,6 +234,11 @@ class SemanticMemory:
     warmup : bool, default True
         Run :meth:`warmup` now, so the first tick does not pay for model loading and JIT
         compilation.
+    preload : bool, default True
+        With ``warmup=False``: start a background thread (``memcore-preload``) that loads every
+        memcore kernel signature numba's on-disk cache holds (:func:`memcore._numba.preload`),
+        without running one; failures are logged at DEBUG and ignored. (With ``warmup`` the
+        warmup loads the tick's kernels itself; a preload alongside slowed the first ticks.)
     threads : int, default 1
         CPU threads a recall's scan may use (both tiers; numba's, set only while the scan
         runs). Robots have 4-12 cores; >= 2 runs the parallel kernel.
@@ -254,7 +273,7 @@ class SemanticMemory:
                  max_response_chars: int = 1000, extractors: Sequence[MemoryExtractor] = (),
                  clock: Clock | None = None, durability: str | None = None,
                  lock_timeout: float | None = None, batch_size: int = 64, warmup: bool = True,
-                 threads: int = 1, approximate: Any = None) -> None:
+                 threads: int = 1, approximate: Any = None, preload: bool = True) -> None:
         from memcore.stores.short import ShortTermMemory
         from memcore.recall.threads import check_threads
         from memcore.recall.weights import HybridWeights, default_for
@@ -342,8 +361,10 @@ class SemanticMemory:
             except BaseException:
                 self.long.close()
                 raise
-        if warmup:
-            self.warmup()
+        if warmup:            # loads what a tick calls; a preload beside it would hold the GIL
+            self.warmup()     # and numba's compiler lock through the first ticks
+        elif preload:
+            _numba.start_preload()
 
     # ------------------------------------------------------------------ helpers
     def __repr__(self) -> str:
@@ -389,8 +410,12 @@ class SemanticMemory:
     def warmup(self) -> None:
         """Load the model and compile the kernels a tick uses, leaving no trace in the store.
 
-        Encodes two texts, writes them to the short tier under a private namespace (outside
-        ``namespace``), searches both tiers there, and removes them. Nothing reaches disk.
+        Runs ticks on a private scratch memory built like this one (same embedder, recall,
+        weights and threads; 24 turns of three speakers; retrieves of common, rare and
+        unknown terms, names and a filter; stores, consolidation and, when this memory has a
+        path, the journal and its trim in a temporary directory under ``/dev/shm`` where
+        writable), so that no later tick compiles or loads a numba kernel (about 0.1 s with
+        numba's cache warm, ~2 s with it empty). Nothing reaches this memory's store.
         With hybrid recall it also builds the hybrid index of every mode already stored in the
         long tier without one (otherwise the first retrieve of a mode pays it: about 11 s at
         1e5 memories, 0.1 s at 600) and, on a writable store, saves it at once; the long
@@ -404,21 +429,10 @@ class SemanticMemory:
         if not self.hybrid.is_similarity:
             for mode_ns in self.long.namespaces(self.prefix):
                 self.long.entities(mode_ns, hybrid=self.hybrid)      # builds the index
-        ns = ("__memcore_warmup__",)
-        texts = ["the robot warms up its memory", "warm up"]
-        vecs = np.ascontiguousarray(self.embedder.encode(texts), dtype=np.float32)
-        if not np.all(np.any(vecs, axis=1)):
-            return
-        try:
-            self.short.put_many(ns, [MemoryItem(key=str(i), text=t) for i, t in enumerate(texts)],
-                                vectors=vecs)
-            self.short.search(ns, texts[1], top_k=1, weights=self.weights, touch=False,
-                              query_vector=vecs[1])
-            self.long.search(ns, texts[1], top_k=1, weights=self.weights, touch=False,
-                             query_vector=vecs[1])
-            self.tiers.dense_query(ns, texts[1])
-        finally:
-            self.short.clear(ns)
+        if not np.any(self.embedder.encode(["warm up"])):
+            return                        # an embedder that sees no content in English
+        warm_ticks(self.embedder, hybrid=self.hybrid, weights=self.weights, threads=self.threads,
+                   on_disk=self._journaled and not is_url(self.path), clock=self.clock)
 
     # ------------------------------------------------------------------ the tick
     def retrieve(self, inputs: str, mode: str, *, top_k: int | None = None,
@@ -817,3 +831,70 @@ class SemanticMemory:
                 "retrieve": _percentiles(self._retrieve_ms),
                 "store": _percentiles(self._store_ms),
             }
+
+
+def warm_ticks(embedder: Any, *, hybrid: Any = None, weights: DecayWeights | None = None,
+               threads: int = 1, on_disk: bool = True, clock: Clock | None = None) -> None:
+    """Run ticks on a private scratch :class:`SemanticMemory` (what :meth:`SemanticMemory.warmup`
+    and ``memcore warmup PATH`` do): every numba kernel signature a tick of a memory with these
+    settings calls is compiled (and saved in numba's cache) or loaded from it now.
+
+    64 memories are written to the long tier, then 24 turns of three speakers are stored
+    (common and rare words, numbers, dates), each preceded by retrieves of the turn, of terms
+    rare in either tier (the sparse BM25 kernels), of a name with a filter and a peek; a
+    retrieve of a common and of unknown terms follows; consolidation runs every 12 stores.
+    With ``on_disk`` the scratch memory lives in a temporary directory (under ``/dev/shm``
+    where writable), so the journal's writes and trim and the disk store's reads run too.
+
+    Parameters
+    ----------
+    embedder : Embedder
+    hybrid : HybridWeights, optional
+        Recall of the memory to warm (``default_for(embedder)`` when None).
+    weights : DecayWeights, optional
+    threads : int, default 1
+        Scan threads (>= 2 warms the parallel kernels).
+    on_disk : bool, default True
+        Warm the persistent long tier's and the journal's paths too.
+    clock : Clock, optional
+
+    Examples
+    --------
+    >>> from memcore import HashingEmbedder
+    >>> warm_ticks(HashingEmbedder(), on_disk=False)
+    """
+    import tempfile
+
+    ram = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    with contextlib.ExitStack() as stack:
+        where = None
+        if on_disk:
+            where = stack.enter_context(tempfile.TemporaryDirectory(prefix="memcore-warmup-",
+                                                                    dir=ram))
+        scratch = SemanticMemory(where, embedder=embedder, threshold=0.0, weights=weights,
+                                 hybrid=hybrid, short_capacity=32, consolidate_every=12,
+                                 clock=clock, warmup=False, preload=False, threads=threads)
+        stack.callback(scratch.close)
+        n_long = 64        # rare terms (df 1) take the sparse BM25 kernels past 8 rows
+        vecs = np.ascontiguousarray(embedder.encode(list(_WARMUP_TURNS)), dtype=np.float32)
+        scratch.long.put_many(
+            scratch.namespace_of("warmup"),
+            [MemoryItem(key=f"w{j}", text=f"{_WARMUP_TURNS[j % len(_WARMUP_TURNS)]}, ticket {2000 + j}",
+                        metadata={"speaker": _WARMUP_SPEAKERS[j % 3], "episode": f"p{j // 8}"})
+             for j in range(n_long)],
+            vectors=np.resize(vecs, (n_long, vecs.shape[1])))
+        if scratch.hybrid.is_similarity:     # a store's saved hybrid index is kept by writes
+            from memcore.recall.weights import HybridWeights
+            scratch.long.entities(scratch.namespace_of("warmup"), hybrid=HybridWeights.no_model())
+        for i, text in enumerate(_WARMUP_TURNS):
+            speaker = _WARMUP_SPEAKERS[i % len(_WARMUP_SPEAKERS)]
+            scratch.retrieve(f"{speaker}, {text}", "warmup")
+            scratch.retrieve(f"{1000 + i - 1}", "warmup")                 # rare in the short tier
+            scratch.retrieve(f"ticket {2000 + i}", "warmup", touch=False)  # rare in the long tier
+            scratch.retrieve(f"what did {speaker} say about xylophones?", "warmup",
+                             filter={"speaker": speaker}, touch=False)
+            scratch.store(f"{speaker}: {text}, ticket {1000 + i}", f"noted {i}", "warmup",
+                          metadata={"speaker": speaker, "episode": f"e{i // 6}"})
+        scratch.retrieve("the", "warmup")
+        scratch.retrieve("zzyzx quark", "warmup", touch=False)
+        scratch.consolidate()

@@ -623,10 +623,15 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 @_guard
 def cmd_warmup(args: argparse.Namespace) -> int:
     """Build and save the hybrid index of every namespace that lacks one
-    (:meth:`LongTermMemory.warmup`)."""
+    (:meth:`LongTermMemory.warmup`), and compile (or load) into numba's cache every kernel a
+    :class:`SemanticMemory` tick on this store's embedder calls (:func:`warm_ticks`)."""
+    from memcore.agent import warm_ticks
+
     path = _store_arg(args)
     with LongTermMemory.open(path, read_only=False, lock_timeout=1.0) as store:
         n = store.warmup(HybridWeights.hybrid(), progress=not args.quiet)
+        embedder = matching_embedder(store, notify=_note(args))
+    warm_ticks(embedder)
     _summary(args, {"indexed": n, "store": str(path)},
              f"indexed {n} memories of {path}" if n else f"{path}: every hybrid index is saved",
              to_stderr=False)
@@ -836,7 +841,8 @@ def add_commands(subparsers: Any) -> None:
     for name, what, fn in (
             ("migrate", "convert a store of an older on-disk format to the current one",
              cmd_migrate),
-            ("warmup", "build and save the hybrid index of every namespace that lacks one",
+            ("warmup", "build and save the hybrid index of every namespace that lacks one, and "
+             "compile the tick's kernels into numba's cache",
              cmd_warmup)):
         p = sub(name, what, fn)
         p.add_argument("path", nargs="?", default=None, metavar="PATH",
