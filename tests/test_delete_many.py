@@ -163,8 +163,10 @@ def test_one_commit_and_checkpoint_due(tmp_path):
         l0, r0 = files.log_bytes, files.records
         assert s.delete_many("ns", KEYS[:5]) == 5
         log = (ns_dir(tmp_path / "m") / "log.0").read_bytes()
-        want = b"".join(storage.records.encode_delete(int(s_row), k.encode())
-                        for s_row, k in zip(range(5), KEYS[:5]))
+        want = bytearray(b"".join(storage.records.encode_delete(int(s_row), k.encode())
+                                  for s_row, k in zip(range(5), KEYS[:5])))
+        storage.records.mark_batch(want, 5)         # the batch's count in its first record
+        want[0] = storage.records.MAGIC & 0xFF      # committed
         assert log[l0:] == want and files.records == r0 + 5
         t = s._tables[("ns",)]
         files.checkpoint_log_bytes -= storage.checkpoint.CHECKPOINT_BYTES     # make it due
