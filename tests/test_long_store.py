@@ -238,12 +238,17 @@ def test_newer_format_version_is_refused(tmp_path, which):
         with pytest.raises(FormatVersionError):
             LongTermMemory.open(tmp_path / "m")
         return
-    # a namespace's files are opened on its first use (tests/test_many_namespaces.py)
+    # a writer opens a namespace's files on its first use (tests/test_many_namespaces.py);
+    # a reader opens them all at open
     with open_store(tmp_path / "m") as s, \
             pytest.raises(FormatVersionError, match=f"version {storage.FORMAT_VERSION + 1}"):
         s.get("ns", "a")
-    with LongTermMemory.open(tmp_path / "m") as s, pytest.raises(FormatVersionError):
-        s.get("ns", "a")
+    with pytest.raises(FormatVersionError):
+        with LongTermMemory.open(tmp_path / "m") as s:
+            s.get("ns", "a")
+    with pytest.raises(FormatVersionError):
+        with LongTermMemory(tmp_path / "m", read_only=True) as s:
+            s.get("ns", "a")
 
 
 def test_read_only_open_refuses_writes_and_refreshes_in_ram(tmp_path):

@@ -152,8 +152,10 @@ def test_catalog_missing_or_damaged_is_rebuilt(tmp_path, how):
         assert s.namespaces() == before
     text = cat.read_text()
     assert text.count('"dir"') == 11 and '"clean"' in text.splitlines()[-1]
-    with LongTermMemory(root, read_only=True) as r:
-        assert r.namespaces() == before and not r._tables.open_tables()   # from summaries
+    with LongTermMemory(root, read_only=True) as r:   # a reader opens every namespace
+        assert r.namespaces() == before
+    with LongTermMemory(root, emb()) as s:
+        assert s.namespaces() == before and not s._tables.open_tables()   # from summaries
 
 
 def test_damage_found_at_first_use_isolates_only_that_namespace(tmp_path, caplog):
@@ -192,7 +194,9 @@ def test_namespaces_prefix_and_limit_from_the_catalog(tmp_path):
         want = {p: s.namespaces(p) for p in (None, ("acme",), ("acme", "x"), ("beta",))}
     with LongTermMemory(root, emb(), read_only=True) as r:
         assert {p: r.namespaces(p) for p in want} == want
-        assert not r._tables.open_tables()
+    with LongTermMemory(root, emb()) as s:            # a writer answers from the catalog
+        assert {p: s.namespaces(p) for p in want} == want
+        assert not s._tables.open_tables()
     assert want[("acme",)] == [("acme", "x"), ("acme", "x", "deep"), ("acme", "y"), ("acme", "z")]
 
 

@@ -833,6 +833,8 @@ class DiskSpace:
                 raise _EpochReplaced() from None
             raise
         self._load_catalog(dirs)
+        if self.read_only:
+            self._open_every_namespace(last)
         if repair and not self.read_only:
             self.probe()
             for name in sorted(self.tables.damaged):
@@ -842,6 +844,25 @@ class DiskSpace:
                 t = self.reopen(os.path.join(root.epoch_dir, name))
                 self.tables[t.namespace] = t
         return name, self.dim, version
+
+    def _open_every_namespace(self, last: bool) -> None:
+        """A read-only store opens every namespace at open and keeps it open (no LRU): it
+        holds no lock, so a writer's compaction or reindex may delete the epoch it reads at
+        any time, and only files opened (mapped) before that keep serving its snapshot. An
+        open that fails because the epoch was replaced meanwhile starts over (see
+        :meth:`_raced`); damage under a stable epoch isolates its namespace, as at a
+        writer's first use. The descriptor bound of :data:`OPEN_NAMESPACES` therefore holds
+        for a writer, not for a reader (format 3's shared segments would bound both)."""
+        self.tables.limit = 1 << 62
+        for ns in list(self.tables.dirs):
+            try:
+                t = self.tables.get(ns)
+            except StoreCorruptedError:
+                if self._raced(last):
+                    raise _EpochReplaced() from None
+                continue
+            if t is None and self._raced(last):
+                raise _EpochReplaced()
 
     def _load_catalog(self, dirs: Sequence[str]) -> None:
         """Learn the namespaces of the current epoch from its catalog (reconciled with the
