@@ -25,7 +25,8 @@ import os
 from typing import Any, Callable
 
 from memcore import embedders, storage
-from memcore.errors import EmbedderMismatchError, InvalidArgumentError, StoreNotFoundError
+from memcore.errors import (EmbedderMismatchError, InvalidArgumentError, MemcoreError,
+                            StoreNotFoundError)
 from memcore.stores.long import LongTermMemory
 
 __all__ = ["EMBEDDERS", "AUTO", "open_store", "build_embedder", "matching_embedder",
@@ -192,7 +193,9 @@ def matching_embedder(store: Any, *, notify: Notify | None = None) -> Any:
 
 def store_embedder(path: Any, *, notify: Notify | None = None) -> Any:
     """The embedder the store directory at ``path`` was written with, rebuilt by
-    :func:`matching_embedder` (the store is opened read-only to read its name and dim).
+    :func:`matching_embedder` from the name and dim its store header records (no namespace is
+    opened; a lost or damaged header falls back to a read-only open, which recovers it or
+    says what is wrong).
 
     Raises
     ------
@@ -209,8 +212,23 @@ def store_embedder(path: Any, *, notify: Notify | None = None) -> Any:
     >>> store_embedder(path).dim
     16
     """
+    try:       # the store header names it: no namespace is opened (a reader opens them all)
+        head = storage.read_store_header(os.fspath(path))
+    except (OSError, MemcoreError):
+        head = None                 # lost, damaged or newer: the full open says what it is
+    if head is not None:
+        return matching_embedder(_HeaderProbe(os.fspath(path), head["embedder"], head["dim"]),
+                                 notify=notify)
     with LongTermMemory.open(path, None, read_only=True) as probe:
         return matching_embedder(probe, notify=notify)
+
+
+class _HeaderProbe:
+    """What :func:`matching_embedder` reads of a store (its path, embedder name and dim),
+    taken from the store header alone."""
+
+    def __init__(self, path: str, embedder_name: str, dim: int):
+        self.path, self.embedder_name, self.dim = path, embedder_name, dim
 
 
 def open_store(where: Any = None, embedder: Any = AUTO, *, read_only: bool = False,

@@ -232,3 +232,14 @@ def test_compact_verify_reindex_one_namespace_at_a_time(tmp_path):
     with LongTermMemory(root, HashingEmbedder(dim=32), read_only=True) as r:
         assert len(r.namespaces()) == 2 * OPEN_NAMESPACES + 2
         assert np.isfinite(r.search(("users", "u0003", "memories"), "topic 1")[0].score)
+
+
+def test_learning_a_stores_embedder_opens_no_namespace(tmp_path, monkeypatch):
+    """open_store / SemanticMemory(path) without an embedder learn it from the store header: a
+    read-only open (which opens every namespace) is not needed for that."""
+    from memcore import open as opening
+
+    root = tmp_path / "m"
+    fill(root, 3)
+    monkeypatch.setattr(opening.LongTermMemory, "open", None)     # any use would fail
+    assert opening.store_embedder(root).name == emb().name
