@@ -898,3 +898,6 @@ def warm_ticks(embedder: Any, *, hybrid: Any = None, weights: DecayWeights | Non
         scratch.retrieve("the", "warmup")
         scratch.retrieve("zzyzx quark", "warmup", touch=False)
         scratch.consolidate()
+        if on_disk:     # the log's frame walk (a checkpoint's tail scan) may not run above
+            from memcore.storage.log import frame_scan
+            frame_scan(b"")
