@@ -44,7 +44,7 @@ from memcore import (HashingEmbedder, HybridWeights, LongTermMemory, MemoryItem,
                      SemanticMemory)
 from memcore import _validate  # noqa: E402
 from memcore.errors import MemcoreError  # noqa: E402
-from tests.kill_driver import killed_round  # noqa: E402  (one SIGKILL driver for tests and bench)
+from tests.kill_driver import killed_round, semantic_memory_stores  # noqa: E402  (one SIGKILL driver for tests and bench)
 
 DIM = 16
 T0 = 1_700_000_000.0
@@ -316,20 +316,7 @@ def sm_kill_rounds(root: str, rounds: int, seed: int, log) -> dict:
             mem = _sm(root)
             mem.store(f"round {r_no} warm-up", "noted", mode="warm")
             os.write(w, b"R\n")
-            i = 0
-            while True:
-                i += 1
-                bg = i % 3 == 0
-                items = mem.store(f"round {r_no} sighting {i} of the red door", "noted",
-                                  mode="patrol", background=bg,
-                                  importance=0.9 if i % 4 == 0 else 0.1)
-                if bg:
-                    os.write(w, f"Q {items[0].key}\n".encode())
-                    if i % 6 == 0:
-                        mem.flush()
-                        os.write(w, b"F\n")
-                else:
-                    os.write(w, f"A {items[0].key}\n".encode())
+            semantic_memory_stores(mem, w, r_no)
         return child
 
     acked, lost, times, verify_dirty = {}, [], [], 0

@@ -36,3 +36,24 @@ def killed_round(child: Callable[[int], None], delay: float, ready: bytes = b"R\
         out += chunk
     os.close(r)
     return out
+
+
+def semantic_memory_stores(mem, w: int, r_no: int) -> None:
+    """The SemanticMemory child's work (never returns): store sightings in mode ``patrol``,
+    every third in the background, flushing every sixth, and report on pipe ``w`` — ``A key``
+    once a foreground store returned (durable), ``Q key`` for a queued background store, ``F``
+    once a flush returned (every queued store durable)."""
+    i = 0
+    while True:
+        i += 1
+        text = f"round {r_no} sighting {i} of the red door"
+        bg = i % 3 == 0
+        items = mem.store(text, "noted", mode="patrol", background=bg,
+                          importance=0.9 if i % 4 == 0 else 0.1)
+        if bg:
+            os.write(w, f"Q {items[0].key}\n".encode())
+            if i % 6 == 0:
+                mem.flush()
+                os.write(w, b"F\n")
+        else:
+            os.write(w, f"A {items[0].key}\n".encode())

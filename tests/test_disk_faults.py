@@ -848,7 +848,7 @@ def test_an_exception_at_every_step_of_namespace_creation(tmp_path):
 AGENT_DRIVER = textwrap.dedent(r"""
     import json, os, random, sys
     from memcore import HashingEmbedder, SemanticMemory
-    from tests.kill_driver import killed_round
+    from tests.kill_driver import killed_round, semantic_memory_stores
     root, rounds, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 
     def child(w, r_no):
@@ -856,20 +856,7 @@ AGENT_DRIVER = textwrap.dedent(r"""
                              short_capacity=50_000)              # nothing evicted
         mem.store(f"round {r_no} warm-up", "noted", mode="warm")    # compiled before R
         os.write(w, b"R\n")
-        i = 0
-        while True:
-            i += 1
-            text = f"round {r_no} sighting {i} of the red door"
-            bg = i % 3 == 0
-            items = mem.store(text, "noted", mode="patrol", background=bg,
-                              importance=0.9 if i % 4 == 0 else 0.1)
-            if bg:
-                os.write(w, f"Q {items[0].key}\n".encode())
-                if i % 6 == 0:
-                    mem.flush()
-                    os.write(w, b"F\n")
-            else:
-                os.write(w, f"A {items[0].key}\n".encode())
+        semantic_memory_stores(mem, w, r_no)
 
     rnd = random.Random(seed)
     acked, lost = set(), []
