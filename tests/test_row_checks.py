@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from memcore import HashingEmbedder, LongTermMemory, MemoryItem
-from memcore.errors import MemcoreError
+from memcore.errors import MemcoreError, StoreCorruptedError
 from memcore.storage.columns import CHECK_DTYPE, expiry_crcs, row_crcs, stats_crcs
 
 DIM = 16
@@ -233,3 +233,27 @@ def test_sigkill_while_touching_and_refreshing_leaves_every_check_intact(tmp_pat
             p.send_signal(signal.SIGKILL)
         with _store(root, read_only=True) as s:
             assert not _errors(s) and len(s.keys("ns")) == N
+
+
+def test_compaction_never_launders_an_unverified_ttl_and_repair_lists_it(tmp_path):
+    root = tmp_path / "s"
+    want = _build(root)
+    d = _ns_dir(root)
+    chk = np.memmap(os.path.join(d, "rowcheck.0.u8"), CHECK_DTYPE, mode="r+")
+    chk["exp"][3] ^= 1                     # the copy of k3's TTL fails both its CRCs
+    chk["exp_next"][3] ^= 1
+    chk.flush()
+    del chk
+    with _store(root) as s:
+        assert _state(s) == want                         # the column's value, unverified
+        assert any("cannot be verified" in e for e in _errors(s))
+        s.delete("ns", "k38")                            # something to compact
+        want["k38"] = None
+        with pytest.raises(StoreCorruptedError, match="rowcheck"):
+            s.compact()
+        assert _state(s) == want
+        report = s.repair()
+        assert [r["ttl_unverified"] for r in report] == [["k3"]]
+        assert _state(s) == want and not _errors(s)
+        s.compact()
+        assert _state(s) == want and not _errors(s)

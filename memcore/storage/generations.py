@@ -15,6 +15,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from memcore.errors import StoreCorruptedError
 from memcore.storage.checkpoint import (
     CHECKPOINT_BYTES,
     CHECKPOINT_ROWS,
@@ -276,13 +277,22 @@ class NamespaceFiles:
         Raises
         ------
         StoreCorruptedError
-            Naming the vectors file, offset and row; ``what`` says what was not done.
+            Naming the vectors file, offset and row; ``what`` says what was not done. Also
+            when one of ``rows`` has a time to live its row check could not verify at open
+            (a new generation would check the unverified value as verified).
         """
         self.flush_pending()
         with open(self.log_path, "rb") as f:
             log = f.read(self.log_bytes)
         verify_vectors(vectors, record_vector_crcs(log, offsets), rows, cols.path("vectors"),
                        offsets, what)
+        bad = sorted(set(self.check_report.unverified if self.check_report else ())
+                     & set(int(r) for r in rows))
+        if bad:
+            raise StoreCorruptedError(
+                f"{self.checks.path} is corrupted at offset {bad[0] * 32}: the time to live of "
+                f"row {bad[0]} cannot be verified ({len(bad)} row(s)); {what}; repair() "
+                "rewrites the namespace")
         return log
 
     def flush_pending(self) -> None:

@@ -61,8 +61,10 @@ def repair_namespace(directory: str, dim: int, embed=None) -> dict:
     record's CRC (or lies past the end of the vectors file) is re-embedded from its logged
     text when ``embed`` (``texts -> (n, dim) float32``) is given and the result matches the
     record's CRC bit for bit (an exact repair), else dropped -- never served with another
-    row's vector. Lifecycle fields come from the records, access statistics from the
-    column files when they are valid (finite, in range).
+    row's vector. Lifecycle fields come from the records; access statistics and times to
+    live from the column files as far as the row checks vouch for them (see
+    :mod:`memcore.storage`, Row checks; a header written before the checks: statistics when
+    valid -- finite, in range -- and every time to live as it is).
 
     Repair never resurrects: a damaged record may have been a DEL or a replacing PUT, so a key
     is kept only when something vouches for its last intact record. Rows the last checkpoint
@@ -88,7 +90,10 @@ def repair_namespace(directory: str, dim: int, embed=None) -> dict:
         their vector is damaged, or their record was lost), "lost_rows": rows the checkpoint
         holds live whose record was lost, "lost_keys": their keys (None where nothing
         confirms one), "quarantine": the path of the quarantine file written, or None,
-        "reembedded": damaged vectors re-embedded exactly}``.
+        "reembedded": damaged vectors re-embedded exactly, "stats_reset": sorted keys kept
+        whose access statistics their row check does not vouch for (their record's values
+        written), "ttl_unverified": keys kept whose TTL's check copy is damaged (the TTL
+        column's value written)}``.
 
     Raises
     ------
