@@ -24,6 +24,8 @@ import pytest
 
 from memcore import HashingEmbedder, LongTermMemory, MemoryItem
 from memcore.errors import MemcoreError, StoreCorruptedError
+from memcore.kernels import logscan
+from memcore.kernels import reference as ref
 from memcore.storage.columns import CHECK_DTYPE, expiry_crcs, row_crcs, stats_crcs
 
 DIM = 16
@@ -202,8 +204,13 @@ def test_row_crcs_equal_zlib():
 
     b = np.random.default_rng(3).integers(0, 256, (300, 16)).astype(np.uint8)
     want = np.array([zlib.crc32(r.tobytes()) for r in b], np.uint32)
-    assert np.array_equal(row_crcs(b[:, :8], b[:, 8:]), want)          # vectorised
+    assert np.array_equal(row_crcs(b[:, :8], b[:, 8:]), want)          # the kernel
     assert np.array_equal(row_crcs(b[:10, :5], b[:10, 5:]), want[:10])  # zlib per row
+    assert np.array_equal(row_crcs(b), want)
+    got, oracle = np.empty(300, np.uint32), np.empty(300, np.uint32)
+    logscan.crc_rows(b[:, :3].copy(), b[:, 3:].copy(), logscan.CRC_TABLE, got)
+    ref.crc_rows(b[:, :3], b[:, 3:], logscan.CRC_TABLE, oracle)
+    assert np.array_equal(got, want) and np.array_equal(oracle, want)
 
 
 _TOUCHER = textwrap.dedent("""

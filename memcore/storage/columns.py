@@ -15,7 +15,7 @@ import numpy as np
 from memcore.core.rows import INITIAL_CAPACITY, MAX_ABS_TIME, MAX_ACCESS_COUNT, capacity_for
 from memcore._crc import crc32_of
 from memcore.errors import StoreCorruptedError
-from memcore.kernels.logscan import CRC_TABLE
+from memcore.kernels.logscan import CRC_TABLE, crc_rows
 from memcore.storage.layout import COLUMNS, COLUMNS_V2, FORMAT_VERSION, column_path
 
 __all__ = ["CHECKED_COLUMNS", "CHECK_DTYPE", "INITIAL_CAPACITY", "CheckReport", "Columns",
@@ -329,40 +329,38 @@ def check_path(directory: str, generation: int) -> str:
     return os.path.join(directory, f"rowcheck.{generation}.u8")
 
 
-def row_crcs(*parts: np.ndarray) -> np.ndarray:
-    """CRC-32 (zlib) of each row of the concatenated byte parts.
+def row_crcs(a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+    """CRC-32 (zlib) of each row of ``a`` followed by the same row of ``b``.
 
     Parameters
     ----------
-    *parts : ndarray of shape (n, w_i), uint8
-        Row ``i`` is ``parts[0][i] + parts[1][i] + ...``.
+    a, b : ndarray of shape (n, w), uint8
+        ``b`` optional (none: ``a``'s rows alone).
 
     Returns
     -------
     ndarray of shape (n,), uint32
+        Few rows (a touch): one zlib call per row; more (open, verify): the numba kernel
+        :func:`memcore.kernels.logscan.crc_rows`.
 
     Examples
     --------
     >>> import zlib
     >>> b = np.arange(2 * 16 * 70, dtype=np.uint64).astype(np.uint8).reshape(140, 16)
-    >>> row_crcs(b[:, :8], b[:, 8:])[3] == zlib.crc32(b[3].tobytes()) == row_crcs(b[:4])[3]
+    >>> bool(row_crcs(b[:, :8], b[:, 8:])[3] == zlib.crc32(b[3].tobytes()) == row_crcs(b[:4])[3])
     True
     """
-    n = parts[0].shape[0]
+    n = a.shape[0]
+    b = a[:, :0] if b is None else b
     if n < _SMALL:
         out = np.empty(n, np.uint32)
         for i in range(n):
-            c = 0
-            for p in parts:
-                c = zlib.crc32(np.ascontiguousarray(p[i]), c)
-            out[i] = c
+            c = zlib.crc32(np.ascontiguousarray(a[i]))
+            out[i] = zlib.crc32(np.ascontiguousarray(b[i]), c)
         return out
-    table = CRC_TABLE[0]
-    c = np.full(n, 0xFFFFFFFF, np.uint32)
-    for p in parts:                    # byte by byte, every row at once (zlib's table)
-        for j in range(p.shape[1]):
-            c = table[(c ^ p[:, j]) & 0xFF] ^ (c >> np.uint32(8))
-    return c ^ np.uint32(0xFFFFFFFF)
+    out = np.empty(n, np.uint32)
+    crc_rows(np.ascontiguousarray(a), np.ascontiguousarray(b), CRC_TABLE, out)
+    return out
 
 
 def _b8(a: np.ndarray) -> np.ndarray:
@@ -390,6 +388,15 @@ def expiry_rows(expiry: np.ndarray | None, rows: np.ndarray) -> np.ndarray:
     if expiry is not None:
         inside = rows < expiry.shape[0]
         out[inside] = expiry[rows[inside]]
+    return out
+
+
+def expiry_prefix(expiry: np.ndarray | None, n: int) -> np.ndarray:
+    """:func:`expiry_rows` of rows ``[0, n)`` (slices, no gather)."""
+    out = np.zeros((n, 2), np.float64)
+    if expiry is not None:
+        k = min(n, expiry.shape[0])
+        out[:k] = expiry[:k]
     return out
 
 
@@ -528,7 +535,7 @@ class RowChecks:
         """Check rows ``[0, n)`` without changing anything (one vectorised CRC pass over 32
         bytes a row, and a comparison of the TTL column with its copy)."""
         self.ensure(n)
-        a = self.arr[:n]
+        a = np.asarray(self.arr[:n])              # a plain view: memmap fields are slow
         last, count = cols.last_accessed_at[:n], cols.access_count[:n]
         s = stats_crcs(last, count)
         bad = np.flatnonzero((s != a["stats"]) & (s != a["stats_next"]))
@@ -537,7 +544,7 @@ class RowChecks:
         copies[:, 0], copies[:, 1] = a["expires_at"], a["ttl"]
         e = expiry_crcs(copies[:, 0], copies[:, 1])
         ok = (e == a["exp"]) | (e == a["exp_next"])
-        col = expiry_rows(expiry, np.arange(n, dtype=np.int64))
+        col = expiry_prefix(expiry, n)
         differs = ok & np.any(col.view(np.uint64) != copies.view(np.uint64), axis=1)
         return CheckScan(np.setdiff1d(bad, torn), torn, np.flatnonzero(~ok),
                          np.flatnonzero(differs), copies)
