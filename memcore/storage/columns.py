@@ -462,6 +462,11 @@ class RowChecks:
         else:
             self.arr = self._mapped(capacity_for(max(rows, have, 1)))
 
+    def plain(self) -> np.ndarray:
+        """The rows as a plain ndarray view of the map (a memmap's field access costs
+        microseconds a call)."""
+        return self.arr.view(np.ndarray)
+
     def _mapped(self, capacity: int) -> np.ndarray:
         _reserve(self.path, capacity * CHECK_DTYPE.itemsize)
         return np.memmap(self.path, CHECK_DTYPE, mode="r+", shape=(capacity,))
@@ -497,7 +502,7 @@ class RowChecks:
         commit; a namespace whose header predates the checks, at open)."""
         self.ensure(max(stop, min(cols.capacity, capacity_for(stop, self.arr.shape[0]))))
         rows = np.arange(start, stop, dtype=np.int64)
-        stamp_rows(self.arr, cols.last_accessed_at[start:stop], cols.access_count[start:stop],
+        stamp_rows(self.plain(), cols.last_accessed_at[start:stop], cols.access_count[start:stop],
                    expiry_rows(expiry, rows), rows)
 
     def touch(self, cols: "Columns", rows: np.ndarray, now: float) -> None:
@@ -506,7 +511,7 @@ class RowChecks:
         between the values is recognised by :meth:`scan` (the torn-touch rule)."""
         if not rows.shape[0]:
             return
-        a = self.arr
+        a = self.plain()
         count = cols.access_count[rows] + 1
         a["stats_next"][rows] = stats_crcs(np.full(rows.shape[0], now, np.float64), count)
         cols.last_accessed_at[rows] = now
@@ -524,7 +529,7 @@ class RowChecks:
         if not rows.shape[0]:
             return
         new = now + ttl
-        a = self.arr
+        a = self.plain()
         a["exp_next"][rows] = expiry_crcs(new, ttl)
         a["expires_at"][rows] = new
         a["ttl"][rows] = ttl
@@ -535,7 +540,7 @@ class RowChecks:
         """Check rows ``[0, n)`` without changing anything (one vectorised CRC pass over 32
         bytes a row, and a comparison of the TTL column with its copy)."""
         self.ensure(n)
-        a = np.asarray(self.arr[:n])              # a plain view: memmap fields are slow
+        a = self.plain()[:n]
         last, count = cols.last_accessed_at[:n], cols.access_count[:n]
         s = stats_crcs(last, count)
         bad = np.flatnonzero((s != a["stats"]) & (s != a["stats_next"]))
@@ -568,7 +573,7 @@ class RowChecks:
         """
         sc = self.scan(cols, expiry, n)
         rep = CheckReport(unverified=sc.copy_bad.tolist(), restored=sc.ttl_differs.tolist())
-        a = self.arr
+        a = self.plain()
         if sc.torn.shape[0]:
             cols.access_count[sc.torn] += 1
         if sc.stats_bad.shape[0]:
