@@ -459,8 +459,11 @@ class RowChecks:
             self.arr = np.zeros(max(rows, have, 1), CHECK_DTYPE)
             if have:
                 self.arr[:have] = np.fromfile(self.path, CHECK_DTYPE, count=have)
+        elif have >= max(rows, 1):      # as it is: an open on a full disk allocates nothing
+            self.arr = np.memmap(self.path, CHECK_DTYPE, mode="r+", shape=(have,))
         else:
-            self.arr = self._mapped(capacity_for(max(rows, have, 1)))
+            self.arr = np.zeros(0, CHECK_DTYPE)
+            self.ensure(max(rows, 1))
 
     def plain(self) -> np.ndarray:
         """The rows as a plain ndarray view of the map (a memmap's field access costs
@@ -489,7 +492,8 @@ class RowChecks:
             grown[:have] = self.arr
             self.arr = grown
             return
-        self.arr.flush()
+        if isinstance(self.arr, np.memmap):
+            self.arr.flush()
         try:
             self.arr = self._mapped(cap)
         except OSError as err:    # a full disk: only ``rows`` rounded up to 64, as Columns
