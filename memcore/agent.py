@@ -899,5 +899,7 @@ def warm_ticks(embedder: Any, *, hybrid: Any = None, weights: DecayWeights | Non
         scratch.retrieve("zzyzx quark", "warmup", touch=False)
         scratch.consolidate()
         if on_disk:     # the log's frame walk (a checkpoint's tail scan) may not run above
+            from memcore.storage.columns import row_crcs
             from memcore.storage.log import frame_scan
             frame_scan(b"")
+            row_crcs(np.zeros((64, 8), np.uint8), np.zeros((64, 8), np.uint8))  # row checks

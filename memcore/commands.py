@@ -709,6 +709,12 @@ def cmd_repair(args: argparse.Namespace) -> int:
             if None in lost:
                 print(f"  not vouched for: {lost.count(None)} memory(ies) of {name} whose "
                       "damaged record no longer names its key")
+            for key in r.get("ttl_unverified", []):
+                print(f"  kept, time to live unverified: {name} {key!r} (its check copy is "
+                      "damaged; the TTL column's value is kept)")
+            for key in r.get("stats_reset", []):
+                print(f"  kept, access statistics reset: {name} {key!r} (their check failed; "
+                      "its record's last_accessed_at and access_count)")
             if r.get("quarantine"):
                 print(f"  set aside in {r['quarantine']}: inspect it; `memcore import FILE` "
                       "brings back what is still wanted")

@@ -122,8 +122,9 @@ def test_same_operations_write_the_same_bytes(tmp_path):
     carry the checkpoint files' CRC-32s, and two redundant files were added (issue 15: a
     copy of the store header, each namespace's identity; issue 24: the derived namespace
     catalog ``catalog.<e>.log``), and a batch's first record holds the batch's record count in
-    its pad bytes (issue 27; its CRC follows) -- the fixture predates them and still opens,
-    above."""
+    its pad bytes (issue 27; its CRC follows), and each generation's check file
+    ``rowcheck.<g>.u8`` covers the fields that change in place (issue 27; headers say
+    ``"rowcheck": 1``) -- the fixture predates them and still opens, above."""
     build(str(tmp_path / "store"))
     got, want = _files(str(tmp_path / "store")), _files(V2)
     catalog = got.pop("catalog.0.log").decode()
@@ -132,11 +133,15 @@ def test_same_operations_write_the_same_bytes(tmp_path):
     for name in [n for n in got if n.endswith("/namespace.json")]:
         header = json.loads(got[name.replace("namespace.json", "header.json")])
         assert json.loads(got.pop(name)) == {"namespace": header["namespace"]}
+    for name in [n for n in got if "/rowcheck." in n]:
+        assert len(got.pop(name)) % 32 == 0 and name.replace("rowcheck", "vectors").replace(
+            ".u8", ".f32") in want
     assert got.keys() == want.keys()
     for name in got:
         if name.endswith("/header.json"):
             header = json.loads(got[name])
             assert set(header.pop("crc")) >= {"alive", "keyhash", "keyrow"}
+            assert header.pop("rowcheck") == 1
             assert header == json.loads(want[name])
         elif "/log." in name:
             assert _without_batch_counts(got[name]) == want[name], name

@@ -5,18 +5,23 @@ and the checks of their numeric values."""
 from __future__ import annotations
 
 import errno
+import logging
 import os
+import zlib
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from memcore.core.rows import INITIAL_CAPACITY, MAX_ABS_TIME, MAX_ACCESS_COUNT, capacity_for
 from memcore._crc import crc32_of
 from memcore.errors import StoreCorruptedError
+from memcore.kernels.logscan import CRC_TABLE, crc_rows
 from memcore.storage.layout import COLUMNS, COLUMNS_V2, FORMAT_VERSION, column_path
 
-__all__ = ["CHECKED_COLUMNS", "INITIAL_CAPACITY", "Columns", "bad_column", "capacity_for",
-           "column_crcs", "expiry_path", "grow_expiry",
-           "invalid_stats", "open_expiry", "valid_time", "write_expiry"]
+__all__ = ["CHECKED_COLUMNS", "CHECK_DTYPE", "INITIAL_CAPACITY", "CheckReport", "Columns",
+           "RowChecks", "bad_column", "capacity_for", "check_path", "column_crcs",
+           "expiry_crcs", "expiry_path", "grow_expiry", "invalid_stats", "open_expiry",
+           "row_crcs", "stats_crcs", "valid_time", "write_checks", "write_expiry"]
 
 
 class Columns:
@@ -301,3 +306,332 @@ def bad_column(cols: "Columns", rows: int, crcs: dict | None) -> str | None:
         if crcs and name in crcs and crc32_of(getattr(cols, name)[:rows]) != crcs[name]:
             return name
     return None
+
+
+# ---------------------------------------------------------------------------- row checks
+#
+# The fields that change in place -- ``last_accessed_at`` and ``access_count`` (every touch)
+# and ``expiry`` (``refresh_ttl``) -- cannot be covered by the header's CRCs; each row's
+# are covered by its row of the check file instead (see :mod:`memcore.storage`, Row checks).
+
+#: One row of a generation's check file ``rowcheck.<g>.u8`` (32 bytes, little-endian):
+#: ``stats``/``stats_next``: CRC-32 of the row's ``last_accessed_at`` (f64) and
+#: ``access_count`` (i64) bytes, current and being written; ``exp``/``exp_next``: the same of
+#: ``expires_at, ttl`` below; ``expires_at``, ``ttl``: a second copy of the row's TTL column.
+CHECK_DTYPE = np.dtype([("stats", "<u4"), ("stats_next", "<u4"), ("exp", "<u4"),
+                        ("exp_next", "<u4"), ("expires_at", "<f8"), ("ttl", "<f8")])
+
+_SMALL = 64            # below this many rows a zlib call per row beats the vectorised CRC
+
+
+def check_path(directory: str, generation: int) -> str:
+    """The check file of a generation: ``(capacity,)`` :data:`CHECK_DTYPE` rows."""
+    return os.path.join(directory, f"rowcheck.{generation}.u8")
+
+
+def row_crcs(a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+    """CRC-32 (zlib) of each row of ``a`` followed by the same row of ``b``.
+
+    Parameters
+    ----------
+    a, b : ndarray of shape (n, w), uint8
+        ``b`` optional (none: ``a``'s rows alone).
+
+    Returns
+    -------
+    ndarray of shape (n,), uint32
+        Few rows (a touch): one zlib call per row; more (open, verify): the numba kernel
+        :func:`memcore.kernels.logscan.crc_rows`.
+
+    Examples
+    --------
+    >>> import zlib
+    >>> b = np.arange(2 * 16 * 70, dtype=np.uint64).astype(np.uint8).reshape(140, 16)
+    >>> bool(row_crcs(b[:, :8], b[:, 8:])[3] == zlib.crc32(b[3].tobytes()) == row_crcs(b[:4])[3])
+    True
+    """
+    n = a.shape[0]
+    b = a[:, :0] if b is None else b
+    if n < _SMALL:
+        out = np.empty(n, np.uint32)
+        for i in range(n):
+            c = zlib.crc32(np.ascontiguousarray(a[i]))
+            out[i] = zlib.crc32(np.ascontiguousarray(b[i]), c)
+        return out
+    out = np.empty(n, np.uint32)
+    crc_rows(np.ascontiguousarray(a), np.ascontiguousarray(b), CRC_TABLE, out)
+    return out
+
+
+def _b8(a: np.ndarray) -> np.ndarray:
+    """(n,) 8-byte values as (n, 8) uint8."""
+    return np.ascontiguousarray(a).view(np.uint8).reshape(-1, 8)
+
+
+def stats_crcs(last_accessed_at: np.ndarray, access_count: np.ndarray) -> np.ndarray:
+    """(n,) uint32: the ``stats`` CRC of rows with these ``last_accessed_at`` (float64) and
+    ``access_count`` (int64)."""
+    return row_crcs(_b8(np.asarray(last_accessed_at, np.float64)),
+                    _b8(np.asarray(access_count, np.int64)))
+
+
+def expiry_crcs(expires_at: np.ndarray, ttl: np.ndarray) -> np.ndarray:
+    """(n,) uint32: the ``exp`` CRC of rows with these ``expires_at`` and ``ttl``
+    (float64)."""
+    return row_crcs(_b8(np.asarray(expires_at, np.float64)), _b8(np.asarray(ttl, np.float64)))
+
+
+def expiry_rows(expiry: np.ndarray | None, rows: np.ndarray) -> np.ndarray:
+    """(len(rows), 2) float64 ``[expires_at, ttl]`` of ``rows`` (zeros past the column's
+    end, or for every row when there is none)."""
+    out = np.zeros((rows.shape[0], 2), np.float64)
+    if expiry is not None:
+        inside = rows < expiry.shape[0]
+        out[inside] = expiry[rows[inside]]
+    return out
+
+
+def expiry_prefix(expiry: np.ndarray | None, n: int) -> np.ndarray:
+    """:func:`expiry_rows` of rows ``[0, n)`` (slices, no gather)."""
+    out = np.zeros((n, 2), np.float64)
+    if expiry is not None:
+        k = min(n, expiry.shape[0])
+        out[:k] = expiry[:k]
+    return out
+
+
+def stamp_rows(a: np.ndarray, last_accessed_at: np.ndarray, access_count: np.ndarray,
+               expiry: np.ndarray, rows: np.ndarray) -> None:
+    """Write every field of the check rows ``rows`` of ``a`` (:data:`CHECK_DTYPE`) from
+    their values: (k,) float64, (k,) int64 and (k, 2) float64 ``[expires_at, ttl]``."""
+    s = stats_crcs(last_accessed_at, access_count)
+    e = expiry_crcs(expiry[:, 0], expiry[:, 1])
+    a["expires_at"][rows] = expiry[:, 0]
+    a["ttl"][rows] = expiry[:, 1]
+    for name, v in (("stats", s), ("stats_next", s), ("exp", e), ("exp_next", e)):
+        a[name][rows] = v
+
+
+@dataclass
+class CheckScan:
+    """What :meth:`RowChecks.scan` finds in rows ``[0, n)`` (each (k,) int64, ascending)."""
+
+    #: rows whose access statistics match neither CRC (before the torn-touch rule)
+    stats_bad: np.ndarray
+    #: rows the torn-touch rule explains (``last_accessed_at`` written, ``access_count`` not)
+    torn: np.ndarray
+    #: rows whose check copy of ``[expires_at, ttl]`` matches neither CRC
+    copy_bad: np.ndarray
+    #: rows whose TTL column differs from their verified check copy
+    ttl_differs: np.ndarray
+    #: the verified copies, (n, 2) float64
+    copies: np.ndarray
+
+
+@dataclass
+class CheckReport:
+    """What open found and did (rows, ascending lists of int)."""
+
+    #: rows whose access statistics failed their check and now hold their PUT record's
+    reset: list = field(default_factory=list)
+    #: rows whose check copy of the TTL is damaged: served from the TTL column, unverified
+    unverified: list = field(default_factory=list)
+    #: rows whose TTL column was restored from its verified copy
+    restored: list = field(default_factory=list)
+
+
+class RowChecks:
+    """A generation's check file (:func:`check_path`, rows of :data:`CHECK_DTYPE`), memory-
+    mapped for a writer, a private RAM copy for a read-only open, and the protocol that
+    keeps it in step with in-place writes (see :mod:`memcore.storage`, Row checks).
+
+    Attributes
+    ----------
+    arr : ndarray of shape (capacity,), CHECK_DTYPE
+    """
+
+    def __init__(self, directory: str, generation: int, read_only: bool, rows: int):
+        self.directory, self.generation, self.read_only = directory, int(generation), read_only
+        self.path = check_path(directory, generation)
+        have = os.path.getsize(self.path) // CHECK_DTYPE.itemsize \
+            if os.path.exists(self.path) else 0
+        if read_only:
+            self.arr = np.zeros(max(rows, have, 1), CHECK_DTYPE)
+            if have:
+                self.arr[:have] = np.fromfile(self.path, CHECK_DTYPE, count=have)
+        elif have >= max(rows, 1):      # as it is: an open on a full disk allocates nothing
+            self.arr = np.memmap(self.path, CHECK_DTYPE, mode="r+", shape=(have,))
+        else:
+            self.arr = np.zeros(0, CHECK_DTYPE)
+            self.ensure(max(rows, 1))
+
+    def plain(self) -> np.ndarray:
+        """The rows as a plain ndarray view of the map (a memmap's field access costs
+        microseconds a call)."""
+        return self.arr.view(np.ndarray)
+
+    def _mapped(self, capacity: int) -> np.ndarray:
+        _reserve(self.path, capacity * CHECK_DTYPE.itemsize)
+        return np.memmap(self.path, CHECK_DTYPE, mode="r+", shape=(capacity,))
+
+    def ensure(self, rows: int) -> None:
+        """Hold at least ``rows`` rows (grown by doubling; on a full disk only to ``rows``
+        rounded up to 64, as :meth:`Columns.ensure`; new rows zero: unverified).
+
+        Raises
+        ------
+        OSError
+            ENOSPC when even that does not fit (nothing changes).
+        """
+        have = self.arr.shape[0]
+        if rows <= have:
+            return
+        cap = capacity_for(rows, have)
+        if self.read_only:
+            grown = np.zeros(cap, CHECK_DTYPE)
+            grown[:have] = self.arr
+            self.arr = grown
+            return
+        if isinstance(self.arr, np.memmap):
+            self.arr.flush()
+        try:
+            self.arr = self._mapped(cap)
+        except OSError as err:    # a full disk: only ``rows`` rounded up to 64, as Columns
+            if err.errno != errno.ENOSPC:
+                raise
+            self.arr = self._mapped(-(-rows // INITIAL_CAPACITY) * INITIAL_CAPACITY)
+
+    def stamp(self, cols: "Columns", expiry: np.ndarray | None, start: int, stop: int) -> None:
+        """Check rows ``[start, stop)`` from their current values (new rows, before their
+        commit; a namespace whose header predates the checks, at open)."""
+        self.ensure(max(stop, min(cols.capacity, capacity_for(stop, self.arr.shape[0]))))
+        rows = np.arange(start, stop, dtype=np.int64)
+        stamp_rows(self.plain(), cols.last_accessed_at[start:stop], cols.access_count[start:stop],
+                   expiry_rows(expiry, rows), rows)
+
+    def touch(self, cols: "Columns", rows: np.ndarray, now: float) -> None:
+        """``last_accessed_at = now``, ``access_count += 1`` of ``rows`` (distinct), crash-safe:
+        the new CRC goes to ``stats_next`` first, then the two values, then ``stats``; a kill
+        between the values is recognised by :meth:`scan` (the torn-touch rule)."""
+        if not rows.shape[0]:
+            return
+        a = self.plain()
+        count = cols.access_count[rows] + 1
+        a["stats_next"][rows] = stats_crcs(np.full(rows.shape[0], now, np.float64), count)
+        cols.last_accessed_at[rows] = now
+        cols.access_count[rows] = count
+        a["stats"][rows] = a["stats_next"][rows]
+
+    def refresh_expiry(self, expiry: np.ndarray, rows: np.ndarray, now: float) -> None:
+        """``expires_at = now + ttl`` of the ``rows`` that have a time to live, crash-safe:
+        ``exp_next``, then the check copy, then ``exp``, then the TTL column (a kill leaves
+        the copy verified by one of the two CRCs; open restores the column from it)."""
+        rows = rows[rows < expiry.shape[0]]
+        ttl = expiry[rows, 1]
+        has = ttl > 0
+        rows, ttl = rows[has], ttl[has]
+        if not rows.shape[0]:
+            return
+        new = now + ttl
+        a = self.plain()
+        a["exp_next"][rows] = expiry_crcs(new, ttl)
+        a["expires_at"][rows] = new
+        a["ttl"][rows] = ttl
+        a["exp"][rows] = a["exp_next"][rows]
+        expiry[rows, 0] = new
+
+    def scan(self, cols: "Columns", expiry: np.ndarray | None, n: int) -> CheckScan:
+        """Check rows ``[0, n)`` without changing anything (one vectorised CRC pass over 32
+        bytes a row, and a comparison of the TTL column with its copy)."""
+        self.ensure(n)
+        a = self.plain()[:n]
+        last, count = cols.last_accessed_at[:n], cols.access_count[:n]
+        s = stats_crcs(last, count)
+        bad = np.flatnonzero((s != a["stats"]) & (s != a["stats_next"]))
+        torn = bad[stats_crcs(last[bad], count[bad] + 1) == a["stats_next"][bad]]
+        copies = np.empty((n, 2), np.float64)
+        copies[:, 0], copies[:, 1] = a["expires_at"], a["ttl"]
+        e = expiry_crcs(copies[:, 0], copies[:, 1])
+        ok = (e == a["exp"]) | (e == a["exp_next"])
+        col = expiry_prefix(expiry, n)
+        differs = ok & np.any(col.view(np.uint64) != copies.view(np.uint64), axis=1)
+        return CheckScan(np.setdiff1d(bad, torn), torn, np.flatnonzero(~ok),
+                         np.flatnonzero(differs), copies)
+
+    def check(self, cols: "Columns", expiry: np.ndarray | None, n: int, record_stats,
+              ) -> tuple[CheckReport, np.ndarray | None]:
+        """Open's check of rows ``[0, n)``: statistics a torn touch left are completed;
+        other failing statistics take their PUT record's values (``record_stats(rows) ->
+        (last_accessed_at, access_count)``), silently when the record's values are what the
+        check holds (a column damaged before any touch), else listed in ``reset`` (their
+        checks are left as they are, so every open lists them until ``repair`` or a touch
+        rewrites them); a TTL column value that differs from its verified copy is restored
+        from it (``restored``, one warning); a damaged copy leaves the column's value served
+        and the row listed in ``unverified``. A writer's changes reach the files; a reader's
+        stay in its private copies.
+
+        Returns
+        -------
+        (CheckReport, the TTL column: ``expiry``, or a new map/array when a restore needed
+        rows it lacked)
+        """
+        sc = self.scan(cols, expiry, n)
+        rep = CheckReport(unverified=sc.copy_bad.tolist(), restored=sc.ttl_differs.tolist())
+        a = self.plain()
+        if sc.torn.shape[0]:
+            cols.access_count[sc.torn] += 1
+        if sc.stats_bad.shape[0]:
+            bad = sc.stats_bad
+            last, count = record_stats(bad)
+            want = stats_crcs(last, count)
+            same = (want == a["stats"][bad]) | (want == a["stats_next"][bad])
+            rep.reset = bad[~same].tolist()     # their checks stay as they are: until
+            cols.last_accessed_at[bad] = last   # repair (or a touch) every open lists them
+            cols.access_count[bad] = count
+        if sc.ttl_differs.shape[0]:
+            rows = sc.ttl_differs
+            need = int(rows[-1]) + 1
+            if expiry is None or expiry.shape[0] < need:
+                if self.read_only:
+                    grown = np.zeros((capacity_for(need), 2), np.float64)
+                    if expiry is not None:
+                        grown[:expiry.shape[0]] = expiry
+                    expiry = grown
+                else:
+                    expiry = grow_expiry(expiry, self.directory, self.generation, need)
+            expiry[rows] = sc.copies[rows]
+        if rep.reset or rep.unverified or rep.restored:
+            logging.getLogger("memcore").warning(
+                "%s: row checks: %d row(s) of access statistics reset to their records, "
+                "%d time(s) to live restored from their check copy, %d check copies "
+                "damaged (TTL unverified); verify() lists them, repair() rewrites them",
+                self.directory, len(rep.reset), len(rep.restored), len(rep.unverified))
+        return rep, expiry
+
+    def flush(self) -> None:
+        """fsync the check file (no-op when read-only)."""
+        if not self.read_only:
+            self.arr.flush()
+
+    def release(self) -> None:
+        arr, self.arr = self.arr, np.zeros(0, CHECK_DTYPE)
+        mm = getattr(arr, "_mmap", None)
+        if mm is not None:
+            try:
+                mm.close()
+            except (BufferError, ValueError):
+                pass
+
+
+def write_checks(directory: str, generation: int, cols: "Columns",
+                 expiry: np.ndarray | None, n: int) -> None:
+    """Write the check file of a new generation from its ``n`` rows' values, fsynced (before
+    its header names it: compaction, repair, migrate)."""
+    a = np.zeros(max(n, 1), CHECK_DTYPE)
+    rows = np.arange(n, dtype=np.int64)
+    stamp_rows(a, cols.last_accessed_at[:n], cols.access_count[:n], expiry_rows(expiry, rows),
+               rows)
+    with open(check_path(directory, generation), "wb") as f:
+        f.write(a.tobytes())
+        f.flush()
+        os.fsync(f.fileno())

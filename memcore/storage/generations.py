@@ -15,6 +15,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from memcore.errors import StoreCorruptedError
 from memcore.storage.checkpoint import (
     CHECKPOINT_BYTES,
     CHECKPOINT_ROWS,
@@ -27,7 +28,8 @@ from memcore.storage.checkpoint import (
     read_put,
     write_checkpoint_files,
 )
-from memcore.storage.columns import INITIAL_CAPACITY, Columns, column_crcs, expiry_path
+from memcore.storage.columns import (INITIAL_CAPACITY, Columns, RowChecks, check_path,
+                                     column_crcs, expiry_path, open_expiry, write_checks)
 from memcore.storage.layout import (
     FORMAT_VERSION,
     NAMESPACE_FORMAT,
@@ -93,6 +95,10 @@ class NamespaceFiles:
         self.checkpoint_log_bytes = 0
         self._rfd: int | None = None    # format 2: reads single records
         self.index_entry: dict | None = None   # format 2: the header's hybrid-index entry
+        #: format 2: the check file of the in-place fields (:class:`RowChecks`), and what
+        #: open's check of it found (:class:`~memcore.storage.columns.CheckReport`)
+        self.checks: RowChecks | None = None
+        self.check_report = None
 
     # ---------------------------------------------------------------- create
 
@@ -119,6 +125,7 @@ class NamespaceFiles:
         if durable:
             fsync_dir(parent)
         files = cls(final, ns, dim, 0, durability, False)
+        files.checks = RowChecks(final, 0, False, 0)
         return files, Columns(dim, INITIAL_CAPACITY, final, 0)
 
     # ---------------------------------------------------------------- format 2 reads
@@ -270,13 +277,22 @@ class NamespaceFiles:
         Raises
         ------
         StoreCorruptedError
-            Naming the vectors file, offset and row; ``what`` says what was not done.
+            Naming the vectors file, offset and row; ``what`` says what was not done. Also
+            when one of ``rows`` has a time to live its row check could not verify at open
+            (a new generation would check the unverified value as verified).
         """
         self.flush_pending()
         with open(self.log_path, "rb") as f:
             log = f.read(self.log_bytes)
         verify_vectors(vectors, record_vector_crcs(log, offsets), rows, cols.path("vectors"),
                        offsets, what)
+        bad = sorted(set(self.check_report.unverified if self.check_report else ())
+                     & set(int(r) for r in rows))
+        if bad:
+            raise StoreCorruptedError(
+                f"{self.checks.path} is corrupted at offset {bad[0] * 32}: the time to live of "
+                f"row {bad[0]} cannot be verified ({len(bad)} row(s)); {what}; repair() "
+                "rewrites the namespace")
         return log
 
     def flush_pending(self) -> None:
@@ -333,6 +349,8 @@ class NamespaceFiles:
                            range(start, rows), cols.path("vectors"), part,
                            "the checkpoint was not written")
         cols.sync()
+        if self.checks is not None:
+            self.checks.flush()
         os.fsync(self._fd)
         if self.version < 2:
             _write_ns_header(self.directory, self.ns, self.dim, self.generation, self.records,
@@ -360,7 +378,7 @@ class NamespaceFiles:
         fsync_dir(self.directory)
         _write_ns_header(self.directory, self.ns, self.dim, self.generation, self.records,
                          self.log_bytes, rows, durable=True, checkpoint=c, live=len(hashes),
-                         index=entry, crc=crcs)
+                         index=entry, crc=crcs, rowcheck=self.checks is not None)
         remove_checkpoint(self.directory, self.generation, self.checkpoint_id)
         for name in index_file_names(self.generation, self.index_entry) - \
                 index_file_names(self.generation, entry):
@@ -424,7 +442,7 @@ def _write_all(fd: int, blob: bytes, committed: int) -> None:
 def _write_ns_header(directory: str, ns: tuple, dim: int, generation: int, records: int,
                      log_bytes: int, rows: int, *, durable: bool, version: int = FORMAT_VERSION,
                      checkpoint: int = 0, live: int = 0, index: dict | None = None,
-                     crc: dict | None = None) -> None:
+                     crc: dict | None = None, rowcheck: bool = True) -> None:
     head = {"format": NAMESPACE_FORMAT, "version": version, "namespace": list(ns),
             "dim": int(dim), "generation": int(generation), "records": int(records),
             "log_bytes": int(log_bytes), "rows": int(rows)}
@@ -434,6 +452,8 @@ def _write_ns_header(directory: str, ns: tuple, dim: int, generation: int, recor
             head["crc"] = {k: int(v) for k, v in crc.items()}
         if index:
             head["index"] = index
+        if rowcheck:              # the check file covers every row (open checks them)
+            head["rowcheck"] = 1
     atomic_write_json(os.path.join(directory, NAMESPACE_HEADER), head, durable=durable)
 
 
@@ -499,6 +519,7 @@ def write_generation_blob(directory: str, ns: tuple, dim: int, generation: int, 
         f.flush()
         os.fsync(f.fileno())
     cols.sync()
+    write_checks(directory, generation, cols, open_expiry(directory, generation, True), n)
     hashes = key_hashes(list(keys))
     order = np.argsort(hashes, kind="stable")
     crcs = write_checkpoint_files(directory, generation, 0, cols.alive[:n], hashes[order],
@@ -516,7 +537,8 @@ def remove_stale(directory: str, generation: int, checkpoint: int | None = None,
     ``checkpoint`` and of the hybrid-index entry ``index``."""
     ann = os.path.basename(ann_path(directory, generation))
     keep = {NAMESPACE_HEADER, NAMESPACE_ID, os.path.basename(log_path(directory, generation)),
-            os.path.basename(expiry_path(directory, generation)), ann, ann + ".json"}
+            os.path.basename(expiry_path(directory, generation)), ann, ann + ".json",
+            os.path.basename(check_path(directory, generation))}
     keep.update(os.path.basename(column_path(directory, n, generation))
                 for n in Columns.NAMES + Columns.NAMES_V2)
     if checkpoint is not None:
@@ -534,6 +556,8 @@ def close_namespace(files: "NamespaceFiles | None", cols: Columns) -> None:
     """Close a namespace's log (writing anything buffered) and unmap its columns."""
     if files is not None:
         files.close()
+        if files.checks is not None:
+            files.checks.release()
     cols.release()
 
 
@@ -604,7 +628,7 @@ def write_namespace(parent: str, ns: tuple, durability: str, keys: Sequence[str]
             raise
         for name in Columns.NAMES_V2:
             for path in (column_path(directory, name, generation),
-                         log_path(directory, generation)):
+                         log_path(directory, generation), check_path(directory, generation)):
                 try:
                     os.unlink(path)
                 except FileNotFoundError:

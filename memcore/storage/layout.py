@@ -72,7 +72,8 @@ CHECKPOINT_FILES = (
 # that is not a store is refused before anything is created in it (:func:`claim_store_dir`).
 
 _NS_DIR = r"n-[a-z0-9_-]{0,40}-[0-9a-f]{32}"          # :func:`namespace_dirname`
-_COLUMN_STEMS = "|".join(sorted({c[0] for c in COLUMNS + COLUMNS_V2} | {"vectors", "expiry"}))
+_COLUMN_STEMS = "|".join(sorted({c[0] for c in COLUMNS + COLUMNS_V2}
+                               | {"vectors", "expiry", "rowcheck"}))
 _OWNED = {
     # the store's root: headers (and their temp files), the lock, epochs, quarantine files
     # (export files: a temp file, then renamed), the namespace catalog of each epoch
@@ -80,7 +81,7 @@ _OWNED = {
                        + r"|ns\.\d+|quarantine\.\d+\.jsonl(\.tmp)?|catalog\.\d+\.log(\.tmp)?)\Z"),
     # an epoch directory: namespaces, one being created (tmp-...-<pid>) or deleted (trash-)
     "epoch": re.compile(rf"({_NS_DIR}|tmp-{_NS_DIR}-\d+|trash-{_NS_DIR})\Z"),
-    # a namespace directory: headers, log, columns (+ TTL column), checkpoint files, the
+    # a namespace directory: headers, log, columns (+ TTL column, check file), checkpoint files, the
     # hybrid index's arrays and state, the approximate index and its sidecar
     "namespace": re.compile(
         r"((header|namespace)\.json(\.tmp)?|log\.\d+"

@@ -19,8 +19,10 @@ from memcore.storage.checkpoint import (
     load_checkpoint_files,
     scan_tail,
 )
-from memcore.storage.columns import Columns, bad_column, capacity_for, invalid_stats
-from memcore.storage.generations import NamespaceFiles, file_bytes, new_key_index, remove_stale
+from memcore.storage.columns import (Columns, RowChecks, bad_column, capacity_for,
+                                     invalid_stats, open_expiry)
+from memcore.storage.generations import (NamespaceFiles, close_namespace, file_bytes,
+                                         new_key_index, remove_stale)
 from memcore.storage.layout import (
     COLUMNS,
     COLUMNS_V2,
@@ -205,15 +207,15 @@ def _open_v2(directory: str, h: dict, ns: tuple, dim: int, durability: str,
                            range(ck_rows, rows), vec_path, tail.put_offsets,
                            "the store was not opened")
         _restore_invalid_stats(files, cols, rows)
+        expiry = _check_rows(files, cols, rows, bool(h.get("rowcheck")), read_only)
         keys = new_key_index(files, cols, hashes, krows)
         events = _replay_keys(keys, cols.alive, tail, ck_rows, lpath)
     except BaseException:
-        files.close()
-        cols.release()
+        close_namespace(files, cols)
         raise
     if not read_only:
         remove_stale(directory, gen, ck, files.index_entry)
-    return files, cols, OpenState(keys, rows, tail, events)
+    return files, cols, OpenState(keys, rows, tail, events, expiry)
 
 
 
@@ -226,6 +228,9 @@ class OpenState:
     tail: Tail
     #: the tail's effect in log order: ``(row, killed row or -1)`` per PUT, ``(-1, row)`` per DEL
     events: list
+    #: the TTL column (:func:`~memcore.storage.columns.open_expiry`, checked against its
+    #: copies in the check file), or None when no row ever had a time to live
+    expiry: "np.ndarray | None" = None
 
 
 def _adopt_tail(cols: Columns, tail: Tail, first: int, read_only: bool) -> None:
@@ -247,6 +252,38 @@ def _adopt_tail(cols: Columns, tail: Tail, first: int, read_only: bool) -> None:
     cols.alive[sl] = True
 
 
+def _check_rows(files: NamespaceFiles, cols: Columns, rows: int, trusted: bool,
+                read_only: bool) -> "np.ndarray | None":
+    """Open the TTL column and the check file and check every row's in-place fields against
+    it (:meth:`RowChecks.check`; a header written before the checks -- ``trusted`` False --
+    has its rows' checks written from their values instead). Returns the TTL column."""
+    expiry = open_expiry(files.directory, files.generation, read_only)
+    files.checks = RowChecks(files.directory, files.generation, read_only, rows)
+    if not trusted:
+        files.checks.stamp(cols, expiry, 0, rows)
+        return expiry
+    files.check_report, expiry = files.checks.check(
+        cols, expiry, rows, lambda bad: _record_stats(files, cols, bad))
+    return expiry
+
+
+def _record_fields(files: NamespaceFiles, cols: Columns, row: int) -> tuple:
+    """The fixed fields of a row's PUT record (CRC checked), as :data:`PUT_FIXED` unpacks
+    them."""
+    off = int(cols.record_offset[row])
+    files.read_put(off)                                   # CRC checked
+    return PUT_FIXED.unpack_from(os.pread(files.read_fd(), FRAME.size + PUT_FIXED.size, off),
+                                 FRAME.size)
+
+
+def _record_stats(files: NamespaceFiles, cols: Columns, rows: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """``last_accessed_at`` (float64) and ``access_count`` (int64) of rows' PUT records."""
+    fields = [_record_fields(files, cols, r) for r in rows.tolist()]
+    return (np.asarray([f[4] for f in fields], np.float64),
+            np.asarray([f[5] for f in fields], np.int64))
+
+
 def _restore_invalid_stats(files: NamespaceFiles, cols: Columns, rows: int) -> None:
     """Validate the numeric columns of every row on open (:func:`invalid_stats`: timestamps
     finite and in range, ``access_count`` and importance in range); a damaged value is
@@ -257,11 +294,8 @@ def _restore_invalid_stats(files: NamespaceFiles, cols: Columns, rows: int) -> N
     logging.getLogger("memcore").warning(
         "%s: %d row(s) held invalid lifecycle fields or access statistics (the first row %d); "
         "restored from their log records", files.directory, bad.shape[0], int(bad[0]))
-    fd = files.read_fd()
     for row in bad.tolist():
-        off = int(cols.record_offset[row])
-        files.read_put(off)                                   # CRC checked
-        f = PUT_FIXED.unpack_from(os.pread(fd, FRAME.size + PUT_FIXED.size, off), FRAME.size)
+        f = _record_fields(files, cols, row)
         for name, val in (("created_at", f[2]), ("updated_at", f[3]),
                           ("last_accessed_at", f[4]), ("access_count", f[5]),
                           ("importance", f[6])):

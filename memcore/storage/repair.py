@@ -13,8 +13,9 @@ import numpy as np
 from memcore.core.rows import MAX_ACCESS_COUNT, encoded
 from memcore.errors import StoreCorruptedError
 from memcore.storage.checkpoint import crc32_of
-from memcore.storage.columns import (Columns, invalid_stats, open_expiry, valid_time,
-                                     write_expiry)
+from memcore.storage.columns import (CHECK_DTYPE, Columns, check_path, expiry_crcs,
+                                     expiry_path, invalid_stats, open_expiry, stats_crcs,
+                                     valid_time, write_expiry)
 from memcore.storage.generations import NamespaceFiles, close_namespace, remove_stale, write_generation
 from memcore.storage.jsonl import export_jsonl
 from memcore.storage.layout import (
@@ -60,8 +61,10 @@ def repair_namespace(directory: str, dim: int, embed=None) -> dict:
     record's CRC (or lies past the end of the vectors file) is re-embedded from its logged
     text when ``embed`` (``texts -> (n, dim) float32``) is given and the result matches the
     record's CRC bit for bit (an exact repair), else dropped -- never served with another
-    row's vector. Lifecycle fields come from the records, access statistics from the
-    column files when they are valid (finite, in range).
+    row's vector. Lifecycle fields come from the records; access statistics and times to
+    live from the column files as far as the row checks vouch for them (see
+    :mod:`memcore.storage`, Row checks; a header written before the checks: statistics when
+    valid -- finite, in range -- and every time to live as it is).
 
     Repair never resurrects: a damaged record may have been a DEL or a replacing PUT, so a key
     is kept only when something vouches for its last intact record. Rows the last checkpoint
@@ -87,7 +90,10 @@ def repair_namespace(directory: str, dim: int, embed=None) -> dict:
         their vector is damaged, or their record was lost), "lost_rows": rows the checkpoint
         holds live whose record was lost, "lost_keys": their keys (None where nothing
         confirms one), "quarantine": the path of the quarantine file written, or None,
-        "reembedded": damaged vectors re-embedded exactly}``.
+        "reembedded": damaged vectors re-embedded exactly, "stats_reset": sorted keys kept
+        whose access statistics their row check does not vouch for (their record's values
+        written), "ttl_unverified": keys kept whose TTL's check copy is damaged (the TTL
+        column's value written)}``.
 
     Raises
     ------
@@ -106,7 +112,8 @@ def repair_namespace(directory: str, dim: int, embed=None) -> dict:
     >>> ns_dir = StoreRoot.open(root, read_only=True, lock_timeout=0).namespace_dirs()[0]
     >>> repair_namespace(ns_dir, 8)    # doctest: +NORMALIZE_WHITESPACE
     {'namespace': ('ns',), 'kept': 1, 'dropped': 0, 'skipped': 0, 'uncertain': [],
-     'lost_rows': 0, 'lost_keys': [], 'quarantine': None, 'reembedded': 0}
+     'lost_rows': 0, 'lost_keys': [], 'quarantine': None, 'reembedded': 0,
+     'stats_reset': [], 'ttl_unverified': []}
     """
     hpath = os.path.join(directory, NAMESPACE_HEADER)
     try:
@@ -151,6 +158,8 @@ def _repair(directory: str, ns: tuple, dim: int, gen: int, h: dict, embed=None) 
             stats[name] = np.fromfile(column_path(directory, name, gen), dtype=dtype)
         except (FileNotFoundError, ValueError):
             stats[name] = np.zeros(0, dtype)
+    checks = _file_checks(directory, gen, h, stats)
+    expiry = open_expiry(directory, gen, read_only=True)
     # the last damaged stretch nothing else vouches across: past the checkpoint, or anywhere
     # when the checkpoint's live flags cannot be verified
     blind = [x for x in rep.damaged if ck_alive is None or x >= ck_bytes]
@@ -179,6 +188,9 @@ def _repair(directory: str, ns: tuple, dim: int, gen: int, h: dict, embed=None) 
                 quarantine.append(idx)
         elif not vec_ok:
             uncertain.append(key)
+        elif checks is not None and _ttl_of(expiry, checks, fr) is None:
+            uncertain.append(key)           # its time to live is lost: kept aside
+            quarantine.append(idx)
         else:
             keep.append(idx)
     lost = [] if ck_alive is None else lost_rows(  # keys confirmed by the checkpoint's hashes
@@ -186,17 +198,26 @@ def _repair(directory: str, ns: tuple, dim: int, gen: int, h: dict, embed=None) 
         {rep.file_rows[i]: rep.key_of[i] for i in range(rep.rows)}, vecs)
     uncertain += [lr.key for lr in lost if lr.key is not None and lr.key not in uncertain]
 
+    stats_reset: list = []
+
     def row_of(idx):
         fr = rep.file_rows[idx]
         la, ac = float(rep.last_accessed_at[idx]), int(rep.access_count[idx])
-        if fr < stats["last_accessed_at"].shape[0]:
-            got = float(stats["last_accessed_at"][fr])
-            if valid_time(got):
-                la = max(la, got)
-        if fr < stats["access_count"].shape[0]:
-            got = int(stats["access_count"][fr])
-            if 0 <= got <= MAX_ACCESS_COUNT:
-                ac = max(ac, got)
+        if checks is not None:      # the column's values only where their check vouches
+            got = checks["stats"].get(fr)
+            if got is not None:
+                la, ac = got
+            else:
+                stats_reset.append(rep.key_of[idx])       # the record's values: listed
+        else:
+            if fr < stats["last_accessed_at"].shape[0]:
+                got = float(stats["last_accessed_at"][fr])
+                if valid_time(got):
+                    la = max(la, got)
+            if fr < stats["access_count"].shape[0]:
+                got = int(stats["access_count"][fr])
+                if 0 <= got <= MAX_ACCESS_COUNT:
+                    ac = max(ac, got)
         return (rep.key_of[idx], rep.texts[idx], rep.metadata[idx], rep.created_at[idx],
                 rep.updated_at[idx], la, ac, rep.importance[idx])
 
@@ -213,8 +234,17 @@ def _repair(directory: str, ns: tuple, dim: int, gen: int, h: dict, embed=None) 
             np.concatenate([vectors_of(quarantine)] + [v[None] for v in aside_vecs]))
     rows = [row_of(i) for i in keep]
     new_vecs = vectors_of(keep)
-    expiry = open_expiry(directory, gen, read_only=True)        # every time to live kept
-    write_expiry(expiry, directory, gen + 1, [rep.file_rows[i] for i in keep])
+    ttl_unverified = []
+    if checks is None:
+        write_expiry(expiry, directory, gen + 1, [rep.file_rows[i] for i in keep])
+    else:                                   # every time to live kept, as its check vouches
+        ttls = np.zeros((len(keep), 2), np.float64)
+        for j, i in enumerate(keep):
+            ttls[j], verified = _ttl_of(expiry, checks, rep.file_rows[i])
+            if not verified:
+                ttl_unverified.append(rep.key_of[i])
+        if expiry is not None or ttls.any():
+            write_expiry(ttls, directory, gen + 1, range(len(keep)))
     del expiry
     cols, _, _ = write_generation(directory, ns, dim, gen + 1, rows, new_vecs)
     cols.release()
@@ -223,7 +253,48 @@ def _repair(directory: str, ns: tuple, dim: int, gen: int, h: dict, embed=None) 
     return {"namespace": ns, "kept": len(keep), "dropped": len(uncertain) + unknown,
             "skipped": rep.skipped, "uncertain": uncertain, "lost_rows": len(lost),
             "lost_keys": [lr.key for lr in lost], "quarantine": qpath,
-            "reembedded": len(fixed)}
+            "reembedded": len(fixed), "stats_reset": sorted(set(stats_reset)),
+            "ttl_unverified": ttl_unverified}
+
+
+def _file_checks(directory: str, gen: int, h: dict, stats: dict) -> dict | None:
+    """Repair's view of a generation's check file (None when its header predates the checks
+    or it is missing while the header is lost): ``{"stats": {row: (last_accessed_at,
+    access_count)} for rows whose statistics their check vouches for (a torn touch
+    completed), "copies": (n, 2) float64 check copies of the TTL, "verified": (n,) bool}``."""
+    path = check_path(directory, gen)
+    if not (h.get("rowcheck") or (not h and os.path.exists(path))):
+        return None
+    try:
+        a = np.fromfile(path, CHECK_DTYPE)
+    except (FileNotFoundError, ValueError):
+        a = np.zeros(0, CHECK_DTYPE)
+    n = min(a.shape[0], stats["last_accessed_at"].shape[0], stats["access_count"].shape[0])
+    last, count = stats["last_accessed_at"][:n], stats["access_count"][:n]
+    s = stats_crcs(last, count)
+    good = {}
+    for rows, c in ((np.flatnonzero((s == a["stats"][:n]) | (s == a["stats_next"][:n])), 0),
+                    (np.flatnonzero(stats_crcs(last, count + 1) == a["stats_next"][:n]), 1)):
+        for r in rows.tolist():
+            good.setdefault(r, (float(last[r]), int(count[r]) + c))
+    copies = np.stack([a["expires_at"], a["ttl"]], axis=1) if a.shape[0] else \
+        np.zeros((0, 2), np.float64)
+    e = expiry_crcs(copies[:, 0], copies[:, 1])
+    return {"stats": good, "copies": copies, "verified": (e == a["exp"]) | (e == a["exp_next"])}
+
+
+def _ttl_of(expiry: np.ndarray | None, checks: dict, row: int):
+    """``([expires_at, ttl], verified)`` of a row: its check copy when verified, else its TTL
+    column's value (unverified) when that is a valid one, else None (lost)."""
+    if row < checks["verified"].shape[0] and checks["verified"][row]:
+        return checks["copies"][row].copy(), True
+    col = np.zeros(2, np.float64)
+    if expiry is not None and row < expiry.shape[0]:
+        col = np.array(expiry[row], np.float64)
+    exp, ttl = float(col[0]), float(col[1])
+    if (exp == 0 and ttl == 0) or (valid_time(exp) and exp > 0 and valid_time(ttl) and ttl > 0):
+        return col, False
+    return None
 
 
 def _write_quarantine(directory: str, ns: tuple, dim: int, gen: int, rows: list,
@@ -259,11 +330,14 @@ def bad_rows(vectors: np.ndarray, crcs: np.ndarray) -> list[int]:
             if crc(raw[i]) != want]
 
 
-def verify_namespace(files: "NamespaceFiles", cols: Columns, rows: int) -> dict:
+def verify_namespace(files: "NamespaceFiles", cols: Columns, rows: int,
+                     expiry: np.ndarray | None = None) -> dict:
     """Check every checksum of an open format-2 namespace without changing anything: the
     whole log (frames, CRCs, row rules), each row's ``record_offset`` and live flag against
-    the log, every live row's vector against its record's ``vector_crc``, and the access
-    statistics (finite, in range).
+    the log, every live row's vector against its record's ``vector_crc``, the access
+    statistics (finite, in range) and every row's check (access statistics and the TTL
+    column ``expiry`` against the check file); what open's check found and could not
+    restore exactly (statistics reset, TTLs unverified) is listed too.
 
     Returns
     -------
@@ -314,7 +388,34 @@ def verify_namespace(files: "NamespaceFiles", cols: Columns, rows: int) -> dict:
     if stats.shape[0]:
         errors.append(f"{files.directory}: {stats.shape[0]} row(s) hold invalid access "
                       f"statistics or lifecycle fields, the first row {int(stats[0])}")
+    errors += _check_errors(files, cols, expiry, n)
     return {"rows": rows, "live": int(live.shape[0]), "bad_rows": bad, "errors": errors}
+
+
+def _check_errors(files: "NamespaceFiles", cols: Columns, expiry: np.ndarray | None,
+                  n: int) -> list[str]:
+    """verify()'s messages for the row checks: open's findings (``files.check_report``) and
+    what a scan of rows ``[0, n)`` finds now."""
+    if files.checks is None:
+        return []
+    out = []
+    rep = files.check_report
+    path = files.checks.path
+    sc = files.checks.scan(cols, expiry, n)
+    reset = sorted(set(rep.reset if rep else []) | set(sc.stats_bad.tolist()))
+    unverified = sorted(set(rep.unverified if rep else []) | set(sc.copy_bad.tolist()))
+    if reset:
+        out.append(f"{path}: the access statistics of {len(reset)} row(s) failed their check "
+                   f"and hold their PUT record's values (the first row {reset[0]})")
+    if unverified:
+        out.append(f"{path} is corrupted at offset {unverified[0] * CHECK_DTYPE.itemsize}: "
+                   f"the time to live of {len(unverified)} row(s) cannot be verified (the "
+                   f"first row {unverified[0]})")
+    if sc.ttl_differs.shape[0]:
+        out.append(f"{expiry_path(files.directory, files.generation)}: {sc.ttl_differs.shape[0]} "
+                   f"row(s) differ from their verified copy (the first row "
+                   f"{int(sc.ttl_differs[0])})")
+    return out
 
 
 def embedder_reproduces(epoch_dir: str, embedder) -> bool:
@@ -348,11 +449,14 @@ def embedder_reproduces(epoch_dir: str, embedder) -> bool:
 
 
 def namespace_intact(directory: str, dim: int, durability: str) -> bool:
-    """True when a namespace opens cleanly (its checkpoint files pass their CRCs) and every
-    row's vector matches its record."""
+    """True when a namespace opens cleanly (its checkpoint files pass their CRCs, every TTL's
+    check copy verifies) and every row's vector matches its record."""
     try:
         files, cols, _ = open_namespace(directory, dim, durability, True)
+        report = files.check_report
         close_namespace(files, cols)
+        if report is not None and (report.unverified or report.reset):
+            return False                  # a damaged check: repair lists the keys
         files, cols, rep = open_namespace(directory, dim, durability, False, full=True)
     except StoreCorruptedError:
         return False

@@ -299,8 +299,11 @@ class LongTermAdmin:
         Returns
         -------
         list of dict
-            One ``{"namespace", "kept", "dropped", "skipped", "uncertain", "lost_rows"}`` per
-            rewritten namespace; ``uncertain`` lists every key repair could not vouch for.
+            One ``{"namespace", "kept", "dropped", "skipped", "uncertain", "lost_rows",
+            "stats_reset", "ttl_unverified", ...}`` per rewritten namespace
+            (:func:`memcore.storage.repair_namespace`); ``uncertain`` lists every key repair
+            could not vouch for and dropped, ``stats_reset``/``ttl_unverified`` the keys it
+            kept whose access statistics or time to live it could not vouch for.
 
         Raises
         ------

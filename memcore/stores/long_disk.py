@@ -516,8 +516,11 @@ class DiskTable(Table):
             self.expiry = grow_expiry(self.expiry, self.files.directory, self.files.generation,
                                       n0 + m)
             self.set_expiry(np.arange(n0, n0 + m), *(exp or (None, None)))
-            if self.files.durability == "fsync":
+        self.files.checks.stamp(c, self.expiry, n0, n0 + m)
+        if self.files.durability == "fsync":
+            if self.expiry is not None:
                 self.expiry.flush()
+            self.files.checks.flush()
         c.record_offset[sl] = self.files.commit(
             c, n0, batch.keys, batch.texts, meta_bytes(batch.metadata), batch.importance,
             batch.created_at, batch.updated_at, batch.last_accessed_at, batch.access_count,
@@ -575,6 +578,16 @@ class DiskTable(Table):
     def _forget(self, rows: Sequence[int]) -> None:
         """Nothing: a disk row's fields live in the log, and rows are append-only."""
 
+    def refresh(self, rows: Sequence[int], now: float) -> None:
+        """As :meth:`Table.refresh`, with each row's check (:meth:`RowChecks.touch`)."""
+        self.files.checks.touch(self.columns, np.asarray(rows, np.int64), now)
+
+    def refresh_expiry(self, rows: Sequence[int], now: float) -> None:
+        """As :meth:`Table.refresh_expiry`, with each row's check copy
+        (:meth:`RowChecks.refresh_expiry`)."""
+        if self.expiry is not None:
+            self.files.checks.refresh_expiry(self.expiry, np.asarray(rows, np.int64), now)
+
     # ------------------------------------------------------------------ files
     def checkpoint_due(self) -> bool:
         return self.files.checkpoint_due(self.rows)
@@ -591,7 +604,7 @@ class DiskTable(Table):
 
     def verify(self) -> dict:
         """:func:`memcore.storage.verify_namespace` of this namespace."""
-        return storage.verify_namespace(self.files, self.columns, self.rows)
+        return storage.verify_namespace(self.files, self.columns, self.rows, self.expiry)
 
     def close(self) -> None:
         """Write anything buffered, close the log and unmap the files; the references that
@@ -662,7 +675,8 @@ def open_table(directory: str, dim: int, durability: str, read_only: bool,
         t: DiskTable | LogTable = LogTable(files.ns, cols, files, st, read_only)
     else:
         t = DiskTable(files.ns, cols, files, st.keys, st.rows)
-    t.expiry = open_expiry(files.directory, files.generation, read_only)
+    t.expiry = st.expiry if isinstance(t, DiskTable) else \
+        open_expiry(files.directory, files.generation, read_only)
     if isinstance(t, DiskTable):
         t.restore_recall(dim, preparer, st, read_only)
     return t
