@@ -35,9 +35,14 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 __all__ = ["CODE_MAX", "encode_rows", "quantize_query", "code_dot", "code_bound", "bound_slope",
-           "row_bound"]
+           "row_bound", "NIBBLE_MAX", "nibble_width", "encode_nibbles", "nibble_query",
+           "nibble_dot"]
 
 #: Largest code magnitude (symmetric int8).
 CODE_MAX = 127
@@ -55,8 +60,8 @@ def _up32(x):
 
 
 @numba.njit(cache=True)
-def _quantize(v, s, code):
-    """``code = clip(rint(v / s), -127, 127)`` for a scale ``s > 0`` (float64); returns
+def _quantize(v, s, code, cmax):
+    """``code = clip(rint(v / s), -cmax, cmax)`` for a scale ``s > 0`` (float64); returns
     ``(sum code**2, sum (v - s * code)**2)``, the second in float64 (each difference rounds
     once: ``s * code`` is exact for a float32 ``s``, within 2**-53 relative otherwise)."""
     cc = 0
@@ -64,10 +69,10 @@ def _quantize(v, s, code):
     for j in range(v.shape[0]):
         x = np.float64(v[j])
         c = np.rint(x / s)
-        if c > CODE_MAX:
-            c = CODE_MAX
-        elif c < -CODE_MAX:
-            c = -CODE_MAX
+        if c > cmax:
+            c = cmax
+        elif c < -cmax:
+            c = -cmax
         ci = np.int64(c)
         code[j] = ci
         cc += ci * ci
@@ -88,15 +93,16 @@ def _max_abs_and_sq(v):
 
 
 @numba.njit(cache=True)
-def _encode_one(v, code):
-    """Quantise one row into ``code``; return (scale, cnorm, rnorm) as float32."""
+def _encode_one(v, code, cmax):
+    """Quantise one row into ``code`` (levels ``-cmax..cmax``); return (scale, cnorm, rnorm)
+    as float32."""
     dim = v.shape[0]
     m, ss = _max_abs_and_sq(v)
-    scale = np.float32(m / CODE_MAX)
-    if scale == 0.0:          # all-zero row (or entries below float32's range / 127)
+    scale = np.float32(m / cmax)
+    if scale == 0.0:          # all-zero row (or entries below float32's range / cmax)
         code[:] = 0
         return np.float32(0.0), np.float32(0.0), _up32(np.sqrt(ss) * (1.0 + (dim + 8) * _U))
-    cc, rr = _quantize(v, np.float64(scale), code)
+    cc, rr = _quantize(v, np.float64(scale), code, cmax)
     # sqrt and the sums round a few times (relative 2**-53 each): inflate, then round up.
     cnorm = _up32(np.sqrt(np.float64(cc)))
     rnorm = _up32(np.sqrt(rr) * (1.0 + (dim + 8) * _U))          # 0 for an exact row
@@ -138,7 +144,7 @@ def encode_rows(vectors, codes, scale, cnorm, rnorm):
     ([[95, -127, 0]], True)
     """
     for i in range(vectors.shape[0]):
-        s, cn, rn = _encode_one(vectors[i], codes[i])
+        s, cn, rn = _encode_one(vectors[i], codes[i], CODE_MAX)
         scale[i] = s
         cnorm[i] = cn
         rnorm[i] = rn
@@ -181,7 +187,7 @@ def quantize_query(query, out_code):
         out_code[:] = 0
         return 0.0, 0.0, qnorm
     qscale = m / CODE_MAX
-    _, rr = _quantize(query, qscale, out_code)
+    _, rr = _quantize(query, qscale, out_code, CODE_MAX)
     # qscale * c rounds (relative 2**-53): |d| is off by at most |x| * 2**-52.
     qres = np.sqrt(rr) * (1.0 + (dim + 8) * _U) + 4 * _U * qnorm
     return qscale, qres, qnorm
@@ -266,3 +272,167 @@ def row_bound(approx, scale, cnorm, rnorm, qres, qnorm, slope):
     main = s * qres * cn + qnorm * rn
     fp = slope * (s * cn + rn) + 8.0 * _U * abs(approx)
     return (main + fp) * (1.0 + 16 * _U)
+
+
+# --------------------------------------------------------------------------- 4-bit codes
+#: Largest 4-bit code magnitude: codes ``-7..7``, stored biased by 8 in a nibble.
+NIBBLE_MAX = 7
+
+#: Bytes per chunk of a 4-bit row (the scan's vector width).
+NIBBLE_CHUNK = 64
+
+_NIBBLE_GROUP = 8        # chunks summed in int16 lanes: 8 * 2 * 15 * 127 < 2**15
+
+
+def nibble_width(dim):
+    """Bytes per 4-bit row of ``dim`` entries: ``64 * ceil(dim / 128)`` (whole 64-byte
+    chunks; byte ``t`` holds entries ``t`` and ``t + width``, padding entries hold code 0).
+
+    Examples
+    --------
+    >>> nibble_width(384), nibble_width(1), nibble_width(129)
+    (192, 64, 128)
+    """
+    return NIBBLE_CHUNK * max(-(-int(dim) // (2 * NIBBLE_CHUNK)), 1)
+
+
+@numba.njit(cache=True)
+def encode_nibbles(vectors, codes4, scale, cnorm, rnorm):
+    """4-bit codes of each row, with per-row scale and the norms the error bound needs.
+
+    The first pass of the scan (:mod:`memcore.kernels.scan`) reads these 4-bit codes, half
+    the bytes of the int8 codes (:func:`encode_rows`), with the same rigorous bound
+    (:func:`code_bound` of ``scale``, ``cnorm``, ``rnorm``): ``code = clip(rint(v / scale),
+    -7, 7)``, ``scale = float32(max |v| / 7)``, ``rnorm >= ||v - scale * code||_2``. For unit
+    rows at dim 384 the bound is ~15x the int8 one (residual ~0.11 vs ~0.007), so the rows it
+    cannot exclude are reranked through their int8 codes, then exactly.
+
+    Parameters
+    ----------
+    vectors : ndarray of shape (n, dim), float32
+        Finite rows, C-contiguous.
+    codes4 : ndarray of shape (n, nibble_width(dim)), uint8
+        Written: byte ``t`` of a row is ``(code[t] + 8) | ((code[t + width] + 8) << 4)``
+        (``code`` 0 past ``dim``).
+    scale, cnorm, rnorm : ndarray of shape (n,), float32
+        Written, as in :func:`encode_rows` for the 4-bit code.
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    Nothing (not validated).
+
+    Examples
+    --------
+    >>> v = np.array([[0.6, -0.8, 0.0]], np.float32)
+    >>> c4 = np.empty((1, 64), np.uint8); s, cn, rn = (np.empty(1, np.float32) for _ in range(3))
+    >>> encode_nibbles(v, c4, s, cn, rn)
+    >>> [int(b) & 15 for b in c4[0, :4]], int(c4[0, 0]) >> 4, round(float(s[0]) * 7, 6)
+    ([13, 1, 8, 8], 8, 0.8)
+    """
+    n, dim = vectors.shape
+    width = codes4.shape[1]
+    code = np.zeros(2 * width, np.int8)
+    for i in range(n):
+        s, cn, rn = _encode_one(vectors[i], code[:dim], NIBBLE_MAX)
+        scale[i] = s
+        cnorm[i] = cn
+        rnorm[i] = rn
+        row = codes4[i]
+        for t in range(width):
+            row[t] = np.uint8((code[t] + 8) | ((code[t + width] + 8) << 4))
+
+
+@numba.njit(cache=True)
+def nibble_query(qcode, width):
+    """The query's int8 code split for :func:`nibble_dot`: ``(qlo, qhi, qsum)``, ``qlo[t] =
+    qcode[t]``, ``qhi[t] = qcode[t + width]`` (int16, 0 past dim), ``qsum = sum(qcode)``.
+
+    Examples
+    --------
+    >>> lo, hi, s = nibble_query(np.array([1, -2, 3], np.int8), 64)
+    >>> lo[:4].tolist(), int(hi.sum()), s
+    ([1, -2, 3, 0], 0, 2)
+    """
+    qlo = np.zeros(width, np.int16)
+    qhi = np.zeros(width, np.int16)
+    qsum = 0
+    for j in range(qcode.shape[0]):
+        qsum += np.int64(qcode[j])
+        if j < width:
+            qlo[j] = qcode[j]
+        else:
+            qhi[j - width] = qcode[j]
+    return qlo, qhi, qsum
+
+
+_I8 = ir.IntType(8)
+_I16 = ir.IntType(16)
+_I32 = ir.IntType(32)
+_I64 = ir.IntType(64)
+_V8 = ir.VectorType(_I8, NIBBLE_CHUNK)
+_V16 = ir.VectorType(_I16, NIBBLE_CHUNK)
+_V32 = ir.VectorType(_I32, NIBBLE_CHUNK)
+
+
+@intrinsic
+def _nibble_group(typingctx, row, qlo, qhi, chunks):
+    """``sum_t (b_t & 15) * qlo_t + (b_t >> 4) * qhi_t`` over ``chunks`` (<= 8) 64-byte chunks
+    at address ``row`` (uint8) with int16 ``qlo``/``qhi`` at their addresses: whole-chunk
+    vector operations in portable LLVM IR (numba's loop vectoriser does not find them: its
+    nibble loops ran 2-3x slower than the int8 dot), int16 lanes (exact: at most
+    ``8 * 2 * 15 * 127 < 2**15`` each), summed once in int32."""
+    sig = types.int32(types.uintp, types.uintp, types.uintp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        a, ql, qh, nc = args
+        red = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32, [_V32]),
+                                             "llvm.vector.reduce.add.v64i32")
+        acc = cgutils.alloca_once_value(builder, ir.Constant(_V16, None))
+        low = ir.Constant(_V8, [15] * NIBBLE_CHUNK)
+        shift = ir.Constant(_V8, [4] * NIBBLE_CHUNK)
+        with cgutils.for_range(builder, nc) as loop:
+            off = builder.mul(loop.index, ir.Constant(_I64, NIBBLE_CHUNK))
+            off2 = builder.add(off, off)
+
+            def load(base, offset, vtype, align):
+                ptr = builder.inttoptr(builder.add(base, offset), vtype.as_pointer())
+                return builder.load(ptr, align=align)
+
+            b = load(a, off, _V8, 1)
+            lo = builder.zext(builder.and_(b, low), _V16)
+            hi = builder.zext(builder.lshr(b, shift), _V16)
+            p = builder.add(builder.mul(lo, load(ql, off2, _V16, 2)),
+                            builder.mul(hi, load(qh, off2, _V16, 2)))
+            builder.store(builder.add(builder.load(acc), p), acc)
+        return builder.call(red, [builder.sext(builder.load(acc), _V32)])
+
+    return sig, codegen
+
+
+@numba.njit(cache=True)
+def nibble_dot(qlo, qhi, qsum, row):
+    """Exact integer dot product ``sum_j qcode_j * code_j`` of the query's int8 code
+    (:func:`nibble_query`) with one 4-bit row (:func:`encode_nibbles`; C-contiguous, width a
+    multiple of 64).
+
+    Examples
+    --------
+    >>> v = np.array([[0.6, -0.8, 0.0]], np.float32)
+    >>> c4 = np.empty((1, 64), np.uint8); s, cn, rn = (np.empty(1, np.float32) for _ in range(3))
+    >>> encode_nibbles(v, c4, s, cn, rn)
+    >>> qlo, qhi, qsum = nibble_query(np.array([1, 1, 1], np.int8), 64)
+    >>> int(nibble_dot(qlo, qhi, qsum, c4[0]))          # codes 5, -7, 0
+    -2
+    """
+    chunks = row.shape[0] // NIBBLE_CHUNK
+    acc = np.int64(0)
+    for g in range(0, chunks, _NIBBLE_GROUP):
+        k = min(_NIBBLE_GROUP, chunks - g)
+        acc += _nibble_group(row.ctypes.data + g * NIBBLE_CHUNK,
+                             qlo.ctypes.data + 2 * g * NIBBLE_CHUNK,
+                             qhi.ctypes.data + 2 * g * NIBBLE_CHUNK, k)
+    return acc - 8 * qsum

@@ -420,6 +420,33 @@ def encode_rows(vectors, codes, scale, cnorm, rnorm):
     rnorm[:] = _up32(rn)
 
 
+def encode_nibbles(vectors, codes4, scale, cnorm, rnorm):
+    """4-bit codes: :func:`encode_rows` with levels -7..7 (scale = float32(max|v| / 7)), packed
+    two per byte: byte t of a row holds code[t] + 8 (low nibble) and code[t + width] + 8 (high
+    nibble), code 0 past dim."""
+    n, dim = vectors.shape
+    width = codes4.shape[1]
+    v = vectors.astype(np.float64)
+    m = np.abs(v).max(axis=1) if dim else np.zeros(n)
+    s = (m / 7).astype(np.float32)
+    s64 = s.astype(np.float64)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        c = np.where(s64 > 0, np.clip(np.rint(v / np.where(s64 > 0, s64, 1.0)), -7, 7), 0.0)
+    full = np.zeros((n, 2 * width), np.int64)
+    full[:, :dim] = c
+    codes4[:] = ((full[:, :width] + 8) | ((full[:, width:] + 8) << 4)).astype(np.uint8)
+    scale[:] = s
+    r = v - s64 * c
+    cnorm[:] = _up32(np.sqrt((c * c).sum(axis=1)))
+    rnorm[:] = _up32(np.sqrt((r * r).sum(axis=1)) * (1.0 + (dim + 8) * 2.0 ** -53))
+
+
+def unpack_nibbles(codes4, dim):
+    """(n, dim) int64 codes -7..7 of 4-bit rows (:func:`encode_nibbles`)."""
+    b = np.asarray(codes4).astype(np.int64)
+    return np.concatenate([(b & 15) - 8, (b >> 4) - 8], axis=1)[:, :dim]
+
+
 def _up32(x):
     f = np.asarray(x, np.float64).astype(np.float32)
     low = f.astype(np.float64) < x
