@@ -41,8 +41,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 __all__ = ["CODE_MAX", "encode_rows", "quantize_query", "code_dot", "code_bound", "bound_slope",
-           "row_bound", "NIBBLE_MAX", "nibble_width", "encode_nibbles", "nibble_query",
-           "nibble_dot"]
+           "row_bound", "NIBBLE_MAX", "NIBBLE_DIVISORS", "nibble_width", "encode_nibbles", "nibble_query",
+           "nibble_dot", "nibble_dot_at"]
 
 #: Largest code magnitude (symmetric int8).
 CODE_MAX = 127
@@ -296,6 +296,13 @@ def nibble_width(dim):
     return NIBBLE_CHUNK * max(-(-int(dim) // (2 * NIBBLE_CHUNK)), 1)
 
 
+#: The 4-bit code's scale is ``max |v| / d`` for the divisor ``d`` of these giving the smallest
+#: residual norm (the first on ties): 7 uses every level; 1..6 represent rows whose entries
+#: are small multiples of one value exactly (hashing-trick rows: ~99.8 % exact at dim 384
+#: instead of a residual of ~0.11); 8..10 clip the largest entries, which helps dense rows.
+NIBBLE_DIVISORS = (7, 6, 5, 4, 3, 2, 1, 8, 9, 10)
+
+
 @numba.njit(cache=True)
 def encode_nibbles(vectors, codes4, scale, cnorm, rnorm):
     """4-bit codes of each row, with per-row scale and the norms the error bound needs.
@@ -303,9 +310,10 @@ def encode_nibbles(vectors, codes4, scale, cnorm, rnorm):
     The first pass of the scan (:mod:`memcore.kernels.scan`) reads these 4-bit codes, half
     the bytes of the int8 codes (:func:`encode_rows`), with the same rigorous bound
     (:func:`code_bound` of ``scale``, ``cnorm``, ``rnorm``): ``code = clip(rint(v / scale),
-    -7, 7)``, ``scale = float32(max |v| / 7)``, ``rnorm >= ||v - scale * code||_2``. For unit
-    rows at dim 384 the bound is ~15x the int8 one (residual ~0.11 vs ~0.007), so the rows it
-    cannot exclude are reranked through their int8 codes, then exactly.
+    -7, 7)``, ``scale = float32(max |v| / d)`` for the ``d`` of :data:`NIBBLE_DIVISORS` with
+    the smallest float64 sum of squared residuals (summed in index order; the first on ties),
+    ``rnorm >= ||v - scale * code||_2``. The rows the looser bound cannot exclude are
+    reranked through their int8 codes, then exactly.
 
     Parameters
     ----------
@@ -327,20 +335,40 @@ def encode_nibbles(vectors, codes4, scale, cnorm, rnorm):
 
     Examples
     --------
-    >>> v = np.array([[0.6, -0.8, 0.0]], np.float32)
+    >>> v = np.array([[0.5, -1.0, 0.0, 0.5]], np.float32)     # multiples of 0.25: exact
     >>> c4 = np.empty((1, 64), np.uint8); s, cn, rn = (np.empty(1, np.float32) for _ in range(3))
     >>> encode_nibbles(v, c4, s, cn, rn)
-    >>> [int(b) & 15 for b in c4[0, :4]], int(c4[0, 0]) >> 4, round(float(s[0]) * 7, 6)
-    ([13, 1, 8, 8], 8, 0.8)
+    >>> [(int(b) & 15) - 8 for b in c4[0, :4]], float(s[0]), float(rn[0])
+    ([2, -4, 0, 2], 0.25, 0.0)
     """
     n, dim = vectors.shape
     width = codes4.shape[1]
     code = np.zeros(2 * width, np.int8)
     for i in range(n):
-        s, cn, rn = _encode_one(vectors[i], code[:dim], NIBBLE_MAX)
-        scale[i] = s
-        cnorm[i] = cn
-        rnorm[i] = rn
+        v = vectors[i]
+        m, ss = _max_abs_and_sq(v)
+        best = -1.0
+        best_s = np.float32(0.0)
+        for d in NIBBLE_DIVISORS:
+            s = np.float32(m / d)
+            if s == 0.0:
+                break
+            _, rr = _quantize(v, np.float64(s), code[:dim], NIBBLE_MAX)
+            if best < 0.0 or rr < best:
+                best = rr
+                best_s = s
+            if rr == 0.0:
+                break
+        if best_s == 0.0:         # all-zero row (or entries below float32's range)
+            code[:] = 0
+            scale[i] = 0.0
+            cnorm[i] = 0.0
+            rnorm[i] = _up32(np.sqrt(ss) * (1.0 + (dim + 8) * _U))
+        else:
+            cc, rr = _quantize(v, np.float64(best_s), code[:dim], NIBBLE_MAX)
+            scale[i] = best_s
+            cnorm[i] = _up32(np.sqrt(np.float64(cc)))
+            rnorm[i] = _up32(np.sqrt(rr) * (1.0 + (dim + 8) * _U))
         row = codes4[i]
         for t in range(width):
             row[t] = np.uint8((code[t] + 8) | ((code[t + width] + 8) << 4))
@@ -417,7 +445,8 @@ def _nibble_group(typingctx, row, qlo, qhi, chunks):
 def nibble_dot(qlo, qhi, qsum, row):
     """Exact integer dot product ``sum_j qcode_j * code_j`` of the query's int8 code
     (:func:`nibble_query`) with one 4-bit row (:func:`encode_nibbles`; C-contiguous, width a
-    multiple of 64).
+    multiple of 64). A scan calls :func:`nibble_dot_at` with the addresses hoisted (a view's
+    ``ctypes`` per row costs more than the dot product).
 
     Examples
     --------
@@ -425,14 +454,30 @@ def nibble_dot(qlo, qhi, qsum, row):
     >>> c4 = np.empty((1, 64), np.uint8); s, cn, rn = (np.empty(1, np.float32) for _ in range(3))
     >>> encode_nibbles(v, c4, s, cn, rn)
     >>> qlo, qhi, qsum = nibble_query(np.array([1, 1, 1], np.int8), 64)
-    >>> int(nibble_dot(qlo, qhi, qsum, c4[0]))          # codes 5, -7, 0
-    -2
+    >>> int(nibble_dot(qlo, qhi, qsum, c4[0]))          # codes 3, -4, 0 (scale 0.2)
+    -1
     """
-    chunks = row.shape[0] // NIBBLE_CHUNK
+    return nibble_dot_at(row.ctypes.data, qlo.ctypes.data, qhi.ctypes.data,
+                         row.shape[0] // NIBBLE_CHUNK, qsum)
+
+
+@numba.njit(cache=True)
+def nibble_dot_at(row, qlo, qhi, chunks, qsum):
+    """:func:`nibble_dot` of the 4-bit row at address ``row`` (``chunks`` 64-byte chunks) with
+    the query's ``qlo``/``qhi`` (int16) at their addresses: the caller keeps the arrays alive.
+
+    Examples
+    --------
+    >>> row = np.full(64, 0x98, np.uint8)                 # codes 0 (low) and 1 (high)
+    >>> q = np.ones(64, np.int16)                          # a query of 128 ones: qsum 128
+    >>> int(nibble_dot_at(row.ctypes.data, q.ctypes.data, q.ctypes.data, 1, 128))
+    64
+    """
+    if chunks <= _NIBBLE_GROUP:                         # dim <= 1024: one group
+        return np.int64(_nibble_group(row, qlo, qhi, chunks)) - 8 * qsum
     acc = np.int64(0)
     for g in range(0, chunks, _NIBBLE_GROUP):
         k = min(_NIBBLE_GROUP, chunks - g)
-        acc += _nibble_group(row.ctypes.data + g * NIBBLE_CHUNK,
-                             qlo.ctypes.data + 2 * g * NIBBLE_CHUNK,
-                             qhi.ctypes.data + 2 * g * NIBBLE_CHUNK, k)
+        acc += _nibble_group(row + g * NIBBLE_CHUNK, qlo + 2 * g * NIBBLE_CHUNK,
+                             qhi + 2 * g * NIBBLE_CHUNK, k)
     return acc - 8 * qsum
