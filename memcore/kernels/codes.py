@@ -1,4 +1,5 @@
-"""int8 codes of float32 rows with a rigorous per-row error bound on code-based similarities.
+"""int8 and 4-bit codes of float32 rows with a rigorous per-row error bound on code-based
+similarities.
 
 A row ``v`` (float32, dim entries) is stored as ``scale * c`` plus a residual: symmetric
 per-row int8 quantisation (as in FAISS ``ScalarQuantizer`` QT_8bit_direct_signed, but with one
@@ -22,10 +23,20 @@ computing the approximation in float64 and of the reference similarity (a float6
 Higham 2002, eq. 3.5), so ``|exact_sim(q, v) - approx| <= bound`` holds rigorously for finite
 inputs. For unit rows at dim 384 the bound is about 0.015 (the typical error is ~20x smaller).
 
-Why int8 (measured at 1e6 x 384 on one core of the shared 2-core bench machine, 2026-12-01):
-the int8 x int8 pass took ~15-19 ms (memory-bound, 384 MB), int4 nibbles ~22 ms (unpacking is
-compute-bound in numba) with an 18x larger residual norm (0.129 vs 0.0071 for unit rows, so
-an 18x looser bound), int8 codes x float32 query ~29 ms, float32 rows ~94 ms.
+4-bit codes (:func:`encode_nibbles`, levels -7..7, two per byte) have the same form and the
+same bound (:func:`code_bound` of their own scale and norms), with half the bytes: a scan
+reads them first and tightens, through the int8 codes, only the bounds of the rows the looser
+4-bit bound cannot exclude (:mod:`memcore.kernels.scan`). Their scale is ``max |v| / d`` for
+the divisor ``d`` in :data:`NIBBLE_DIVISORS` with the smallest residual: rows whose entries
+are small multiples of one value (hashing-trick rows) are exact, and clipping helps dense rows.
+
+Measured at 1e6 x 384 on one core of the shared 2-core bench machine (AMD EPYC, AVX-512),
+numba 0.68: the int8 x int8 pass ~11 ms at best (memory-bound, 384 MB; 15-19 ms under load);
+4-bit rows through numba's loop vectoriser 14-25 ms whatever the layout (compute-bound: it
+never finds ``pmaddubsw``-like code for nibbles), through :func:`nibble_dot`'s explicit
+whole-chunk LLVM vector IR (portable, no target intrinsic) 6.4-7.4 ms; 1-bit (sign) codes
+leave a deterministic residual of ~0.6 for unit rows (RaBitQ's tight bound is probabilistic),
+which excludes almost nothing; int8 codes x float32 query ~29 ms, float32 rows ~94 ms.
 
 Kernels are pure, ``cache=True``, no ``fastmath``; NumPy oracles of the same names live in
 :mod:`memcore.kernels.reference`.

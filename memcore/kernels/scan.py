@@ -27,11 +27,16 @@ score -inf, sim -inf; reported ``sim`` is ``float32(sim_i)``.
 
 :func:`hybrid_scan_topk_serial` / :func:`hybrid_scan_topk_parallel` return *exactly* the
 exact path's result (ids, scores and sims, ties and the threshold boundary included) while
-reading the rows' int8 codes (:mod:`memcore.kernels.codes`) instead of their float32 vectors:
+reading the rows' codes (:mod:`memcore.kernels.codes`) instead of their float32 vectors:
 
-1. Integer dot products ``cq . c_i`` of every row (int8, exact) give ``hi_i >= sim_i``
+1. Integer dot products ``cq . c_i`` of every row (exact) give ``hi_i >= sim_i``
    (:func:`~memcore.kernels.codes.code_bound`, rounded up to float32), and the ``2k + 16``
-   live rows with the highest ``hi`` (*seeds*).
+   live rows with the highest ``hi`` (*seeds*). The codes are the rows' 4-bit codes when the
+   caller has them (half the bytes of the int8 codes; a looser bound), else their int8 codes.
+   With 4-bit codes, the bound of every row that steps 3 go on to use -- the hot rows, the
+   flagged rows and sparse rows whose cheap bound reaches ``tau`` -- is first tightened
+   through its int8 code (the smaller of the two bounds is kept; a random read of the
+   row's int8 code, for the few rows the 4-bit bound cannot exclude).
 2. The rows holding sparse signals are merged once (a k-way merge of the sorted lists) into
    their *gain* ``g_i = sum_l w_l * x_l[i] * inv_l``. The seeds are scored exactly: the
    ``2k + 16`` live rows with the highest ``hi``, and the ``2k + 16`` sparse rows with the

@@ -9,8 +9,9 @@ files in a long-term store), with no per-row Python objects:
 - each memory's episode window: its radius-:data:`MAX_WINDOW` neighbourhood in episode order
   (a fixed-stride ``win`` column), so any radius up to :data:`MAX_WINDOW` is a query-time
   choice;
-- int8 codes of the vectors with per-row scale and error-bound norms
-  (:mod:`memcore.kernels.codes`), the scan's first pass;
+- int8 and 4-bit codes of the vectors with per-row scale and error-bound norms
+  (:mod:`memcore.kernels.codes`): the scan's first pass reads the 4-bit codes, the int8
+  codes tighten the bounds of the rows it cannot exclude;
 - speaker and episode codes, and per episode its last row.
 
 An *episode* (e.g. a conversation session) is an ordered list of memories: a new memory joins
@@ -283,7 +284,9 @@ class HybridIndex:
                 vectors: Callable[[], np.ndarray] | None = None,
                 created_at: Callable[[], np.ndarray] | None = None) -> "HybridIndex":
         """The index over ``arrays`` as they were when ``state`` (:meth:`small_state`) was
-        taken. O(terms + episodes + speakers) Python; nothing proportional to the rows.
+        taken. O(terms + episodes + speakers) Python; nothing proportional to the rows, except
+        once for an index checkpointed before the 4-bit codes existed: they are derived from
+        the vectors (~1-3 s per million rows; a writer's next checkpoint keeps them).
 
         Raises
         ------
