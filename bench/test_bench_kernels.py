@@ -245,6 +245,10 @@ def hybrid_dataset(n: int):
     enc = (np.empty((n, DIM), np.int8), np.empty(n, np.float32), np.empty(n, np.float32),
            np.empty(n, np.float32))
     kcodes.encode_rows(vectors, *enc)
+    four = (np.empty((n, kcodes.nibble_width(DIM)), np.uint8),
+            *(np.empty(n, np.float32) for _ in range(3)))
+    kcodes.encode_nibbles(vectors, *four)
+    enc = (*enc, *four)               # the first pass reads the 4-bit codes, as a store's does
     sparse = []
     for frac in (0.02, 0.06, 0.05):
         rows = np.flatnonzero(rng.random(n) < frac).astype(np.int64)

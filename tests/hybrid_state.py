@@ -22,7 +22,9 @@ def index_state(ix: HybridIndex) -> tuple:
     spk = ix._a("speaker")
     speakers = {int(i): ix._spk_names[spk[i] - 1].casefold() for i in live if spk[i]}
     return (live.tolist(), wins, ix._a("codes")[live].tobytes(), ix._a("scale")[live].tobytes(),
-            ix._a("cnorm")[live].tobytes(), ix._a("rnorm")[live].tobytes(), speakers,
+            ix._a("cnorm")[live].tobytes(), ix._a("rnorm")[live].tobytes(),
+            *(ix._a(name)[live].tobytes() for name in ("codes4", "scale4", "cnorm4", "rnorm4")),
+            speakers,
             ix._ctx_len.tolist(), sorted(ix.entities()), ix.n_live, ix.lexical.n_docs,
             ix.lexical.avgdl)
 

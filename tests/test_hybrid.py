@@ -435,6 +435,33 @@ def test_search_equals_numpy_oracle_after_random_writes(seq, preset, thr_kind, k
         assert again.scores.tobytes() == got.scores.tobytes()
 
 
+def test_restore_derives_the_4bit_codes_of_an_index_checkpointed_without_them():
+    """An index saved before the 4-bit codes existed (its arrays lack codes4/scale4/cnorm4/
+    rnorm4) restores with them derived from the vectors: the same state and searches as an
+    index that kept them from the start, and writes after keep them current."""
+    from memcore.arrays import RamArrays
+
+    rng = np.random.default_rng(11)
+    w = HybridWeights()
+    a = HybridIndex(DIM, w, arrays=RamArrays())
+    V = _unit(rng, 40)
+    a.put_many(list(range(30)), [" ".join(rng.choice(TEXTS, 2)) for _ in range(30)], V[:30],
+               [(f"s{i // 7}", None) for i in range(30)])
+    a.delete(5)
+    old = RamArrays()
+    for name in a.arrays.names():
+        if name not in ("codes4", "scale4", "cnorm4", "rnorm4"):
+            old.alloc(name, a.arrays.get(name).shape, a.arrays.get(name).dtype)[:] = \
+                a.arrays.get(name)
+    b = HybridIndex.restore(DIM, old, {k: np.array(v) for k, v in a.small_state().items()}, w)
+    assert index_state(a) == index_state(b)
+    for ix in (a, b):
+        ix.put_many([31, 32], ["painting daily", "battery low"], V[31:33], [("s1", None)] * 2)
+    assert index_state(a) == index_state(b)
+    r1, r2 = (ix.search("battery", V[32], top_k=5) for ix in (a, b))
+    assert r1.ids.tolist() == r2.ids.tolist() and r1.scores.tobytes() == r2.scores.tobytes()
+
+
 @pytest.mark.parametrize("sums", [False, True])
 def test_small_state_restore_round_trip(sums):
     """restore(arrays, small_state()) resumes the index exactly: same state and searches,

@@ -107,3 +107,70 @@ def test_read_only_rows():
     v.setflags(write=False)
     for g, w in zip(_encode(codes.encode_rows, v), want):
         np.testing.assert_array_equal(g, w)
+
+
+# ----------------------------------------------------------------------------- 4-bit codes
+def _encode4(fn, v):
+    n, dim = v.shape
+    out = (np.full((n, codes.nibble_width(dim)), 99, np.uint8),
+           *(np.full(n, 7, np.float32) for _ in range(3)))
+    fn(v, *out)
+    return out
+
+
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 40), dim=st.integers(1, 300), kind=kinds)
+def test_encode_nibbles_equals_oracle(seed, n, dim, kind):
+    v = _rows(np.random.default_rng(seed), n, dim, kind)
+    got = _encode4(codes.encode_nibbles, v)
+    want = _encode4(ref.encode_nibbles, v)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+@given(seed=st.integers(0, 2**32 - 1), dim=st.integers(1, 1300),
+       qkind=st.sampled_from(["unit", "extreme", "gauss"]))
+def test_nibble_dot_is_the_exact_integer_dot(seed, dim, qkind):
+    # dims past 1024 take a second group of chunks (the int16 lanes are flushed per 8 chunks)
+    rng = np.random.default_rng(seed)
+    v = _rows(rng, 5, dim, "gauss")
+    c4 = _encode4(codes.encode_nibbles, v)[0]
+    if qkind == "extreme":                       # every entry at the int8 limits
+        qc = rng.choice(np.array([-127, 127], np.int8), dim)
+    else:
+        qc = np.empty(dim, np.int8)
+        codes.quantize_query(_rows(rng, 1, dim, "unit" if qkind == "unit" else "gauss")[0], qc)
+    c4[:, :] = rng.choice(np.array([0x11, 0xff, 0x1f, 0xf1], np.uint8), c4.shape) \
+        if qkind == "extreme" else c4                   # codes at -7 / +7 everywhere
+    qlo, qhi, qsum = codes.nibble_query(qc, c4.shape[1])
+    want = ref.unpack_nibbles(c4, dim) @ qc.astype(np.int64)
+    got = [int(codes.nibble_dot(qlo, qhi, qsum, c4[i])) for i in range(5)]
+    assert got == want.tolist()
+
+
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 30), dim=st.integers(1, 200),
+       kind=kinds, qkind=st.sampled_from(["unit", "row", "residual", "gauss"]))
+def test_nibble_bound_holds(seed, n, dim, kind, qkind):
+    """|exact_sim(q, v) - scale4 * qscale * I4| <= code_bound of the 4-bit code's norms."""
+    rng = np.random.default_rng(seed)
+    v = _rows(rng, n, dim, kind)
+    c4, s, cn, rn = _encode4(codes.encode_nibbles, v)
+    c = ref.unpack_nibbles(c4, dim)
+    for i in range(n):
+        if qkind == "row":
+            q = v[i].copy()
+        elif qkind == "residual":
+            r = v[i].astype(np.float64) - np.float64(s[i]) * c[i]
+            q = (r / max(np.linalg.norm(r), 1e-30)).astype(np.float32)
+        elif qkind == "gauss":
+            q = (rng.standard_normal(dim) * 10.0 ** rng.uniform(-2, 2)).astype(np.float32)
+        else:
+            q = vectors_for(rng, 1, dim, "unit")[0]
+        qc = np.empty(dim, np.int8)
+        qs, qres, qn = codes.quantize_query(q, qc)
+        qlo, qhi, qsum = codes.nibble_query(qc, c4.shape[1])
+        dot = int(codes.nibble_dot(qlo, qhi, qsum, c4[i]))
+        approx = np.float64(s[i]) * qs * np.float64(dot)
+        bound = codes.code_bound(approx, s[i], cn[i], rn[i], qres, qn, dim)
+        assert abs(exact_sim(q, v[i]) - approx) <= bound
+        real = float(np.dot(q.astype(np.longdouble), v[i].astype(np.longdouble)))
+        assert abs(real - approx) <= bound

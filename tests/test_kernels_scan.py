@@ -19,12 +19,19 @@ def _out(k):
     return (np.full(k, 7, np.int64), np.full(k, 7, np.float32), np.full(k, 7, np.float32))
 
 
-def _encoded(v):
+def _encoded(v, nibbles=False):
+    """The scan's ``codes``: int8 codes, and with ``nibbles`` the 4-bit codes (the first pass
+    reads those), else none."""
     n, dim = v.shape
     out = (np.empty((n, dim), np.int8), np.empty(n, np.float32), np.empty(n, np.float32),
            np.empty(n, np.float32))
     codes.encode_rows(v, *out)
-    return out
+    if not nibbles:
+        return (*out, *scan.NO_NIBBLES)
+    four = (np.empty((n, codes.nibble_width(dim)), np.uint8),
+            *(np.empty(n, np.float32) for _ in range(3)))
+    codes.encode_nibbles(v, *four)
+    return (*out, *four)
 
 
 def _exact(fn, p, k=None):
@@ -40,11 +47,12 @@ def _scan(fn, p, enc=None):
     return (*out, int(count)), stats
 
 
+@pytest.mark.parametrize("nibbles", [False, True], ids=["int8", "4bit"])
 @pytest.mark.parametrize("name", list(SCANS))
 @given(p=hybrid_problems())
-def test_scan_equals_the_exact_path_exactly(name, p):
+def test_scan_equals_the_exact_path_exactly(name, nibbles, p):
     want = _exact(scan.hybrid_exact_topk, p)
-    got, stats = _scan(SCANS[name], p)
+    got, stats = _scan(SCANS[name], p, _encoded(p.vectors, nibbles))
     assert got[3] == want[3]
     for g, w in zip(got[:3], want[:3]):
         assert g.dtype == w.dtype
@@ -52,9 +60,10 @@ def test_scan_equals_the_exact_path_exactly(name, p):
     assert 0 <= stats[0] <= p.alive.sum() and 0 <= stats[1] <= p.vectors.shape[0]
 
 
+@pytest.mark.parametrize("nibbles", [False, True], ids=["int8", "4bit"])
 @given(p=hybrid_problems(max_n=400))
-def test_parallel_equals_serial_with_the_same_work(p):
-    enc = _encoded(p.vectors)
+def test_parallel_equals_serial_with_the_same_work(nibbles, p):
+    enc = _encoded(p.vectors, nibbles)
     a, sa = _scan(scan.hybrid_scan_topk_serial, p, enc)
     b, sb = _scan(scan.hybrid_scan_topk_parallel, p, enc)
     for x, y in zip(a, b):
@@ -209,7 +218,7 @@ def test_read_only_inputs(name):
     v, win = _clustered_problem(600, 16, 3)
     n = v.shape[0]
     rng = np.random.default_rng(1)
-    arrays = [*_encoded(v), v, *win]
+    arrays = [*_encoded(v, True), v, *win]
     cols = [NOW - rng.uniform(0, 1e4, n), rng.random(n).astype(np.float32), rng.random(n) > 0.2]
     sp = (np.array([0, 3], np.int64), np.array([4, 9, 30], np.int64), np.array([1.0, 2.0, 3.0]),
           np.array([0.5]), np.array([0.1]), np.array([2.0]))
@@ -217,21 +226,23 @@ def test_read_only_inputs(name):
 
     def call(arrs, cs):
         out, stats = _out(7), np.zeros(2, np.int64)
-        SCANS[name](v[3].copy(), tuple(arrs[:4]), arrs[4], tuple(arrs[5:8]), 0.4, dense, sp,
+        SCANS[name](v[3].copy(), tuple(arrs[:8]), arrs[8], tuple(arrs[9:12]), 0.4, dense, sp,
                     (cs[0], cs[1], NOW, 3600.0, 0.3, 0.2), cs[2], 0.0, (*out, stats))
         return out
     want = call(arrays, cols)
     ro = [a.copy() for a in arrays + cols]
     for a in ro:
         a.setflags(write=False)
-    for g, w in zip(call(ro[:8], ro[8:]), want):
+    for g, w in zip(call(ro[:12], ro[12:]), want):
         np.testing.assert_array_equal(g, w)
 
 
+@pytest.mark.parametrize("nibbles", [False, True], ids=["int8", "4bit"])
 @pytest.mark.parametrize("name", list(SCANS))
 @given(seed=st.integers(0, 2**32 - 1), k=st.integers(1, 12), alpha=st.sampled_from([0.0, 0.4]),
        w_sp=st.sampled_from([0.5, 2.0, 8.0]))
-def test_sparse_signals_deciding_and_dead_rows_with_the_best_similarity(name, seed, k, alpha, w_sp):
+def test_sparse_signals_deciding_and_dead_rows_with_the_best_similarity(name, nibbles, seed, k,
+                                                                        alpha, w_sp):
     # The bounds that carry each sparse row's gain, seed with the sparse rows and cap a window
     # mean at the largest hi: the most similar rows are dead but sit in live rows' windows,
     # and heavy sparse signals (with ties of value) decide the top rows.
@@ -254,7 +265,7 @@ def test_sparse_signals_deciding_and_dead_rows_with_the_best_similarity(name, se
     want = _out(k)
     scan.hybrid_exact_topk(q, v, *args, want)
     out, stats = _out(k), np.zeros(4, np.int64)
-    SCANS[name](q, _encoded(v), v, *args, (*out, stats))
+    SCANS[name](q, _encoded(v, nibbles), v, *args, (*out, stats))
     for g, w in zip(out, want):
         np.testing.assert_array_equal(g, w)
 

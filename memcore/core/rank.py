@@ -139,7 +139,7 @@ def rank(table: Table, rq: ResolvedQuery, *, dim: int | None = None, preparer: A
     alive = table.visible(rq.filter, rq.now)
     alive = table.columns.alive[:n] if alive is None else alive
     if rq.vector is not None and n >= SCAN_MIN_ROWS:
-        # the similarity preset from the codes (a quarter of the bytes), exact rerank
+        # the similarity preset from the codes (4-bit: an eighth of the bytes), exact rerank
         idx = table.recall_index(HybridWeights.hybrid(), dim, preparer)
         ni = idx.n_rows
         res = idx.search_similarity(rq.vector, top_k=k, decay=w, now=rq.now,

@@ -429,6 +429,46 @@ def encode_rows(vectors, codes, scale, cnorm, rnorm):
     rnorm[:] = _up32(rn)
 
 
+def encode_nibbles(vectors, codes4, scale, cnorm, rnorm):
+    """4-bit codes: levels -7..7, scale = float32(max|v| / d) for the d of
+    ``codes.NIBBLE_DIVISORS`` with the smallest float64 sum of squared residuals (summed in
+    index order, the first on ties), packed two per byte: byte t of a row holds code[t] + 8
+    (low nibble) and code[t + width] + 8 (high nibble), code 0 past dim; cnorm, rnorm as in
+    :func:`encode_rows`."""
+    from memcore.kernels.codes import NIBBLE_DIVISORS
+    n, dim = vectors.shape
+    width = codes4.shape[1]
+    v = vectors.astype(np.float64)
+    full = np.zeros((n, 2 * width), np.int64)
+    for i in range(n):
+        m = np.abs(v[i]).max() if dim else 0.0
+        best, best_s = None, np.float32(0.0)
+        for d in NIBBLE_DIVISORS:
+            s = np.float32(m / d)
+            if s == 0.0:
+                break
+            c = np.clip(np.rint(v[i] / np.float64(s)), -7, 7)
+            rr = np.cumsum((v[i] - np.float64(s) * c) ** 2)[-1]      # in index order
+            if best is None or rr < best:
+                best, best_s = rr, s
+            if rr == 0.0:
+                break
+        s64 = np.float64(best_s)
+        c = np.clip(np.rint(v[i] / s64), -7, 7) if best_s != 0.0 else np.zeros(dim)
+        full[i, :dim] = c
+        scale[i] = best_s
+        r = v[i] - s64 * c
+        cnorm[i] = _up32(np.sqrt((c * c).sum()))
+        rnorm[i] = _up32(np.sqrt(np.cumsum(r * r)[-1]) * (1.0 + (dim + 8) * 2.0 ** -53))
+    codes4[:] = ((full[:, :width] + 8) | ((full[:, width:] + 8) << 4)).astype(np.uint8)
+
+
+def unpack_nibbles(codes4, dim):
+    """(n, dim) int64 codes -7..7 of 4-bit rows (:func:`encode_nibbles`)."""
+    b = np.asarray(codes4).astype(np.int64)
+    return np.concatenate([(b & 15) - 8, (b >> 4) - 8], axis=1)[:, :dim]
+
+
 def _up32(x):
     f = np.asarray(x, np.float64).astype(np.float32)
     low = f.astype(np.float64) < x

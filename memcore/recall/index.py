@@ -9,8 +9,9 @@ files in a long-term store), with no per-row Python objects:
 - each memory's episode window: its radius-:data:`MAX_WINDOW` neighbourhood in episode order
   (a fixed-stride ``win`` column), so any radius up to :data:`MAX_WINDOW` is a query-time
   choice;
-- int8 codes of the vectors with per-row scale and error-bound norms
-  (:mod:`memcore.kernels.codes`), the scan's first pass;
+- int8 and 4-bit codes of the vectors with per-row scale and error-bound norms
+  (:mod:`memcore.kernels.codes`): the scan's first pass reads the 4-bit codes, the int8
+  codes tighten the bounds of the rows it cannot exclude;
 - speaker and episode codes, and per episode its last row.
 
 An *episode* (e.g. a conversation session) is an ordered list of memories: a new memory joins
@@ -85,13 +86,25 @@ class HybridResult:
 _STRIDE = 2 * MAX_WINDOW + 1
 
 #: Per-row arrays of a :class:`HybridIndex` (name -> dtype, trailing shape), allocated through
-#: its :class:`~memcore.arrays.Arrays`; ``D`` stands for dim.
+#: its :class:`~memcore.arrays.Arrays`; ``D`` stands for dim, ``H`` for the bytes of a 4-bit
+#: row (:func:`memcore.kernels.codes.nibble_width`).
 ROW_ARRAYS = {
     "alive": (np.bool_, ()), "codes": (np.int8, ("D",)), "scale": (np.float32, ()),
     "cnorm": (np.float32, ()), "rnorm": (np.float32, ()),
+    "codes4": (np.uint8, ("H",)), "scale4": (np.float32, ()), "cnorm4": (np.float32, ()),
+    "rnorm4": (np.float32, ()),
     "win": (np.int32, (_STRIDE,)), "win_pos": (np.int8, ()), "win_cnt": (np.int8, ()),
     "episode": (np.int32, ()), "speaker": (np.int32, ()),
 }
+#: The scan's ``codes`` tuple (:func:`memcore.kernels.scan.hybrid_scan_topk`), in order.
+_CODE_ARRAYS = ("codes", "scale", "cnorm", "rnorm", "codes4", "scale4", "cnorm4", "rnorm4")
+
+
+def _row_shape(tail: tuple, dim: int) -> tuple:
+    """A per-row array's trailing shape (``D``: dim, ``H``: a 4-bit row's bytes)."""
+    return tuple(dim if t == "D" else _kc.nibble_width(dim) if t == "H" else t for t in tail)
+
+
 #: Per-episode arrays: the episode key's 64-bit hash and its last row + 1 (0: empty).
 EPISODE_ARRAYS = {"ep_key": np.uint64, "ep_last": np.int64}
 
@@ -214,10 +227,10 @@ class HybridIndex:
         self._tsrc = created_at
         w = self.weights
         self.lexical = LexicalIndex(w.k1, w.b, arrays=self.arrays, prefix="lex.")
+        self._fresh4 = self.arrays.get("codes4") is None and self.arrays.get("codes") is not None
         for name, (dtype, tail) in ROW_ARRAYS.items():
             if self.arrays.get(name) is None:
-                self.arrays.alloc(name, (0,) + tuple(self.dim if t == "D" else t for t in tail),
-                                  dtype)
+                self.arrays.alloc(name, (0,) + _row_shape(tail, self.dim), dtype)
         if vectors is None and self.arrays.get("vectors") is None:
             self.arrays.alloc("vectors", (0, self.dim), np.float32)
         for name, dtype in EPISODE_ARRAYS.items():
@@ -271,7 +284,9 @@ class HybridIndex:
                 vectors: Callable[[], np.ndarray] | None = None,
                 created_at: Callable[[], np.ndarray] | None = None) -> "HybridIndex":
         """The index over ``arrays`` as they were when ``state`` (:meth:`small_state`) was
-        taken. O(terms + episodes + speakers) Python; nothing proportional to the rows.
+        taken. O(terms + episodes + speakers) Python; nothing proportional to the rows, except
+        once for an index checkpointed before the 4-bit codes existed: they are derived from
+        the vectors (~1-3 s per million rows; a writer's next checkpoint keeps them).
 
         Raises
         ------
@@ -279,11 +294,13 @@ class HybridIndex:
             If an array the index needs is missing from ``arrays``.
         """
         for name in list(ROW_ARRAYS) + list(EPISODE_ARRAYS):
-            if arrays.get(name) is None:
+            if arrays.get(name) is None and name not in _CODE_ARRAYS[4:]:
                 raise InvalidArgumentError(f"cannot restore a hybrid index: array {name!r} is missing")
         idx = cls(dim, weights, query_preparer, arrays=arrays, vectors=vectors,
                   created_at=created_at)
         idx.n_rows = int(state["n_rows"])
+        if idx._fresh4:                   # checkpointed before the 4-bit codes: derived once
+            idx._derive_nibbles()         # (a writer's next checkpoint keeps them)
         idx.n_live = int(state["n_live"])
         idx._n_eps = int(state["n_episodes"])
         idx._ctx_len = np.array(state["ctx_len"], np.int64)
@@ -309,12 +326,36 @@ class HybridIndex:
         return self.arrays.get(name)
 
     def _codes(self, n: int) -> tuple:
-        """The first ``n`` rows' ``(codes, scale, cnorm, rnorm)`` (the scan's ``codes``)."""
-        return (self._a("codes")[:n], self._a("scale")[:n], self._a("cnorm")[:n],
-                self._a("rnorm")[:n])
+        """The first ``n`` rows' int8 and 4-bit codes with their scales and norms (the
+        scan's ``codes``)."""
+        return tuple(self._a(name)[:n] for name in _CODE_ARRAYS)
 
     def _vectors(self) -> np.ndarray:
         return self._vsrc() if self._vsrc is not None else self.arrays.get("vectors")
+
+    def _derive_nibbles(self) -> None:
+        """The 4-bit codes of every row from the vectors (an index checkpointed before they
+        existed): ~1-3 s per million rows of dim 384, once."""
+        cap = self._a("alive").shape[0]
+        for name in _CODE_ARRAYS[4:]:
+            self.arrays.grow(name, cap)
+        vec = self._vectors()
+        four = tuple(self._a(name) for name in _CODE_ARRAYS[4:])
+        for a in range(0, self.n_rows, 65536):
+            b = min(a + 65536, self.n_rows)
+            _kc.encode_nibbles(np.ascontiguousarray(vec[a:b], np.float32),
+                               *(x[a:b] for x in four))
+
+    def _encode(self, rows: np.ndarray, V: np.ndarray) -> None:
+        """The int8 and 4-bit codes of ``V`` (the vectors of ``rows``) into their arrays."""
+        m = rows.shape[0]
+        out = (np.empty((m, self.dim), np.int8), *(np.empty(m, np.float32) for _ in range(3)),
+               np.empty((m, _kc.nibble_width(self.dim)), np.uint8),
+               *(np.empty(m, np.float32) for _ in range(3)))
+        _kc.encode_rows(V, *out[:4])
+        _kc.encode_nibbles(V, *out[4:])
+        for name, x in zip(_CODE_ARRAYS, out):
+            self._a(name)[rows] = x
 
     def _ensure_rows(self, need: int) -> None:
         if need <= self._a("alive").shape[0]:
@@ -421,13 +462,7 @@ class HybridIndex:
         ra = np.asarray(rows, np.int64)
         if self._vsrc is None:
             self._a("vectors")[ra] = V
-        codes = np.empty((m, self.dim), np.int8)
-        sc, cn, rn = (np.empty(m, np.float32) for _ in range(3))
-        _kc.encode_rows(V, codes, sc, cn, rn)
-        self._a("codes")[ra] = codes
-        self._a("scale")[ra] = sc
-        self._a("cnorm")[ra] = cn
-        self._a("rnorm")[ra] = rn
+        self._encode(ra, V)
         self.lexical.add_tokens_batch(ra, hashes, offsets[:m], counts)
         self._link(ra, episode_speakers)
 
