@@ -27,7 +27,8 @@ from memcore.storage.checkpoint import (
     read_put,
     write_checkpoint_files,
 )
-from memcore.storage.columns import INITIAL_CAPACITY, Columns, column_crcs, expiry_path
+from memcore.storage.columns import (INITIAL_CAPACITY, Columns, column_crcs, expiry_path,
+                                     side_path)
 from memcore.storage.layout import (
     FORMAT_VERSION,
     NAMESPACE_FORMAT,
@@ -516,7 +517,8 @@ def remove_stale(directory: str, generation: int, checkpoint: int | None = None,
     ``checkpoint`` and of the hybrid-index entry ``index``."""
     ann = os.path.basename(ann_path(directory, generation))
     keep = {NAMESPACE_HEADER, NAMESPACE_ID, os.path.basename(log_path(directory, generation)),
-            os.path.basename(expiry_path(directory, generation)), ann, ann + ".json"}
+            os.path.basename(expiry_path(directory, generation)),
+            os.path.basename(side_path(directory, generation, "nsid")), ann, ann + ".json"}
     keep.update(os.path.basename(column_path(directory, n, generation))
                 for n in Columns.NAMES + Columns.NAMES_V2)
     if checkpoint is not None:

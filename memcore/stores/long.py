@@ -151,6 +151,10 @@ class RamSpace:
         rows = list(t.keys.values())
         self.tables[t.namespace] = t.rebuilt(np.ascontiguousarray(t.columns.vectors[rows]))
 
+    def compact_pack(self) -> int:
+        """Nothing (only a disk store has a pack)."""
+        return 0
+
     def reindex(self, plan: Sequence[Table], vectors: Sequence[np.ndarray],
                 embedder: Any) -> None:
         new = {t.namespace: t.rebuilt(vecs) for t, vecs in zip(plan, vectors)}

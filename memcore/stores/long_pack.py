@@ -1,0 +1,350 @@
+"""The pack of small namespaces (format 3, :mod:`memcore.storage`).
+
+A store with many small namespaces (one per user, as agent frameworks keep them) holds their
+rows in ONE format-2 namespace directory, the *pack* (reserved namespace
+:data:`~memcore.storage.layout.PACK_NAMESPACE`): its log, columns, checkpoints, key index,
+verify/repair and compaction are the format-2 machinery unchanged. A row's key there is
+composite -- the namespace as compact JSON, a NUL, the key (:func:`pack_key`) -- and the
+pack's side column ``nsid`` (int64, written before the commit like the TTL column) holds
+each row's namespace id (:func:`namespace_id`, a 64-bit hash of that JSON), so that open
+knows the rows of every namespace without reading a record: :class:`Pack` keeps ``id ->
+rows`` (the live rows sorted by id at open, plus the rows appended since) and each
+namespace's live count.
+
+A namespace in the pack is served by a :class:`PackedTable`: an in-RAM
+:class:`~memcore.core.table.Table` of its rows gathered from the pack (records decoded, CRC
+and namespace checked, vectors checked against their records' CRCs) on first use, kept in a
+bounded LRU; its writes commit to the pack first (one log append per ``put_many``), then to
+the copy; access statistics and TTL refreshes are written through to the pack's columns.
+Ranking, filters, TTL and hybrid recall are those of an in-memory table, on O(rows of the
+namespace), never O(pack rows).
+
+Once a namespace passes :data:`PACK_MAX` live rows it is *promoted*: a format-2 namespace
+directory is created (atomically, empty), its rows committed there as one batch, then their
+pack rows are tombstoned (one DEL batch). A crash in between leaves both: at open a
+directory that holds rows wins (the pack rows are dropped), an empty one loses (removed).
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import logging
+import os
+from typing import Any, Sequence
+
+import numpy as np
+
+from memcore import storage
+from memcore.core.rows import Rows
+from memcore.core.table import RamColumns, Table
+from memcore.errors import StoreCorruptedError
+from memcore.storage.columns import grow_expiry, open_expiry
+from memcore.storage.layout import PACK_NAMESPACE
+from memcore.storage.records import first_bad_row, record_vector_crcs, verify_vectors
+from memcore.types import Namespace
+
+__all__ = ["PACK_CACHE_ROWS", "PACK_MAX", "Pack", "PackedTable", "enabled", "namespace_id",
+           "pack_key", "split_key"]
+
+logger = logging.getLogger("memcore")
+
+#: Live rows above which a namespace of the pack moves to its own format-2 directory.
+PACK_MAX = 256
+
+#: Rows of packed namespaces kept gathered in RAM (least recently used dropped first).
+PACK_CACHE_ROWS = 1 << 16
+
+#: Whether a disk store puts new namespaces into the pack (format 3). The environment
+#: variable ``MEMCORE_PACK=1`` turns it on; a store that already holds a pack always serves
+#: its packed namespaces.
+ENABLED = os.environ.get("MEMCORE_PACK", "0") == "1"
+
+
+def enabled() -> bool:
+    """Whether new namespaces of a disk store go to the pack (:data:`ENABLED`)."""
+    return bool(ENABLED)
+
+
+def ns_prefix(ns: Sequence[str]) -> str:
+    """The composite-key prefix of a namespace: its compact JSON list and a NUL."""
+    return json.dumps(list(ns), ensure_ascii=False, separators=(",", ":")) + "\x00"
+
+
+def namespace_id(ns: Sequence[str]) -> int:
+    """The namespace id of ``ns`` in the pack: the first 8 bytes (little-endian, signed) of
+    BLAKE2b of its key prefix; never 0 (the ``nsid`` value of an unwritten row)."""
+    d = hashlib.blake2b(ns_prefix(ns).encode("utf-8", "surrogatepass"), digest_size=8)
+    return int.from_bytes(d.digest(), "little", signed=True) or 1
+
+
+def pack_key(ns: Sequence[str], key: str) -> str:
+    """The composite key of ``key`` of namespace ``ns`` in the pack."""
+    return ns_prefix(ns) + key
+
+
+def split_key(composite: str) -> tuple[tuple, str]:
+    """``(namespace, key)`` of a composite pack key.
+
+    Raises
+    ------
+    StoreCorruptedError
+        If it is not one.
+    """
+    head, sep, key = composite.partition("\x00")
+    try:
+        ns = json.loads(head) if sep else None
+    except ValueError:
+        ns = None
+    if not isinstance(ns, list) or not ns or not all(isinstance(s, str) for s in ns):
+        raise StoreCorruptedError(f"pack key {composite[:80]!r} names no namespace")
+    return tuple(ns), key
+
+
+class Pack:
+    """The pack: its :class:`~memcore.stores.long_disk.DiskTable` (``table``), its
+    ``nsid`` side column and the namespace index built from it.
+
+    Parameters
+    ----------
+    table : DiskTable
+        The pack directory's table (reserved namespace).
+    read_only : bool
+
+    Attributes
+    ----------
+    live : dict of int -> int
+        Live rows of each namespace id.
+    expiring : set of int
+        Namespace ids with a row that has a time to live.
+    """
+
+    def __init__(self, table: Any, read_only: bool):
+        self.table, self.read_only = table, read_only
+        f = table.files
+        self.nsid = open_expiry(f.directory, f.generation, read_only, "nsid")
+        self.index()
+
+    # ------------------------------------------------------------------ index
+    def index(self) -> None:
+        """(Re)build ``id -> rows`` and the live counts from the ``nsid`` column and the
+        live flags (rows whose id is missing are given it from their record's key)."""
+        t = self.table
+        rows = t.live_rows()
+        have = 0 if self.nsid is None else self.nsid.shape[0]
+        ids = np.zeros(rows.shape[0], np.int64)
+        inside = rows < have
+        if have:
+            ids[inside] = self.nsid[rows[inside]]
+        unset = np.flatnonzero(ids == 0)
+        if unset.shape[0]:                   # a repaired generation, a lost side file
+            keys = t.decode(rows[unset], texts=False, metadata=False)["keys"]
+            ids[unset] = [namespace_id(split_key(k)[0]) for k in keys]
+            if not self.read_only:
+                self.nsid = grow_expiry(self.nsid, t.files.directory, t.files.generation,
+                                        t.rows, "nsid")
+                self.nsid[rows[unset]] = ids[unset]
+                self.nsid.flush()
+        order = np.argsort(ids, kind="stable")
+        self.ids, self.rows = ids[order], rows[order]
+        self.extra: dict[int, list] = {}
+        uniq, counts = np.unique(self.ids, return_counts=True)
+        self.live = dict(zip(uniq.tolist(), counts.tolist()))
+        self.expiring: set[int] = set()
+        e = t.expiry
+        if e is not None:
+            ok = rows < e.shape[0]
+            hot = np.zeros(rows.shape[0], np.bool_)
+            hot[ok] = e[rows[ok], 1] > 0
+            self.expiring = set(np.unique(ids[hot]).tolist())
+
+    def rows_of(self, nsid: int) -> np.ndarray:
+        """ndarray (k,), int64: the live pack rows of namespace id ``nsid``, ascending
+        (O(log N + k))."""
+        lo = int(np.searchsorted(self.ids, nsid, "left"))
+        hi = int(np.searchsorted(self.ids, nsid, "right"))
+        rows = self.rows[lo:hi]
+        extra = self.extra.get(nsid)
+        if extra:
+            rows = np.concatenate([rows, np.asarray(extra, np.int64)])
+        rows = rows[self.table.columns.alive[rows]]
+        rows.sort()
+        return rows
+
+    def name(self, nsid: int) -> tuple:
+        """The namespace of id ``nsid``, from the key of one of its rows."""
+        rows = self.rows_of(nsid)
+        key = self.table.decode(rows[:1], texts=False, metadata=False)["keys"][0]
+        return split_key(key)[0]
+
+    def names(self) -> str:
+        """Up to 5 namespaces of the pack, for messages."""
+        return ", ".join(repr(self.name(h)) for h in list(self.live)[:5])
+
+    # ------------------------------------------------------------------ writes
+    def append(self, nsid: int, batch: Rows) -> np.ndarray:
+        """Commit ``batch`` (composite keys, lifecycle set) to the pack: the ``nsid`` of its
+        new rows first (like the columns), then the table's commit. Returns its rows."""
+        t = self.table
+        n0, m = t.rows, len(batch)
+        f = t.files
+        self.nsid = grow_expiry(self.nsid, f.directory, f.generation, n0 + m, "nsid")
+        self.nsid[n0:n0 + m] = nsid
+        if f.durability == "fsync":
+            self.nsid.flush()
+        t.append(batch)
+        self.extra.setdefault(nsid, []).extend(range(n0, n0 + m))
+        if batch.expiry() is not None:
+            self.expiring.add(nsid)
+        return np.arange(n0, n0 + m, dtype=np.int64)
+
+    def remove(self, keys: Sequence[str]) -> None:
+        """Commit DEL records of live composite ``keys`` (one batch)."""
+        if keys:
+            self.table.remove(list(keys))
+
+    def flush_nsid(self) -> None:
+        """fsync the ``nsid`` column (a checkpoint)."""
+        if self.nsid is not None and not self.read_only:
+            self.nsid.flush()
+
+    def close(self) -> None:
+        self.nsid = None
+        self.table.close()
+
+
+class PackedTable(Table):
+    """One namespace of the pack, gathered into RAM (see the module docstring).
+
+    Parameters
+    ----------
+    namespace : tuple of str
+    pack : Pack
+    dim : int
+    """
+
+    __slots__ = ("pack", "nsid", "prefix", "prow")
+
+    packed = True
+
+    def __init__(self, namespace: Namespace, pack: Pack, dim: int):
+        super().__init__(namespace, RamColumns(dim, 1))
+        self.pack, self.nsid, self.prefix = pack, namespace_id(namespace), ns_prefix(namespace)
+        self.prow = np.zeros(0, np.int64)           # local row -> pack row
+
+    @classmethod
+    def load(cls, namespace: Namespace, pack: Pack, dim: int) -> "PackedTable":
+        """Gather namespace's live rows from the pack: records decoded (CRC checked), each
+        key's namespace checked, each vector checked against its record's CRC.
+
+        Raises
+        ------
+        StoreCorruptedError
+            Naming the pack's log or vectors file.
+        """
+        t = cls(namespace, pack, dim)
+        pt = pack.table
+        rows = pack.rows_of(t.nsid)
+        if not rows.shape[0]:
+            return t
+        offsets = pt.record_offsets(rows)
+        log = pt.files.log_array()
+        d = storage.checkpoint.decode_puts(log, offsets, pt.files.log_path)
+        keep = [i for i, k in enumerate(d["keys"]) if k.startswith(t.prefix)]
+        if len(keep) < rows.shape[0]:                # another namespace's id (a collision)
+            rows, offsets = rows[keep], offsets[keep]
+        c = pt.columns
+        vecs = np.ascontiguousarray(c.vectors[rows])
+        crcs = record_vector_crcs(log, offsets)
+        if first_bad_row(vecs, crcs) is not None:
+            verify_vectors(vecs, crcs, rows.tolist(), c.path("vectors"), offsets.tolist(),
+                           "it was not served")
+        n = len(t.prefix)
+        batch = Rows(namespace, [d["keys"][i][n:] for i in keep],
+                     [d["texts"][i] for i in keep], d["importance"][keep].tolist(),
+                     [d["metadata"][i] for i in keep], vecs,
+                     *(np.ascontiguousarray(getattr(c, name)[rows]) for name in
+                       ("created_at", "updated_at", "last_accessed_at", "access_count")))
+        local = t.take(rows.shape[0])
+        Table.write(t, local, batch)
+        e = pt.expiry
+        if e is not None:
+            inside = rows < e.shape[0]
+            ex = np.zeros((rows.shape[0], 2), np.float64)
+            ex[inside] = e[rows[inside]]
+            if ex.any():
+                t.set_expiry(np.asarray(local, np.int64), ex[:, 0], ex[:, 1])
+        t.prow = rows.astype(np.int64)
+        return t
+
+    # ------------------------------------------------------------------ writes
+    def append(self, batch: Rows) -> None:
+        """Commit ``batch`` (lifecycle set) to the pack, then store it in the copy."""
+        cb = Rows(PACK_NAMESPACE, [self.prefix + k for k in batch.keys], batch.texts,
+                  batch.importance, batch.metadata, batch.vectors, batch.created_at,
+                  batch.updated_at, batch.last_accessed_at, batch.access_count, batch.ttl,
+                  batch.expires_at)
+        prow = self.pack.append(self.nsid, cb)
+        Table.write(self, self.take(len(batch)), batch)
+        self.prow = np.concatenate([self.prow, prow])
+        self.pack.live[self.nsid] = self.live
+
+    def remove(self, keys: Sequence[str]) -> list[int]:
+        """Commit the DEL records of the live ``keys`` to the pack, then remove them."""
+        found = [k for k in keys if k in self.keys]
+        self.pack.remove([self.prefix + k for k in found])
+        rows = Table.remove(self, found)
+        self.pack.live[self.nsid] = self.live
+        return rows
+
+    def refresh(self, rows: Sequence[int], now: float) -> None:
+        Table.refresh(self, rows, now)
+        idx = np.asarray(rows, np.int64)
+        if idx.shape[0]:
+            self.pack.table.refresh(self.prow[idx], now)
+
+    def refresh_expiry(self, rows: Sequence[int], now: float) -> None:
+        Table.refresh_expiry(self, rows, now)
+        if self.expiry is not None and self.pack.table.expiry is not None:
+            self.pack.table.refresh_expiry(self.prow[np.asarray(rows, np.int64)].tolist(), now)
+
+    def keys_composite(self) -> list[str]:
+        """The composite pack keys of the live keys."""
+        return [self.prefix + k for k in self.keys]
+
+    def close(self) -> None:
+        """Nothing to release (the copy goes with the table)."""
+
+
+class PackCache:
+    """The :class:`PackedTable` copies in RAM, least recently used first, bounded by
+    :data:`PACK_CACHE_ROWS` rows in all (each counted with its rows when last put)."""
+
+    def __init__(self):
+        self.tables: collections.OrderedDict = collections.OrderedDict()
+        self.total = 0
+
+    def get(self, ns: Namespace) -> PackedTable | None:
+        got = self.tables.get(ns)
+        if got is None:
+            return None
+        self.tables.move_to_end(ns)
+        return got[0]
+
+    def put(self, t: PackedTable) -> None:
+        self.pop(t.namespace)
+        self.tables[t.namespace] = (t, t.rows)
+        self.total += t.rows
+        while self.total > PACK_CACHE_ROWS and len(self.tables) > 1:
+            _, (_, rows) = self.tables.popitem(last=False)
+            self.total -= rows
+
+    def pop(self, ns: Namespace) -> None:
+        got = self.tables.pop(ns, None)
+        if got is not None:
+            self.total -= got[1]
+
+    def clear(self) -> None:
+        self.tables.clear()
+        self.total = 0
