@@ -167,7 +167,7 @@ NASTY = ["..", "/", "\\", "CON", "a" * 300, "😀 emoji", "../../etc", "x/../../
          "A", "a", "COM1.txt", " "]
 
 
-def test_namespace_names_never_escape_the_root(tmp_path):
+def test_namespace_names_never_escape_the_root(tmp_path, format2):
     root = tmp_path / "store"
     with open_store(root) as s:
         for i, seg in enumerate(NASTY):

@@ -127,10 +127,11 @@ class LazyTables(Tables):
         self.pack_summary: Callable[[int], tuple[int, bool]] | None = None
         self.pack_lost: set = set()               # the namespaces of a damaged pack
         self.pack_damage = ""
+        self.pack_error: type = StoreCorruptedError
 
     def _check(self, ns: Any) -> None:
         if self.pack_lost and ns in self.pack_lost:
-            raise StoreCorruptedError(self.pack_damage)
+            raise self.pack_error(self.pack_damage)
         super()._check(ns)
 
     def _open(self, ns: Namespace) -> Any:
@@ -286,6 +287,7 @@ class LazyTables(Tables):
         self.packed.clear()
         self.cache.clear()
         self.pack_lost = set()
+        self.pack_error = StoreCorruptedError
 
     def copy(self):                                  # pragma: no cover - never a dict copy
         raise TypeError("LazyTables cannot be copied")
@@ -942,15 +944,21 @@ class DiskSpace:
         """Open the pack of the current epoch and register its namespaces (named by the
         catalog, else by a row's key); a damaged pack is isolated, naming its namespaces."""
         directory = os.path.join(self.root.epoch_dir, PACK_DIR)
+        self.tables.pack_lost, self.tables.pack_error = set(), StoreCorruptedError
         try:
             with storage.os_errors(self.path):
                 t = open_table(directory, self.dim, self.durability, self.read_only, None)
             if not isinstance(t, DiskTable):
                 raise StoreCorruptedError(f"{directory} is no format-2 pack")
             self.pack = Pack(t, self.read_only)
-        except StoreCorruptedError as err:
+        except (StoreCorruptedError, FormatVersionError) as err:
             self.pack = None
             names = sorted(self.catalog.packed.values())
+            self.tables.pack_lost = set(names)
+            if isinstance(err, FormatVersionError):   # not damage: raised on first use
+                self.tables.pack_error = FormatVersionError
+                self.tables.pack_damage = str(err)
+                return
             msg = self.tables.isolate(PACK_DIR, err)
             self.tables.pack_lost = set(names)
             self.tables.pack_damage = (
@@ -961,7 +969,7 @@ class DiskSpace:
 
     def _register_packed(self) -> None:
         pack, cat = self.pack, self.catalog
-        named = cat.packed
+        named = {} if cat is None else cat.packed
         for h in list(pack.live):
             ns = named.get(h)
             if ns is None or long_pack.namespace_id(ns) != h:
@@ -970,13 +978,14 @@ class DiskSpace:
                 except StoreCorruptedError as err:
                     logger.warning("a namespace of the pack cannot be named (%s)", err)
                     continue
-                cat.add_packed(h, ns)
+                if cat is not None:
+                    cat.add_packed(h, ns)
             if ns in self.tables.dirs:
                 self._settle_promotion(ns, h)
             else:
                 self.tables.packed[ns] = h
         for h in [h for h in named if h not in pack.live]:
-            cat.drop_packed(h)
+            cat.drop_packed(h)      # (named is empty without a catalog)
 
     def _settle_promotion(self, ns: Namespace, h: int) -> None:
         """``ns`` has a directory and rows in the pack: a promotion cut short. A directory
@@ -992,7 +1001,8 @@ class DiskSpace:
                 with self.step(PACK_NAMESPACE):
                     self.pack.remove(keys)
                 self.pack.live.pop(h, None)
-                self.catalog.drop_packed(h)
+                if self.catalog is not None:
+                    self.catalog.drop_packed(h)
             return
         del self.tables[ns]
         if d is not None:
@@ -1000,7 +1010,8 @@ class DiskSpace:
                 d.close()
             else:
                 storage.drop_namespace(d.files, d.columns)
-                self.catalog.drop(os.path.basename(d.files.directory))
+                if self.catalog is not None:
+                    self.catalog.drop(os.path.basename(d.files.directory))
         self.tables.packed[ns] = h
 
     def _close_pack(self) -> None:
@@ -1056,12 +1067,14 @@ class DiskSpace:
         with self.step(ns):
             d = self._served(DiskTable.create(self.root.epoch_dir, ns, self.dim,
                                               self.durability))
-            self.catalog.add(os.path.basename(d.files.directory), ns)
+            if self.catalog is not None:
+                self.catalog.add(os.path.basename(d.files.directory), ns)
             d.append(batch)
             with self.step(PACK_NAMESPACE):
                 self.pack.remove(t.keys_composite())
             self.pack.live.pop(t.nsid, None)
-            self.catalog.drop_packed(t.nsid)
+            if self.catalog is not None:
+                self.catalog.drop_packed(t.nsid)
             self.tables[ns] = d
         self.after_write(d)
 
@@ -1096,7 +1109,8 @@ class DiskSpace:
         for ns, h in list(self.tables.packed.items()):
             if h not in p.live:                 # emptied by deletes: gone, as in format 2
                 del self.tables[ns]
-                self.catalog.drop_packed(h)
+                if self.catalog is not None:
+                    self.catalog.drop_packed(h)
         return dropped
 
     def _open_dir(self, name: str) -> DiskTable | LogTable:

@@ -214,6 +214,20 @@ class Pack:
         self.table.close()
 
 
+class TightColumns(RamColumns):
+    """:class:`~memcore.core.table.RamColumns` sized to the rows, grown by half (a packed
+    namespace's copy: thousands of them may be in RAM, 64 rows each would dominate)."""
+
+    def __init__(self, dim: int, capacity: int):
+        self.dim = int(dim)
+        self.capacity = 0
+        self._grow(max(int(capacity), 1))
+
+    def ensure(self, rows: int) -> None:
+        if rows > self.capacity:
+            self._grow(max(rows, self.capacity + self.capacity // 2))
+
+
 class PackedTable(Table):
     """One namespace of the pack, gathered into RAM (see the module docstring).
 
@@ -228,8 +242,8 @@ class PackedTable(Table):
 
     packed = True
 
-    def __init__(self, namespace: Namespace, pack: Pack, dim: int):
-        super().__init__(namespace, RamColumns(dim, 1))
+    def __init__(self, namespace: Namespace, pack: Pack, dim: int, capacity: int = 1):
+        super().__init__(namespace, TightColumns(dim, capacity))
         self.pack, self.nsid, self.prefix = pack, namespace_id(namespace), ns_prefix(namespace)
         self.prow = np.zeros(0, np.int64)           # local row -> pack row
 
@@ -243,9 +257,9 @@ class PackedTable(Table):
         StoreCorruptedError
             Naming the pack's log or vectors file.
         """
-        t = cls(namespace, pack, dim)
+        rows = pack.rows_of(namespace_id(namespace))
+        t = cls(namespace, pack, dim, rows.shape[0])
         pt = pack.table
-        rows = pack.rows_of(t.nsid)
         if not rows.shape[0]:
             return t
         offsets = pt.record_offsets(rows)
@@ -276,6 +290,8 @@ class PackedTable(Table):
             if ex.any():
                 t.set_expiry(np.asarray(local, np.int64), ex[:, 0], ex[:, 1])
         t.prow = rows.astype(np.int64)
+        if pack.read_only:           # a reader's copy: vectors read-only, as its maps are
+            t.columns.vectors.flags.writeable = False
         return t
 
     # ------------------------------------------------------------------ writes
@@ -319,7 +335,7 @@ class PackedTable(Table):
 
 class PackCache:
     """The :class:`PackedTable` copies in RAM, least recently used first, bounded by
-    :data:`PACK_CACHE_ROWS` rows in all (each counted with its rows when last put)."""
+    :data:`PACK_CACHE_ROWS` rows in all (each counted with its capacity when last put)."""
 
     def __init__(self):
         self.tables: collections.OrderedDict = collections.OrderedDict()
@@ -334,8 +350,8 @@ class PackCache:
 
     def put(self, t: PackedTable) -> None:
         self.pop(t.namespace)
-        self.tables[t.namespace] = (t, t.rows)
-        self.total += t.rows
+        self.tables[t.namespace] = (t, t.columns.capacity)
+        self.total += t.columns.capacity
         while self.total > PACK_CACHE_ROWS and len(self.tables) > 1:
             _, (_, rows) = self.tables.popitem(last=False)
             self.total -= rows
