@@ -284,6 +284,41 @@ PACK_NAMESPACE = ("\x00pack",)
 PACK_DIR = namespace_dirname(PACK_NAMESPACE)
 
 
+def ns_prefix(ns: Sequence[str]) -> str:
+    """The composite-key prefix of a namespace: its compact JSON list and a NUL."""
+    return json.dumps(list(ns), ensure_ascii=False, separators=(",", ":")) + "\x00"
+
+
+def namespace_id(ns: Sequence[str]) -> int:
+    """The namespace id of ``ns`` in the pack: the first 8 bytes (little-endian, signed) of
+    BLAKE2b of its key prefix; never 0 (the ``nsid`` value of an unwritten row)."""
+    d = hashlib.blake2b(ns_prefix(ns).encode("utf-8", "surrogatepass"), digest_size=8)
+    return int.from_bytes(d.digest(), "little", signed=True) or 1
+
+
+def pack_key(ns: Sequence[str], key: str) -> str:
+    """The composite key of ``key`` of namespace ``ns`` in the pack."""
+    return ns_prefix(ns) + key
+
+
+def split_key(composite: str) -> tuple[tuple, str]:
+    """``(namespace, key)`` of a composite pack key.
+
+    Raises
+    ------
+    StoreCorruptedError
+        If it is not one.
+    """
+    head, sep, key = composite.partition("\x00")
+    try:
+        ns = json.loads(head) if sep else None
+    except ValueError:
+        ns = None
+    if not isinstance(ns, list) or not ns or not all(isinstance(s, str) for s in ns):
+        raise StoreCorruptedError(f"pack key {composite[:80]!r} names no namespace")
+    return tuple(ns), key
+
+
 def namespace_identity(directory: str) -> tuple | None:
     """The namespace a namespace directory belongs to, without its header: from
     ``namespace.json``, else (directories made before it) from the directory's slug when

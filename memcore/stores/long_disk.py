@@ -759,6 +759,31 @@ def _index_structures(t: Table) -> list:
     return [] if t.recall is None else list(t.recall.indexes)
 
 
+def _split_pack_report(rep: dict, pack: Pack | None) -> list[dict]:
+    """A repair report of the pack as reports of its namespaces (see
+    :meth:`DiskSpace._repair_pack`)."""
+    by: dict = {}
+    for field in ("uncertain", "lost_keys"):
+        for composite in rep.get(field) or []:
+            if composite is None:
+                continue
+            try:
+                ns, key = storage.split_key(composite)
+            except StoreCorruptedError:
+                continue
+            by.setdefault(ns, {"uncertain": [], "lost_keys": []})[field].append(key)
+    if not by:
+        return [rep]
+    out = []
+    for i, (ns, keys) in enumerate(sorted(by.items())):
+        live = 0 if pack is None else pack.live.get(long_pack.namespace_id(ns), 0)
+        out.append(dict(rep, namespace=ns, kept=live, dropped=len(keys["uncertain"]),
+                        uncertain=keys["uncertain"], lost_keys=keys["lost_keys"],
+                        lost_rows=len(keys["lost_keys"]),
+                        reembedded=rep.get("reembedded", 0) if i == 0 else 0))
+    return out
+
+
 class _EpochReplaced(Exception):
     """A read-only open found the epoch it was reading replaced by a reindex."""
 
@@ -1424,9 +1449,7 @@ class DiskSpace:
             directory = self.pack.table.files.directory
             if not storage.namespace_intact(directory, self.dim, self.durability):
                 with self.step(PACK_NAMESPACE):
-                    self._close_pack()
-                    report.append(storage.repair_namespace(directory, self.dim, embed))
-                    self._open_pack()
+                    report.extend(self._repair_pack(embed))
         for ns in list(self.tables.dirs):
             t = self.tables[ns]
             directory = t.files.directory
@@ -1439,18 +1462,28 @@ class DiskSpace:
                 self.tables[ns] = self.reopen(directory)
         return report
 
+    def _repair_pack(self, embed: Callable | None) -> list[dict]:
+        """Rewrite the pack from its intact records (:func:`memcore.storage.repair_namespace`)
+        and serve it again; the report is split by namespace: one entry per namespace that
+        lost or set aside a key (its keys as the user wrote them), else one for the pack."""
+        directory = os.path.join(self.root.epoch_dir, PACK_DIR)
+        self._close_pack()
+        rep = storage.repair_namespace(directory, self.dim, embed)
+        self._open_pack()
+        return _split_pack_report(rep, self.pack)
+
     def _repair_damaged(self, embed: Callable | None) -> list[dict]:
         """Rewrite every namespace directory isolated as damaged (the pack included) from
         its intact records, and serve it again."""
         report = []
         for dname in sorted(self.tables.damaged):
             directory = os.path.join(self.root.epoch_dir, dname)
+            if dname == PACK_DIR:
+                del self.tables.damaged[dname]
+                report.extend(self._repair_pack(embed))
+                continue
             report.append(storage.repair_namespace(directory, self.dim, embed))
             del self.tables.damaged[dname]
-            if dname == PACK_DIR:
-                self._close_pack()
-                self._open_pack()
-                continue
             t = self.reopen(directory)
             self.tables[t.namespace] = t
         return report

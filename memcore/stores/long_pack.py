@@ -28,8 +28,6 @@ directory that holds rows wins (the pack rows are dropped), an empty one loses (
 from __future__ import annotations
 
 import collections
-import hashlib
-import json
 import logging
 import os
 from typing import Any, Sequence
@@ -41,7 +39,7 @@ from memcore.core.rows import Rows
 from memcore.core.table import RamColumns, Table
 from memcore.errors import StoreCorruptedError
 from memcore.storage.columns import grow_expiry, open_expiry
-from memcore.storage.layout import PACK_NAMESPACE
+from memcore.storage.layout import PACK_NAMESPACE, namespace_id, ns_prefix, pack_key, split_key
 from memcore.storage.records import first_bad_row, record_vector_crcs, verify_vectors
 from memcore.types import Namespace
 
@@ -65,41 +63,6 @@ ENABLED = os.environ.get("MEMCORE_PACK", "0") == "1"
 def enabled() -> bool:
     """Whether new namespaces of a disk store go to the pack (:data:`ENABLED`)."""
     return bool(ENABLED)
-
-
-def ns_prefix(ns: Sequence[str]) -> str:
-    """The composite-key prefix of a namespace: its compact JSON list and a NUL."""
-    return json.dumps(list(ns), ensure_ascii=False, separators=(",", ":")) + "\x00"
-
-
-def namespace_id(ns: Sequence[str]) -> int:
-    """The namespace id of ``ns`` in the pack: the first 8 bytes (little-endian, signed) of
-    BLAKE2b of its key prefix; never 0 (the ``nsid`` value of an unwritten row)."""
-    d = hashlib.blake2b(ns_prefix(ns).encode("utf-8", "surrogatepass"), digest_size=8)
-    return int.from_bytes(d.digest(), "little", signed=True) or 1
-
-
-def pack_key(ns: Sequence[str], key: str) -> str:
-    """The composite key of ``key`` of namespace ``ns`` in the pack."""
-    return ns_prefix(ns) + key
-
-
-def split_key(composite: str) -> tuple[tuple, str]:
-    """``(namespace, key)`` of a composite pack key.
-
-    Raises
-    ------
-    StoreCorruptedError
-        If it is not one.
-    """
-    head, sep, key = composite.partition("\x00")
-    try:
-        ns = json.loads(head) if sep else None
-    except ValueError:
-        ns = None
-    if not isinstance(ns, list) or not ns or not all(isinstance(s, str) for s in ns):
-        raise StoreCorruptedError(f"pack key {composite[:80]!r} names no namespace")
-    return tuple(ns), key
 
 
 class Pack:
@@ -238,7 +201,7 @@ class PackedTable(Table):
     dim : int
     """
 
-    __slots__ = ("pack", "nsid", "prefix", "prow")
+    __slots__ = ("pack", "nsid", "prefix", "prow", "bad")
 
     packed = True
 
@@ -246,6 +209,9 @@ class PackedTable(Table):
         super().__init__(namespace, TightColumns(dim, capacity))
         self.pack, self.nsid, self.prefix = pack, namespace_id(namespace), ns_prefix(namespace)
         self.prow = np.zeros(0, np.int64)           # local row -> pack row
+        #: pack rows left out of the copy because their record or vector is damaged ->
+        #: the error (:class:`_PackKeys` raises it for their keys)
+        self.bad: dict[int, Exception] = {}
 
     @classmethod
     def load(cls, namespace: Namespace, pack: Pack, dim: int) -> "PackedTable":
@@ -264,16 +230,27 @@ class PackedTable(Table):
             return t
         offsets = pt.record_offsets(rows)
         log = pt.files.log_array()
-        d = storage.checkpoint.decode_puts(log, offsets, pt.files.log_path)
+        try:
+            d = storage.checkpoint.decode_puts(log, offsets, pt.files.log_path)
+        except StoreCorruptedError:          # damaged records: every other row serves
+            d, rows, offsets = t._intact(log, rows, offsets)
         keep = [i for i, k in enumerate(d["keys"]) if k.startswith(t.prefix)]
         if len(keep) < rows.shape[0]:                # another namespace's id (a collision)
             rows, offsets = rows[keep], offsets[keep]
         c = pt.columns
         vecs = np.ascontiguousarray(c.vectors[rows])
         crcs = record_vector_crcs(log, offsets)
-        if first_bad_row(vecs, crcs) is not None:
-            verify_vectors(vecs, crcs, rows.tolist(), c.path("vectors"), offsets.tolist(),
-                           "it was not served")
+        if first_bad_row(vecs, crcs) is not None:    # damaged vectors: never served
+            ok = []
+            for i, (r, o) in enumerate(zip(rows.tolist(), offsets.tolist())):
+                try:
+                    verify_vectors(vecs[i:i + 1], crcs[i:i + 1], [r], c.path("vectors"), [o],
+                                   "it was not served")
+                    ok.append(i)
+                except StoreCorruptedError as err:
+                    t.bad[r] = err
+            keep = [keep[i] for i in ok]
+            rows, offsets, vecs = rows[ok], offsets[ok], vecs[ok]
         n = len(t.prefix)
         batch = Rows(namespace, [d["keys"][i][n:] for i in keep],
                      [d["texts"][i] for i in keep], d["importance"][keep].tolist(),
@@ -290,9 +267,27 @@ class PackedTable(Table):
             if ex.any():
                 t.set_expiry(np.asarray(local, np.int64), ex[:, 0], ex[:, 1])
         t.prow = rows.astype(np.int64)
+        if t.bad:
+            t.keys = _PackKeys(t.keys, t)                    # type: ignore[assignment]
         if pack.read_only:           # a reader's copy: vectors read-only, as its maps are
             t.columns.vectors.flags.writeable = False
         return t
+
+    def _intact(self, log: np.ndarray, rows: np.ndarray, offsets: np.ndarray) -> tuple:
+        """Decode the records one by one; a damaged one's row goes to :attr:`bad` (a key
+        lookup that reaches it raises its error, as a format-2 read does)."""
+        path = self.pack.table.files.log_path
+        parts, ok = [], []
+        for i in range(offsets.shape[0]):
+            try:
+                parts.append(storage.checkpoint.decode_puts(log, offsets[i:i + 1], path))
+                ok.append(i)
+            except StoreCorruptedError as err:
+                self.bad[int(rows[i])] = err
+        d = {"keys": [p["keys"][0] for p in parts], "texts": [p["texts"][0] for p in parts],
+             "metadata": [p["metadata"][0] for p in parts],
+             "importance": np.asarray([p["importance"][0] for p in parts], np.float64)}
+        return d, rows[ok], offsets[ok]
 
     # ------------------------------------------------------------------ writes
     def append(self, batch: Rows) -> None:
@@ -327,10 +322,43 @@ class PackedTable(Table):
 
     def keys_composite(self) -> list[str]:
         """The composite pack keys of the live keys."""
-        return [self.prefix + k for k in self.keys]
+        return [self.prefix + k for k in dict.keys(self.keys)]
 
     def close(self) -> None:
         """Nothing to release (the copy goes with the table)."""
+
+
+class _PackKeys(dict):
+    """The live keys of a :class:`PackedTable` with damaged rows: a key missing from the
+    copy is looked up in the pack, and one whose row is damaged raises that row's error;
+    listing them raises the first (a format-2 namespace raises so when it reads them)."""
+
+    def __init__(self, keys: dict, table: PackedTable):
+        super().__init__(keys)
+        self.t = table
+
+    def _missing(self, key: Any) -> None:
+        t = self.t
+        if isinstance(key, str):
+            row = t.pack.table.lookup(t.prefix + key)   # a damaged record raises here
+            if row is not None and row in t.bad:
+                raise t.bad[row]
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        row = dict.get(self, key)
+        if row is None:
+            self._missing(key)
+            return default
+        return row
+
+    def __contains__(self, key: object) -> bool:
+        return self.get(key) is not None
+
+    def __iter__(self):
+        raise next(iter(self.t.bad.values()))
+
+    def items(self):                                 # type: ignore[override]
+        raise next(iter(self.t.bad.values()))
 
 
 class PackCache:
