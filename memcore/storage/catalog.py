@@ -13,7 +13,8 @@ Lines: ``<crc32 of the JSON, 8 hex digits> <JSON>\\n``, one of ``{"catalog": 1, 
 (first), ``{"ns": [...], "dir": name}`` (a namespace), ``{"drop": name}`` (cleared),
 ``{"dirty": 1}`` and ``{"clean": {name: [live, rows, expiring], ...}}``; format 3 adds
 ``{"ns": [...], "pack": id}`` (a namespace whose rows are in the pack under namespace id
-``id``) and ``{"unpack": id}`` (it left the pack: cleared, or moved to its own directory).
+``id``), ``{"packed": [[id, [...]], ...]}`` (a rewrite's one line naming them all: one parse
+at open) and ``{"unpack": id}`` (it left the pack: cleared, or moved to its own directory).
 The pack's ``nsid`` column is the truth those lines are reconciled with at open.
 """
 
@@ -111,7 +112,12 @@ class Catalog:
             records, intact = [], False
         clean = False
         for rec in records[1:] if records and "catalog" in records[0] else []:
-            if isinstance(rec.get("pack"), int) and isinstance(rec.get("ns"), list):
+            if isinstance(rec.get("packed"), list):      # a rewrite's one line of them all
+                for entry in rec["packed"]:
+                    if isinstance(entry, list) and len(entry) == 2 \
+                            and isinstance(entry[0], int) and isinstance(entry[1], list):
+                        cat.packed[entry[0]] = tuple(entry[1])
+            elif isinstance(rec.get("pack"), int) and isinstance(rec.get("ns"), list):
                 cat.packed[rec["pack"]] = tuple(rec["ns"])
             elif isinstance(rec.get("unpack"), int):
                 cat.packed.pop(rec["unpack"], None)
@@ -166,7 +172,9 @@ class Catalog:
             return
         parts = [_line({"catalog": 1, "epoch": self.epoch})]
         parts += [_line({"ns": list(ns), "dir": d}) for d, ns in sorted(self.dirs.items())]
-        parts += [_line({"ns": list(ns), "pack": h}) for h, ns in sorted(self.packed.items())]
+        if self.packed:
+            parts.append(_line({"packed": [[h, list(ns)] for ns, h in
+                                           sorted((ns, h) for h, ns in self.packed.items())]}))
         if clean:
             parts.append(_line({"clean": {d: s for d, s in sorted(self.summary.items())
                                           if d in self.dirs}}))

@@ -89,6 +89,44 @@ class Tables(dict):
         self.damaged.clear()
 
 
+class _Members(dict):
+    """A dict that counts its membership changes (``version``): the namespaces a
+    :class:`LazyTables` knows, whose sorted list it keeps until one is added or removed."""
+
+    def __init__(self, *args: Any):
+        super().__init__(*args)
+        self.version = 0
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if key not in self:
+            self.version += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        super().__delitem__(key)
+        self.version += 1
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        self.version += 1
+        return super().pop(key, *default)
+
+    def clear(self) -> None:
+        self.version += 1
+        super().clear()
+
+    def update(self, *args: Any, **kw: Any) -> None:    # pragma: no cover - unused
+        self.version += 1
+        super().update(*args, **kw)
+
+    def setdefault(self, *args: Any) -> Any:            # pragma: no cover - unused
+        self.version += 1
+        return super().setdefault(*args)
+
+    def popitem(self) -> Any:                            # pragma: no cover - unused
+        self.version += 1
+        return super().popitem()
+
+
 #: At most this many namespaces of a disk store have their files open at once (the least
 #: recently used one is checkpointed and closed to open another): open file descriptors and
 #: memory maps are bounded by it, never by the number of namespaces.
@@ -115,13 +153,14 @@ class LazyTables(Tables):
     def __init__(self, opener: Callable[[str], Any], closer: Callable[[Any], None]):
         super().__init__()
         self.opener, self.closer = opener, closer
-        self.dirs: dict[Namespace, str] = {}      # every known namespace -> directory name
+        self.dirs: dict[Namespace, str] = _Members()   # every known namespace -> directory
         self.limit = OPEN_NAMESPACES
         self.pinned = 0
         self.catalog: Any = None                  # memcore.storage.catalog.Catalog
         #: format 3: the namespaces served by the pack -> their namespace id, the gathered
         #: copies (an LRU bounded by rows), what gathers one and what summarises one
-        self.packed: dict[Namespace, int] = {}
+        self.packed: dict[Namespace, int] = _Members()
+        self._sorted: tuple = (None, [])          # ((versions), sorted namespaces)
         self.cache = PackCache()
         self.pack_loader: Callable[[Namespace], Any] | None = None
         self.pack_summary: Callable[[int], tuple[int, bool]] | None = None
@@ -225,9 +264,19 @@ class LazyTables(Tables):
         return iter(self.keys())
 
     def keys(self):                                  # type: ignore[override]
-        if not self.packed:
-            return sorted(self.dirs)
-        return sorted([*self.dirs, *self.packed])
+        """Every namespace, sorted (a fresh list; the sort is kept until one is added or
+        removed)."""
+        return list(self._members()[0])
+
+    def _members(self) -> tuple[list, list]:
+        """The sorted namespaces and, for each, its pack id or None (kept until one is
+        added or removed)."""
+        v = (id(self.dirs), self.dirs.version, id(self.packed), self.packed.version)
+        if self._sorted[0] != v:
+            names = sorted([*self.dirs, *self.packed])
+            get = self.packed.get
+            self._sorted = (v, (names, [get(ns) for ns in names]))
+        return self._sorted[1]
 
     def items(self):                                 # type: ignore[override]
         """(namespace, table) of every healthy namespace in namespace order, each opened
@@ -248,8 +297,8 @@ class LazyTables(Tables):
         table, another's from the catalog's trusted summary, else it is opened to learn it."""
         out = []
         summary = self.catalog.summary if self.catalog is not None else {}
-        for ns in self.keys():
-            h = self.packed.get(ns)
+        names, ids = self._members()
+        for ns, h in zip(names, ids):
             if h is not None:
                 out.append((ns, *self.pack_summary(h)))
                 continue
@@ -995,16 +1044,21 @@ class DiskSpace:
     def _register_packed(self) -> None:
         pack, cat = self.pack, self.catalog
         named = {} if cat is None else cat.packed
-        for h in list(pack.live):
-            ns = named.get(h)
-            if ns is None or long_pack.namespace_id(ns) != h:
-                try:
-                    ns = pack.name(h)
-                except StoreCorruptedError as err:
-                    logger.warning("a namespace of the pack cannot be named (%s)", err)
-                    continue
-                if cat is not None:
-                    cat.add_packed(h, ns)
+        live = pack.live
+        # the catalog's names first, in its order (a rewrite writes them sorted: the sorted
+        # list of namespaces is then one merge), a CRC-checked line each (a wrong one only
+        # names no rows); an id it lacks is named by one of its records
+        found = [(ns, h) for h, ns in named.items() if h in live]
+        for h in [h for h in live if h not in named]:
+            try:
+                ns = pack.name(h)
+            except StoreCorruptedError as err:
+                logger.warning("a namespace of the pack cannot be named (%s)", err)
+                continue
+            if cat is not None:
+                cat.add_packed(h, ns)
+            found.append((ns, h))
+        for ns, h in found:
             if ns in self.tables.dirs:
                 self._settle_promotion(ns, h)
             else:
@@ -1076,6 +1130,7 @@ class DiskSpace:
         with self.step(PACK_NAMESPACE):
             self.pack.flush_nsid()
             self.pack.table.checkpoint()
+        self.pack.release_pages()
 
     def promote(self, t: PackedTable) -> None:
         """Move a packed namespace to its own directory: created empty (atomically), its

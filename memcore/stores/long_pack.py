@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import mmap
 import os
 from typing import Any, Sequence
 
@@ -171,6 +172,21 @@ class Pack:
         """fsync the ``nsid`` column (a checkpoint)."""
         if self.nsid is not None and not self.read_only:
             self.nsid.flush()
+
+    def release_pages(self) -> None:
+        """Drop the writer's mapped pages of the pack's files from this process's resident
+        set (after a checkpoint: they are in the file and the page cache), so that a long
+        ingest's RSS stays bounded by the checkpoint interval, not the pack's size."""
+        if self.read_only:
+            return
+        maps = [getattr(self.table.columns, "_mm", {}).get(n) for n in self.table.columns.names]
+        for arr in maps + [self.nsid, self.table.expiry]:
+            mm = getattr(arr, "_mmap", None)
+            if mm is not None and hasattr(mm, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+                try:
+                    mm.madvise(mmap.MADV_DONTNEED)
+                except (OSError, ValueError):
+                    pass
 
     def close(self) -> None:
         self.nsid = None
