@@ -155,16 +155,30 @@ def test_a_promotion_cut_short_keeps_every_row_once(tmp_path, pack, monkeypatch,
     ltm._release()                                # the process dies here
     monkeypatch.undo()
     monkeypatch.setattr(long_pack, "ENABLED", True)
-    with LongTermMemory(root, _emb()) as ltm:
-        assert sorted(ltm.keys("ns")) == [f"k{j}" for j in range(6)]
+    with LongTermMemory(root, _emb()) as ltm:          # the move came before the write
+        assert sorted(ltm.keys("ns")) == [f"k{j}" for j in range(5)]
         in_dir = storage.namespace_dirname(("ns",)) in os.listdir(root / "ns.0")
         assert in_dir == (cut == "after_commit")        # an empty directory loses
-        assert ltm._space.pack.table.live == (0 if in_dir else 6)
+        assert ltm._space.pack.table.live == (0 if in_dir else 5)
         assert [h.key for h in ltm.search("ns", "text 3", top_k=6)].count("k3") == 1
         ltm.delete("ns", "k3")
+        ltm.put("ns", "k5", "text 5")
     with LongTermMemory(root, _emb()) as ltm:
         assert sorted(ltm.keys("ns")) == ["k0", "k1", "k2", "k4", "k5"]
+        assert isinstance(ltm._tables.get(("ns",)), long_disk.DiskTable) == in_dir
+        assert ltm._space.pack.table.live == (0 if in_dir else 5)
         assert ltm.verify()
+
+
+def test_a_bulk_load_goes_straight_to_a_directory(tmp_path, pack, monkeypatch):
+    monkeypatch.setattr(long_pack, "PACK_MAX", 8)
+    with LongTermMemory(tmp_path / "m", _emb()) as ltm:
+        ltm.put_many("bulk", [MemoryItem(f"k{j}", f"t {j}") for j in range(9)])
+        ltm.put_many("small", [MemoryItem(f"k{j}", f"t {j}") for j in range(4)])
+        ltm.put_many("small", [MemoryItem(f"x{j}", f"t {j}") for j in range(5)])
+        assert ltm._space.pack.table.rows == 4           # "bulk" never entered the pack
+        assert ltm.count("bulk") == 9 and ltm.count("small") == 9
+        assert ltm._space.pack.table.live == 0           # "small" moved before its write
 
 
 def test_compact_reclaims_the_pack_and_keeps_every_row(tmp_path, pack):

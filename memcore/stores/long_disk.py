@@ -1132,9 +1132,10 @@ class DiskSpace:
             self.pack.table.checkpoint()
         self.pack.release_pages()
 
-    def promote(self, t: PackedTable) -> None:
+    def promote(self, t: PackedTable) -> DiskTable:
         """Move a packed namespace to its own directory: created empty (atomically), its
-        rows committed there as one batch, then its pack rows tombstoned (one batch)."""
+        rows committed there as one batch, then its pack rows tombstoned (one batch).
+        Returns its new table."""
         ns = t.namespace
         rows, keys, texts, metas, imps = t.live_fields()
         idx = np.asarray(rows, np.int64)
@@ -1149,14 +1150,16 @@ class DiskSpace:
                                               self.durability))
             if self.catalog is not None:
                 self.catalog.add(os.path.basename(d.files.directory), ns)
-            d.append(batch)
-            with self.step(PACK_NAMESPACE):
-                self.pack.remove(t.keys_composite())
+            if keys:
+                d.append(batch)
+                with self.step(PACK_NAMESPACE):
+                    self.pack.remove(t.keys_composite())
             self.pack.live.pop(t.nsid, None)
             if self.catalog is not None:
                 self.catalog.drop_packed(t.nsid)
             self.tables[ns] = d
         self.after_write(d)
+        return d
 
     def compact_pack(self) -> int:
         """Compact the pack (its live rows as its next generation, the ``nsid`` column
@@ -1327,10 +1330,21 @@ class DiskSpace:
         return adopted
 
     # ------------------------------------------------------------------ writes
-    def new_table(self, ns: Namespace) -> DiskTable | PackedTable:
-        """A new namespace's table: in the pack when :attr:`use_pack` (format 3), else its
-        directory created in the current epoch."""
-        pack = self._pack_for_write() if self.use_pack else None
+    def make_room(self, t: Table, m: int) -> Table:
+        """The table a write of ``m`` rows to ``t`` goes to: a packed namespace that would
+        pass :data:`~memcore.stores.long_pack.PACK_MAX` live rows moves to its own directory
+        first (so a bulk load is never written twice); otherwise ``t``."""
+        if isinstance(t, PackedTable) and t.live + m > long_pack.PACK_MAX and not t.bad \
+                and t.pack is self.pack and not self.read_only:
+            return self.promote(t)
+        return t
+
+    def new_table(self, ns: Namespace, m: int = 0) -> DiskTable | PackedTable:
+        """A new namespace's table (its first write: ``m`` rows): in the pack when
+        :attr:`use_pack` (format 3) and ``m`` fits under
+        :data:`~memcore.stores.long_pack.PACK_MAX`, else its directory created in the
+        current epoch."""
+        pack = self._pack_for_write() if self.use_pack and m <= long_pack.PACK_MAX else None
         if pack is not None:
             p = PackedTable(ns, pack, self.dim)
             if self.catalog is not None:
@@ -1356,10 +1370,10 @@ class DiskSpace:
         it holds a hybrid index no checkpoint has saved yet (:meth:`DiskTable.index_unsaved`:
         afterwards a reopen only replays the log tail into the saved index)."""
         if isinstance(t, PackedTable):
+            if t.namespace in self.tables.packed:
+                self.tables.cache.put(t)          # its size counted as it is now
             if t.pack.table.checkpoint_due():
                 self._checkpoint_pack()
-            if t.live > long_pack.PACK_MAX and t.pack is self.pack and not self.read_only:
-                self.promote(t)
             return
         if t.checkpoint_due() or t.index_unsaved():
             self.checkpoint(t)
