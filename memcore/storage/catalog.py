@@ -13,8 +13,8 @@ Lines: ``<crc32 of the JSON, 8 hex digits> <JSON>\\n``, one of ``{"catalog": 1, 
 (first), ``{"ns": [...], "dir": name}`` (a namespace), ``{"drop": name}`` (cleared),
 ``{"dirty": 1}`` and ``{"clean": {name: [live, rows, expiring], ...}}``; format 3 adds
 ``{"ns": [...], "pack": id}`` (a namespace whose rows are in the pack under namespace id
-``id``), ``{"packed": [[id, [...]], ...]}`` (a rewrite's one line naming them all: one parse
-at open) and ``{"unpack": id}`` (it left the pack: cleared, or moved to its own directory).
+``id``), ``{"packed": [id, ...], "names": [segments joined by NUL, ...]}`` (a rewrite's one
+line naming them all, sorted by namespace: one parse at open; no segment holds a NUL) and ``{"unpack": id}`` (it left the pack: cleared, or moved to its own directory).
 The pack's ``nsid`` column is the truth those lines are reconciled with at open.
 """
 
@@ -113,10 +113,11 @@ class Catalog:
         clean = False
         for rec in records[1:] if records and "catalog" in records[0] else []:
             if isinstance(rec.get("packed"), list):      # a rewrite's one line of them all
-                for entry in rec["packed"]:
-                    if isinstance(entry, list) and len(entry) == 2 \
-                            and isinstance(entry[0], int) and isinstance(entry[1], list):
-                        cat.packed[entry[0]] = tuple(entry[1])
+                ids, names = rec["packed"], rec.get("names")
+                if isinstance(names, list) and len(names) == len(ids):
+                    for h, name in zip(ids, names):
+                        if isinstance(h, int) and isinstance(name, str) and name:
+                            cat.packed[h] = tuple(name.split("\x00"))
             elif isinstance(rec.get("pack"), int) and isinstance(rec.get("ns"), list):
                 cat.packed[rec["pack"]] = tuple(rec["ns"])
             elif isinstance(rec.get("unpack"), int):
@@ -173,8 +174,9 @@ class Catalog:
         parts = [_line({"catalog": 1, "epoch": self.epoch})]
         parts += [_line({"ns": list(ns), "dir": d}) for d, ns in sorted(self.dirs.items())]
         if self.packed:
-            parts.append(_line({"packed": [[h, list(ns)] for ns, h in
-                                           sorted((ns, h) for h, ns in self.packed.items())]}))
+            pairs = sorted((ns, h) for h, ns in self.packed.items())
+            parts.append(_line({"packed": [h for _, h in pairs],
+                                "names": ["\x00".join(ns) for ns, _ in pairs]}))
         if clean:
             parts.append(_line({"clean": {d: s for d, s in sorted(self.summary.items())
                                           if d in self.dirs}}))

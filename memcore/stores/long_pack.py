@@ -53,7 +53,7 @@ logger = logging.getLogger("memcore")
 PACK_MAX = 256
 
 #: Rows of packed namespaces kept gathered in RAM (least recently used dropped first).
-PACK_CACHE_ROWS = 1 << 16
+PACK_CACHE_ROWS = 1 << 14
 
 #: Whether a disk store puts new namespaces into the pack (format 3). The environment
 #: variable ``MEMCORE_PACK=1`` turns it on; a store that already holds a pack always serves
