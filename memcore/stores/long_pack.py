@@ -88,6 +88,8 @@ class Pack:
         self.table, self.read_only = table, read_only
         f = table.files
         self.nsid = open_expiry(f.directory, f.generation, read_only, "nsid")
+        self._vfd: tuple | None = None          # (path, fd) of the vectors file read
+        self._open_fd()
         self.index()
 
     # ------------------------------------------------------------------ index
@@ -173,6 +175,49 @@ class Pack:
         if self.nsid is not None and not self.read_only:
             self.nsid.flush()
 
+    def read_vectors(self, rows: np.ndarray) -> np.ndarray:
+        """ndarray (len(rows), dim), float32: the vectors of ``rows`` (ascending), read with
+        one ``pread`` per run of consecutive rows -- not through the memory map, where a
+        fault maps a whole page-cache folio (up to 2 MB) into this process for a few rows.
+
+        Raises
+        ------
+        StoreCorruptedError
+            If the vectors file is shorter than the rows.
+        """
+        cols = self.table.columns
+        if not self._open_fd():          # replaced by a writer since this reader mapped it
+            return np.ascontiguousarray(cols.vectors[rows])
+        fd, dim, path = self._vfd[1], cols.dim, self._vfd[0]
+        out = np.empty((rows.shape[0], dim), np.float32)
+        if not rows.shape[0]:
+            return out
+        cuts = np.flatnonzero(np.diff(rows) != 1) + 1
+        for s, e in zip([0, *cuts.tolist()], [*cuts.tolist(), rows.shape[0]]):
+            want = (e - s) * dim * 4
+            got = os.preadv(fd, [memoryview(out[s:e]).cast("B")], int(rows[s]) * dim * 4)
+            if got != want:
+                raise StoreCorruptedError(f"{path} ends inside row {int(rows[s])} (it holds "
+                                          f"fewer rows than the pack's columns)")
+        return out
+
+    def _open_fd(self) -> bool:
+        """Open the vectors file of the current generation for :meth:`read_vectors`
+        (a reader at open: its snapshot); False when it is gone."""
+        path = self.table.columns.path("vectors")
+        if self._vfd is None or self._vfd[0] != path:
+            self._close_fd()
+            try:
+                self._vfd = (path, os.open(path, os.O_RDONLY))
+            except FileNotFoundError:
+                return False
+        return True
+
+    def _close_fd(self) -> None:
+        if self._vfd is not None:
+            os.close(self._vfd[1])
+            self._vfd = None
+
     def release_pages(self) -> None:
         """Drop the writer's mapped pages of the pack's files from this process's resident
         set (after a checkpoint: they are in the file and the page cache), so that a long
@@ -190,6 +235,7 @@ class Pack:
 
     def close(self) -> None:
         self.nsid = None
+        self._close_fd()
         self.table.close()
 
 
@@ -254,7 +300,7 @@ class PackedTable(Table):
         if len(keep) < rows.shape[0]:                # another namespace's id (a collision)
             rows, offsets = rows[keep], offsets[keep]
         c = pt.columns
-        vecs = np.ascontiguousarray(c.vectors[rows])
+        vecs = pack.read_vectors(rows)
         crcs = record_vector_crcs(log, offsets)
         if first_bad_row(vecs, crcs) is not None:    # damaged vectors: never served
             ok = []
