@@ -190,7 +190,7 @@ class Pack:
             return np.ascontiguousarray(cols.vectors[rows])
         fd, dim, path = self._vfd[1], cols.dim, self._vfd[0]
         out = np.empty((rows.shape[0], dim), np.float32)
-        if not rows.shape[0]:
+        if not rows.shape[0] or not dim:
             return out
         cuts = np.flatnonzero(np.diff(rows) != 1) + 1
         for s, e in zip([0, *cuts.tolist()], [*cuts.tolist(), rows.shape[0]]):
