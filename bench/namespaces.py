@@ -18,12 +18,20 @@ import tempfile
 import time
 
 SYSTEMS = ("memcore", "langgraph")
+#: memcore with the pack of small namespaces (format 3; ``MEMCORE_PACK=1``) or without
+#: (format 2: a directory per namespace)
+PACK = {"memcore": "1", "memcore-format2": "0"}
 
 
 def add_arguments(p) -> None:
     p.add_argument("--namespaces", type=int, default=1000, help="N (default 1000)")
     p.add_argument("--memories", type=int, default=10, help="M per namespace (default 10)")
     p.add_argument("--queries", type=int, default=500, help="searches and gets (default 500)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="ABAB rounds: each system once per round, interleaved (default 1)")
+    p.add_argument("--systems", default=",".join(SYSTEMS),
+                   help="comma-separated, of memcore, memcore-format2, langgraph "
+                        f"(default {','.join(SYSTEMS)})")
 
 
 def _fds() -> int:
@@ -45,7 +53,7 @@ def measure(system: str, n: int, m: int, queries: int, root: str) -> dict:
     names = [("users", f"u{i}", "memories") for i in range(n)]
     texts = [[f"user {i} note {j} about thing {j % 4}" for j in range(m)] for i in range(n)]
     t0 = time.perf_counter()
-    if system == "memcore":
+    if system.startswith("memcore"):
         with LongTermMemory(root, emb) as s:
             for ns, tx in zip(names, texts):
                 s.put_many(ns, [MemoryItem(f"k{j}", t) for j, t in enumerate(tx)])
@@ -88,7 +96,7 @@ def measure(system: str, n: int, m: int, queries: int, root: str) -> dict:
                fds_after=_fds() - base, search_p50_ms=_pct(lat, .5) * 1e3,
                search_p99_ms=_pct(lat, .99) * 1e3, get_p50_us=_pct(glat, .5) * 1e6,
                namespaces_s=ns_s, listed=listed)
-    if system == "memcore":
+    if system.startswith("memcore"):
         s.close()
         disk = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs)
         out["disk_bytes_per_memory"] = disk / (n * m)
@@ -103,7 +111,7 @@ def run_one(system: str, n: int, m: int, queries: int) -> dict:
                 "(1024, 1024)); from bench.namespaces import measure; "
                 "print(json.dumps(measure(*sys.argv[1:2], *map(int, sys.argv[2:5]), sys.argv[5])))")
         repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env = dict(os.environ, PYTHONPATH=repo)
+        env = dict(os.environ, PYTHONPATH=repo, MEMCORE_PACK=PACK.get(system, "0"))
         out = subprocess.run([sys.executable, "-c", code, system, str(n), str(m), str(queries),
                               os.path.join(tmp, "store")], capture_output=True, text=True,
                              env=env, cwd=repo)
@@ -114,7 +122,12 @@ def run_one(system: str, n: int, m: int, queries: int) -> dict:
 
 def run(args) -> int:
     n, m, q = (50, 4, 50) if args.quick else (args.namespaces, args.memories, args.queries)
-    rows = [run_one(sysname, n, m, q) for sysname in SYSTEMS]
-    for r in rows:
-        print(json.dumps(r))
+    systems = [x for x in getattr(args, "systems", ",".join(SYSTEMS)).split(",") if x]
+    rows = []
+    for r in range(getattr(args, "rounds", 1)):
+        for sysname in systems:
+            row = run_one(sysname, n, m, q)
+            row["round"], row["load"] = r, os.getloadavg()[0]
+            print(json.dumps(row), flush=True)
+            rows.append(row)
     return 0 if all("error" not in r for r in rows) else 1

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("default", max_examples=60, deadline=None)
@@ -19,3 +21,12 @@ def pytest_sessionfinish(session, exitstatus):
     import pg_server
 
     pg_server.stop()
+
+
+@pytest.fixture
+def format2(monkeypatch):
+    """New namespaces of disk stores get their own directories (format 2), whatever
+    ``MEMCORE_PACK`` says: for tests of the format-2 directory layout itself."""
+    from memcore.stores import long_pack
+
+    monkeypatch.setattr(long_pack, "ENABLED", False)

@@ -1,9 +1,11 @@
 """The operations that wrote the format fixtures: ``tests/fixtures/ltm-format-v1/`` (by
-LongTermMemory at 04b2bb7) and ``ltm-format-v2/`` (the same operations, format 2).
+LongTermMemory at 04b2bb7), ``ltm-format-v2/`` (the same operations, format 2) and
+``ltm-format-v3/`` (the same operations with the pack of small namespaces, format 3).
 
 Run ``python -m tests.ltm_format_v1`` from the repository root to write the fixture of the
-current format version (only when the on-disk format changes on purpose, with a new format
-version); never rewrite an older version's fixture.
+current format version, ``python -m tests.ltm_format_v1 3`` for format 3 (only when the
+on-disk format changes on purpose, with a new format version); never rewrite an older
+version's fixture.
 """
 
 from __future__ import annotations
@@ -75,8 +77,11 @@ def snapshot(ltm) -> dict:
 def main() -> None:
     from memcore import HashingEmbedder, LongTermMemory
     from memcore.storage import FORMAT_VERSION
+    from memcore.stores import long_pack
 
-    fixture = os.path.join(FIXTURES, f"ltm-format-v{FORMAT_VERSION}")
+    version = int(sys.argv[1]) if len(sys.argv) > 1 else FORMAT_VERSION
+    long_pack.ENABLED = version >= 3
+    fixture = os.path.join(FIXTURES, f"ltm-format-v{version}")
     store = os.path.join(fixture, "store")
     shutil.rmtree(fixture, ignore_errors=True)
     os.makedirs(fixture)

@@ -375,7 +375,7 @@ def test_similarity_preset_from_codes_equals_the_exact_fused_ranking():
             assert h.key == table.key_of[i] or abs(h.score - s) <= 2e-6
 
 
-def test_an_index_written_with_int64_arrays_reopens_and_grows_as_written(tmp_path, monkeypatch):
+def test_an_index_written_with_int64_arrays_reopens_and_grows_as_written(tmp_path, monkeypatch, format2):
     # Format-2 stores written before the int32 postings hold int64 index arrays: reopened,
     # they keep them (and grow them as int64) and rank exactly like a store written now.
     from memcore.recall import index as hmod

@@ -252,7 +252,7 @@ def test_reopen_after_a_kill_restores_the_stored_vector_bit_exact(tmp_path):
         assert sorted(r.keys("ns")) == ["after", "k0", "k14", "k2", "k3", "k4"]
 
 
-def test_checkpoint_never_blesses_a_damaged_vector(tmp_path):
+def test_checkpoint_never_blesses_a_damaged_vector(tmp_path, format2):
     root = tmp_path / "m"
     s = store(root)
     for i in range(5):
@@ -277,7 +277,7 @@ def test_checkpoint_never_blesses_a_damaged_vector(tmp_path):
             assert np.array_equal(r.vector("ns", k), emb.encode([r.get("ns", k).text])[0])
 
 
-def test_compact_verifies_every_live_vector_before_copying_it(tmp_path):
+def test_compact_verifies_every_live_vector_before_copying_it(tmp_path, format2):
     root = tmp_path / "m"
     with store(root) as s:
         for i in range(6):
@@ -513,7 +513,7 @@ def test_repair_finds_a_damaged_checkpoint_file_of_an_open_store(tmp_path):
                                          ("hx3.lex.df.*", "zero"), ("hx3.state.*", "cut"),
                                          ("hx3.state.*", "flip"), ("hx3.lex.bstart.*", "gone")])
 def test_damaged_hybrid_index_file_is_rebuilt_never_a_wrong_ranking(tmp_path, caplog, pattern,
-                                                                     how):
+                                                                     how, format2):
     root = tmp_path / "m"
     ref, ranked = _filled_hybrid(root)
     path = sorted(ns_dir(root).glob(pattern))[0]

@@ -22,6 +22,7 @@ from tests.ltm_format_v1 import DIM, FIXTURE, FIXTURES, build, snapshot
 
 V1 = os.path.join(FIXTURE, "store")
 V2 = os.path.join(FIXTURES, "ltm-format-v2", "store")
+V3 = os.path.join(FIXTURES, "ltm-format-v3", "store")
 NOW = 1_700_000_100.0
 
 
@@ -117,7 +118,7 @@ def test_v2_fixture_opens_with_every_row_and_score(tmp_path, read_only):
     assert _snap(_copy(tmp_path, V2), read_only=read_only) == _expected(V2) == _expected(V1)
 
 
-def test_same_operations_write_the_same_bytes(tmp_path):
+def test_same_operations_write_the_same_bytes(tmp_path, format2):
     """The same operations write the fixture's bytes, except that namespace headers now also
     carry the checkpoint files' CRC-32s, and two redundant files were added (issue 15: a
     copy of the store header, each namespace's identity; issue 24: the derived namespace
@@ -186,3 +187,54 @@ def test_migrate_keeps_hybrid_rankings(tmp_path):
     LongTermMemory.migrate(store, progress=False)
     assert ranked(read_only=False) == before          # built from the log, then saved
     assert ranked(read_only=True) == before           # restored from the checkpoint
+
+
+# ---------------------------------------------------------------------------- format 3 (pack)
+
+@pytest.fixture
+def pack(monkeypatch):
+    from memcore.stores import long_pack
+
+    monkeypatch.setattr(long_pack, "ENABLED", True)
+
+
+@pytest.mark.parametrize("read_only", [True, False])
+def test_v3_fixture_opens_with_every_row_and_score(tmp_path, read_only):
+    """The format-3 fixture (the same operations, every namespace in the pack) serves the
+    rows and scores of formats 1 and 2."""
+    assert storage.read_store_header(V3)["version"] == 3
+    assert _snap(_copy(tmp_path, V3), read_only=read_only) == _expected(V3) == _expected(V1)
+
+
+def test_v3_same_operations_write_the_same_bytes(tmp_path, pack):
+    build(str(tmp_path / "store"))
+    got, want = _files(str(tmp_path / "store")), _files(V3)
+    assert got.keys() == want.keys()
+    for name in got:
+        assert got[name] == want[name], name
+
+
+def test_v3_fixture_refused_by_a_format_2_reader(tmp_path, monkeypatch):
+    """A memcore that reads store headers up to version 2 refuses a store with a pack (it
+    would take the pack for a namespace)."""
+    from memcore.storage import layout
+
+    store = _copy(tmp_path, V3)
+    monkeypatch.setattr(layout, "PACK_VERSION", 2)
+    with pytest.raises(FormatVersionError, match="version 3"):
+        LongTermMemory.open(store, HashingEmbedder(dim=DIM))
+
+
+def test_v2_fixture_gets_a_pack_for_new_namespaces(tmp_path, pack):
+    """A format-2 store opens for writing as it is; with the pack on, a new namespace goes
+    to the pack (the header becomes version 3) and the old ones keep their directories."""
+    store = _copy(tmp_path, V2)
+    assert _snap(store, read_only=False) == _expected(V2)
+    with LongTermMemory(store, HashingEmbedder(dim=DIM), clock=lambda: NOW) as ltm:
+        ltm.put(("new",), "k", "a new namespace")
+    assert storage.read_store_header(str(store))["version"] == 3
+    names = sorted(os.listdir(store / "ns.0"))
+    assert names == sorted(os.listdir(V2 + "/ns.0") + [storage.layout.PACK_DIR])
+    snap = _snap(store)
+    assert [r for r in snap["rows"] if r["namespace"] != ["new"]] == _expected(V2)["rows"]
+    assert snap["hits"] == _expected(V2)["hits"]

@@ -25,7 +25,8 @@ Files
 ::
 
     <root>/
-      memcore.json              store header (JSON): {"format": "memcore-ltm", "version": 2,
+      memcore.json              store header (JSON): {"format": "memcore-ltm", "version": 2
+                                (3 with a pack, see Format 3),
                                 "embedder": name, "dim": dim, "epoch": e}
       memcore.copy.json         a copy of memcore.json, written just before it (rebuilds a
                                 lost or damaged store header: ``repair=True``)
@@ -308,6 +309,55 @@ PUT whose vector fails its CRC is dropped, and the rest is replayed as usual. Co
 repair are crash-safe: the new generation's files are complete and fsynced before the header
 that names them replaces the old one; until then the old generation is the store.
 
+Format 3: the pack of small namespaces
+--------------------------------------
+Format 3 is format 2 plus one shared namespace directory, the *pack*, that holds the rows of
+many small namespaces (one per user, as agent frameworks keep them): a namespace's cost is
+its rows, not ~13 files, 4 KB blocks and fsyncs of its own. The store header says
+``"version": 3`` once the store holds a pack (written before the pack is created); a
+format-2 store opens, reads and writes as before, and gets a pack (and version 3) when the
+pack is on and a new namespace is written (``memcore.stores.long_pack.ENABLED``, environment
+``MEMCORE_PACK=1``). A memcore that reads only version 2 refuses a version-3 store (it
+would take the pack for a namespace). Files::
+
+      ns.<e>/n-_pack-<hash>/    the pack: a format-2 namespace directory of the reserved
+                                namespace ["\u0000pack"] (no user namespace may hold a NUL),
+                                every file above, plus
+        nsid.<g>.i64            (capacity,) int64: each row's namespace id, a side column
+                                like ``expiry`` (written before the log commit, fsynced at
+                                checkpoints, carried by compaction); 0: not written
+      catalog.<e>.log           also {"ns": [...], "pack": id} (a namespace in the pack)
+                                and {"unpack": id} (cleared, or moved to a directory)
+
+Pack records are format-2 PUT and DEL records whose key is composite: the namespace as
+compact JSON (``json.dumps(ns, ensure_ascii=False, separators=(",", ":"))``), a NUL, the
+key (:func:`~memcore.storage.layout.pack_key`, :func:`~memcore.storage.layout.split_key`).
+The namespace id is the first 8 bytes (little-endian, signed; never 0) of BLAKE2b of that
+JSON and its NUL (:func:`~memcore.storage.layout.namespace_id`); the log implies it, so
+``verify``/``repair`` need nothing new, and a pack generation without ``nsid`` (a repaired
+one) gets it from its keys at open. Open reads the live flags and ``nsid`` (one argsort:
+``id -> rows``, each namespace's live count) and reads no record; the catalog names the ids
+(a missing or damaged catalog: one record per unnamed id names it); an id with no live row
+is no namespace. A namespace's first use gathers its rows (O(its rows), never O(pack rows)):
+records decoded and CRC checked, each key's namespace checked (an id collision only costs a
+record read), each vector checked against its record's ``vector_crc``; a damaged record or
+vector is left out and raises for its key (as a format-2 read does). The copy ranks with
+the in-memory code path, is kept in an LRU bounded by rows, and every write commits to the
+pack first (one log append per ``put_many``: no file created, no fsync under
+``durability="flush"``); access statistics and TTL refreshes are written through.
+``clear`` writes DEL records of the namespace's keys (one batch); ``compact()`` compacts the
+pack like any namespace (the rows of cleared or moved namespaces are not counted).
+
+Promotion: a namespace past :data:`~memcore.stores.long_pack.PACK_MAX` live rows moves to a
+directory of its own (format 2, as today: large namespaces never share): the directory is
+created empty (atomically, ``tmp-*`` then renamed), its rows are committed there as one batch,
+then their pack rows get DEL records (one batch). Open settles a move cut short: when a
+namespace has both, a directory that holds rows wins (the pack's rows are deleted), an
+empty one loses (removed). Damage: a pack that fails to open is isolated like a namespace
+(``damaged`` names its directory); each of its namespaces raises the error, which names
+them; namespaces with directories open and serve; ``repair()`` rewrites the pack from its
+intact records and reports per namespace (quarantine lines carry namespace and key).
+
 Format 1 (older stores)
 -----------------------
 Format 1 had no checkpoint files or ``record_offset`` column (``alive.<g>.u8`` was a column
@@ -368,7 +418,10 @@ from memcore.storage.layout import (  # noqa: F401
     os_errors,
     fsync_dir,
     namespace_dirname,
+    namespace_id,
+    pack_key,
     read_store_header,
+    split_key,
     recover_store_header,
     missing_header_error,
     store_epochs,

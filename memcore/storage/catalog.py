@@ -11,7 +11,11 @@ change of a session and writes the marker when it closes).
 
 Lines: ``<crc32 of the JSON, 8 hex digits> <JSON>\\n``, one of ``{"catalog": 1, "epoch": e}``
 (first), ``{"ns": [...], "dir": name}`` (a namespace), ``{"drop": name}`` (cleared),
-``{"dirty": 1}`` and ``{"clean": {name: [live, rows, expiring], ...}}``.
+``{"dirty": 1}`` and ``{"clean": {name: [live, rows, expiring], ...}}``; format 3 adds
+``{"ns": [...], "pack": id}`` (a namespace whose rows are in the pack under namespace id
+``id``), ``{"packed": [id, ...], "names": [segments joined by NUL, ...]}`` (a rewrite's one
+line naming them all, sorted by namespace: one parse at open; no segment holds a NUL) and ``{"unpack": id}`` (it left the pack: cleared, or moved to its own directory).
+The pack's ``nsid`` column is the truth those lines are reconciled with at open.
 """
 
 from __future__ import annotations
@@ -83,6 +87,7 @@ class Catalog:
         self.path = catalog_path(root, epoch)
         self.dirs: dict[str, tuple] = {}
         self.summary: dict[str, list] = {}
+        self.packed: dict[int, tuple] = {}      # namespace id -> namespace (in the pack)
         self.rebuilt = False
         self._dirty = False
 
@@ -107,7 +112,17 @@ class Catalog:
             records, intact = [], False
         clean = False
         for rec in records[1:] if records and "catalog" in records[0] else []:
-            if "dir" in rec and isinstance(rec.get("ns"), list):
+            if isinstance(rec.get("packed"), list):      # a rewrite's one line of them all
+                ids, names = rec["packed"], rec.get("names")
+                if isinstance(names, list) and len(names) == len(ids):
+                    for h, name in zip(ids, names):
+                        if isinstance(h, int) and isinstance(name, str) and name:
+                            cat.packed[h] = tuple(name.split("\x00"))
+            elif isinstance(rec.get("pack"), int) and isinstance(rec.get("ns"), list):
+                cat.packed[rec["pack"]] = tuple(rec["ns"])
+            elif isinstance(rec.get("unpack"), int):
+                cat.packed.pop(rec["unpack"], None)
+            elif "dir" in rec and isinstance(rec.get("ns"), list):
                 cat.dirs[rec["dir"]] = tuple(rec["ns"])
                 cat.summary.pop(rec["dir"], None)
                 clean = False
@@ -158,6 +173,10 @@ class Catalog:
             return
         parts = [_line({"catalog": 1, "epoch": self.epoch})]
         parts += [_line({"ns": list(ns), "dir": d}) for d, ns in sorted(self.dirs.items())]
+        if self.packed:
+            pairs = sorted((ns, h) for h, ns in self.packed.items())
+            parts.append(_line({"packed": [h for _, h in pairs],
+                                "names": ["\x00".join(ns) for ns, _ in pairs]}))
         if clean:
             parts.append(_line({"clean": {d: s for d, s in sorted(self.summary.items())
                                           if d in self.dirs}}))
@@ -212,6 +231,19 @@ class Catalog:
         if self.dirs.get(dirname) != ns:
             self.dirs[dirname] = ns
             self._append({"ns": list(ns), "dir": dirname})
+
+    def add_packed(self, nsid: int, ns: tuple) -> None:
+        """A namespace got rows in the pack under namespace id ``nsid``."""
+        self.touch()
+        if self.packed.get(nsid) != ns:
+            self.packed[nsid] = ns
+            self._append({"ns": list(ns), "pack": int(nsid)})
+
+    def drop_packed(self, nsid: int) -> None:
+        """A namespace left the pack (cleared, or moved to its own directory)."""
+        self.touch()
+        if self.packed.pop(nsid, None) is not None:
+            self._append({"unpack": int(nsid)})
 
     def drop(self, dirname: str) -> None:
         """A namespace directory was removed."""

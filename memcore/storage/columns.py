@@ -19,9 +19,10 @@ from memcore.kernels.logscan import CRC_TABLE, crc_rows
 from memcore.storage.layout import COLUMNS, COLUMNS_V2, FORMAT_VERSION, column_path
 
 __all__ = ["CHECKED_COLUMNS", "CHECK_DTYPE", "INITIAL_CAPACITY", "CheckReport", "Columns",
-           "RowChecks", "bad_column", "capacity_for", "check_path", "column_crcs",
-           "expiry_crcs", "expiry_path", "grow_expiry", "invalid_stats", "open_expiry",
-           "row_crcs", "stats_crcs", "valid_time", "write_checks", "write_expiry"]
+           "RowChecks", "SIDE_COLUMNS", "bad_column", "capacity_for", "check_path",
+           "column_crcs", "expiry_crcs", "expiry_path", "grow_expiry", "invalid_stats",
+           "open_expiry", "row_crcs", "side_path", "stats_crcs", "valid_time", "write_checks",
+           "write_expiry"]
 
 
 class Columns:
@@ -219,35 +220,59 @@ def valid_time(t) -> bool:
     return bool(np.isfinite(t)) and abs(t) <= MAX_ABS_TIME
 
 
+#: The optional side columns of a generation: name -> (dtype, values per row, suffix).
+#: ``expiry``: ``[expires_at, ttl]`` (a namespace that ever had a time to live);
+#: ``nsid``: the namespace id of each row of the pack (format 3, :mod:`memcore.storage`).
+SIDE_COLUMNS = {"expiry": (np.float64, 2, "f64"), "nsid": (np.int64, 1, "i64")}
+
+
+def side_path(directory: str, generation: int, name: str = "expiry") -> str:
+    """The side column ``name`` of a generation (:data:`SIDE_COLUMNS`):
+    ``<name>.<generation>.<suffix>``, written like the other columns (before the log commit,
+    fsynced at checkpoints). A missing file means no row has a value (nothing expires)."""
+    return os.path.join(directory, f"{name}.{generation}.{SIDE_COLUMNS[name][2]}")
+
+
 def expiry_path(directory: str, generation: int) -> str:
     """The TTL column of a generation: ``(capacity, 2)`` float64 ``[expires_at, ttl]`` (Unix
-    seconds, seconds; 0: never expires), written like the other columns (before the log
-    commit, fsynced at checkpoints). Only a namespace that ever had a time to live has the
-    file; a missing file means nothing expires."""
-    return os.path.join(directory, f"expiry.{generation}.f64")
+    seconds, seconds; 0: never expires), see :func:`side_path`. Only a namespace that ever
+    had a time to live has the file."""
+    return side_path(directory, generation, "expiry")
 
 
-def open_expiry(directory: str, generation: int, read_only: bool) -> np.memmap | None:
-    """Map a generation's TTL column file (:func:`expiry_path`), copy-on-write when
-    ``read_only``; None when it has none (a store without TTL, or written by an older
-    memcore: nothing expires).
+def _side_shape(name: str, rows: int) -> tuple:
+    width = SIDE_COLUMNS[name][1]
+    return (rows, width) if width > 1 else (rows,)
+
+
+def _side_row_bytes(name: str) -> int:
+    dtype, width, _ = SIDE_COLUMNS[name]
+    return np.dtype(dtype).itemsize * width
+
+
+def open_expiry(directory: str, generation: int, read_only: bool,
+                name: str = "expiry") -> np.memmap | None:
+    """Map a generation's side column file (:func:`side_path`; the TTL column by default),
+    copy-on-write when ``read_only``; None when it has none (a store without TTL, or
+    written by an older memcore: nothing expires).
 
     Returns
     -------
-    memmap of shape (capacity, 2), float64, or None
+    memmap of shape (capacity, 2) float64 (``expiry``) or (capacity,) int64 (``nsid``), or None
     """
-    path = expiry_path(directory, generation)
-    have = os.path.getsize(path) // 16 if os.path.exists(path) else 0
+    path = side_path(directory, generation, name)
+    have = os.path.getsize(path) // _side_row_bytes(name) if os.path.exists(path) else 0
     if not have:
         return None
-    return np.memmap(path, np.float64, mode="c" if read_only else "r+", shape=(have, 2))
+    return np.memmap(path, SIDE_COLUMNS[name][0], mode="c" if read_only else "r+",
+                     shape=_side_shape(name, have))
 
 
 def grow_expiry(expiry: np.memmap | None, directory: str, generation: int,
-                rows: int) -> np.memmap | None:
-    """The TTL column file made to hold ``rows`` rows: created on the first expiring write,
-    grown by doubling with zero rows (never expires) and mapped again; ``expiry`` itself
-    when it holds them already.
+                rows: int, name: str = "expiry") -> np.memmap | None:
+    """The side column file (the TTL column by default) made to hold ``rows`` rows: created
+    on the first write that needs it, grown by doubling with zero rows (never expires) and
+    mapped again; ``expiry`` itself when it holds them already.
 
     Raises
     ------
@@ -260,26 +285,28 @@ def grow_expiry(expiry: np.memmap | None, directory: str, generation: int,
     cap = capacity_for(rows, have)
     if expiry is not None:
         expiry.flush()
-    path = expiry_path(directory, generation)
+    path = side_path(directory, generation, name)
+    size = _side_row_bytes(name)
     with open(path, "ab") as f:
-        f.truncate(16 * have)
-        f.write(bytes(16 * (cap - have)))
-    return np.memmap(path, np.float64, mode="r+", shape=(cap, 2))
+        f.truncate(size * have)
+        f.write(bytes(size * (cap - have)))
+    return np.memmap(path, SIDE_COLUMNS[name][0], mode="r+", shape=_side_shape(name, cap))
 
 
 def write_expiry(expiry: np.ndarray | None, directory: str, generation: int,
-                 rows) -> None:
-    """Write the TTL values of ``rows`` (sequence of int, the old rows in new row order) as
-    the TTL column file of a new generation, fsynced before its header names it (compaction
-    and reindex keep every time to live); nothing when ``expiry`` is None."""
+                 rows, name: str = "expiry") -> None:
+    """Write the side column values (the TTL values by default) of ``rows`` (sequence of
+    int, the old rows in new row order) as the side column file of a new generation, fsynced
+    before its header names it (compaction and reindex keep every time to live); nothing
+    when ``expiry`` is None."""
     if expiry is None:
         return
-    e = np.zeros((max(len(rows), 1), 2), np.float64)
+    e = np.zeros(_side_shape(name, max(len(rows), 1)), SIDE_COLUMNS[name][0])
     idx = np.asarray(rows, np.int64)
     inside = idx < expiry.shape[0]
     e[:len(rows)][inside] = expiry[idx[inside]]
     os.makedirs(directory, exist_ok=True)
-    with open(expiry_path(directory, generation), "wb") as f:
+    with open(side_path(directory, generation, name), "wb") as f:
         f.write(e.tobytes())
         f.flush()
         os.fsync(f.fileno())

@@ -29,7 +29,8 @@ from memcore.storage.checkpoint import (
     write_checkpoint_files,
 )
 from memcore.storage.columns import (INITIAL_CAPACITY, Columns, RowChecks, check_path,
-                                     column_crcs, expiry_path, open_expiry, write_checks)
+                                     column_crcs, expiry_path, open_expiry, side_path,
+                                     write_checks)
 from memcore.storage.layout import (
     FORMAT_VERSION,
     NAMESPACE_FORMAT,
@@ -538,7 +539,8 @@ def remove_stale(directory: str, generation: int, checkpoint: int | None = None,
     ann = os.path.basename(ann_path(directory, generation))
     keep = {NAMESPACE_HEADER, NAMESPACE_ID, os.path.basename(log_path(directory, generation)),
             os.path.basename(expiry_path(directory, generation)), ann, ann + ".json",
-            os.path.basename(check_path(directory, generation))}
+            os.path.basename(check_path(directory, generation)),
+            os.path.basename(side_path(directory, generation, "nsid"))}
     keep.update(os.path.basename(column_path(directory, n, generation))
                 for n in Columns.NAMES + Columns.NAMES_V2)
     if checkpoint is not None:

@@ -24,6 +24,9 @@ from memcore.errors import (
 )
 
 FORMAT_VERSION = 2
+#: The store header's version of a store that holds a pack (format 3: format 2 plus the
+#: shared pack of small namespaces, :mod:`memcore.storage`); its namespaces are format 2.
+PACK_VERSION = 3
 #: The oldest on-disk format this memcore reads (read-only; ``memcore migrate`` converts it).
 OLDEST_VERSION = 1
 STORE_FORMAT = "memcore-ltm"
@@ -73,7 +76,7 @@ CHECKPOINT_FILES = (
 
 _NS_DIR = r"n-[a-z0-9_-]{0,40}-[0-9a-f]{32}"          # :func:`namespace_dirname`
 _COLUMN_STEMS = "|".join(sorted({c[0] for c in COLUMNS + COLUMNS_V2}
-                               | {"vectors", "expiry", "rowcheck"}))
+                               | {"vectors", "expiry", "rowcheck", "nsid"}))
 _OWNED = {
     # the store's root: headers (and their temp files), the lock, epochs, quarantine files
     # (export files: a temp file, then renamed), the namespace catalog of each epoch
@@ -275,6 +278,48 @@ def namespace_dirname(ns: Sequence[str]) -> str:
     return f"n-{slug}-{digest}"
 
 
+#: The reserved namespace of the pack (format 3): one namespace directory holding the rows
+#: of many small namespaces under composite keys (``memcore.stores.long_pack``). Its first
+#: segment starts with a NUL character, which no user namespace may contain.
+PACK_NAMESPACE = ("\x00pack",)
+PACK_DIR = namespace_dirname(PACK_NAMESPACE)
+
+
+def ns_prefix(ns: Sequence[str]) -> str:
+    """The composite-key prefix of a namespace: its compact JSON list and a NUL."""
+    return json.dumps(list(ns), ensure_ascii=False, separators=(",", ":")) + "\x00"
+
+
+def namespace_id(ns: Sequence[str]) -> int:
+    """The namespace id of ``ns`` in the pack: the first 8 bytes (little-endian, signed) of
+    BLAKE2b of its key prefix; never 0 (the ``nsid`` value of an unwritten row)."""
+    d = hashlib.blake2b(ns_prefix(ns).encode("utf-8", "surrogatepass"), digest_size=8)
+    return int.from_bytes(d.digest(), "little", signed=True) or 1
+
+
+def pack_key(ns: Sequence[str], key: str) -> str:
+    """The composite key of ``key`` of namespace ``ns`` in the pack."""
+    return ns_prefix(ns) + key
+
+
+def split_key(composite: str) -> tuple[tuple, str]:
+    """``(namespace, key)`` of a composite pack key.
+
+    Raises
+    ------
+    StoreCorruptedError
+        If it is not one.
+    """
+    head, sep, key = composite.partition("\x00")
+    try:
+        ns = json.loads(head) if sep else None
+    except ValueError:
+        ns = None
+    if not isinstance(ns, list) or not ns or not all(isinstance(s, str) for s in ns):
+        raise StoreCorruptedError(f"pack key {composite[:80]!r} names no namespace")
+    return tuple(ns), key
+
+
 def namespace_identity(directory: str) -> tuple | None:
     """The namespace a namespace directory belongs to, without its header: from
     ``namespace.json``, else (directories made before it) from the directory's slug when
@@ -354,17 +399,17 @@ def read_json(path: str, what: str) -> dict:
     return obj
 
 
-def check_version(obj: dict, path: str, fmt: str) -> None:
+def check_version(obj: dict, path: str, fmt: str, newest: int = FORMAT_VERSION) -> None:
     if obj.get("format") != fmt:
         raise StoreCorruptedError(
             f"{path} has format {obj.get('format')!r} at offset 0, expected {fmt!r}")
     version = obj.get("version")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise StoreCorruptedError(f"{path} has no valid format version (got {version!r})")
-    if version > FORMAT_VERSION:
+    if version > newest:
         raise FormatVersionError(
             f"{path} was written by on-disk format version {version}, but this memcore reads "
-            f"versions <= {FORMAT_VERSION}; upgrade memcore to open it")
+            f"versions <= {newest}; upgrade memcore to open it")
 
 
 def read_store_header(root: str) -> dict | None:
@@ -382,18 +427,20 @@ def read_store_header(root: str) -> dict | None:
         obj = read_json(path, "store header")
     except FileNotFoundError:
         return None
-    check_version(obj, path, STORE_FORMAT)
+    check_version(obj, path, STORE_FORMAT, PACK_VERSION)
     for name, typ in (("embedder", str), ("dim", int), ("epoch", int)):
         if not isinstance(obj.get(name), typ) or isinstance(obj.get(name), bool):
             raise StoreCorruptedError(f"store header {path} lacks a valid {name!r} at offset 0")
     return obj
 
 
-def write_store_header(root: str, embedder: str, dim: int, epoch: int, *, durable: bool) -> None:
+def write_store_header(root: str, embedder: str, dim: int, epoch: int, *, durable: bool,
+                       version: int = FORMAT_VERSION) -> None:
     """Atomically write the store header (the commit point of ``reindex``), after a copy of
     it (:data:`STORE_HEADER_COPY`: what rebuilds a lost or damaged store header; the epoch
-    it names is complete before either is written)."""
-    head = {"format": STORE_FORMAT, "version": FORMAT_VERSION, "embedder": embedder,
+    it names is complete before either is written). ``version`` 3 (:data:`PACK_VERSION`)
+    once the store holds a pack."""
+    head = {"format": STORE_FORMAT, "version": int(version), "embedder": embedder,
             "dim": int(dim), "epoch": int(epoch)}
     atomic_write_json(os.path.join(root, STORE_HEADER_COPY), head, durable=durable)
     atomic_write_json(os.path.join(root, STORE_HEADER), head, durable=durable)
@@ -410,6 +457,12 @@ def missing_header_error(root: str) -> StoreCorruptedError:
         "namespaces; LongTermMemory(path, embedder, repair=True) (or `memcore repair PATH`) "
         f"rebuilds it from {STORE_HEADER_COPY}, or by checking that the given "
         "embedder reproduces stored vectors")
+
+
+def _pack_version(root: str, epoch: int) -> int:
+    """:data:`PACK_VERSION` when epoch ``epoch`` holds a pack, else :data:`FORMAT_VERSION`."""
+    return PACK_VERSION if os.path.isdir(os.path.join(root, f"{EPOCH_PREFIX}{epoch}", PACK_DIR)) \
+        else FORMAT_VERSION
 
 
 def recover_store_header(root: str, embedder: Any, reproduces) -> dict:
@@ -430,17 +483,20 @@ def recover_store_header(root: str, embedder: Any, reproduces) -> dict:
     path = os.path.join(root, STORE_HEADER_COPY)
     try:
         copy = read_json(path, "store header copy")
-        check_version(copy, path, STORE_FORMAT)
+        check_version(copy, path, STORE_FORMAT, PACK_VERSION)
     except (OSError, StoreCorruptedError):
         copy = {}
     if copy.get("epoch") in epochs and isinstance(copy.get("embedder"), str) \
             and isinstance(copy.get("dim"), int):
-        write_store_header(root, copy["embedder"], copy["dim"], copy["epoch"], durable=True)
+        write_store_header(root, copy["embedder"], copy["dim"], copy["epoch"], durable=True,
+                           version=max(int(copy.get("version", FORMAT_VERSION)),
+                                       _pack_version(root, copy["epoch"])))
         return read_store_header(root)
     if embedder is not None and epochs:
         e = epochs[-1]
         if reproduces(os.path.join(root, f"{EPOCH_PREFIX}{e}"), embedder):
-            write_store_header(root, str(embedder.name), int(embedder.dim), e, durable=True)
+            write_store_header(root, str(embedder.name), int(embedder.dim), e, durable=True,
+                               version=_pack_version(root, e))
             return read_store_header(root)
     raise StoreCorruptedError(
         f"{os.path.join(root, STORE_HEADER)} is missing or damaged and cannot be rebuilt: no "

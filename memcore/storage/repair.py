@@ -21,6 +21,7 @@ from memcore.storage.jsonl import export_jsonl
 from memcore.storage.layout import (
     NAMESPACE_FORMAT,
     NAMESPACE_HEADER,
+    PACK_NAMESPACE,
     STORE_HEADER,
     check_version,
     checkpoint_path,
@@ -29,6 +30,7 @@ from memcore.storage.layout import (
     namespace_dirname,
     namespace_identity,
     read_json,
+    split_key,
 )
 from memcore.storage.log import first_bad_vector, scan_log
 from memcore.storage.recovery import open_namespace
@@ -310,8 +312,11 @@ def _write_quarantine(directory: str, ns: tuple, dim: int, gen: int, rows: list,
     n = 0
     while os.path.exists(path := os.path.join(root, f"quarantine.{n}.jsonl")):
         n += 1
-    mems = [(StoredMemory(namespace=ns, key=k, text=t, importance=float(imp),
-                          metadata=json.loads(meta or b"{}"), created_at=float(ca),
+    def owner(key: str) -> tuple:               # the pack's rows: (namespace, key)
+        return split_key(key) if ns == PACK_NAMESPACE else (ns, key)
+
+    mems = [(StoredMemory(namespace=owner(k)[0], key=owner(k)[1], text=t,
+                          importance=float(imp), metadata=json.loads(meta or b"{}"), created_at=float(ca),
                           updated_at=float(ua), last_accessed_at=float(la),
                           access_count=int(ac), tier=MemoryTier.LONG), vectors[i])
             for i, (k, t, meta, ca, ua, la, ac, imp) in enumerate(rows)]

@@ -126,7 +126,11 @@ class RamSpace:
         self.tables = Tables()
         self.repair_report: list[dict] = []
 
-    def new_table(self, ns: Namespace) -> Table:
+    def make_room(self, t: Table, m: int) -> Table:
+        """``t`` (only a disk store moves a namespace before a write)."""
+        return t
+
+    def new_table(self, ns: Namespace, m: int = 0) -> Table:
         return Table(ns, RamColumns(self.dim, INITIAL_CAPACITY))
 
     def step(self, ns: Namespace) -> contextlib.AbstractContextManager:
@@ -150,6 +154,10 @@ class RamSpace:
     def compact(self, t: Table) -> None:
         rows = list(t.keys.values())
         self.tables[t.namespace] = t.rebuilt(np.ascontiguousarray(t.columns.vectors[rows]))
+
+    def compact_pack(self) -> int:
+        """Nothing (only a disk store has a pack)."""
+        return 0
 
     def reindex(self, plan: Sequence[Table], vectors: Sequence[np.ndarray],
                 embedder: Any) -> None:
@@ -505,7 +513,9 @@ class LongTermMemory(LongTermAdmin, MemoryStore):
         t = self._tables.get(ns)
         if t is None:
             with self._space.step(ns):
-                t = self._tables[ns] = self._space.new_table(ns)
+                t = self._tables[ns] = self._space.new_table(ns, len(rows))
+        else:
+            t = self._space.make_room(t, len(rows))
         if not self.hybrid.is_similarity and ns[0] not in self.unindexed:
             t.recall_index(self.hybrid, self.dim, self.query_preparer)   # part of every write
         with self._space.step(ns):

@@ -126,7 +126,10 @@ class LongTermAdmin:
         with self._lock:
             self._check_write()
             self.sweep(only)
+            packed = getattr(self._tables, "packed", {})    # format 3: compacted as the pack
             for ns in [only] if only is not None else list(self._tables):
+                if ns in packed:
+                    continue
                 t = self._tables.get(ns)
                 if t is None or t.rows == t.live:
                     continue
@@ -136,6 +139,8 @@ class LongTermAdmin:
                     del self._tables[ns]
                     continue
                 self._space.compact(t)
+            if only is None or only in packed:
+                dropped += self._space.compact_pack()
         return dropped
 
     @disk_errors

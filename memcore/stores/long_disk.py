@@ -34,6 +34,9 @@ from memcore.recall.namespace import NamespaceRecall, episode_speaker
 from memcore.recall.weights import HybridWeights
 from memcore.storage.catalog import Catalog
 from memcore.storage.columns import grow_expiry, open_expiry, write_expiry
+from memcore.storage.layout import PACK_DIR, PACK_NAMESPACE
+from memcore.stores import long_pack
+from memcore.stores.long_pack import Pack, PackCache, PackedTable
 from memcore.types import Namespace
 
 __all__ = ["OPEN_NAMESPACES", "DiskSpace", "DiskTable", "LazyTables", "LogTable", "Tables",
@@ -86,6 +89,44 @@ class Tables(dict):
         self.damaged.clear()
 
 
+class _Members(dict):
+    """A dict that counts its membership changes (``version``): the namespaces a
+    :class:`LazyTables` knows, whose sorted list it keeps until one is added or removed."""
+
+    def __init__(self, *args: Any):
+        super().__init__(*args)
+        self.version = 0
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if key not in self:
+            self.version += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        super().__delitem__(key)
+        self.version += 1
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        self.version += 1
+        return super().pop(key, *default)
+
+    def clear(self) -> None:
+        self.version += 1
+        super().clear()
+
+    def update(self, *args: Any, **kw: Any) -> None:    # pragma: no cover - unused
+        self.version += 1
+        super().update(*args, **kw)
+
+    def setdefault(self, *args: Any) -> Any:            # pragma: no cover - unused
+        self.version += 1
+        return super().setdefault(*args)
+
+    def popitem(self) -> Any:                            # pragma: no cover - unused
+        self.version += 1
+        return super().popitem()
+
+
 #: At most this many namespaces of a disk store have their files open at once (the least
 #: recently used one is checkpointed and closed to open another): open file descriptors and
 #: memory maps are bounded by it, never by the number of namespaces.
@@ -112,10 +153,25 @@ class LazyTables(Tables):
     def __init__(self, opener: Callable[[str], Any], closer: Callable[[Any], None]):
         super().__init__()
         self.opener, self.closer = opener, closer
-        self.dirs: dict[Namespace, str] = {}      # every known namespace -> directory name
+        self.dirs: dict[Namespace, str] = _Members()   # every known namespace -> directory
         self.limit = OPEN_NAMESPACES
         self.pinned = 0
         self.catalog: Any = None                  # memcore.storage.catalog.Catalog
+        #: format 3: the namespaces served by the pack -> their namespace id, the gathered
+        #: copies (an LRU bounded by rows), what gathers one and what summarises one
+        self.packed: dict[Namespace, int] = _Members()
+        self._sorted: tuple = (None, [])          # ((versions), sorted namespaces)
+        self.cache = PackCache()
+        self.pack_loader: Callable[[Namespace], Any] | None = None
+        self.pack_summary: Callable[[int], tuple[int, bool]] | None = None
+        self.pack_lost: set = set()               # the namespaces of a damaged pack
+        self.pack_damage = ""
+        self.pack_error: type = StoreCorruptedError
+
+    def _check(self, ns: Any) -> None:
+        if self.pack_lost and ns in self.pack_lost:
+            raise self.pack_error(self.pack_damage)
+        super()._check(ns)
 
     def _open(self, ns: Namespace) -> Any:
         name = self.dirs[ns]
@@ -148,6 +204,12 @@ class LazyTables(Tables):
 
     def get(self, ns: Any, default: Any = None) -> Any:
         self._check(ns)
+        if ns in self.packed:
+            t = self.cache.get(ns)
+            if t is None:
+                t = self.pack_loader(ns)
+                self.cache.put(t)
+            return t
         t = dict.pop(self, ns, None)
         if t is not None:
             dict.__setitem__(self, ns, t)       # most recently used last
@@ -163,12 +225,23 @@ class LazyTables(Tables):
         return t
 
     def __setitem__(self, ns: Any, t: Any) -> None:
+        if getattr(t, "packed", False):
+            self.dirs.pop(ns, None)
+            dict.pop(self, ns, None)
+            self.packed[ns] = t.nsid
+            self.cache.put(t)
+            return
+        if self.packed.pop(ns, None) is not None:
+            self.cache.pop(ns)
         dict.pop(self, ns, None)
         self._evict(self.limit - 1)
         self.dirs[ns] = os.path.basename(t.files.directory)
         dict.__setitem__(self, ns, t)
 
     def __delitem__(self, ns: Any) -> None:
+        if self.packed.pop(ns, None) is not None:
+            self.cache.pop(ns)
+            return
         dict.pop(self, ns, None)
         del self.dirs[ns]
 
@@ -182,21 +255,33 @@ class LazyTables(Tables):
         return t
 
     def __contains__(self, ns: object) -> bool:
-        return ns in self.dirs
+        return ns in self.dirs or ns in self.packed
 
     def __len__(self) -> int:
-        return len(self.dirs)
+        return len(self.dirs) + len(self.packed)
 
     def __iter__(self):
-        return iter(sorted(self.dirs))
+        return iter(self.keys())
 
     def keys(self):                                  # type: ignore[override]
-        return sorted(self.dirs)
+        """Every namespace, sorted (a fresh list; the sort is kept until one is added or
+        removed)."""
+        return list(self._members()[0])
+
+    def _members(self) -> tuple[list, list]:
+        """The sorted namespaces and, for each, its pack id or None (kept until one is
+        added or removed)."""
+        v = (id(self.dirs), self.dirs.version, id(self.packed), self.packed.version)
+        if self._sorted[0] != v:
+            names = sorted([*self.dirs, *self.packed])
+            get = self.packed.get
+            self._sorted = (v, (names, [get(ns) for ns in names]))
+        return self._sorted[1]
 
     def items(self):                                 # type: ignore[override]
         """(namespace, table) of every healthy namespace in namespace order, each opened
         when reached (a damaged one is isolated and skipped)."""
-        for ns in sorted(self.dirs):
+        for ns in self.keys():
             try:
                 t = self.get(ns)
             except StoreCorruptedError:
@@ -212,7 +297,11 @@ class LazyTables(Tables):
         table, another's from the catalog's trusted summary, else it is opened to learn it."""
         out = []
         summary = self.catalog.summary if self.catalog is not None else {}
-        for ns in sorted(self.dirs):
+        names, ids = self._members()
+        for ns, h in zip(names, ids):
+            if h is not None:
+                out.append((ns, *self.pack_summary(h)))
+                continue
             t = dict.get(self, ns)
             s = summary.get(self.dirs[ns]) if t is None else None
             if s is None:
@@ -244,6 +333,10 @@ class LazyTables(Tables):
     def clear(self) -> None:
         dict.clear(self)
         self.dirs.clear()
+        self.packed.clear()
+        self.cache.clear()
+        self.pack_lost = set()
+        self.pack_error = StoreCorruptedError
 
     def copy(self):                                  # pragma: no cover - never a dict copy
         raise TypeError("LazyTables cannot be copied")
@@ -683,7 +776,7 @@ def open_table(directory: str, dim: int, durability: str, read_only: bool,
 
 
 def write_live(t: DiskTable | LogTable, vecs: np.ndarray, parent: str, generation: int,
-               durability: str, log: bytes | None = None) -> str:
+               durability: str, log: bytes | None = None, side: dict | None = None) -> str:
     """Write the live rows of ``t`` (with ``vecs``) as a complete format-2 generation of its
     namespace in ``parent`` (:func:`memcore.storage.write_namespace`); returns the namespace
     directory. With ``log`` (vectors unchanged) the live records are copied, not re-encoded.
@@ -693,6 +786,9 @@ def write_live(t: DiskTable | LogTable, vecs: np.ndarray, parent: str, generatio
     c = t.columns
     write_expiry(t.expiry, os.path.join(parent, storage.namespace_dirname(t.namespace)),
                  generation, rows)
+    for name, values in (side or {}).items():     # the pack's nsid column
+        write_expiry(values, os.path.join(parent, storage.namespace_dirname(t.namespace)),
+                     generation, rows, name)
     files, cols, _ = storage.write_namespace(
         parent, t.namespace, durability, keys, texts, meta_bytes(metas), imps,
         *(np.ascontiguousarray(getattr(c, name)[idx]) for name in
@@ -724,6 +820,31 @@ def _replaced(files: Any) -> bool:
 def _index_structures(t: Table) -> list:
     """The structures of the hybrid indexes ``t`` has built."""
     return [] if t.recall is None else list(t.recall.indexes)
+
+
+def _split_pack_report(rep: dict, pack: Pack | None) -> list[dict]:
+    """A repair report of the pack as reports of its namespaces (see
+    :meth:`DiskSpace._repair_pack`)."""
+    by: dict = {}
+    for field in ("uncertain", "lost_keys"):
+        for composite in rep.get(field) or []:
+            if composite is None:
+                continue
+            try:
+                ns, key = storage.split_key(composite)
+            except StoreCorruptedError:
+                continue
+            by.setdefault(ns, {"uncertain": [], "lost_keys": []})[field].append(key)
+    if not by:
+        return [rep]
+    out = []
+    for i, (ns, keys) in enumerate(sorted(by.items())):
+        live = 0 if pack is None else pack.live.get(long_pack.namespace_id(ns), 0)
+        out.append(dict(rep, namespace=ns, kept=live, dropped=len(keys["uncertain"]),
+                        uncertain=keys["uncertain"], lost_keys=keys["lost_keys"],
+                        lost_rows=len(keys["lost_keys"]),
+                        reembedded=rep.get("reembedded", 0) if i == 0 else 0))
+    return out
 
 
 class _EpochReplaced(Exception):
@@ -767,6 +888,12 @@ class DiskSpace:
         self.stale: set = set()          # namespaces a step left half done
         self.stale_all: Any = None       # a reindex's embedder while it switches epochs
         self.healing = False
+        #: format 3: the pack of small namespaces (None until a store has one)
+        self.pack: Pack | None = None
+        #: whether new namespaces go to the pack (:func:`memcore.stores.long_pack.enabled`)
+        self.use_pack = long_pack.enabled()
+        self.tables.pack_loader = self._load_packed
+        self.tables.pack_summary = self._pack_summary
 
     # ------------------------------------------------------------------ opening
     def open(self, embedder: Any, repair: bool, embed: Callable | None) -> tuple[str, int, int]:
@@ -851,12 +978,7 @@ class DiskSpace:
             self._open_every_namespace(last)
         if repair and not self.read_only:
             self.probe()
-            for name in sorted(self.tables.damaged):
-                self.repair_report.append(storage.repair_namespace(
-                    os.path.join(root.epoch_dir, name), self.dim, embed))
-                del self.tables.damaged[name]
-                t = self.reopen(os.path.join(root.epoch_dir, name))
-                self.tables[t.namespace] = t
+            self.repair_report.extend(self._repair_damaged(embed))
         return name, self.dim, version
 
     def _open_every_namespace(self, last: bool) -> None:
@@ -882,8 +1004,10 @@ class DiskSpace:
         """Learn the namespaces of the current epoch from its catalog (reconciled with the
         directory listing ``dirs``) without opening any; a directory nothing names is
         opened now to learn its namespace."""
+        names = [os.path.basename(d) for d in dirs]
+        has_pack = PACK_DIR in names
         self.catalog, unnamed = Catalog.load(self.path, self.root.epoch,
-                                             [os.path.basename(d) for d in dirs],
+                                             [n for n in names if n != PACK_DIR],
                                              self.read_only, self.durability == "fsync")
         self.tables.catalog = self.catalog
         self.probed = False
@@ -899,6 +1023,192 @@ class DiskSpace:
                 continue
             self.tables[t.namespace] = t
             self.catalog.add(name, t.namespace)
+        self._close_pack()
+        if has_pack:
+            self._open_pack()
+
+    # ------------------------------------------------------------------ the pack (format 3)
+    def _open_pack(self) -> None:
+        """Open the pack of the current epoch and register its namespaces (named by the
+        catalog, else by a row's key); a damaged pack is isolated, naming its namespaces."""
+        directory = os.path.join(self.root.epoch_dir, PACK_DIR)
+        self.tables.pack_lost, self.tables.pack_error = set(), StoreCorruptedError
+        try:
+            with storage.os_errors(self.path):
+                t = open_table(directory, self.dim, self.durability, self.read_only, None)
+            if not isinstance(t, DiskTable):
+                raise StoreCorruptedError(f"{directory} is no format-2 pack")
+            self.pack = Pack(t, self.read_only)
+        except (StoreCorruptedError, FormatVersionError) as err:
+            self.pack = None
+            names = sorted(self.catalog.packed.values())
+            self.tables.pack_lost = set(names)
+            if isinstance(err, FormatVersionError):   # not damage: raised on first use
+                self.tables.pack_error = FormatVersionError
+                self.tables.pack_damage = str(err)
+                return
+            msg = self.tables.isolate(PACK_DIR, err)
+            self.tables.pack_lost = set(names)
+            self.tables.pack_damage = (
+                f"{msg} [the pack holds {len(names)} namespaces: "
+                f"{', '.join(map(repr, names[:5]))}{' ...' if len(names) > 5 else ''}]")
+            return
+        self._register_packed()
+
+    def _register_packed(self) -> None:
+        pack, cat = self.pack, self.catalog
+        named = {} if cat is None else cat.packed
+        live = pack.live
+        # the catalog's names first, in its order (a rewrite writes them sorted: the sorted
+        # list of namespaces is then one merge), a CRC-checked line each (a wrong one only
+        # names no rows); an id it lacks is named by one of its records
+        found = [(ns, h) for h, ns in named.items() if h in live]
+        for h in [h for h in live if h not in named]:
+            try:
+                ns = pack.name(h)
+            except StoreCorruptedError as err:
+                logger.warning("a namespace of the pack cannot be named (%s)", err)
+                continue
+            if cat is not None:
+                cat.add_packed(h, ns)
+            found.append((ns, h))
+        for ns, h in found:
+            if ns in self.tables.dirs:
+                self._settle_promotion(ns, h)
+            else:
+                self.tables.packed[ns] = h
+        for h in [h for h in named if h not in pack.live]:
+            cat.drop_packed(h)      # (named is empty without a catalog)
+
+    def _settle_promotion(self, ns: Namespace, h: int) -> None:
+        """``ns`` has a directory and rows in the pack: a promotion cut short. A directory
+        that holds rows wins (the pack rows are dropped); an empty one loses."""
+        try:
+            d = self.tables.get(ns)
+        except StoreCorruptedError:
+            return                                   # isolated; the pack rows wait
+        if d is not None and d.rows > 0:
+            if not self.read_only:
+                rows = self.pack.rows_of(h)
+                keys = self.pack.table.decode(rows, texts=False, metadata=False)["keys"]
+                with self.step(PACK_NAMESPACE):
+                    self.pack.remove(keys)
+                self.pack.live.pop(h, None)
+                if self.catalog is not None:
+                    self.catalog.drop_packed(h)
+            return
+        del self.tables[ns]
+        if d is not None:
+            if self.read_only:
+                d.close()
+            else:
+                storage.drop_namespace(d.files, d.columns)
+                if self.catalog is not None:
+                    self.catalog.drop(os.path.basename(d.files.directory))
+        self.tables.packed[ns] = h
+
+    def _close_pack(self) -> None:
+        self.tables.cache.clear()
+        self.tables.packed.clear()
+        if self.pack is not None:
+            self.pack.close()
+            self.pack = None
+
+    def _load_packed(self, ns: Namespace) -> PackedTable:
+        """A packed namespace gathered from the pack (the LRU's first use)."""
+        if self.pack is None:
+            raise StoreCorruptedError(self.tables.pack_damage or "the pack is not open")
+        return PackedTable.load(ns, self.pack, self.dim)
+
+    def _pack_summary(self, h: int) -> tuple[int, bool]:
+        return self.pack.live.get(h, 0), h in self.pack.expiring
+
+    def _pack_for_write(self) -> Pack | None:
+        """The pack, created (store header version 3 first) when the store has none; None
+        when it is damaged (new namespaces get directories meanwhile)."""
+        if self.pack is not None:
+            return self.pack
+        if PACK_DIR in self.tables.damaged or self.read_only:
+            return None
+        head = storage.read_store_header(self.path)
+        if head["version"] < storage.layout.PACK_VERSION:
+            storage.write_store_header(self.path, head["embedder"], head["dim"], head["epoch"],
+                                       durable=self.durability != "none",
+                                       version=storage.layout.PACK_VERSION)
+            self.root.header = storage.read_store_header(self.path)
+        t = DiskTable.create(self.root.epoch_dir, PACK_NAMESPACE, self.dim, self.durability)
+        self.pack = Pack(t, False)
+        return self.pack
+
+    def _checkpoint_pack(self) -> None:
+        with self.step(PACK_NAMESPACE):
+            self.pack.flush_nsid()
+            self.pack.table.checkpoint()
+        self.pack.release_pages()
+
+    def promote(self, t: PackedTable) -> DiskTable:
+        """Move a packed namespace to its own directory: created empty (atomically), its
+        rows committed there as one batch, then its pack rows tombstoned (one batch).
+        Returns its new table."""
+        ns = t.namespace
+        rows, keys, texts, metas, imps = t.live_fields()
+        idx = np.asarray(rows, np.int64)
+        c = t.columns
+        exp = None if t.expiry is None else t.expiry[idx]
+        batch = Rows(ns, keys, texts, imps, metas, np.ascontiguousarray(c.vectors[idx]),
+                     *(np.ascontiguousarray(getattr(c, name)[idx]) for name in
+                       ("created_at", "updated_at", "last_accessed_at", "access_count")),
+                     None if exp is None else exp[:, 1], None if exp is None else exp[:, 0])
+        with self.step(ns):
+            d = self._served(DiskTable.create(self.root.epoch_dir, ns, self.dim,
+                                              self.durability))
+            if self.catalog is not None:
+                self.catalog.add(os.path.basename(d.files.directory), ns)
+            if keys:
+                d.append(batch)
+                with self.step(PACK_NAMESPACE):
+                    self.pack.remove(t.keys_composite())
+            self.pack.live.pop(t.nsid, None)
+            if self.catalog is not None:
+                self.catalog.drop_packed(t.nsid)
+            self.tables[ns] = d
+        self.after_write(d)
+        return d
+
+    def compact_pack(self) -> int:
+        """Compact the pack (its live rows as its next generation, the ``nsid`` column
+        carried); returns the rows dropped."""
+        p = self.pack
+        if p is None or self.read_only:
+            return 0
+        t = p.table
+        if t.rows == t.live:
+            return 0
+        dead = np.flatnonzero(~t.columns.alive[:t.rows])
+        have = 0 if p.nsid is None else p.nsid.shape[0]
+        ids = p.nsid[dead[dead < have]] if have else np.zeros(0, np.int64)
+        # the garbage of namespaces still here (a cleared or promoted one's is not counted,
+        # as a format-2 namespace directory removed is not)
+        dropped = int(np.count_nonzero(np.isin(ids, np.fromiter(
+            self.tables.packed.values(), np.int64, len(self.tables.packed)))))
+        rows = t.live_rows()
+        vecs = np.ascontiguousarray(t.columns.vectors[rows])
+        log = t.files.verified_log(vecs, rows.tolist(), t.record_offsets(rows), t.columns,
+                                   "compact() wrote nothing")
+        with self.step(PACK_NAMESPACE):
+            directory = write_live(t, vecs, self.root.epoch_dir, t.files.generation + 1,
+                                   self.durability, log, side={"nsid": p.nsid})
+            storage.retire_generation(t.files, t.columns)
+            self.tables.cache.clear()
+            p.table = self.reopen(directory)
+            p.nsid = open_expiry(directory, p.table.files.generation, False, "nsid")
+            p.index()
+        for ns, h in list(self.tables.packed.items()):
+            if h not in p.live:                 # emptied by deletes: gone, as in format 2
+                del self.tables[ns]
+                if self.catalog is not None:
+                    self.catalog.drop_packed(h)
+        return dropped
 
     def _open_dir(self, name: str) -> DiskTable | LogTable:
         """Open namespace directory ``name`` of the current epoch (a table's first use)."""
@@ -927,8 +1237,8 @@ class DiskSpace:
 
     def probe(self) -> None:
         """Open every namespace once, one at a time, so that any damaged one is isolated
-        (:attr:`Tables.damaged`)."""
-        for ns in list(self.tables):
+        (:attr:`Tables.damaged`); packed namespaces are checked when gathered."""
+        for ns in list(self.tables.dirs):
             try:
                 self.tables.get(ns)
             except StoreCorruptedError:
@@ -956,6 +1266,7 @@ class DiskSpace:
                 except OSError as err:        # derived state: rebuilt at the next open
                     logger.warning("the namespace catalog was not written (%s)", err)
         finally:
+            self._close_pack()
             self.tables.clear()
             self.catalog = None
         if self.root is not None:
@@ -993,15 +1304,24 @@ class DiskSpace:
         try:
             if self.stale_all is not None:
                 adopted = self._reload_all(self.stale_all)
+            repack = PACK_NAMESPACE in self.stale or any(
+                ns in self.tables.packed for ns in self.stale)
             for ns in sorted(self.stale):
+                if ns in self.tables.packed:
+                    del self.tables[ns]
                 t = dict.pop(self.tables, ns, None)
                 if t is not None:
                     t.close()
                 self.tables.dirs.pop(ns, None)
                 directory = os.path.join(self.root.epoch_dir, storage.namespace_dirname(ns))
-                if os.path.isfile(os.path.join(directory, storage.NAMESPACE_HEADER)):
+                if ns != PACK_NAMESPACE and \
+                        os.path.isfile(os.path.join(directory, storage.NAMESPACE_HEADER)):
                     self.tables[ns] = self.reopen(directory)
                 self.stale.discard(ns)
+            if repack:                  # the pack reloaded: its namespaces registered again
+                self._close_pack()
+                if os.path.isdir(os.path.join(self.root.epoch_dir, PACK_DIR)):
+                    self._open_pack()
         finally:
             self.healing = False
         return adopted
@@ -1011,6 +1331,7 @@ class DiskSpace:
         raised after its commit point, or before: whichever the header says happened)."""
         for t in self.tables.open_tables():
             t.close()
+        self._close_pack()
         self.tables.reset()
         head = storage.read_store_header(self.path)
         adopted = None
@@ -1023,16 +1344,38 @@ class DiskSpace:
         return adopted
 
     # ------------------------------------------------------------------ writes
-    def new_table(self, ns: Namespace) -> DiskTable:
-        """A new namespace's table (its directory created in the current epoch)."""
+    def make_room(self, t: Table, m: int) -> Table:
+        """The table a write of ``m`` rows to ``t`` goes to: a packed namespace that would
+        pass :data:`~memcore.stores.long_pack.PACK_MAX` live rows moves to its own directory
+        first (so a bulk load is never written twice); otherwise ``t``."""
+        if isinstance(t, PackedTable) and t.live + m > long_pack.PACK_MAX and not t.bad \
+                and t.pack is self.pack and not self.read_only:
+            return self.promote(t)
+        return t
+
+    def new_table(self, ns: Namespace, m: int = 0) -> DiskTable | PackedTable:
+        """A new namespace's table (its first write: ``m`` rows): in the pack when
+        :attr:`use_pack` (format 3) and ``m`` fits under
+        :data:`~memcore.stores.long_pack.PACK_MAX`, else its directory created in the
+        current epoch."""
+        pack = self._pack_for_write() if self.use_pack and m <= long_pack.PACK_MAX else None
+        if pack is not None:
+            p = PackedTable(ns, pack, self.dim)
+            if self.catalog is not None:
+                self.catalog.add_packed(p.nsid, ns)
+            return p
         t = self._served(DiskTable.create(self.root.epoch_dir, ns, self.dim,
                                           self.durability))
         if self.catalog is not None:
             self.catalog.add(os.path.basename(t.files.directory), ns)
         return t
 
-    def checkpoint(self, t: DiskTable) -> None:
-        """Checkpoint one namespace as a step (see :meth:`DiskTable.checkpoint`)."""
+    def checkpoint(self, t: DiskTable | PackedTable) -> None:
+        """Checkpoint one namespace as a step (see :meth:`DiskTable.checkpoint`); a packed
+        one's is the pack's."""
+        if isinstance(t, PackedTable):
+            self._checkpoint_pack()
+            return
         with self.step(t.namespace):
             t.checkpoint()
 
@@ -1040,6 +1383,12 @@ class DiskSpace:
         """Checkpoint ``t`` once the log or rows grew past the automatic interval, or when
         it holds a hybrid index no checkpoint has saved yet (:meth:`DiskTable.index_unsaved`:
         afterwards a reopen only replays the log tail into the saved index)."""
+        if isinstance(t, PackedTable):
+            if t.namespace in self.tables.packed:
+                self.tables.cache.put(t)          # its size counted as it is now
+            if t.pack.table.checkpoint_due():
+                self._checkpoint_pack()
+            return
         if t.checkpoint_due() or t.index_unsaved():
             self.checkpoint(t)
 
@@ -1076,18 +1425,34 @@ class DiskSpace:
             except StoreCorruptedError as err:
                 errors.append(err)
             each(t)
+        if self.pack is not None:
+            try:
+                self._checkpoint_pack()
+            except StoreCorruptedError as err:
+                errors.append(err)
         if errors:
             raise errors[0]
 
-    def discard(self, t: DiskTable) -> None:
-        """Remove a cleared namespace's directory as a step."""
+    def discard(self, t: DiskTable | PackedTable) -> None:
+        """Remove a cleared namespace's directory as a step (a packed one: DEL records of
+        its keys in the pack, one batch)."""
+        if isinstance(t, PackedTable):
+            with self.step(t.namespace):
+                t.pack.remove(t.keys_composite())
+            t.pack.live.pop(t.nsid, None)
+            if self.catalog is not None:
+                self.catalog.drop_packed(t.nsid)
+            return
         with self.step(t.namespace):
             storage.drop_namespace(t.files, t.columns)
         if self.catalog is not None:
             self.catalog.drop(os.path.basename(t.files.directory))
 
     def ann_file(self, t: Table) -> str:
-        """Where the approximate index of ``t``'s generation is saved."""
+        """Where the approximate index of ``t``'s generation is saved (None: a packed
+        namespace keeps none)."""
+        if isinstance(t, PackedTable):
+            return None
         return storage.ann_path(t.files.directory, t.files.generation)
 
     # ------------------------------------------------------------------ maintenance
@@ -1102,8 +1467,12 @@ class DiskSpace:
 
     def compact(self, t: DiskTable) -> None:
         """Rewrite ``t``'s live rows as its next generation (every live vector checked
-        against its record first; the records copied), then serve that one."""
+        against its record first; the records copied), then serve that one. A packed
+        namespace's copy is gathered again (:meth:`compact_pack` compacts the pack)."""
         ns = t.namespace
+        if isinstance(t, PackedTable):
+            self.tables.cache.pop(ns)
+            return
         rows = list(t.keys.values())
         vecs = np.ascontiguousarray(t.columns.vectors[rows])
         log = t.files.verified_log(vecs, rows, t.record_offsets(rows), t.columns,
@@ -1138,6 +1507,7 @@ class DiskSpace:
         structures = {t.namespace: _index_structures(t) for t in plan}
         for t in self.tables.open_tables():
             t.close()
+        self._close_pack()
         self.tables.reset()
         self.dim = dim
         self.root.finish_epoch()
@@ -1157,13 +1527,13 @@ class DiskSpace:
             except StoreCorruptedError:
                 pass        # its header keeps the last good checkpoint: re-verified below
         self.probe()
-        for name in sorted(self.tables.damaged):
-            directory = os.path.join(self.root.epoch_dir, name)
-            report.append(storage.repair_namespace(directory, self.dim, embed))
-            del self.tables.damaged[name]
-            t = self.reopen(directory)
-            self.tables[t.namespace] = t
-        for ns in list(self.tables):
+        report.extend(self._repair_damaged(embed))
+        if self.pack is not None:
+            directory = self.pack.table.files.directory
+            if not storage.namespace_intact(directory, self.dim, self.durability):
+                with self.step(PACK_NAMESPACE):
+                    report.extend(self._repair_pack(embed))
+        for ns in list(self.tables.dirs):
             t = self.tables[ns]
             directory = t.files.directory
             if storage.namespace_intact(directory, self.dim, self.durability):
@@ -1175,11 +1545,45 @@ class DiskSpace:
                 self.tables[ns] = self.reopen(directory)
         return report
 
+    def _repair_pack(self, embed: Callable | None) -> list[dict]:
+        """Rewrite the pack from its intact records (:func:`memcore.storage.repair_namespace`)
+        and serve it again; the report is split by namespace: one entry per namespace that
+        lost or set aside a key (its keys as the user wrote them), else one for the pack."""
+        directory = os.path.join(self.root.epoch_dir, PACK_DIR)
+        self._close_pack()
+        rep = storage.repair_namespace(directory, self.dim, embed)
+        self._open_pack()
+        return _split_pack_report(rep, self.pack)
+
+    def _repair_damaged(self, embed: Callable | None) -> list[dict]:
+        """Rewrite every namespace directory isolated as damaged (the pack included) from
+        its intact records, and serve it again."""
+        report = []
+        for dname in sorted(self.tables.damaged):
+            directory = os.path.join(self.root.epoch_dir, dname)
+            if dname == PACK_DIR:
+                del self.tables.damaged[dname]
+                report.extend(self._repair_pack(embed))
+                continue
+            report.append(storage.repair_namespace(directory, self.dim, embed))
+            del self.tables.damaged[dname]
+            t = self.reopen(directory)
+            self.tables[t.namespace] = t
+        return report
+
     def verify(self) -> dict:
         """:meth:`DiskTable.verify` of every format-2 namespace, and the damaged ones'
         errors (keyed by directory name)."""
-        out: dict = {ns: t.verify() for ns, t in self.tables.items()
-                     if isinstance(t, DiskTable)}
+        out: dict = {}
+        for ns in list(self.tables.dirs):
+            try:
+                t = self.tables.get(ns)
+            except StoreCorruptedError:
+                continue
+            if isinstance(t, DiskTable):
+                out[ns] = t.verify()
+        if self.pack is not None:
+            out[PACK_NAMESPACE] = self.pack.table.verify()
         for name, msg in sorted(self.tables.damaged.items()):
             out[name] = {"rows": 0, "live": 0, "bad_rows": [], "errors": [msg]}
         return out
