@@ -94,6 +94,11 @@ ROW_ARRAYS = {
 }
 #: Per-episode arrays: the episode key's 64-bit hash and its last row + 1 (0: empty).
 EPISODE_ARRAYS = {"ep_key": np.uint64, "ep_last": np.int64}
+#: Per-term array: ``ctx_df[t, r - 1]``, the live rows whose radius-``r`` window document
+#: holds term ``t`` (the window BM25's document frequency), ``r = 1 .. MAX_WINDOW``, kept by
+#: every write (:func:`memcore.kernels.bm25.window_term_counts`); rebuilt by one pass when an
+#: index written before it is restored.
+CTX_DF = "ctx_df"
 
 
 def _episode_hash(episode: Hashable) -> int:
@@ -218,6 +223,10 @@ class HybridIndex:
             if self.arrays.get(name) is None:
                 self.arrays.alloc(name, (0,) + tuple(self.dim if t == "D" else t for t in tail),
                                   dtype)
+        if self.arrays.get(CTX_DF) is None:
+            self.arrays.alloc(CTX_DF, (0, MAX_WINDOW), np.int64)
+        self._seen = np.zeros(0, np.int64)          # window_term_counts' scratch (RAM)
+        self._tick = 1
         if vectors is None and self.arrays.get("vectors") is None:
             self.arrays.alloc("vectors", (0, self.dim), np.float32)
         for name, dtype in EPISODE_ARRAYS.items():
@@ -281,6 +290,7 @@ class HybridIndex:
         for name in list(ROW_ARRAYS) + list(EPISODE_ARRAYS):
             if arrays.get(name) is None:
                 raise InvalidArgumentError(f"cannot restore a hybrid index: array {name!r} is missing")
+        recount = arrays.get(CTX_DF) is None       # written before ctx_df was kept
         idx = cls(dim, weights, query_preparer, arrays=arrays, vectors=vectors,
                   created_at=created_at)
         idx.n_rows = int(state["n_rows"])
@@ -303,6 +313,8 @@ class HybridIndex:
             idx._sums[(alpha, int(r))] = (np.array(state[f"sums.{j}.c1"], np.float64),
                                           np.array(state[f"sums.{j}.c2"], np.float64))
             j += 1
+        if recount:
+            idx._recount_window_terms()
         return idx
 
     def _a(self, name: str) -> np.ndarray:
@@ -616,6 +628,7 @@ class HybridIndex:
         for r in range(MAX_WINDOW + 1):
             ok = (col >= pos - r) & (col <= pos + r) & (col < cnt)
             self._ctx_len[r] += int(sign) * int(lens[ok].sum())
+        self._count_window_terms(rows, sign)
         if not self._sums:
             return
         V = self._vectors()
@@ -630,6 +643,45 @@ class HybridIndex:
                 # for a (k, 384) product, and on a busy machine they spin: 2-10x slower puts).
                 c2 += sign * (C.T @ C if C.shape[0] > _SMALL_UPDATE
                               else np.einsum("ki,kj->ij", C, C))
+
+    def _count_window_terms(self, rows: np.ndarray, sign: float) -> None:
+        """Add (``sign`` 1) or remove (-1) live ``rows``' window documents' terms in
+        ``ctx_df`` (:data:`CTX_DF`)."""
+        nt = self.lexical._n_terms
+        if self._a(CTX_DF).shape[0] < nt:
+            self.arrays.grow(CTX_DF, nt)
+        if self._seen.shape[0] < nt:
+            seen = np.zeros(max(nt, 2 * self._seen.shape[0]), np.int64)
+            seen[:self._seen.shape[0]] = self._seen
+            self._seen = seen
+        self._tick = _kb.window_term_counts(
+            np.asarray(rows, np.int64), int(sign), self._a("win"), self._a("win_pos"),
+            self._a("win_cnt"), self.lexical.forward(), self._seen, self._tick, self._a(CTX_DF))
+
+    def _recount_window_terms(self) -> None:
+        """``ctx_df`` from scratch: one pass over the live rows' windows."""
+        self._a(CTX_DF)[:] = 0
+        self._count_window_terms(np.flatnonzero(self._a("alive")[:self.n_rows]), 1.0)
+
+    def context_df(self, q_terms: np.ndarray, radius: int) -> np.ndarray:
+        """Live rows whose radius-``radius`` window document holds each term (the window
+        BM25's ``df_ctx``; radius 0: the own document's ``df``), kept by every write.
+
+        Parameters
+        ----------
+        q_terms : ndarray of shape (m,), int64
+            Term ids of :attr:`lexical`.
+        radius : int
+            In [0, :data:`MAX_WINDOW`].
+
+        Returns
+        -------
+        ndarray of shape (m,), int64
+        """
+        q_terms = np.asarray(q_terms, np.int64)
+        if radius == 0:
+            return self.lexical._a("df")[q_terms].astype(np.int64)
+        return self._a(CTX_DF)[q_terms, radius - 1].astype(np.int64)
 
     def _context_vectors(self, V: np.ndarray, rows: np.ndarray, alpha: float, r: int
                          ) -> np.ndarray:

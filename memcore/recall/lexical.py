@@ -492,6 +492,13 @@ class LexicalIndex:
         return (self._a("head"), self._a("tail"), self._a("fill"), self._a("bstart"),
                 self._a("bsize"), self._a("bnext"), self._a("pdoc"), self._a("ptf"))
 
+    def forward(self) -> tuple:
+        """The kernels' forward index (each row's document as term lists;
+        :func:`memcore.kernels.bm25.bm25_rows`): ``(row_doc, doc_tptr, doc_nterm, dt_term,
+        dt_tf, doc_len)``, views of the arrays."""
+        return (self._a("row_doc"), self._a("doc_tptr"), self._a("doc_nterm"),
+                self._a("dt_term"), self._a("dt_tf"), self._a("doc_len"))
+
     def _docs(self) -> tuple:
         """The kernels' docs tuple: (doc_row, doc_len, doc_alive)."""
         return self._a("doc_row"), self._a("doc_len"), self._a("doc_alive")
