@@ -40,9 +40,10 @@ built by one pass the first time and O(window) per write after: O(dim^2) per que
 pass; :mod:`memcore.kernels.moments`), BM25's from its sparse scores; a metadata filter takes
 one exact pass instead.
 
-*Pruning* (:meth:`HybridIndex.search`). A query term held by at least
-:data:`PRUNE_DF_SHARE` of the live rows (a speaker's name) is *common*; its postings stay out
-of the scan. Each of its contributions to a row is below its idf (own text) or its window idf
+*Pruning* (:meth:`HybridIndex.search`, opt-in: :attr:`HybridIndex.prune_share`; measured
+slower than the full scan on the scale workloads: :data:`PRUNE_DF_SHARE`). A query term
+held by at least that share of the live rows (a speaker's name) is *common*; its postings
+stay out of the scan. Each of its contributions to a row is below its idf (own text) or its window idf
 (the window-document frequencies are kept by every write), so the fused score of any row is
 at most its *partial* score (the common terms left out) plus ``G = w_lexical * inv_lexical *
 sum idf + w_lexical_context * inv_context * sum idf_ctx`` over the common terms. The scan
@@ -52,8 +53,10 @@ bit for bit) by :func:`memcore.kernels.candidates.hybrid_rows_topk`; when the ``
 partial score plus ``G`` (with float slack) is below the k-th full score, the result is the
 unpruned one (same rows, same scores), else ``K`` grows 8x (from :data:`PRUNE_POOL`; the
 full scan past a quarter of the rows). The z statistics are the same as unpruned (given, or
-from every row's BM25). Weights and presets: :mod:`memcore.recall.weights`; a store
-namespace's indexes: :mod:`memcore.recall.namespace`.
+from every row's BM25).
+
+Weights and presets: :mod:`memcore.recall.weights`; a store namespace's indexes:
+:mod:`memcore.recall.namespace`.
 """
 
 from __future__ import annotations
@@ -162,10 +165,13 @@ def _padded(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 #: A query term whose document frequency is at least this share of the live rows is
 #: *common*: :meth:`HybridIndex.search` leaves its postings out of the scan and bounds its
-#: contributions (module notes, *Pruning*). Measured on the repetitive scale workload at 1e5
-#: (30 LoCoMo questions): at 0.1 the rows the bound cannot exclude are 146 (median, p90 543);
-#: at 1.5 % they are all rows for most questions (four common terms bound to ~18 z units).
-PRUNE_DF_SHARE = 0.1
+#: contributions (module notes, *Pruning*). Off (``math.inf``) by default: on the
+#: repetitive scale workload (bench/results/scale-sparse-20261205.md) the common terms'
+#: bound is several z units (at 1.5 % of the rows, four common terms bound ~18 units; at
+#: 10 %, ~3.7), so the scan must return hundreds to thousands of rows before it closes, and
+#: even with the z statistics given for free the pruned search was slower (1e5: 5.0-17 ms vs
+#: 4.4 ms p50) or at best even (1e6: 53-164 ms vs 55 ms p50, p99 up to 2 s).
+PRUNE_DF_SHARE = math.inf
 #: First candidate pool of a pruned search (grown 8x while the bound does not close).
 PRUNE_POOL = 256
 
@@ -269,7 +275,7 @@ class HybridIndex:
             self._sums[(1.0, 0) if r == 0 else (float(w.alpha), r)] = (
                 np.zeros(self.dim), np.zeros((self.dim, self.dim)))
         self._wcache: dict[int, list] = {}         # radius -> _window_cache's list
-        #: :data:`PRUNE_DF_SHARE` of this index (``math.inf``: never prune).
+        #: :data:`PRUNE_DF_SHARE` of this index (``math.inf``, the default: never prune).
         self.prune_share = PRUNE_DF_SHARE
         #: :data:`PRUNE_POOL` of this index.
         self.prune_pool = PRUNE_POOL
@@ -950,7 +956,7 @@ class HybridIndex:
         (``common``: bool per term occurrence, document frequency at least
         :attr:`prune_share` of the live rows); None when no term is common (or BM25 is off)."""
         if not (w.lexical or w.lexical_context) or not self.lexical.n_docs \
-                or not isinstance(prepared, PreparedQuery):
+                or not isinstance(prepared, PreparedQuery) or self.prune_share == math.inf:
             return None
         q_terms, q_idf = self._query_terms(prepared)
         if q_terms.shape[0] == 0:
