@@ -82,6 +82,8 @@ def test_pruning_skips_the_common_terms_postings():
     w = HybridWeights(**{**HybridWeights.no_model().__dict__, "stem": False, "dates": False})
     qv = V[7]
     prep = PreparedQuery("ann ink", "ann ink", frozenset())
+    assert idx._prune_plan(prep, w) is None              # off by default
+    idx.prune_share = 0.1
     plan = idx._prune_plan(prep, w)
     assert plan is not None and plan[2].tolist() == [True, False]
     idx.prune_share = math.inf
