@@ -734,3 +734,8 @@ def window_term_counts(rows, sign, win, win_pos, win_cnt, forward, seen, tick, c
             for t in terms:
                 counts[t, r - 1] += sign
     return tick + len(rows)
+
+
+def bm25_scores_dense(q_terms, q_idf, postings, docs, k1, b, avgdl, scratch):
+    """:func:`bm25_scores_sparse` (the accumulator changes nothing; the scratch is left as given)."""
+    return bm25_scores_sparse(q_terms, q_idf, postings, docs, k1, b, avgdl)

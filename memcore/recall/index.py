@@ -926,7 +926,7 @@ class HybridIndex:
                 lexical = LexicalSignals(_EMPTY_I, _EMPTY_F, _EMPTY_I, _EMPTY_F)
         w, _, q, prepared, live, lex, stats, decay = self._inputs(
             query, query_vector, weights, decay, now, last_accessed_at, importance, alive,
-            lexical, stats)
+            lexical, stats, threads)
         n = self.n_rows
         ids, scores, sims = _padded(int(top_k))
         if n == 0:
@@ -1028,7 +1028,7 @@ class HybridIndex:
                 weights: HybridWeights | None, decay: DecayWeights | None, now: float,
                 last_accessed_at: np.ndarray | None, importance: np.ndarray | None,
                 alive: np.ndarray | None, lexical: LexicalSignals | None,
-                stats: np.ndarray | None) -> tuple:
+                stats: np.ndarray | None, threads: int = 1) -> tuple:
         """:meth:`search`'s arguments checked and completed: the weights, decay weights,
         query vector, prepared query, candidate mask, lexical signals, z statistics and the
         scan's ``decay`` tuple."""
@@ -1038,7 +1038,7 @@ class HybridIndex:
         q, prepared, live = self._query(query, query_vector, alive)
         t = self._column(last_accessed_at, n, np.float64, "last_accessed_at")
         imp = self._column(importance, n, np.float32, "importance")
-        lex = lexical if lexical is not None else self.lexical_signals(prepared, w)
+        lex = lexical if lexical is not None else self.lexical_signals(prepared, w, threads)
         if stats is None and w.normalize:
             stats = self.moments(prepared, q, weights=w, alive=alive, lexical=lex)
         terms = (t, imp, float(now), float(d.half_life), float(d.w_recency),
