@@ -41,8 +41,9 @@ class Signals:
     index : HybridIndex
     alive : ndarray of shape (n_rows,), bool, or None
         Live rows matching the filter; None without a filter (all live rows).
-    lexical : LexicalSignals
-        Sparse BM25 of the text and of the episode window (:meth:`HybridIndex.lexical_signals`).
+    lexical : LexicalSignals or None
+        Sparse BM25 of the text and of the episode window (:meth:`HybridIndex.lexical_signals`);
+        None: left to the search (which then prunes common terms).
     moments : ndarray of shape (3, 3), float64, or None
         :meth:`HybridIndex.moments` when the weights z-normalise (for pooling tiers).
     n_rows : int
@@ -51,20 +52,23 @@ class Signals:
 
     index: HybridIndex
     alive: np.ndarray | None
-    lexical: LexicalSignals
+    lexical: LexicalSignals | None
     moments: np.ndarray | None
     n_rows: int
 
 
 def signals(table: Table, rq: ResolvedQuery, dim: int, preparer: Any, *,
-            moments: bool = True, threads: int = 1) -> Signals:
+            moments: bool = True, threads: int = 1, lexical: bool = True) -> Signals:
     """The hybrid signals of ``rq`` over ``table`` (builds its hybrid index on first use);
     with ``moments`` also their z statistics (when the weights z-normalise: for pooling);
-    ``threads``: numba threads for the BM25 of common terms."""
+    ``threads``: numba threads for the BM25 of common terms; without ``lexical`` (and
+    ``moments``) the BM25 signals are left to the search (None: it prunes common terms)."""
     idx = table.recall_index(rq.hybrid, dim, preparer)
     n = idx.n_rows
     alive = table.visible(rq.filter, rq.now)
     alive = None if alive is None else alive[:n]
+    if not lexical and not moments:
+        return Signals(idx, alive, None, None, n)
     lex = idx.lexical_signals(rq.prepared, rq.hybrid, threads)
     mom = None
     if moments and rq.hybrid.normalize:
@@ -114,7 +118,8 @@ def rank(table: Table, rq: ResolvedQuery, *, dim: int | None = None, preparer: A
         return rows, scores, sims
     if rq.prepared is not None:
         if sig is None or sig.n_rows != sig.index.n_rows:
-            sig = signals(table, rq, dim, preparer, moments=False, threads=threads)
+            sig = signals(table, rq, dim, preparer, moments=False, threads=threads,
+                          lexical=ann is not None)
         n = sig.index.n_rows
         rows = None
         if ann is not None:

@@ -39,9 +39,10 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["bm25_append", "bm25_append_many", "bm25_docs", "bm25_scores", "bm25_scores_sparse",
+__all__ = ["bm25_append", "bm25_append_many", "bm25_docs", "bm25_scores", "bm25_scores_sparse", "bm25_scores_dense",
            "bm25_context_scores_sparse", "bm25_context_scores_dense", "window_lengths",
-           "window_means", "bm25_scores_parallel", "bm25_context_scores_dense_parallel"]
+           "window_means", "bm25_scores_parallel", "bm25_context_scores_dense_parallel",
+           "context_idf", "bm25_rows", "bm25_context_rows", "window_term_counts"]
 
 
 @numba.njit(cache=True)
@@ -789,6 +790,91 @@ def bm25_context_scores_dense(q_terms, postings, docs, windows, ctx_len, n_live,
     return rows, vals
 
 
+@numba.njit(cache=True)
+def bm25_scores_dense(q_terms, q_idf, postings, docs, k1, b, avgdl, scratch):
+    """:func:`bm25_scores_sparse`'s result (same rows, same scores bit for bit) with an
+    n-length accumulator instead of sorting, and without :func:`bm25_scores`' n-length
+    zeroing and scan for non-zero rows: the faster choice for common terms.
+
+    Each posting of a live document adds its contribution to its row's float64 accumulator
+    (query terms in order, postings in order: :func:`bm25_scores`' summation); a row's first
+    contribution (all are > 0) lists it. Rows come out ascending: one pass over the
+    accumulator when many scored (reading, and zeroing, it), else the listed rows sorted.
+
+    Parameters
+    ----------
+    q_terms, q_idf, postings, docs, k1, b, avgdl
+        As in :func:`bm25_scores`.
+    scratch : tuple (acc, touched)
+        ``acc``: (>= n_rows,) float64, all zero on entry and zero again on return;
+        ``touched``: (>= n_rows,) integer, any values.
+
+    Returns
+    -------
+    rows : ndarray of shape (m,), int64
+        Strictly ascending.
+    scores : ndarray of shape (m,), float64
+        > 0.
+
+    Raises
+    ------
+    Nothing (not validated).
+
+    Examples
+    --------
+    >>> post = (np.full(4, -1), np.full(4, -1), np.zeros(4, np.int64), np.zeros(4, np.int64),
+    ...         np.zeros(4, np.int64), np.zeros(4, np.int64), np.zeros(64, np.int64),
+    ...         np.zeros(64, np.int32))
+    >>> _ = bm25_append(0, np.array([1], np.int64), np.array([1], np.int32), post, 0, 0, 4, 256)
+    >>> docs = (np.array([2]), np.array([3]), np.array([True]))
+    >>> rows, scores = bm25_scores_dense(np.array([1]), np.array([0.5]), post, docs, 1.2, 0.75,
+    ...                                  3.0, (np.zeros(3), np.zeros(3, np.int64)))
+    >>> rows.tolist(), scores.round(4).tolist()
+    ([2], [0.2273])
+    """
+    term_head, term_tail, term_fill, block_start, block_size, block_next, pool_doc, pool_tf = \
+        postings
+    doc_row, doc_len, doc_alive = docs
+    acc, touched = scratch
+    nh = 0
+    for j in range(q_terms.shape[0]):
+        t = q_terms[j]
+        idf = q_idf[j]
+        blk = term_head[t]
+        while blk >= 0:
+            start = block_start[blk]
+            stop = start + (term_fill[t] if blk == term_tail[t] else block_size[blk])
+            for p in range(start, stop):
+                d = pool_doc[p]
+                if doc_alive[d]:
+                    tf = np.float64(pool_tf[p])
+                    norm = k1 * (1.0 - b + b * np.float64(doc_len[d]) / avgdl)
+                    i = doc_row[d]
+                    if acc[i] == 0.0:
+                        touched[nh] = i
+                        nh += 1
+                    acc[i] += idf * tf / (tf + norm)
+            blk = block_next[blk]
+    rows = np.empty(nh, np.int64)
+    vals = np.empty(nh, np.float64)
+    if nh * 16 > acc.shape[0]:               # many rows: one pass over the accumulator
+        m = 0
+        for i in range(acc.shape[0]):
+            if acc[i] != 0.0:
+                rows[m] = i
+                vals[m] = acc[i]
+                acc[i] = 0.0
+                m += 1
+    else:
+        hits = np.sort(touched[:nh])
+        for m in range(nh):
+            i = hits[m]
+            rows[m] = i
+            vals[m] = acc[i]
+            acc[i] = 0.0
+    return rows, vals
+
+
 # --------------------------------------------------------------------------- threads
 # The ``*_parallel`` kernels are the ``prange`` twins of the serial kernels of the same stem,
 # with identical results (same rows, same float64 bits): every row still gets its
@@ -1030,3 +1116,246 @@ def bm25_context_scores_dense_parallel(q_terms, postings, docs, windows, ctx_len
         vals[o] = acc[i]
         acc[i] = 0.0
     return rows, vals
+
+
+# --------------------------------------------------------------------------- forward lookups
+# The rows' own documents as term lists (the *forward* index: ``forward = (row_doc, doc_tptr,
+# doc_nterm, dt_term, dt_tf, doc_len)``; ``row_doc[i] - 1`` is live row i's document, -1 for
+# none; document ``d``'s distinct terms and tfs are ``dt_term``/``dt_tf[doc_tptr[d]:doc_tptr[d]
+# + doc_nterm[d]]``): BM25 of a few given rows without walking any postings list, and the
+# window-document frequencies kept under writes.
+
+
+@numba.njit(cache=True)
+def _row_tf(forward, i, t):
+    """tf of term ``t`` in live row ``i``'s document (0 when absent or no document)."""
+    row_doc, doc_tptr, doc_nterm, dt_term, dt_tf, _ = forward
+    d = row_doc[i] - 1
+    if d < 0:
+        return 0
+    a = doc_tptr[d]
+    for p in range(a, a + doc_nterm[d]):
+        if dt_term[p] == t:
+            return np.int64(dt_tf[p])
+    return 0
+
+
+@numba.njit(cache=True)
+def context_idf(df, n_live):
+    """``ln(1 + (N - df + 0.5) / (df + 0.5))`` per term, the window BM25's idf as
+    :func:`bm25_context_scores_sparse` computes it (same float64 operations).
+
+    Parameters
+    ----------
+    df : ndarray of shape (m,), int64
+        Window documents holding each term (``df_ctx``).
+    n_live : int
+        Live rows, ``N``.
+
+    Returns
+    -------
+    ndarray of shape (m,), float64
+
+    Examples
+    --------
+    >>> context_idf(np.array([1]), 3).round(4).tolist()
+    [0.9808]
+    """
+    out = np.empty(df.shape[0], np.float64)
+    for j in range(df.shape[0]):
+        u = df[j]
+        out[j] = np.log1p((n_live - u + 0.5) / (u + 0.5))
+    return out
+
+
+@numba.njit(cache=True)
+def bm25_rows(rows, q_terms, q_idf, forward, k1, b, avgdl, out):
+    """Own-text BM25 of the given rows from their term lists: ``out[j]`` equals
+    :func:`bm25_scores_sparse`'s score of ``rows[j]`` bit for bit (the same contributions,
+    summed in query-term order from 0.0), 0.0 for a row that scores nothing. O(len(rows) *
+    len(q_terms) * terms per document); no postings are read.
+
+    Parameters
+    ----------
+    rows : ndarray of shape (m,), int64
+        Rows (any order; a row without a live document scores 0).
+    q_terms, q_idf, k1, b, avgdl
+        As in :func:`bm25_scores`.
+    forward : tuple (row_doc, doc_tptr, doc_nterm, dt_term, dt_tf, doc_len)
+        The forward index (section notes).
+    out : ndarray of shape (m,), float64
+        Written.
+
+    Returns
+    -------
+    out : ndarray of shape (m,), float64
+
+    Raises
+    ------
+    Nothing (not validated).
+
+    Examples
+    --------
+    Row 0's document (id 0, 3 tokens) holds term 1 once:
+
+    >>> fwd = (np.array([1]), np.array([0]), np.array([1]), np.array([1]), np.array([1]),
+    ...        np.array([3]))
+    >>> bm25_rows(np.array([0]), np.array([1]), np.array([0.5]), fwd, 1.2, 0.75, 3.0,
+    ...           np.empty(1)).round(4).tolist()             # 0.5 * 1 / (1 + 1.2)
+    [0.2273]
+    """
+    row_doc, doc_len = forward[0], forward[5]
+    for j in range(rows.shape[0]):
+        i = rows[j]
+        acc = 0.0
+        d = row_doc[i] - 1
+        if d >= 0:
+            for m in range(q_terms.shape[0]):
+                tfi = _row_tf(forward, i, q_terms[m])
+                if tfi > 0:
+                    tf = np.float64(tfi)
+                    norm = k1 * (1.0 - b + b * np.float64(doc_len[d]) / avgdl)
+                    acc += q_idf[m] * tf / (tf + norm)
+        out[j] = acc
+    return out
+
+
+@numba.njit(cache=True)
+def bm25_context_rows(rows, q_terms, q_idf_ctx, forward, windows, ctx_len, k1, b, avgdl_ctx,
+                      out):
+    """Window-document BM25 of the given rows from their windows' term lists: ``out[j]``
+    equals :func:`bm25_context_scores_sparse`'s score of ``rows[j]`` bit for bit when
+    ``q_idf_ctx`` is :func:`context_idf` of the terms' window-document frequencies (integer tf
+    sums over the window, contributions in query-term order from 0.0); 0.0 for a row that
+    scores nothing. O(len(rows) * len(q_terms) * window * terms per document).
+
+    Parameters
+    ----------
+    rows : ndarray of shape (m,), int64
+        Live rows (any order).
+    q_terms : ndarray of shape (q,), int64
+    q_idf_ctx : ndarray of shape (q,), float64
+        Each term's window idf (:func:`context_idf`).
+    forward : tuple
+        As in :func:`bm25_rows`.
+    windows, ctx_len, k1, b, avgdl_ctx
+        As in :func:`bm25_context_scores_sparse`.
+    out : ndarray of shape (m,), float64
+        Written.
+
+    Returns
+    -------
+    out : ndarray of shape (m,), float64
+
+    Raises
+    ------
+    Nothing (not validated).
+
+    Examples
+    --------
+    Rows 0 and 1 share a window; only row 1's document (id 0) holds term 2:
+
+    >>> fwd = (np.array([0, 1, 0]), np.array([0]), np.array([1]), np.array([2]), np.array([1]),
+    ...        np.array([2]))
+    >>> win = (np.array([0, 2, 4]), np.array([2, 2, 1]), np.array([0, 1, 0, 1, 2]))
+    >>> x = bm25_context_rows(np.array([0, 1, 2]), np.array([2]), np.array([0.5]), fwd, win,
+    ...                       np.array([4, 4, 2]), 1.2, 0.75, 10 / 3, np.empty(3))
+    >>> bool(x[0] == x[1] > 0), float(x[2])
+    (True, 0.0)
+    """
+    win_start, win_len, win_rows = windows
+    for j in range(rows.shape[0]):
+        i = rows[j]
+        acc = 0.0
+        a = win_start[i]
+        e = win_start[i] + win_len[i]
+        for m in range(q_terms.shape[0]):
+            t = q_terms[m]
+            tfi = 0
+            if e > a:
+                for p in range(a, e):
+                    tfi += _row_tf(forward, win_rows[p], t)
+            else:
+                tfi = _row_tf(forward, i, t)
+            if tfi > 0:
+                tf = np.float64(tfi)
+                norm = k1 * (1.0 - b + b * np.float64(ctx_len[i]) / avgdl_ctx)
+                acc += q_idf_ctx[m] * tf / (tf + norm)
+        out[j] = acc
+    return out
+
+
+@numba.njit(cache=True)
+def window_term_counts(rows, sign, win, win_pos, win_cnt, forward, seen, tick, counts):
+    """Add ``sign`` to ``counts[t, r - 1]`` for each row ``i`` of ``rows`` and each distinct
+    term ``t`` of its radius-``r`` window document, ``r = 1 .. counts.shape[1]``: over the
+    live rows, ``counts[t, r - 1]`` is ``df_ctx(t)`` of :func:`bm25_context_scores_sparse`
+    for radius-``r`` windows (windows hold live rows; the row's own document is radius 0's).
+    A write that changes some rows' windows subtracts their shares (``sign = -1``) before
+    and adds them (``+1``) after.
+
+    Parameters
+    ----------
+    rows : ndarray of shape (m,), int64
+        Live rows.
+    sign : int
+        +1 or -1.
+    win : ndarray of shape (n, 2 R_max + 1), int32
+        Each row's episode neighbourhood in episode order (:mod:`memcore.recall.index`'s
+        ``win``); ``win_pos``, ``win_cnt``: (n,) integer, the row's place in it and its length.
+    forward : tuple
+        As in :func:`bm25_rows`.
+    seen : ndarray of shape (n_terms,), int64
+        Scratch: entries below ``tick`` (any values < tick).
+    tick : int
+        Larger than every entry of ``seen``.
+    counts : ndarray of shape (n_terms, R), integer
+        Updated in place.
+
+    Returns
+    -------
+    int
+        The next ``tick`` (``seen`` holds values below it).
+
+    Raises
+    ------
+    Nothing (not validated).
+
+    Examples
+    --------
+    Rows 0 and 1 in one episode, row 1's document (id 0) holding term 0:
+
+    >>> fwd = (np.array([0, 1]), np.array([0]), np.array([1]), np.array([0]), np.array([1]),
+    ...        np.array([1]))
+    >>> win = np.array([[0, 1, -1], [0, 1, -1]], np.int32)
+    >>> counts = np.zeros((1, 1), np.int64)
+    >>> window_term_counts(np.array([0, 1]), 1, win, np.array([0, 1]), np.array([2, 2]), fwd,
+    ...                    np.zeros(1, np.int64), 1, counts), counts.tolist()
+    (3, [[2]])
+    """
+    row_doc, doc_tptr, doc_nterm, dt_term = forward[0], forward[1], forward[2], forward[3]
+    R = counts.shape[1]
+    for j in range(rows.shape[0]):
+        i = rows[j]
+        pos = np.int64(win_pos[i])
+        cnt = np.int64(win_cnt[i])
+        for r0 in range(R + 1):
+            for side in range(2):
+                if r0 == 0 and side == 1:
+                    continue
+                p = pos - r0 if side == 0 else pos + r0
+                if p < 0 or p >= cnt:
+                    continue
+                x = win[i, p] if r0 > 0 else i
+                d = row_doc[x] - 1
+                if d < 0:
+                    continue
+                a = doc_tptr[d]
+                for q in range(a, a + doc_nterm[d]):
+                    t = dt_term[q]
+                    if seen[t] != tick:
+                        seen[t] = tick
+                        for r in range(max(r0, 1), R + 1):
+                            counts[t, r - 1] += sign
+        tick += 1
+    return tick

@@ -718,3 +718,73 @@ def bm25_context_scores_dense_parallel(q_terms, postings, docs, windows, ctx_len
 def rows_in(values, wanted):
     """Rows whose value is in ``wanted``, ascending, int64."""
     return np.flatnonzero(np.isin(values, wanted)).astype(np.int64)
+
+
+def _forward_terms(forward, i) -> dict:
+    """Live row i's document as ``{term: tf}`` ({} without one)."""
+    row_doc, doc_tptr, doc_nterm, dt_term, dt_tf, _ = forward
+    d = int(row_doc[i]) - 1
+    if d < 0:
+        return {}
+    a, m = int(doc_tptr[d]), int(doc_nterm[d])
+    return dict(zip(dt_term[a:a + m].tolist(), dt_tf[a:a + m].tolist()))
+
+
+def context_idf(df, n_live):
+    """``ln(1 + (N - df + 0.5) / (df + 0.5))`` per term."""
+    df = np.asarray(df, np.float64)
+    return np.log1p((n_live - df + 0.5) / (df + 0.5))
+
+
+def bm25_rows(rows, q_terms, q_idf, forward, k1, b, avgdl, out):
+    """Own-text BM25 of each given row by the definition, from its ``{term: tf}``."""
+    doc_len = forward[5]
+    for j, i in enumerate(np.asarray(rows).tolist()):
+        terms = _forward_terms(forward, i)
+        s = 0.0
+        for t, idf in zip(q_terms.tolist(), q_idf.tolist()):
+            tf = terms.get(t, 0)
+            if tf:
+                dl = float(doc_len[int(forward[0][i]) - 1])
+                s += idf * tf / (tf + k1 * (1.0 - b + b * dl / avgdl))
+        out[j] = s
+    return out
+
+
+def bm25_context_rows(rows, q_terms, q_idf_ctx, forward, windows, ctx_len, k1, b, avgdl_ctx,
+                      out):
+    """Window-document BM25 of each given row by the definition: tf summed over its window."""
+    win_start, win_len, win_rows = windows
+    for j, i in enumerate(np.asarray(rows).tolist()):
+        w = win_rows[win_start[i]:win_start[i] + win_len[i]].tolist() or [i]
+        tfs: dict = {}
+        for x in w:
+            for t, tf in _forward_terms(forward, x).items():
+                tfs[t] = tfs.get(t, 0) + tf
+        s = 0.0
+        for t, idf in zip(q_terms.tolist(), q_idf_ctx.tolist()):
+            tf = tfs.get(t, 0)
+            if tf:
+                s += idf * tf / (tf + k1 * (1.0 - b + b * float(ctx_len[i]) / avgdl_ctx))
+        out[j] = s
+    return out
+
+
+def window_term_counts(rows, sign, win, win_pos, win_cnt, forward, seen, tick, counts):
+    """``counts[t, r - 1] += sign`` for each row and each distinct term of its radius-r window
+    document (r = 1 .. counts.shape[1]); returns ``tick + len(rows)`` (``seen`` untouched)."""
+    R = counts.shape[1]
+    for i in np.asarray(rows).tolist():
+        pos, cnt = int(win_pos[i]), int(win_cnt[i])
+        for r in range(1, R + 1):
+            terms = set()
+            for p in range(max(0, pos - r), min(cnt, pos + r + 1)):
+                terms.update(_forward_terms(forward, int(win[i, p]) if p != pos else i))
+            for t in terms:
+                counts[t, r - 1] += sign
+    return tick + len(rows)
+
+
+def bm25_scores_dense(q_terms, q_idf, postings, docs, k1, b, avgdl, scratch):
+    """:func:`bm25_scores_sparse` (the accumulator changes nothing; the scratch is left as given)."""
+    return bm25_scores_sparse(q_terms, q_idf, postings, docs, k1, b, avgdl)

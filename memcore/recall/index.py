@@ -39,8 +39,25 @@ float64 moment sums kept under put/delete (``sum c`` and ``sum c c^T`` of the co
 ``c`` for each (alpha, radius) a normalised search has used; the own vectors for radius 0),
 built by one pass the first time and O(window) per write after: O(dim^2) per query, no
 pass; :mod:`memcore.kernels.moments`), BM25's from its sparse scores; a metadata filter takes
-one exact pass instead. Weights and presets: :mod:`memcore.recall.weights`; a store
-namespace's indexes: :mod:`memcore.recall.namespace`.
+one exact pass instead.
+
+*Pruning* (:meth:`HybridIndex.search`, opt-in: :attr:`HybridIndex.prune_share`; measured
+slower than the full scan on the scale workloads: :data:`PRUNE_DF_SHARE`). A query term
+held by at least that share of the live rows (a speaker's name) is *common*; its postings
+stay out of the scan. Each of its contributions to a row is below its idf (own text) or its window idf
+(the window-document frequencies are kept by every write), so the fused score of any row is
+at most its *partial* score (the common terms left out) plus ``G = w_lexical * inv_lexical *
+sum idf + w_lexical_context * inv_context * sum idf_ctx`` over the common terms. The scan
+ranks by the partial score; the best ``K`` rows are scored in full from their term lists
+(:func:`memcore.kernels.bm25.bm25_rows`, ``bm25_context_rows``: the postings kernels' values
+bit for bit) by :func:`memcore.kernels.candidates.hybrid_rows_topk`; when the ``K``-th
+partial score plus ``G`` (with float slack) is below the k-th full score, the result is the
+unpruned one (same rows, same scores), else ``K`` grows 8x (from :data:`PRUNE_POOL`; the
+full scan past a quarter of the rows). The z statistics are the same as unpruned (given, or
+from every row's BM25).
+
+Weights and presets: :mod:`memcore.recall.weights`; a store namespace's indexes:
+:mod:`memcore.recall.namespace`.
 """
 
 from __future__ import annotations
@@ -107,6 +124,11 @@ def _row_shape(tail: tuple, dim: int) -> tuple:
 
 #: Per-episode arrays: the episode key's 64-bit hash and its last row + 1 (0: empty).
 EPISODE_ARRAYS = {"ep_key": np.uint64, "ep_last": np.int64}
+#: Per-term array: ``ctx_df[t, r - 1]``, the live rows whose radius-``r`` window document
+#: holds term ``t`` (the window BM25's document frequency), ``r = 1 .. MAX_WINDOW``, kept by
+#: every write (:func:`memcore.kernels.bm25.window_term_counts`); rebuilt by one pass when an
+#: index written before it is restored.
+CTX_DF = "ctx_df"
 
 
 def _episode_hash(episode: Hashable) -> int:
@@ -153,6 +175,18 @@ def _padded(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return (np.full(k, -1, np.int64), np.full(k, -np.inf, np.float32),
             np.full(k, -np.inf, np.float32))
 
+
+#: A query term whose document frequency is at least this share of the live rows is
+#: *common*: :meth:`HybridIndex.search` leaves its postings out of the scan and bounds its
+#: contributions (module notes, *Pruning*). Off (``math.inf``) by default: on the
+#: repetitive scale workload (bench/results/scale-sparse-20261205.md) the common terms'
+#: bound is several z units (at 1.5 % of the rows, four common terms bound ~18 units; at
+#: 10 %, ~3.7), so the scan must return hundreds to thousands of rows before it closes, and
+#: even with the z statistics given for free the pruned search was slower (1e5: 5.0-17 ms vs
+#: 4.4 ms p50) or at best even (1e6: 53-164 ms vs 55 ms p50, p99 up to 2 s).
+PRUNE_DF_SHARE = math.inf
+#: First candidate pool of a pruned search (grown 8x while the bound does not close).
+PRUNE_POOL = 256
 
 #: Rows up to which a moment-sum update is an einsum rather than a BLAS product.
 _SMALL_UPDATE = 16
@@ -231,6 +265,10 @@ class HybridIndex:
         for name, (dtype, tail) in ROW_ARRAYS.items():
             if self.arrays.get(name) is None:
                 self.arrays.alloc(name, (0,) + _row_shape(tail, self.dim), dtype)
+        if self.arrays.get(CTX_DF) is None:
+            self.arrays.alloc(CTX_DF, (0, MAX_WINDOW), np.int64)
+        self._seen = np.zeros(0, np.int64)          # window_term_counts' scratch (RAM)
+        self._tick = 1
         if vectors is None and self.arrays.get("vectors") is None:
             self.arrays.alloc("vectors", (0, self.dim), np.float32)
         for name, dtype in EPISODE_ARRAYS.items():
@@ -250,6 +288,10 @@ class HybridIndex:
             self._sums[(1.0, 0) if r == 0 else (float(w.alpha), r)] = (
                 np.zeros(self.dim), np.zeros((self.dim, self.dim)))
         self._wcache: dict[int, list] = {}         # radius -> _window_cache's list
+        #: :data:`PRUNE_DF_SHARE` of this index (``math.inf``, the default: never prune).
+        self.prune_share = PRUNE_DF_SHARE
+        #: :data:`PRUNE_POOL` of this index.
+        self.prune_pool = PRUNE_POOL
         #: The last :meth:`search`'s scan statistics: rows reranked exactly, exact
         #: similarities computed, rows flagged, candidates (``memcore.kernels.scan``).
         self.last_scan_stats = np.zeros(4, np.int64)
@@ -296,6 +338,7 @@ class HybridIndex:
         for name in list(ROW_ARRAYS) + list(EPISODE_ARRAYS):
             if arrays.get(name) is None and name not in _CODE_ARRAYS[4:]:
                 raise InvalidArgumentError(f"cannot restore a hybrid index: array {name!r} is missing")
+        recount = arrays.get(CTX_DF) is None       # written before ctx_df was kept
         idx = cls(dim, weights, query_preparer, arrays=arrays, vectors=vectors,
                   created_at=created_at)
         idx.n_rows = int(state["n_rows"])
@@ -320,6 +363,8 @@ class HybridIndex:
             idx._sums[(alpha, int(r))] = (np.array(state[f"sums.{j}.c1"], np.float64),
                                           np.array(state[f"sums.{j}.c2"], np.float64))
             j += 1
+        if recount:
+            idx._recount_window_terms()
         return idx
 
     def _a(self, name: str) -> np.ndarray:
@@ -651,6 +696,7 @@ class HybridIndex:
         for r in range(MAX_WINDOW + 1):
             ok = (col >= pos - r) & (col <= pos + r) & (col < cnt)
             self._ctx_len[r] += int(sign) * int(lens[ok].sum())
+        self._count_window_terms(rows, sign)
         if not self._sums:
             return
         V = self._vectors()
@@ -665,6 +711,45 @@ class HybridIndex:
                 # for a (k, 384) product, and on a busy machine they spin: 2-10x slower puts).
                 c2 += sign * (C.T @ C if C.shape[0] > _SMALL_UPDATE
                               else np.einsum("ki,kj->ij", C, C))
+
+    def _count_window_terms(self, rows: np.ndarray, sign: float) -> None:
+        """Add (``sign`` 1) or remove (-1) live ``rows``' window documents' terms in
+        ``ctx_df`` (:data:`CTX_DF`)."""
+        nt = self.lexical._n_terms
+        if self._a(CTX_DF).shape[0] < nt:
+            self.arrays.grow(CTX_DF, nt)
+        if self._seen.shape[0] < nt:
+            seen = np.zeros(max(nt, 2 * self._seen.shape[0]), np.int64)
+            seen[:self._seen.shape[0]] = self._seen
+            self._seen = seen
+        self._tick = _kb.window_term_counts(
+            np.asarray(rows, np.int64), int(sign), self._a("win"), self._a("win_pos"),
+            self._a("win_cnt"), self.lexical.forward(), self._seen, self._tick, self._a(CTX_DF))
+
+    def _recount_window_terms(self) -> None:
+        """``ctx_df`` from scratch: one pass over the live rows' windows."""
+        self._a(CTX_DF)[:] = 0
+        self._count_window_terms(np.flatnonzero(self._a("alive")[:self.n_rows]), 1.0)
+
+    def context_df(self, q_terms: np.ndarray, radius: int) -> np.ndarray:
+        """Live rows whose radius-``radius`` window document holds each term (the window
+        BM25's ``df_ctx``; radius 0: the own document's ``df``), kept by every write.
+
+        Parameters
+        ----------
+        q_terms : ndarray of shape (m,), int64
+            Term ids of :attr:`lexical`.
+        radius : int
+            In [0, :data:`MAX_WINDOW`].
+
+        Returns
+        -------
+        ndarray of shape (m,), int64
+        """
+        q_terms = np.asarray(q_terms, np.int64)
+        if radius == 0:
+            return self.lexical._a("df")[q_terms].astype(np.int64)
+        return self._a(CTX_DF)[q_terms, radius - 1].astype(np.int64)
 
     def _context_vectors(self, V: np.ndarray, rows: np.ndarray, alpha: float, r: int
                          ) -> np.ndarray:
@@ -863,13 +948,30 @@ class HybridIndex:
         if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
             raise InvalidArgumentError(f"top_k must be an int >= 1, got {top_k!r}")
         threads = check_threads(threads)
+        w = weights if weights is not None else self.weights
+        if isinstance(query, str) and self.n_rows:
+            query = self.prepare(query)
+        plan = self._prune_plan(query, w) if rows is None and lexical is None else None
+        if plan is not None:
+            q_terms, q_idf, common = plan
+            if stats is None and w.normalize:    # exact z statistics: every row's BM25
+                lexical = full = self._term_signals(q_terms, q_idf, w, threads)
+            else:
+                full = None
+                lexical = LexicalSignals(_EMPTY_I, _EMPTY_F, _EMPTY_I, _EMPTY_F)
         w, _, q, prepared, live, lex, stats, decay = self._inputs(
             query, query_vector, weights, decay, now, last_accessed_at, importance, alive,
-            lexical, stats)
+            lexical, stats, threads)
         n = self.n_rows
         ids, scores, sims = _padded(int(top_k))
         if n == 0:
             return HybridResult(ids, scores, sims, 0)
+        if plan is not None:
+            got = self._search_pruned(q, prepared, w, stats, decay, live, float(threshold),
+                                      int(top_k), threads, plan)
+            if got is not None:
+                return got
+            lex = full if full is not None else self._term_signals(q_terms, q_idf, w, threads)
         dense, windows, sparse, _ = self._scan_args(prepared, w, stats, lex)
         if rows is not None:         # the approximate path's candidates, scored exactly
             count = _kcand.hybrid_rows_topk(
@@ -884,11 +986,84 @@ class HybridIndex:
         self.last_scan_stats = st
         return HybridResult(ids, scores, sims, int(count))
 
+    def _prune_plan(self, prepared: PreparedQuery, w: HybridWeights) -> tuple | None:
+        """``(q_terms, q_idf, common)`` when :meth:`search` prunes the query's common terms
+        (``common``: bool per term occurrence, document frequency at least
+        :attr:`prune_share` of the live rows); None when no term is common (or BM25 is off)."""
+        if not (w.lexical or w.lexical_context) or not self.lexical.n_docs \
+                or not isinstance(prepared, PreparedQuery) or self.prune_share == math.inf:
+            return None
+        q_terms, q_idf = self._query_terms(prepared)
+        if q_terms.shape[0] == 0:
+            return None
+        common = self.lexical._a("df")[q_terms] >= self.prune_share * self.n_live
+        return (q_terms, q_idf, common) if common.any() else None
+
+    def _search_pruned(self, q: np.ndarray, prepared: PreparedQuery, w: HybridWeights,
+                       stats: np.ndarray | None, decay: tuple, live: np.ndarray,
+                       threshold: float, k: int, threads: int, plan: tuple
+                       ) -> HybridResult | None:
+        """:meth:`search`'s result without the common terms' postings in the scan (module
+        notes, *Pruning*): the scan ranks by the fused score without the common terms'
+        BM25 contributions, each of which is at most its idf times the signal's weight and
+        ``inv``; the full score of its ``K`` best rows is computed exactly from their term
+        lists; when the ``K``-th best partial score plus the common terms' bound ``G`` is
+        below the k-th full score, no other row can enter the top-k (else ``K`` grows).
+        None: the pool reached a quarter of the rows (the caller scans every row)."""
+        q_terms, q_idf, common = plan
+        n = self.n_rows
+        r = int(w.lexical_window)
+        inv = [self._z(stats, i, w)[1] for i in (1, 2)]
+        ctx_idf = np.zeros(q_terms.shape[0])
+        if w.lexical_context and self._ctx_len[r] > 0:
+            ctx_idf = _kb.context_idf(self.context_df(q_terms, r), self.n_live)
+        bound = w.lexical * inv[0] * float(q_idf[common].sum()) \
+            + w.lexical_context * inv[1] * float(ctx_idf[common].sum())
+        part = self._term_signals(q_terms[~common], q_idf[~common], w, threads)
+        dense, windows, sparse, _ = self._scan_args(prepared, w, stats, part)
+        V = self._vectors()[:n]
+        pool = max(self.prune_pool, 4 * k)
+        while True:
+            ids, scores, sims = _padded(pool)
+            st = np.zeros(4, np.int64)
+            with numba_threads(threads):
+                count = _ks.hybrid_scan_topk(
+                    q, self._codes(n), V, windows, float(w.alpha), dense, sparse, decay, live,
+                    threshold, (ids, scores, sims, st), parallel=threads > 1)
+            cand = np.sort(ids[:count])
+            full = self._signals_at(cand, q_terms, q_idf, ctx_idf, w)
+            _, _, sp_full, _ = self._scan_args(prepared, w, stats, full)
+            out = _padded(k)
+            got = _kcand.hybrid_rows_topk(cand, q, V, windows, float(w.alpha), dense, sp_full,
+                                          decay, live, threshold, out)
+            self.last_scan_stats = st
+            if count < pool:                     # every candidate row is in the pool
+                return HybridResult(*out, int(got))
+            tau = float(out[1][k - 1]) if got == k else -math.inf
+            e = float(scores[pool - 1])          # no row outside scores above it (float32)
+            u = e + abs(e) * 2.0 ** -22 + bound * (1.0 + 1e-12) \
+                + 1e-9 * (1.0 + abs(e) + bound)
+            if u < tau - abs(tau) * 2.0 ** -22:
+                return HybridResult(*out, int(got))
+            if 4 * pool >= self.n_live:
+                return None
+            pool *= 8
+
+    @staticmethod
+    def _z(stats: np.ndarray | None, i: int, w: HybridWeights) -> tuple[float, float]:
+        """``(mean, inv)`` of signal ``i`` (0 dense, 1 lexical, 2 lexical context) for the
+        z-score; ``(0, 1)`` without normalisation; ``inv`` 0 for a constant signal."""
+        if not w.normalize:
+            return 0.0, 1.0
+        cnt, mean, m2 = stats[i]
+        std = math.sqrt(m2 / cnt) if cnt > 0 and m2 > 0 else 0.0
+        return mean, (1.0 / std if std > 0.0 else 0.0)
+
     def _inputs(self, query: str | PreparedQuery, query_vector: np.ndarray,
                 weights: HybridWeights | None, decay: DecayWeights | None, now: float,
                 last_accessed_at: np.ndarray | None, importance: np.ndarray | None,
                 alive: np.ndarray | None, lexical: LexicalSignals | None,
-                stats: np.ndarray | None) -> tuple:
+                stats: np.ndarray | None, threads: int = 1) -> tuple:
         """:meth:`search`'s arguments checked and completed: the weights, decay weights,
         query vector, prepared query, candidate mask, lexical signals, z statistics and the
         scan's ``decay`` tuple."""
@@ -898,7 +1073,7 @@ class HybridIndex:
         q, prepared, live = self._query(query, query_vector, alive)
         t = self._column(last_accessed_at, n, np.float64, "last_accessed_at")
         imp = self._column(importance, n, np.float32, "importance")
-        lex = lexical if lexical is not None else self.lexical_signals(prepared, w)
+        lex = lexical if lexical is not None else self.lexical_signals(prepared, w, threads)
         if stats is None and w.normalize:
             stats = self.moments(prepared, q, weights=w, alive=alive, lexical=lex)
         terms = (t, imp, float(now), float(d.half_life), float(d.w_recency),
@@ -912,11 +1087,7 @@ class HybridIndex:
         n = self.n_rows
 
         def z(i):
-            if not w.normalize:
-                return 0.0, 1.0
-            cnt, mean, m2 = stats[i]
-            std = math.sqrt(m2 / cnt) if cnt > 0 and m2 > 0 else 0.0
-            return mean, (1.0 / std if std > 0.0 else 0.0)
+            return self._z(stats, i, w)
 
         r = self._dense_radius(w)
         mu, inv = z(0)
@@ -1096,19 +1267,53 @@ class HybridIndex:
             Empty where the weights leave a signal out.
         """
         w = weights if weights is not None else self.weights
+        if not ((w.lexical or w.lexical_context) and self.lexical.n_docs):
+            return LexicalSignals(_EMPTY_I, _EMPTY_F, _EMPTY_I, _EMPTY_F)
+        return self._term_signals(*self._query_terms(prepared), w, threads)
+
+    def _query_terms(self, prepared: PreparedQuery) -> tuple[np.ndarray, np.ndarray]:
+        """The query's BM25 term ids (stemmed as indexed; repeats kept, in order) and idf."""
+        q = prepared.lexical if self._stem is None else self._stem(prepared.lexical)
+        h, _, c = _text.token_hashes([q], parallel=False)
+        return self.lexical.query_terms(h[:c[0]])
+
+    def _term_signals(self, q_terms: np.ndarray, q_idf: np.ndarray, w: HybridWeights,
+                      threads: int = 1) -> LexicalSignals:
+        """:meth:`lexical_signals` for the given query terms (postings kernels)."""
         own = ctx = (_EMPTY_I, _EMPTY_F)
-        if (w.lexical or w.lexical_context) and self.lexical.n_docs:
-            q = prepared.lexical if self._stem is None else self._stem(prepared.lexical)
-            h, _, c = _text.token_hashes([q], parallel=False)
-            q_terms, q_idf = self.lexical.query_terms(h[:c[0]])
-            if w.lexical:
-                own = self.lexical.sparse_scores(q_terms, q_idf, w.k1, w.b, threads)
-            if w.lexical_context:
-                r = int(w.lexical_window)
-                ws, wl, wr = self.windows(r)
-                ctx = self.lexical.context_scores(q_terms, ws, wl, wr, self.context_lengths(r),
-                                                  int(self._ctx_len[r]), w.k1, w.b, r,
-                                                  threads)
+        if w.lexical:
+            own = self.lexical.sparse_scores(q_terms, q_idf, w.k1, w.b, threads)
+        if w.lexical_context:
+            r = int(w.lexical_window)
+            ws, wl, wr = self.windows(r)
+            ctx = self.lexical.context_scores(q_terms, ws, wl, wr, self.context_lengths(r),
+                                              int(self._ctx_len[r]), w.k1, w.b, r, threads)
+        return LexicalSignals(own[0], own[1], ctx[0], ctx[1])
+
+    def _signals_at(self, rows: np.ndarray, q_terms: np.ndarray, q_idf: np.ndarray,
+                    ctx_idf: np.ndarray, w: HybridWeights) -> LexicalSignals:
+        """:meth:`lexical_signals` restricted to ``rows`` (ascending, live), from the rows'
+        term lists (:func:`memcore.kernels.bm25.bm25_rows`, ``bm25_context_rows``: the same
+        values bit for bit); ``ctx_idf``: :func:`~memcore.kernels.bm25.context_idf` of the
+        terms' kept window-document frequencies."""
+        lex = self.lexical
+        own = ctx = (_EMPTY_I, _EMPTY_F)
+        if not lex.n_docs or q_terms.shape[0] == 0:
+            return LexicalSignals(_EMPTY_I, _EMPTY_F, _EMPTY_I, _EMPTY_F)
+        fwd = lex.forward()
+        if w.lexical:
+            x = _kb.bm25_rows(rows, q_terms, q_idf, fwd, w.k1, w.b, lex.avgdl,
+                              np.empty(rows.shape[0]))
+            ok = x != 0.0
+            own = (rows[ok], x[ok])
+        r = int(w.lexical_window)
+        total = int(self._ctx_len[r])
+        if w.lexical_context and total > 0:
+            x = _kb.bm25_context_rows(rows, q_terms, ctx_idf, fwd, self.windows(r),
+                                      self.context_lengths(r), w.k1, w.b, total / lex.n_docs,
+                                      np.empty(rows.shape[0]))
+            ok = x != 0.0
+            ctx = (rows[ok], x[ok])
         return LexicalSignals(own[0], own[1], ctx[0], ctx[1])
 
     def moments(self, query: str | PreparedQuery, query_vector: np.ndarray, *,

@@ -492,6 +492,13 @@ class LexicalIndex:
         return (self._a("head"), self._a("tail"), self._a("fill"), self._a("bstart"),
                 self._a("bsize"), self._a("bnext"), self._a("pdoc"), self._a("ptf"))
 
+    def forward(self) -> tuple:
+        """The kernels' forward index (each row's document as term lists;
+        :func:`memcore.kernels.bm25.bm25_rows`): ``(row_doc, doc_tptr, doc_nterm, dt_term,
+        dt_tf, doc_len)``, views of the arrays."""
+        return (self._a("row_doc"), self._a("doc_tptr"), self._a("doc_nterm"),
+                self._a("dt_term"), self._a("dt_tf"), self._a("doc_len"))
+
     def _docs(self) -> tuple:
         """The kernels' docs tuple: (doc_row, doc_len, doc_alive)."""
         return self._a("doc_row"), self._a("doc_len"), self._a("doc_alive")
@@ -545,18 +552,17 @@ class LexicalIndex:
         work = int(self._a("df")[q_terms].sum())
         if 8 * work < self.n_rows:
             return _k.bm25_scores_sparse(*args)
-        # common terms: the n-length kernel and its non-zero rows (the same values bit for
-        # bit) beat sorting the postings; its output is the zeroed accumulator of
-        # context_scores, zeroed again after
+        # common terms: an n-length accumulator (the same values bit for bit) beats sorting
+        # the postings; it is the zeroed accumulator of context_scores, zeroed again after
         scratch = self._take_scratch(self.n_rows)
         if thread_count(threads) > 1 and work >= PARALLEL_MIN_WORK:
             with numba_threads(threads):
                 out = _k.bm25_scores_parallel(*args, scratch[0][:self.n_rows])
+            rows = np.flatnonzero(out).astype(np.int64)
+            vals = out[rows]
+            out[rows] = 0.0
         else:
-            out = _k.bm25_scores(*args, scratch[0][:self.n_rows])
-        rows = np.flatnonzero(out).astype(np.int64)
-        vals = out[rows]
-        out[rows] = 0.0
+            rows, vals = _k.bm25_scores_dense(*args, (scratch[0][:self.n_rows], scratch[2]))
         self._scratch.append(scratch)
         return rows, vals
 
