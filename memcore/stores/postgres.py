@@ -128,6 +128,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any, Iterable, Sequence
 
@@ -606,7 +607,8 @@ class PostgresMemory(MemoryStore):
                      f"CREATE INDEX IF NOT EXISTS memcore_postings_key "
                      f"ON {t('memcore_postings')} (namespace, key); "
                      f"CREATE INDEX IF NOT EXISTS memcore_memories_episode "
-                     f"ON {t('memcore_memories')} (namespace, ((metadata::jsonb) -> 'episode')); "
+                     f"ON {t('memcore_memories')} (namespace, ((metadata::jsonb) -> 'episode'), "
+                     f"seq); "
                      f"CREATE INDEX IF NOT EXISTS memcore_memories_speaker "
                      f"ON {t('memcore_memories')} (namespace, ((metadata::jsonb) ->> 'speaker'))")
         # schema 1 -> 2: a table without the time-to-live columns gains them (ALTER TABLE only
@@ -1029,7 +1031,7 @@ class PostgresMemory(MemoryStore):
         if rq.prepared is None:
             return None
         if not self.replica:
-            return self._candidate_store(rq).signals(rq)
+            return self._candidate_store(rq)[0].signals(rq)
         with self._lock:
             return self._replica(rq.namespace).store.signals(rq)
 
@@ -1039,7 +1041,7 @@ class PostgresMemory(MemoryStore):
         if rq.prepared is None or not hits:
             return [None] * len(hits)
         if not self.replica:
-            return self._candidate_store(rq, hits).explanations(rq, hits, stats)
+            return self._candidate_store(rq, hits)[0].explanations(rq, hits, stats)
         with self._lock:
             return self._replica(rq.namespace).store.explanations(rq, hits, stats)
 
@@ -1056,7 +1058,11 @@ class PostgresMemory(MemoryStore):
         self._check_read()
         if rq.prepared is not None:
             if not self.replica:
-                return self._candidate_store(rq).scan(rq, sig)
+                store, ring = self._candidate_store(rq)
+                if not ring:
+                    return store.scan(rq, sig)
+                got = store.scan(replace(rq, top_k=rq.top_k + len(ring)), sig)
+                return [h for h in got if h.key not in ring][:rq.top_k]
             with self._lock:
                 return self._replica(rq.namespace).store.scan(rq, sig)
         return self._run(lambda conn: self._rank(conn, rq))
@@ -1167,7 +1173,7 @@ class PostgresMemory(MemoryStore):
         got = getattr(local, "store", None)
         if got is not None and got[0] == ident and all(
                 got[1].vector(rq.namespace, h.key) is not None for h in hits):
-            return got[1]
+            return got[1], got[2]
         local.store = None
         from memcore.stores.long import LongTermMemory
 
@@ -1190,8 +1196,9 @@ class PostgresMemory(MemoryStore):
             if live is None or live[0] == 0:
                 return []
             if live[0] <= c:
-                return conn.execute(f"SELECT {_COLS}, embedding, seq FROM {t} "
-                                    f"WHERE namespace = %(ns)s ORDER BY seq", p).fetchall()
+                return conn.cursor(binary=True).execute(
+                    f"SELECT {_COLS}, embedding, seq, TRUE FROM {t} "
+                    f"WHERE namespace = %(ns)s ORDER BY seq", p).fetchall()
             keys = set(p["hits"])
             if self.hnsw:
                 conn.execute(f"SET LOCAL hnsw.ef_search = {min(int(c), MAX_CANDIDATES)}; "
@@ -1213,20 +1220,26 @@ class PostgresMemory(MemoryStore):
                     f"SELECT s.key FROM s WHERE EXISTS (SELECT 1 FROM {t} WHERE {vis} "
                     f"AND key = s.key) ORDER BY s.score DESC LIMIT %(c)s",
                     {**p, "n": live[0], "lim": 4 * c}).fetchall())
-            if p["spk"]:
+            if p["spk"]:        # the named speakers' rows nearest the query
                 keys.update(r[0] for r in conn.execute(
                     f"SELECT key FROM {t} WHERE {vis} AND lower((metadata::jsonb) ->> "
-                    f"'speaker') = ANY(%(spk)s) LIMIT %(c)s", p).fetchall())
+                    f"'speaker') = ANY(%(spk)s) ORDER BY embedding <#> %(q)s LIMIT %(c)s",
+                    p).fetchall())
             p["keys"] = sorted(keys)
-            return conn.execute(
-                f"WITH e AS (SELECT DISTINCT (metadata::jsonb) -> 'episode' AS ep FROM {t} "
-                f"WHERE namespace = %(ns)s AND key = ANY(%(keys)s) AND "
-                f"(metadata::jsonb) -> 'episode' IS NOT NULL "
-                f"AND (metadata::jsonb) -> 'episode' <> 'null'::jsonb) "
-                f"SELECT {_COLS}, embedding, seq FROM {t} WHERE namespace = %(ns)s AND "
-                f"(key = ANY(%(keys)s) OR (metadata::jsonb) -> 'episode' IN (SELECT ep FROM e)) "
-                f"ORDER BY seq", p).fetchall()
+            ep = "((metadata::jsonb) -> 'episode')"
+            side = (f"CROSS JOIN LATERAL (SELECT key FROM {t} WHERE namespace = %(ns)s AND "
+                    f"{ep} = c.ep AND seq {{}} c.seq ORDER BY seq {{}} LIMIT %(r)s) x "
+                    f"WHERE c.ep IS NOT NULL AND c.ep <> 'null'::jsonb")
+            return conn.cursor(binary=True).execute(
+                f"WITH c AS MATERIALIZED (SELECT key, seq, {ep} AS ep FROM {t} "
+                f"WHERE namespace = %(ns)s AND key = ANY(%(keys)s)), "
+                f"nb AS (SELECT key FROM c UNION SELECT x.key FROM c {side.format('<', 'DESC')} "
+                f"UNION SELECT x.key FROM c {side.format('>', 'ASC')}) "
+                f"SELECT {_COLS}, embedding, seq, key = ANY(%(keys)s) FROM {t} "
+                f"WHERE namespace = %(ns)s AND key IN (SELECT key FROM nb) ORDER BY seq",
+                p).fetchall()
 
+        p["r"] = max(int(w.dense_window), int(w.lexical_window), 0)
         rows = self._run(run)
         store = LongTermMemory(None, self.embedder, weights=self.weights, clock=self.clock,
                                hybrid=self.hybrid, query_preparer=self.query_preparer,
@@ -1234,8 +1247,10 @@ class PostgresMemory(MemoryStore):
         if rows:
             store.put_stored([self._memory(rq.namespace, r) for r in rows],
                              np.stack([_np(r[_NCOLS]) for r in rows]))
-        local.store = (ident, store)
-        return store
+        # the window neighbours read for the candidates' windows: not candidates themselves
+        ring = frozenset(r[0] for r in rows if not r[_NCOLS + 2])
+        local.store = (ident, store, ring)
+        return store, ring
 
     # ------------------------------------------------------------------ hybrid replica
     def _replica(self, ns: Namespace) -> "_Replica":
