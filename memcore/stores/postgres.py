@@ -63,9 +63,37 @@ namespace. Ranking is therefore identical to the
 embedded store's (LoCoMo dev R@10 equal: 0.8131 with MiniLM and the hybrid default, 0.7832 with
 the hashing embedder; bench/results/postgres-20261202T012021Z), at the cost of holding the
 namespace's vectors in the searching process and of transferring them once (its first
-hybrid search loads the namespace). BM25 from term statistics kept in tables, the dense
-moment sums and a context-vector column (ranking hybrid recall from SQL candidates) are not
-built yet.
+hybrid search loads the namespace).
+
+Stateless hybrid recall (``PostgresMemory(..., replica=False)``; not the default, because it
+is exact only on small namespaces). Write-time state, kept by every writer in its
+transaction whatever its searchers do: ``memcore_postings(namespace, term, key, tf, dl)``,
+memcore's own BM25 terms of each memory (``"speaker: text"``, stemmed, hashed as the hybrid
+index does: :mod:`memcore.stores.pg_terms`; replaced with the row, dropped with it by an
+``ON DELETE CASCADE`` foreign key, so deletes, clears and sweeps keep it), an index on
+``(namespace, metadata->'episode', seq)`` (episode order) and one on the speaker. A search:
+
+1. candidates in SQL, each source filtered (namespace, expiry, metadata filter): the HNSW
+   top-C by the embedding, the BM25 top-C over the query terms' postings (df counted from
+   the postings, so O(matching postings); avgdl of the matching documents), the C rows
+   nearest the query among the speakers it names (C = ``candidates``);
+2. each candidate's episode window neighbours (``max(dense_window, lexical_window)`` before
+   and after it in episode order: one index probe each way), in one REPEATABLE READ snapshot,
+   vectors in binary;
+3. those rows put into a per-query :class:`~memcore.LongTermMemory` in write order and ranked
+   by the embedded code (windows, BM25, context similarity, speaker boost, decay: the same
+   kernels); the neighbours are not candidates (left out of the hits). The store lives until
+   the thread's next search (O(candidates x window)); ``explain=True`` reuses it.
+
+What is exact and what is not: a namespace of at most C rows is read whole and ranked
+exactly as the replica (tested). Above C, each candidate's window (own and context
+similarity, window BM25 terms) is exact, but the **z statistics, BM25's df and avgdl are those
+of the rows read, not of the namespace**, and memories outside the candidates are not
+considered; no bound proves the top-k and nothing widens (an approximation, measured in
+bench/results/postgres-stateless-20261205.md: top-10 agreement with the replica and LoCoMo dev
+R@10). What exactness needs beyond this: the namespace's dense moment sums of the context
+vectors (kept with the embedded index's windowed updates) and the window documents' df, both
+in SQL, and the per-signal bounds to widen C; not built.
 
 Access statistics (``touch``) and ``refresh_ttl``: one statement per call for the keys it
 returned, locking only those rows (in key order) and their ``memcore_touches`` rows, never
@@ -114,7 +142,11 @@ Differences from the embedded store (every one known):
   float32: near-ties may order differently; recency is clamped at 2 ** -1000. Above
   ``exact_max_rows`` the HNSW candidates are approximate (the embedded store is exact unless
   ``approximate=`` is given).
-- Hybrid recall holds a replica of the namespace in each searching process (above).
+- Hybrid recall holds a replica of the namespace in each searching process (above), or with
+  ``replica=False`` ranks SQL candidates with statistics of the rows read (approximate above
+  ``candidates`` rows).
+- A memory written by a memcore before the postings table has no postings (its BM25
+  candidacy is missing in the stateless search until it is written again).
 - A replaced key keeps ``created_at``/``access_count`` as stored at its commit (concurrent
   writers included); a store migrated from version 2 lost its metadata key order.
 - No ``durability``, ``lock_timeout``, ``read_only``, ``repair``, ``approximate`` (the server
@@ -181,7 +213,7 @@ from memcore.types import (
 __all__ = ["PostgresMemory", "PostgresError", "PostgresUnavailableError",
            "PostgresAuthError", "PostgresExtensionError", "InvalidUrlError", "is_postgres_url",
            "redact",
-           "SCHEMA_VERSION", "EXACT_MAX_ROWS", "MIN_CANDIDATES"]
+           "SCHEMA_VERSION", "EXACT_MAX_ROWS", "MIN_CANDIDATES", "HYBRID_CANDIDATES"]
 
 #: Version of the schema :meth:`PostgresMemory.setup` creates.
 SCHEMA_VERSION = 3
@@ -392,6 +424,13 @@ class PostgresMemory(MemoryStore):
         :class:`~memcore.LongTermMemory`); None: memories never expire.
     refresh_ttl : bool, default False
         Default of ``refresh_ttl`` for :meth:`get` and :meth:`search`.
+    replica : bool, default True
+        Hybrid recall on an in-process replica of the namespace (exact: the embedded store's
+        ranking). False: the stateless search (module notes, *Stateless hybrid recall*):
+        nothing per namespace is kept in the process; the ranking is exact only while the
+        namespace holds at most ``candidates`` rows, approximate above.
+    candidates : int, default HYBRID_CANDIDATES
+        With ``replica=False``: rows from each candidate source (HNSW, BM25, speakers).
 
     Notes
     -----
