@@ -1070,7 +1070,7 @@ class PostgresMemory(MemoryStore):
         if rq.prepared is None:
             return None
         if not self.replica:
-            return self._candidate_store(rq)[0].signals(rq)
+            return self._candidate_store(rq)[2]
         with self._lock:
             return self._replica(rq.namespace).store.signals(rq)
 
@@ -1080,7 +1080,8 @@ class PostgresMemory(MemoryStore):
         if rq.prepared is None or not hits:
             return [None] * len(hits)
         if not self.replica:
-            return self._candidate_store(rq, hits)[0].explanations(rq, hits, stats)
+            store, _, sig = self._candidate_store(rq, hits)
+            return store.explanations(rq, hits, sig.moments if stats is None else stats)
         with self._lock:
             return self._replica(rq.namespace).store.explanations(rq, hits, stats)
 
@@ -1097,7 +1098,8 @@ class PostgresMemory(MemoryStore):
         self._check_read()
         if rq.prepared is not None:
             if not self.replica:
-                store, ring = self._candidate_store(rq)
+                store, ring, own = self._candidate_store(rq)
+                sig = own if sig is None else sig
                 if not ring:
                     return store.scan(rq, sig)
                 got = store.scan(replace(rq, top_k=rq.top_k + len(ring)), sig)
@@ -1212,7 +1214,7 @@ class PostgresMemory(MemoryStore):
         got = getattr(local, "store", None)
         if got is not None and got[0] == ident and all(
                 got[1].vector(rq.namespace, h.key) is not None for h in hits):
-            return got[1], got[2]
+            return got[1:]
         local.store = None
         from memcore.stores.long import LongTermMemory
 
@@ -1234,6 +1236,8 @@ class PostgresMemory(MemoryStore):
                                 f"WHERE namespace = %s", [nst]).fetchone()
             if live is None or live[0] == 0:
                 return []
+            if w.normalize and w.dense:
+                dense.append(self._dense_moments(conn, rq, p, where))
             if live[0] <= c:
                 return conn.cursor(binary=True).execute(
                     f"SELECT {_COLS}, embedding, seq, TRUE FROM {t} "
@@ -1279,6 +1283,7 @@ class PostgresMemory(MemoryStore):
                 p).fetchall()
 
         p["r"] = max(int(w.dense_window), int(w.lexical_window), 0)
+        dense: list = []
         rows = self._run(run)
         store = LongTermMemory(None, self.embedder, weights=self.weights, clock=self.clock,
                                hybrid=self.hybrid, query_preparer=self.query_preparer,
@@ -1288,8 +1293,35 @@ class PostgresMemory(MemoryStore):
                              np.stack([_np(r[_NCOLS]) for r in rows]))
         # the window neighbours read for the candidates' windows: not candidates themselves
         ring = frozenset(r[0] for r in rows if not r[_NCOLS + 2])
-        local.store = (ident, store, ring)
-        return store, ring
+        sig = store.signals(rq)
+        if sig is not None and dense and sig.moments is not None:
+            mom = sig.moments.copy()
+            mom[0] = dense[0]              # the namespace's, not the rows read
+            sig = replace(sig, moments=mom)
+        local.store = (ident, store, ring, sig)
+        return store, ring, sig
+
+    def _dense_moments(self, conn: Any, rq: ResolvedQuery, p: dict, where: str) -> tuple:
+        """Count, mean and M2 of the dense signal over the namespace's visible (filtered)
+        rows, in the server (one pass: O(rows)): the own similarity, or with a window the
+        context similarity ``alpha * sim + (1 - alpha) * mean(sim over the window)``, the
+        window over every row of the episode in write order (expired rows included, as the
+        embedded index holds them until swept)."""
+        w = rq.hybrid
+        r = 0 if w.alpha == 1.0 or w.dense_window == 0 else int(w.dense_window)
+        t = self._t("memcore_memories")
+        ep = "((metadata::jsonb) -> 'episode')"
+        x = ("sim" if r == 0 else
+             f"%(alpha)s * sim + (1 - %(alpha)s) * avg(sim) OVER (PARTITION BY ep, own "
+             f"ORDER BY seq ROWS BETWEEN {r} PRECEDING AND {r} FOLLOWING)")
+        got = conn.execute(
+            f"WITH s AS (SELECT seq, {_VISIBLE} AND {where} AS keep, "
+            f"(-(embedding <#> %(q)s))::float8 AS sim, {ep} AS ep, CASE WHEN {ep} IS NULL OR "
+            f"{ep} = 'null'::jsonb THEN key END AS own FROM {t} WHERE namespace = %(ns)s), "
+            f"x AS (SELECT keep, {x} AS x FROM s) "
+            f"SELECT count(*), coalesce(avg(x), 0), coalesce(var_pop(x) * count(*), 0) "
+            f"FROM x WHERE keep", {**p, "alpha": float(w.alpha)}).fetchone()
+        return float(got[0]), float(got[1]), float(got[2])
 
     # ------------------------------------------------------------------ hybrid replica
     def _replica(self, ns: Namespace) -> "_Replica":
