@@ -226,7 +226,7 @@ EXACT_MAX_ROWS = 10_000
 MIN_CANDIDATES = 400
 #: Candidates of each source of the stateless hybrid search (``replica=False``): HNSW top-C,
 #: BM25 top-C and up to C speaker rows; a namespace of at most this many rows is read whole.
-HYBRID_CANDIDATES = 400
+HYBRID_CANDIDATES = 100
 #: pgvector's upper limit of ``hnsw.ef_search``.
 MAX_CANDIDATES = 1000
 #: Recency exponent clamp (``0.5 ** 1000`` is normal float8; PostgreSQL raises on underflow).
