@@ -820,7 +820,8 @@ def test_readme_citus_ddl_runs_without_citus_and_calls_it_with_the_tables(own_se
                      ("distributed", ns, "namespace", "default"),
                      ("distributed", "memcore.memcore_memories", "namespace", ns),
                      ("distributed", "memcore.memcore_deleted", "namespace", ns),
-                     ("distributed", "memcore.memcore_touches", "namespace", ns)]
+                     ("distributed", "memcore.memcore_touches", "namespace", ns),
+                     ("distributed", "memcore.memcore_postings", "namespace", ns)]
     assert setting == (["citus.propagate_set_commands=local"],)
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute("DROP DATABASE citusddl WITH (FORCE)")
