@@ -87,13 +87,15 @@ index does: :mod:`memcore.stores.pg_terms`; replaced with the row, dropped with 
 
 What is exact and what is not: a namespace of at most C rows is read whole and ranked
 exactly as the replica (tested). Above C, each candidate's window (own and context
-similarity, window BM25 terms) is exact, but the **z statistics, BM25's df and avgdl are those
-of the rows read, not of the namespace**, and memories outside the candidates are not
-considered; no bound proves the top-k and nothing widens (an approximation, measured in
+similarity, window BM25 terms) is exact, and so are the dense signal's z statistics (the
+namespace's, from one pass in the server: O(rows), a window average over every row's
+similarity); but **BM25's df and avgdl and the lexical z statistics are those of the rows
+read, not of the namespace**, and memories outside the candidates are not considered; no bound proves the top-k and nothing widens (an approximation, measured in
 bench/results/postgres-stateless-20261205.md: top-10 agreement with the replica and LoCoMo dev
 R@10). What exactness needs beyond this: the namespace's dense moment sums of the context
-vectors (kept with the embedded index's windowed updates) and the window documents' df, both
-in SQL, and the per-signal bounds to widen C; not built.
+vectors (kept with the embedded index's windowed updates: O(window) per write instead of the
+O(rows) pass per search), BM25's namespace df/avgdl and the window documents' df, in SQL,
+and the per-signal bounds to widen C; not built.
 
 Access statistics (``touch``) and ``refresh_ttl``: one statement per call for the keys it
 returned, locking only those rows (in key order) and their ``memcore_touches`` rows, never
