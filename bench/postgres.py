@@ -256,8 +256,9 @@ def _fleet(url, schema, searchers, writers, seconds, searches, qtexts, qvecs, ve
             "lock_waits": waits, "exitcodes": [p.exitcode for p in procs]}
 
 
-def _locomo(url, runs, data) -> dict:
-    """R@10 of bench.quality's LoCoMo runs with LongTermMemory and with PostgresMemory."""
+def _locomo(url, runs, data, **pg_kw) -> dict:
+    """R@10 of bench.quality's LoCoMo runs with LongTermMemory and with PostgresMemory
+    (``pg_kw``: more of its arguments, e.g. ``replica=False, candidates=100``)."""
     from bench import quality
     from bench.datasets import locomo_conversations
     from memcore.stores.postgres import PostgresMemory
@@ -272,7 +273,7 @@ def _locomo(url, runs, data) -> dict:
         ltm = embedded_store(kind, weights_name, clock, emb_)
         count[0] += 1
         pg = PostgresMemory(url, ltm.embedder, weights=ltm.weights, clock=clock,
-                            hybrid=ltm.hybrid, schema=f"bench_locomo_{count[0]}")
+                            hybrid=ltm.hybrid, schema=f"bench_locomo_{count[0]}", **pg_kw)
         pg.clear(("locomo",))
         return pg
 

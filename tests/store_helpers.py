@@ -94,14 +94,16 @@ STORE_CASES = [
 ]
 
 
-def _postgres(clock, emb):
+def _postgres(clock, emb, **kw):
     import pg_server     # a real server (tests/pg_server.py); skips or, under CI, fails without
 
-    return pg_server.store(clock, emb, weights=DecayWeights())
+    return pg_server.store(clock, emb, weights=DecayWeights(), **kw)
 
 
 # (as the long tier of TwoTierMemory: tests/test_store_stateful.py's hybrid two-tier machine)
 STORE_CASES.append(StoreCase("postgres", _postgres))
+# hybrid recall without a replica (PostgresMemory(replica=False)): exact at these sizes
+STORE_CASES.append(StoreCase("postgres-stateless", lambda c, e: _postgres(c, e, replica=False)))
 
 
 def make_store(case: StoreCase, clock: FakeClock | None = None, emb: Any = None):

@@ -820,7 +820,85 @@ def test_readme_citus_ddl_runs_without_citus_and_calls_it_with_the_tables(own_se
                      ("distributed", ns, "namespace", "default"),
                      ("distributed", "memcore.memcore_memories", "namespace", ns),
                      ("distributed", "memcore.memcore_deleted", "namespace", ns),
-                     ("distributed", "memcore.memcore_touches", "namespace", ns)]
+                     ("distributed", "memcore.memcore_touches", "namespace", ns),
+                     ("distributed", "memcore.memcore_postings", "namespace", ns)]
     assert setting == (["citus.propagate_set_commands=local"],)
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute("DROP DATABASE citusddl WITH (FORCE)")
+
+
+# --------------------------------------------------------------------------- stateless hybrid
+
+def _random_chat(stores, rng, steps, clock, ttl_share=0.0):
+    """Random puts (episodes, speakers, some with a time to live), replacements and deletes,
+    applied to every store alike."""
+    words = ["dog", "adopted", "paris", "trip", "guitar", "lessons", "sister", "wedding", "job"]
+    for _ in range(steps):
+        i = int(rng.integers(0, 60))
+        if rng.uniform() < 0.8:
+            text = " ".join(rng.choice(words, 3))
+            meta = {"episode": int(i % 6), "speaker": ["Ann", "Bob", "Cy"][i % 3]}
+            ttl = 300.0 if rng.uniform() < ttl_share else None
+            for s in stores:
+                s.put("chat", f"m{i}", text, metadata=meta, ttl=ttl)
+        else:
+            assert len({s.delete("chat", f"m{i}") for s in stores}) == 1
+        clock.advance(30.0)
+    return words
+
+
+def test_stateless_hybrid_equals_the_replica_when_the_namespace_fits_the_candidates():
+    """replica=False reads a namespace of at most ``candidates`` rows whole: the ranking is
+    the embedded store's (and the replica's), through replacements, deletes, expiry and
+    filters; the store object keeps no replica."""
+    clock = FakeClock()
+    hw = HybridWeights.no_model()
+    ltm = LongTermMemory(None, emb(), clock=clock, hybrid=hw)
+    pg = pg_server.store(clock, emb(), hybrid=hw, replica=False)
+    rng = np.random.default_rng(5)
+    words = _random_chat([ltm, pg], rng, 150, clock, ttl_share=0.2)
+    for j in range(30):
+        q = " ".join(rng.choice(words, 2)) + (" Ann" if j % 3 == 0 else "")
+        flt = {"speaker": "Bob"} if j % 4 == 0 else None
+        a = ltm.search("chat", q, top_k=5, filter=flt, touch=False)
+        b = pg.search("chat", q, top_k=5, filter=flt, touch=False)
+        assert [h.key for h in b] == [h.key for h in a]
+        np.testing.assert_allclose([h.score for h in b], [h.score for h in a], atol=1e-5)
+        if j % 10 == 0:          # explanations of the same candidate store
+            e = pg.search("chat", q, top_k=3, touch=False, explain=True)
+            assert all(h.explanation is not None for h in e)
+        clock.advance(40.0)          # some memories expire on the way
+    assert pg._replicas == {}
+    pg.drop()
+
+
+def test_stateless_hybrid_from_sql_candidates_holds_no_replica():
+    """Above ``candidates`` rows the search ranks only SQL candidates (HNSW, BM25 over
+    memcore_postings, speaker rows, their episodes): the per-query store holds those, never
+    the namespace; every memory the embedded store ranks first by own-text match is found;
+    postings follow replacements and deletes."""
+    clock = FakeClock()
+    hw = HybridWeights.no_model()
+    ltm = LongTermMemory(None, emb(), clock=clock, hybrid=hw)
+    pg = pg_server.store(clock, emb(), hybrid=hw, replica=False, candidates=4)
+    rng = np.random.default_rng(8)
+    # many episodes, so the candidates' episodes are a small part of the namespace
+    words = ["dog", "adopted", "paris", "trip", "guitar", "lessons", "sister", "wedding", "job"]
+    items = [MemoryItem(f"m{i}", " ".join(rng.choice(words, 3)), 0.5,
+                        {"episode": i // 5, "speaker": ["Ann", "Bob"][i % 2]}) for i in range(300)]
+    for s in (ltm, pg):
+        s.put_many("chat", items)
+        s.put("chat", "m7", "zebra crossing", metadata={"episode": 1})     # a replacement
+        s.delete("chat", "m8")
+    hits = pg.search("chat", "zebra", top_k=3, touch=False)
+    assert hits[0].key == "m7"
+    assert pg.search("chat", "zebra", top_k=3, touch=False, filter={"episode": 2}) == [] or \
+        all(h.metadata.get("episode") == 2 for h in pg.search("chat", "zebra", top_k=3,
+                                                              touch=False, filter={"episode": 2}))
+    store = pg._local.store[1]
+    assert 0 < store.count("chat") < 100          # candidates and their episodes only
+    assert pg._replicas == {}
+    got = pg._run(lambda conn: conn.execute(
+        f"SELECT count(DISTINCT key) FROM {pg._t('memcore_postings')}").fetchone()[0])
+    assert got == 299                            # m8's postings went with it
+    pg.drop()

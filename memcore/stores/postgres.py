@@ -63,9 +63,39 @@ namespace. Ranking is therefore identical to the
 embedded store's (LoCoMo dev R@10 equal: 0.8131 with MiniLM and the hybrid default, 0.7832 with
 the hashing embedder; bench/results/postgres-20261202T012021Z), at the cost of holding the
 namespace's vectors in the searching process and of transferring them once (its first
-hybrid search loads the namespace). BM25 from term statistics kept in tables, the dense
-moment sums and a context-vector column (ranking hybrid recall from SQL candidates) are not
-built yet.
+hybrid search loads the namespace).
+
+Stateless hybrid recall (``PostgresMemory(..., replica=False)``; not the default, because it
+is exact only on small namespaces). Write-time state, kept by every writer in its
+transaction whatever its searchers do: ``memcore_postings(namespace, term, key, tf, dl)``,
+memcore's own BM25 terms of each memory (``"speaker: text"``, stemmed, hashed as the hybrid
+index does: :mod:`memcore.stores.pg_terms`; replaced with the row, dropped with it by an
+``ON DELETE CASCADE`` foreign key, so deletes, clears and sweeps keep it), an index on
+``(namespace, metadata->'episode', seq)`` (episode order) and one on the speaker. A search:
+
+1. candidates in SQL, each source filtered (namespace, expiry, metadata filter): the HNSW
+   top-C by the embedding, the BM25 top-C over the query terms' postings (df counted from
+   the postings, so O(matching postings); avgdl of the matching documents), the C rows
+   nearest the query among the speakers it names (C = ``candidates``);
+2. each candidate's episode window neighbours (``max(dense_window, lexical_window)`` before
+   and after it in episode order: one index probe each way), in one REPEATABLE READ snapshot,
+   vectors in binary;
+3. those rows put into a per-query :class:`~memcore.LongTermMemory` in write order and ranked
+   by the embedded code (windows, BM25, context similarity, speaker boost, decay: the same
+   kernels); the neighbours are not candidates (left out of the hits). The store lives until
+   the thread's next search (O(candidates x window)); ``explain=True`` reuses it.
+
+What is exact and what is not: a namespace of at most C rows is read whole and ranked
+exactly as the replica (tested). Above C, each candidate's window (own and context
+similarity, window BM25 terms) is exact, and so are the dense signal's z statistics (the
+namespace's, from one pass in the server: O(rows), a window average over every row's
+similarity); but **BM25's df and avgdl and the lexical z statistics are those of the rows
+read, not of the namespace**, and memories outside the candidates are not considered; no bound proves the top-k and nothing widens (an approximation, measured in
+bench/results/postgres-stateless-20261205.md: top-10 agreement with the replica and LoCoMo dev
+R@10). What exactness needs beyond this: the namespace's dense moment sums of the context
+vectors (kept with the embedded index's windowed updates: O(window) per write instead of the
+O(rows) pass per search), BM25's namespace df/avgdl and the window documents' df, in SQL,
+and the per-signal bounds to widen C; not built.
 
 Access statistics (``touch``) and ``refresh_ttl``: one statement per call for the keys it
 returned, locking only those rows (in key order) and their ``memcore_touches`` rows, never
@@ -114,7 +144,11 @@ Differences from the embedded store (every one known):
   float32: near-ties may order differently; recency is clamped at 2 ** -1000. Above
   ``exact_max_rows`` the HNSW candidates are approximate (the embedded store is exact unless
   ``approximate=`` is given).
-- Hybrid recall holds a replica of the namespace in each searching process (above).
+- Hybrid recall holds a replica of the namespace in each searching process (above), or with
+  ``replica=False`` ranks SQL candidates with statistics of the rows read (approximate above
+  ``candidates`` rows).
+- A memory written by a memcore before the postings table has no postings (its BM25
+  candidacy is missing in the stateless search until it is written again).
 - A replaced key keeps ``created_at``/``access_count`` as stored at its commit (concurrent
   writers included); a store migrated from version 2 lost its metadata key order.
 - No ``durability``, ``lock_timeout``, ``read_only``, ``repair``, ``approximate`` (the server
@@ -127,6 +161,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any, Iterable, Sequence
 
@@ -146,6 +182,7 @@ from memcore.errors import (
 )
 from memcore.core.query import ResolvedQuery
 from memcore.recall.weights import HybridWeights
+from memcore.stores.pg_terms import document_terms, query_terms
 from memcore.stores.pg_connect import (
     CONNECT_TIMEOUT,
     InvalidUrlError,
@@ -178,7 +215,7 @@ from memcore.types import (
 __all__ = ["PostgresMemory", "PostgresError", "PostgresUnavailableError",
            "PostgresAuthError", "PostgresExtensionError", "InvalidUrlError", "is_postgres_url",
            "redact",
-           "SCHEMA_VERSION", "EXACT_MAX_ROWS", "MIN_CANDIDATES"]
+           "SCHEMA_VERSION", "EXACT_MAX_ROWS", "MIN_CANDIDATES", "HYBRID_CANDIDATES"]
 
 #: Version of the schema :meth:`PostgresMemory.setup` creates.
 SCHEMA_VERSION = 3
@@ -189,6 +226,9 @@ EXACT_MAX_ROWS = 10_000
 #: (hashing vectors, many identical): the exact top-10 on 93/100 queries with 200, 98/100 with
 #: 400 at the same latency, 99/100 with 800 at 1.7x.
 MIN_CANDIDATES = 400
+#: Candidates of each source of the stateless hybrid search (``replica=False``): HNSW top-C,
+#: BM25 top-C and up to C speaker rows; a namespace of at most this many rows is read whole.
+HYBRID_CANDIDATES = 100
 #: pgvector's upper limit of ``hnsw.ef_search``.
 MAX_CANDIDATES = 1000
 #: Recency exponent clamp (``0.5 ** 1000`` is normal float8; PostgreSQL raises on underflow).
@@ -386,6 +426,13 @@ class PostgresMemory(MemoryStore):
         :class:`~memcore.LongTermMemory`); None: memories never expire.
     refresh_ttl : bool, default False
         Default of ``refresh_ttl`` for :meth:`get` and :meth:`search`.
+    replica : bool, default True
+        Hybrid recall on an in-process replica of the namespace (exact: the embedded store's
+        ranking). False: the stateless search (module notes, *Stateless hybrid recall*):
+        nothing per namespace is kept in the process; the ranking is exact only while the
+        namespace holds at most ``candidates`` rows, approximate above.
+    candidates : int, default HYBRID_CANDIDATES
+        With ``replica=False``: rows from each candidate source (HNSW, BM25, speakers).
 
     Notes
     -----
@@ -435,7 +482,8 @@ class PostgresMemory(MemoryStore):
                  query_preparer: Any = None, threads: int = 1, schema: str = "memcore",
                  pool_size: int = 4, exact_max_rows: int = EXACT_MAX_ROWS, hnsw: bool = True,
                  connect_timeout: float = CONNECT_TIMEOUT, ttl: float | None = None,
-                 refresh_ttl: bool = False):
+                 refresh_ttl: bool = False, replica: bool = True,
+                 candidates: int = HYBRID_CANDIDATES):
         self._setup(dim=None, embedder=embedder, clock=clock, weights=weights, hybrid=hybrid,
                     query_preparer=query_preparer, default_weights=weights, threads=threads,
                     ttl=ttl, refresh_ttl=refresh_ttl)
@@ -462,6 +510,11 @@ class PostgresMemory(MemoryStore):
         self._closed = True
         self._pool = None
         self._replicas: dict[Namespace, _Replica] = {}
+        self.replica = bool(replica)
+        if isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 1:
+            raise InvalidArgumentError(f"candidates must be an int >= 1, got {candidates!r}")
+        self.candidates = candidates
+        self._local = threading.local()     # the last search's candidate store, this thread
         if (isinstance(connect_timeout, bool) or not isinstance(connect_timeout, (int, float))
                 or not connect_timeout > 0):
             raise InvalidArgumentError(f"connect_timeout must be a number of seconds > 0, got "
@@ -584,6 +637,21 @@ class PostgresMemory(MemoryStore):
                      f"PRIMARY KEY (namespace, key)) WITH (fillfactor = {_FILLFACTOR}); "
                      f"CREATE INDEX IF NOT EXISTS memcore_memories_seq "
                      f"ON {t('memcore_memories')} (namespace, seq); {hnsw}")
+        # the stateless hybrid search's write-time state (kept by every writer, whatever its
+        # searchers do): memcore's own BM25 terms of each memory, dropped with it (cascade),
+        # and the episode and speaker of each memory indexed
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {t('memcore_postings')} ("
+                     f"namespace text NOT NULL, term int8 NOT NULL, key text NOT NULL, "
+                     f"tf int4 NOT NULL, dl int4 NOT NULL, PRIMARY KEY (namespace, term, key), "
+                     f"FOREIGN KEY (namespace, key) REFERENCES {t('memcore_memories')} "
+                     f"ON DELETE CASCADE); "
+                     f"CREATE INDEX IF NOT EXISTS memcore_postings_key "
+                     f"ON {t('memcore_postings')} (namespace, key); "
+                     f"CREATE INDEX IF NOT EXISTS memcore_memories_episode "
+                     f"ON {t('memcore_memories')} (namespace, ((metadata::jsonb) -> 'episode'), "
+                     f"seq); "
+                     f"CREATE INDEX IF NOT EXISTS memcore_memories_speaker "
+                     f"ON {t('memcore_memories')} (namespace, ((metadata::jsonb) ->> 'speaker'))")
         # schema 1 -> 2: a table without the time-to-live columns gains them (ALTER TABLE only
         # then: it locks out readers while it runs); its memories never expire
         if conn.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND "
@@ -751,6 +819,7 @@ class PostgresMemory(MemoryStore):
                     copy.write_row((i, rows.keys[i], texts[i], imp[i], metas[i], lc[0][i],
                                     lc[1][i], lc[2][i], ac[i], ea[i], tl[i], vecs[i]))
             out = {r[0]: r for r in cur.execute(sql, [nst]).fetchall()}
+            self._write_postings(conn, cur, nst, list(rows.keys), texts, list(rows.metadata))
             added = sum(1 for r in out.values() if r[3])
             conn.execute(f"UPDATE {self._t('memcore_namespaces')} SET live = live + %s "
                          f"WHERE namespace = %s", [added, nst])
@@ -760,6 +829,21 @@ class PostgresMemory(MemoryStore):
         if keep:
             rows.created_at = np.asarray([out[k][1] for k in rows.keys], np.float64)
             rows.access_count = np.asarray([out[k][2] for k in rows.keys], np.int64)
+
+    def _write_postings(self, conn: Any, cur: Any, nst: str, keys: list, texts: list,
+                        metadata: list) -> None:
+        """Replace the postings of the batch's keys (the last occurrence of each) in the
+        writer's transaction; deletes drop them by cascade."""
+        pos = {k: i for i, k in enumerate(keys)}          # last occurrence wins
+        idx = sorted(pos.values())
+        doc, term, tf, dl = document_terms([texts[i] for i in idx], [metadata[i] for i in idx])
+        conn.execute(f"DELETE FROM {self._t('memcore_postings')} WHERE namespace = %s "
+                     f"AND key = ANY(%s)", [nst, [keys[i] for i in idx]])
+        with cur.copy(f"COPY {self._t('memcore_postings')} (namespace, term, key, tf, dl) "
+                      f"FROM STDIN WITH (FORMAT BINARY)") as copy:
+            copy.set_types(["text", "int8", "text", "int4", "int4"])
+            for d, h, f, n in zip(doc, term, tf, dl):
+                copy.write_row((nst, h, keys[idx[d]], f, n))
 
     def delete_keys(self, namespace: Namespace, keys: Sequence[str]) -> list[str]:
         """As :meth:`MemoryStore.delete_keys` (so :meth:`~MemoryStore.delete` and
@@ -987,6 +1071,8 @@ class PostgresMemory(MemoryStore):
         self._check_read()
         if rq.prepared is None:
             return None
+        if not self.replica:
+            return self._candidate_store(rq)[2]
         with self._lock:
             return self._replica(rq.namespace).store.signals(rq)
 
@@ -995,11 +1081,16 @@ class PostgresMemory(MemoryStore):
         """Hybrid terms of hits from the synchronised replica (tier protocol)."""
         if rq.prepared is None or not hits:
             return [None] * len(hits)
+        if not self.replica:
+            store, _, sig = self._candidate_store(rq, hits)
+            return store.explanations(rq, hits, sig.moments if stats is None else stats)
         with self._lock:
             return self._replica(rq.namespace).store.explanations(rq, hits, stats)
 
     def speakers(self, namespace: Namespace, hybrid: HybridWeights) -> list[str]:
         """Speaker names of the namespace's memories (tier protocol), from its replica."""
+        if not self.replica:
+            return self._speakers_sql(namespace)
         with self._lock:
             return self._replica(namespace).store.speakers(namespace, hybrid)
 
@@ -1008,6 +1099,13 @@ class PostgresMemory(MemoryStore):
         similarity preset, the synchronised replica for hybrid weights."""
         self._check_read()
         if rq.prepared is not None:
+            if not self.replica:
+                store, ring, own = self._candidate_store(rq)
+                sig = own if sig is None else sig
+                if not ring:
+                    return store.scan(rq, sig)
+                got = store.scan(replace(rq, top_k=rq.top_k + len(ring)), sig)
+                return [h for h in got if h.key not in ring][:rq.top_k]
             with self._lock:
                 return self._replica(rq.namespace).store.scan(rq, sig)
         return self._run(lambda conn: self._rank(conn, rq))
@@ -1083,6 +1181,149 @@ class PostgresMemory(MemoryStore):
                           recency=0.5 ** (max(rq.now - r[6], 0.0) / hl), importance=r[2],
                           tier=self.tier, metadata=r[3], namespace=rq.namespace,
                           created_at=r[4], last_accessed_at=r[6]) for r in rows]
+
+    # ------------------------------------------------------------------ stateless hybrid
+    def _speakers_sql(self, ns: Namespace) -> list[str]:
+        """The namespace's speaker names from the speaker index (a loose index scan: one
+        probe per distinct speaker, not a pass over the rows)."""
+        t = self._t("memcore_memories")
+        sp = "((metadata::jsonb) ->> 'speaker')"
+        sql = (f"WITH RECURSIVE s(v) AS ((SELECT {sp} FROM {t} WHERE namespace = %(ns)s "
+               f"AND {sp} IS NOT NULL ORDER BY {sp} LIMIT 1) UNION ALL SELECT (SELECT {sp} "
+               f"FROM {t} WHERE namespace = %(ns)s AND {sp} > s.v ORDER BY {sp} LIMIT 1) "
+               f"FROM s WHERE s.v IS NOT NULL) SELECT v FROM s WHERE v IS NOT NULL")
+        got = self._run(lambda conn: conn.execute(sql, {"ns": _ns_text(ns)}).fetchall())
+        # the index holds ->> of any JSON value; a speaker is a non-empty JSON string
+        names = [r[0] for r in got if r[0].strip()]
+        if not names:
+            return []
+        kinds = self._run(lambda conn: conn.execute(
+            f"SELECT DISTINCT ON ({sp}) {sp}, jsonb_typeof((metadata::jsonb) -> 'speaker') "
+            f"FROM {t} WHERE namespace = %(ns)s AND {sp} = ANY(%(n)s) ORDER BY {sp}",
+            {"ns": _ns_text(ns), "n": names}).fetchall())
+        return [v for v, kind in kinds if kind == "string"]
+
+    def _candidate_store(self, rq: ResolvedQuery, hits: Sequence[MemoryHit] = ()) -> Any:
+        """An in-process :class:`~memcore.LongTermMemory` holding only this query's
+        candidates and their episodes (O(candidates), replaced by the thread's next search):
+        the HNSW top-C by the embedding, the BM25 top-C over the query terms' postings, the
+        rows of the speakers the query names (each filtered in SQL), every row of their
+        episodes (the context windows), and ``hits`` (explanations of an earlier scan).
+        A namespace of at most C rows is read whole (then the ranking is the replica's)."""
+        local = self._local
+        ident = (rq.namespace, rq.vector.tobytes(), rq.prepared, repr(rq.filter), rq.now,
+                 rq.hybrid)
+        got = getattr(local, "store", None)
+        if got is not None and got[0] == ident and all(
+                got[1].vector(rq.namespace, h.key) is not None for h in hits):
+            return got[1:]
+        local.store = None
+        from memcore.stores.long import LongTermMemory
+
+        c = self.candidates
+        nst = _ns_text(rq.namespace)
+        t = self._t("memcore_memories")
+        p = {"ns": nst, "now": float(rq.now), "q": rq.vector, "c": c,
+             "hits": [h.key for h in hits]}
+        where = _filter_sql(rq.filter, p)
+        vis = f"namespace = %(ns)s AND {_VISIBLE} AND {where}"
+        p["terms"] = query_terms(rq.prepared.lexical)
+        p["spk"] = sorted(rq.prepared.entities)
+        w = rq.hybrid
+        p["k1"], p["b"] = float(w.k1), float(w.b)
+
+        def run(conn):
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")   # one snapshot
+            live = conn.execute(f"SELECT live FROM {self._t('memcore_namespaces')} "
+                                f"WHERE namespace = %s", [nst]).fetchone()
+            if live is None or live[0] == 0:
+                return []
+            if w.normalize and w.dense:
+                dense.append(self._dense_moments(conn, rq, p, where))
+            if live[0] <= c:
+                return conn.cursor(binary=True).execute(
+                    f"SELECT {_COLS}, embedding, seq, TRUE FROM {t} "
+                    f"WHERE namespace = %(ns)s ORDER BY seq", p).fetchall()
+            keys = set(p["hits"])
+            if self.hnsw:
+                conn.execute(f"SET LOCAL hnsw.ef_search = {min(int(c), MAX_CANDIDATES)}; "
+                             f"SET LOCAL hnsw.iterative_scan = strict_order")
+            keys.update(r[0] for r in conn.execute(
+                f"SELECT key FROM {t} WHERE {vis} ORDER BY embedding <#> %(q)s LIMIT %(c)s",
+                p).fetchall())
+            if p["terms"]:         # BM25 over the postings (avgdl: of the matching documents)
+                pt = self._t("memcore_postings")
+                keys.update(r[0] for r in conn.execute(
+                    f"WITH x AS MATERIALIZED (SELECT term, key, tf, dl FROM {pt} "
+                    f"WHERE namespace = %(ns)s AND term = ANY(%(terms)s)), "
+                    f"df AS (SELECT term, count(*) AS df FROM x GROUP BY term), "
+                    f"a AS (SELECT greatest(avg(dl), 1) AS avgdl FROM x), "
+                    f"s AS (SELECT x.key, sum(ln(1 + (%(n)s - df.df + 0.5) / (df.df + 0.5)) * "
+                    f"x.tf * (%(k1)s + 1) / (x.tf + %(k1)s * (1 - %(b)s + %(b)s * x.dl / "
+                    f"a.avgdl))) AS score FROM x JOIN df USING (term), a GROUP BY x.key "
+                    f"ORDER BY score DESC LIMIT %(lim)s) "
+                    f"SELECT s.key FROM s WHERE EXISTS (SELECT 1 FROM {t} WHERE {vis} "
+                    f"AND key = s.key) ORDER BY s.score DESC LIMIT %(c)s",
+                    {**p, "n": live[0], "lim": 4 * c}).fetchall())
+            if p["spk"]:        # the named speakers' rows nearest the query
+                keys.update(r[0] for r in conn.execute(
+                    f"SELECT key FROM {t} WHERE {vis} AND lower((metadata::jsonb) ->> "
+                    f"'speaker') = ANY(%(spk)s) ORDER BY embedding <#> %(q)s LIMIT %(c)s",
+                    p).fetchall())
+            p["keys"] = sorted(keys)
+            ep = "((metadata::jsonb) -> 'episode')"
+            side = (f"CROSS JOIN LATERAL (SELECT key FROM {t} WHERE namespace = %(ns)s AND "
+                    f"{ep} = c.ep AND seq {{}} c.seq ORDER BY seq {{}} LIMIT %(r)s) x "
+                    f"WHERE c.ep IS NOT NULL AND c.ep <> 'null'::jsonb")
+            return conn.cursor(binary=True).execute(
+                f"WITH c AS MATERIALIZED (SELECT key, seq, {ep} AS ep FROM {t} "
+                f"WHERE namespace = %(ns)s AND key = ANY(%(keys)s)), "
+                f"nb AS (SELECT key FROM c UNION SELECT x.key FROM c {side.format('<', 'DESC')} "
+                f"UNION SELECT x.key FROM c {side.format('>', 'ASC')}) "
+                f"SELECT {_COLS}, embedding, seq, key = ANY(%(keys)s) FROM {t} "
+                f"WHERE namespace = %(ns)s AND key IN (SELECT key FROM nb) ORDER BY seq",
+                p).fetchall()
+
+        p["r"] = max(int(w.dense_window), int(w.lexical_window), 0)
+        dense: list = []
+        rows = self._run(run)
+        store = LongTermMemory(None, self.embedder, weights=self.weights, clock=self.clock,
+                               hybrid=self.hybrid, query_preparer=self.query_preparer,
+                               threads=self.threads)
+        if rows:
+            store.put_stored([self._memory(rq.namespace, r) for r in rows],
+                             np.stack([_np(r[_NCOLS]) for r in rows]))
+        # the window neighbours read for the candidates' windows: not candidates themselves
+        ring = frozenset(r[0] for r in rows if not r[_NCOLS + 2])
+        sig = store.signals(rq)
+        if sig is not None and dense and sig.moments is not None:
+            mom = sig.moments.copy()
+            mom[0] = dense[0]              # the namespace's, not the rows read
+            sig = replace(sig, moments=mom)
+        local.store = (ident, store, ring, sig)
+        return store, ring, sig
+
+    def _dense_moments(self, conn: Any, rq: ResolvedQuery, p: dict, where: str) -> tuple:
+        """Count, mean and M2 of the dense signal over the namespace's visible (filtered)
+        rows, in the server (one pass: O(rows)): the own similarity, or with a window the
+        context similarity ``alpha * sim + (1 - alpha) * mean(sim over the window)``, the
+        window over every row of the episode in write order (expired rows included, as the
+        embedded index holds them until swept)."""
+        w = rq.hybrid
+        r = 0 if w.alpha == 1.0 or w.dense_window == 0 else int(w.dense_window)
+        t = self._t("memcore_memories")
+        ep = "((metadata::jsonb) -> 'episode')"
+        x = ("sim" if r == 0 else
+             f"%(alpha)s * sim + (1 - %(alpha)s) * avg(sim) OVER (PARTITION BY ep, own "
+             f"ORDER BY seq ROWS BETWEEN {r} PRECEDING AND {r} FOLLOWING)")
+        got = conn.execute(
+            f"WITH s AS (SELECT seq, {_VISIBLE} AND {where} AS keep, "
+            f"(-(embedding <#> %(q)s))::float8 AS sim, {ep} AS ep, CASE WHEN {ep} IS NULL OR "
+            f"{ep} = 'null'::jsonb THEN key END AS own FROM {t} WHERE namespace = %(ns)s), "
+            f"x AS (SELECT keep, {x} AS x FROM s) "
+            f"SELECT count(*), coalesce(avg(x), 0), coalesce(var_pop(x) * count(*), 0) "
+            f"FROM x WHERE keep", {**p, "alpha": float(w.alpha)}).fetchone()
+        return float(got[0]), float(got[1]), float(got[2])
 
     # ------------------------------------------------------------------ hybrid replica
     def _replica(self, ns: Namespace) -> "_Replica":

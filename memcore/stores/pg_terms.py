@@ -1,0 +1,64 @@
+"""The lexical terms :class:`~memcore.stores.postgres.PostgresMemory` keeps in SQL for its
+stateless hybrid search (``memcore_postings``): memcore's own tokens of each memory's BM25
+document (``"speaker: text"``, stemmed, as :class:`~memcore.recall.index.HybridIndex` indexes
+it with the default ``stem=True``), hashed as :func:`memcore._text.token_hashes` does, the
+64-bit hash stored as a signed int8.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from memcore import _text
+from memcore.recall.namespace import episode_speaker
+from memcore.recall.words import stem_many, stemmer
+
+__all__ = ["document_terms", "query_terms"]
+
+
+def _hashes(texts: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    stem = stemmer()
+    h, off, cnt = _text.token_hashes(stem_many(texts, stem))
+    return h.view(np.int64), off, cnt
+
+
+def document_terms(texts: Sequence[str], metadata: Sequence[dict | None]
+                   ) -> tuple[list[int], list[int], list[int], list[int]]:
+    """The postings of a batch of memories: parallel lists ``(doc, term, tf, dl)``, ``doc``
+    the index of the memory in the batch, ``term`` the signed 64-bit token hash, ``tf`` its
+    count in the document and ``dl`` the document's length in tokens.
+
+    Examples
+    --------
+    >>> doc, term, tf, dl = document_terms(["a dog, a cat"], [{"speaker": "Ann"}])
+    >>> sorted(tf), dl[0]
+    ([1, 1, 1, 2], 5)
+    """
+    docs = [f"{sp}: {t}" if sp else t
+            for t, sp in zip(texts, (episode_speaker(m)[1] for m in metadata))]
+    h, off, cnt = _hashes(docs)
+    out_doc, out_term, out_tf, out_dl = [], [], [], []
+    for i in range(len(docs)):
+        toks = h[off[i]:off[i] + cnt[i]]
+        if not toks.shape[0]:
+            continue
+        terms, tf = np.unique(toks, return_counts=True)
+        out_doc += [i] * terms.shape[0]
+        out_term += terms.tolist()
+        out_tf += tf.tolist()
+        out_dl += [int(cnt[i])] * terms.shape[0]
+    return out_doc, out_term, out_tf, out_dl
+
+
+def query_terms(text: str) -> list[int]:
+    """The distinct signed 64-bit term hashes of a query's lexical text.
+
+    Examples
+    --------
+    >>> len(query_terms("dogs and a dog"))
+    3
+    """
+    h, off, cnt = _hashes([text])
+    return np.unique(h[off[0]:off[0] + cnt[0]]).tolist()
