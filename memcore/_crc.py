@@ -12,7 +12,9 @@ __all__ = ["crc32_of", "file_crc32"]
 
 def crc32_of(data) -> int:
     """CRC-32 (zlib) of a bytes-like object or array, in 16 MiB chunks."""
-    mv = memoryview(np.ascontiguousarray(data) if isinstance(data, np.ndarray) else data)
+    if isinstance(data, np.ndarray):              # (bytes of any shape, zero-size included)
+        data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    mv = memoryview(data)
     mv = mv.cast("B") if mv.ndim != 1 or mv.itemsize != 1 else mv
     crc, step = 0, 16 << 20
     for i in range(0, len(mv), step):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from memcore import (DecayWeights, HashingEmbedder, HybridWeights, LongTermMemory,
@@ -98,6 +98,15 @@ memories = st.lists(st.tuples(st.lists(st.sampled_from(WORDS), min_size=1, max_s
                                      max_size=4),
        kind=st.sampled_from(KINDS), preset=st.sampled_from(sorted(PRESETS)),
        top_k=st.integers(1, 8), filtered=st.booleans(), decay=st.booleans())
+@example(
+    mems=[(['cupboard', 'blue'], None, 0, 0.0, 0.0)],
+    query=['red'],
+    kind='long_disk',
+    preset='diversity',
+    top_k=1,
+    filtered=False,
+    decay=False,
+)  # an all-zero index array was written through a zero-length memoryview cast
 def test_terms_sum_to_the_fused_score_that_maps_to_score(mems, query, kind, preset, top_k,
                                                          filtered, decay):
     clock = FakeClock()

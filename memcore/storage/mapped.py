@@ -147,7 +147,9 @@ def write_index(directory: str, generation: int, ic: int, structure: tuple, arra
         path = _array_path(directory, prefix, name, generation, ic, dtype)
         arr = arr.astype(dtype, copy=False)
         with open(path, "wb") as f:
-            f.write(memoryview(arr[:_used_rows(arr)]).cast("B"))
+            used = _used_rows(arr)
+            if used:                              # (a zero-length view cannot be cast)
+                f.write(memoryview(arr[:used]).cast("B"))
             f.truncate(arr.nbytes)                # the zero rows beyond: a sparse hole
             f.flush()
             if durable:
