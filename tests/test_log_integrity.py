@@ -106,6 +106,36 @@ def test_an_uncommitted_batch_is_still_cut(tmp_path):
         assert set(ltm.keys("ns")) == {"k0", "k1"} | {f"t{i}" for i in range(N // 2)}
 
 
+@pytest.mark.parametrize("cut", ["inside_a_member", "at_a_member", "inside_the_head"])
+def test_a_committed_batch_cut_short_is_damage(tmp_path, cut):
+    """A log cut inside the last committed ``put_many`` (inside or between its records, or
+    inside its first record once its batch count is in the file) used to be cut back like a
+    torn write: part of an acknowledged batch served, the rest silently gone. A batch commits
+    after all its records are written, so no crash leaves a committed head without them:
+    the writer's open reports it, repair lists what it cannot vouch for; a reader cuts it like
+    an uncommitted batch (what it would see racing the writer's append)."""
+    root, log, offs = crashed_store(tmp_path, batch=True)
+    head = offs[N // 2]
+    raw = log.read_bytes()
+    end = {"inside_a_member": offs[-1] + 30, "at_a_member": offs[-1],
+           "inside_the_head": head + FRAME.size + 8}[cut]
+    log.write_bytes(raw[:end])
+    with LongTermMemory.open(root, EMB, read_only=True) as reader:
+        assert set(reader.keys("ns")) == {"k0", "k1"} | {f"t{i}" for i in range(N // 2)}
+    assert damaged(root)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with LongTermMemory(root, EMB) as ltm:
+            (report,) = ltm.repair()
+            keys = set(ltm.keys("ns"))
+            assert not any(r["errors"] for r in ltm.verify().values())
+    # a missing record may have replaced or deleted any key: nothing it could have touched
+    # is served as current; each is listed by key and set aside in the quarantine file
+    assert not keys & {f"t{i}" for i in range(N // 2, N)}
+    assert keys | set(report["uncertain"]) >= {"k0", "k1"} | {f"t{i}" for i in range(N // 2)}
+    assert report["quarantine"] is not None
+
+
 def test_repair_keeps_every_time_to_live(tmp_path):
     root = tmp_path / "m"
     with LongTermMemory(root, EMB) as ltm:

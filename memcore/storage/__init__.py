@@ -248,12 +248,17 @@ Recovery (on open)
    last byte is damage too (a flipped bit: a torn write is short, or ends in zeros).
    Otherwise it is a torn tail (a write cut short by a crash) and the log is truncated to
    ``x``, the end of the last committed record (read-only opens just ignore it). A
-   CRC-valid record that breaks the row rules is corruption. (Zeroing the first byte of the
+   CRC-valid record that breaks the row rules is corruption. A *committed* batch head
+   (its magic set, a batch count ``c >= 2``) followed by fewer than ``c - 1`` intact records,
+   or cut short itself past its count's bytes, is damage too: a batch's records are all
+   written before its commit byte, so no crash leaves one
+   (:func:`~memcore.storage.log.short_batch`; a read-only open cuts it like an uncommitted
+   batch, as it would see racing the writer's append). (Zeroing the first byte of the
    *last* batch's first record leaves what a crash before its commit byte leaves: that batch
-   is cut. Nor can a log shortened inside its last record, or inside the last batch's
-   records, be told from a crash that tore that write -- nothing written after a commit
-   witnesses it between checkpoints -- so it is cut back the same way, silently: the one
-   damage no check reports.)
+   is cut. Nor can a log shortened inside its last single record, within the first 16 bytes
+   of its last batch, or exactly at a record boundary be told from a crash that tore that
+   write -- nothing written after a commit witnesses it between checkpoints -- so it is cut
+   back the same way, silently: the one damage no check reports.)
 4. Every row of the tail (rows ``n`` and up) is checked against its record's ``vector_crc``;
    a mismatch -> :class:`StoreCorruptedError` naming the vectors file, byte offset and row.
    (Rows below ``n`` were verified and fsynced, and rows are append-only: nothing writes a

@@ -17,11 +17,14 @@ from memcore.storage.layout import CHECKPOINT_FILES, checkpoint_path, fsync_dir
 from memcore.storage.log import (
     DEL_DTYPE,
     PUT_DTYPE,
+    REPAIR_HINT,
     BadRecord,
     decode_segments,
     fixed_fields,
     frame_scan,
     parse_one,
+    short_batch,
+    short_batch_message,
     tail_damage,
 )
 from memcore.storage.records import DEL_FIXED, FRAME, MAGIC, OP_DEL, OP_PUT, PUT_FIXED
@@ -30,8 +33,6 @@ from memcore.storage.records import DEL_FIXED, FRAME, MAGIC, OP_DEL, OP_PUT, PUT
 CHECKPOINT_BYTES = 64 << 20
 CHECKPOINT_ROWS = 65_536
 
-REPAIR_HINT = ("store.repair() or LongTermMemory(..., repair=True) rewrites it keeping every "
-           "intact record")
 
 
 # ---------------------------------------------------------------------------------- keys
@@ -255,7 +256,8 @@ class Tail:
         return int(self.ops.shape[0])
 
 
-def scan_tail(data: bytes, base: int, path: str, first_row: int) -> Tail:
+def scan_tail(data: bytes, base: int, path: str, first_row: int, *,
+              read_only: bool = False) -> Tail:
     """Decode the log records that follow a checkpoint.
 
     Parameters
@@ -288,11 +290,20 @@ def scan_tail(data: bytes, base: int, path: str, first_row: int) -> Tail:
             raise StoreCorruptedError(
                 f"{path}: the frame scan stopped at offset {base + stop}, where the exact "
                 f"parser reads a valid record; {REPAIR_HINT}")
-        where = tail_damage(data, stop, size, 0, base)
+        where = tail_damage(data, stop, size, 0, base, committed_batches=not read_only)
         if where is not None:
             raise StoreCorruptedError(
                 f"{path} is corrupted at offset {base + stop} ({reason}), {where}; "
                 f"{REPAIR_HINT}")
+    batch = short_batch(buf, offsets)
+    if batch is not None:                # a committed batch cut short
+        if not read_only:
+            raise StoreCorruptedError(
+                f"{short_batch_message(path, base + int(offsets[batch[0]]), batch)}; "
+                f"{REPAIR_HINT}")
+        stop = int(offsets[batch[0]])    # a reader racing the append: not yet committed
+        offsets = offsets[:batch[0]]
+        count = batch[0]
     payload = offsets + FRAME.size
     ops = buf[payload] if count else np.zeros(0, np.uint8)
     if not np.isin(ops, (OP_PUT, OP_DEL)).all():

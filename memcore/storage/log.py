@@ -11,6 +11,7 @@ import numpy as np
 from memcore.errors import StoreCorruptedError
 from memcore.kernels.logscan import CRC_TABLE, gather_segments, max_records, scan_records
 from memcore.storage.records import (
+    BATCH_COUNT_AT,
     DEL_FIXED,
     FRAME,
     MAGIC,
@@ -24,6 +25,11 @@ from memcore.storage.records import (
     first_bad_row,
     pending_batch_at,
 )
+
+#: How a :class:`StoreCorruptedError` of a damaged log ends.
+REPAIR_HINT = ("store.repair() or LongTermMemory(..., repair=True) rewrites it keeping every "
+               "intact record")
+
 
 @dataclass
 class Replay:
@@ -161,7 +167,63 @@ def valid_record_after(data, off: int, size: int) -> int | None:
             pos += 1
 
 
-def tail_damage(data, off: int, size: int, committed_bytes: int, base: int = 0) -> str | None:
+def short_batch(buf: np.ndarray, offsets: np.ndarray) -> tuple[int, int, int] | None:
+    """The last committed batch among the records at ``offsets`` when fewer of its records
+    follow than its count says, else None.
+
+    A batch's records are all written before its commit byte (``"fsync"``: and synced), so a
+    committed head is always followed by its whole batch: one that is not was cut by damage
+    (a truncated log), never by a crash -- except for a reader racing the writer's append,
+    which cuts the batch as if it were uncommitted (:func:`~memcore.storage.checkpoint.
+    scan_tail`).
+
+    Parameters
+    ----------
+    buf : ndarray of shape (size,), uint8
+        The log bytes.
+    offsets : ndarray of shape (count,), int64
+        The intact records' offsets in ``buf``, in log order (all committed).
+
+    Returns
+    -------
+    (head, count, present) or None
+        The head's index in ``offsets``, its batch count, and the records present from it.
+
+    Examples
+    --------
+    >>> from memcore.storage.records import encode_delete, mark_batch, COMMIT_BYTE
+    >>> blob = bytearray(encode_delete(0, b"a") + encode_delete(1, b"b") + encode_delete(2, b"c"))
+    >>> mark_batch(blob, 3); blob[0:1] = COMMIT_BYTE
+    >>> buf, n = np.frombuffer(bytes(blob), np.uint8), len(blob) // 3
+    >>> short_batch(buf, np.array([0, n, 2 * n]))           # whole: None
+    >>> short_batch(buf, np.array([0, n]))                  # the log cut after two
+    (0, 3, 2)
+    """
+    offsets = np.asarray(offsets, np.int64)
+    if offsets.shape[0] == 0:
+        return None
+    at = offsets + BATCH_COUNT_AT
+    count = (buf[at].astype(np.int64) | (buf[at + 1].astype(np.int64) << 8)
+             | (buf[at + 2].astype(np.int64) << 16))
+    heads = np.flatnonzero(count >= 2)
+    if heads.shape[0] == 0:
+        return None
+    j = int(heads[-1])
+    c, present = int(count[j]), offsets.shape[0] - j
+    if c >= MAX_BATCH_COUNT or present >= c:
+        return None
+    return j, c, present
+
+
+def short_batch_message(path: str, offset: int, batch: tuple[int, int, int]) -> str:
+    """What :class:`StoreCorruptedError` says of :func:`short_batch`'s finding at ``offset``."""
+    return (f"{path} is corrupted at offset {offset}: the committed batch of {batch[1]} records "
+            f"there holds only {batch[2]} (the log was cut inside it, which no crash does: a "
+            f"batch commits after all its records are written)")
+
+
+def tail_damage(data, off: int, size: int, committed_bytes: int, base: int = 0, *,
+                committed_batches: bool = True) -> str | None:
     """Why the first bad record at ``off`` is damage, or None when the log may be cut there
     (a write that never committed: a torn tail or an uncommitted batch). ``data`` starts at
     log offset ``base`` (for the message).
@@ -171,7 +233,10 @@ def tail_damage(data, off: int, size: int, committed_bytes: int, base: int = 0) 
     (no writer leaves one: a record whose first byte was zeroed) or followed by more intact
     records than its batch holds; a record whose frame and length are intact and fit in the
     file, with a bad CRC and a non-zero last byte (a flipped bit: a torn write is short, or
-    ends in the zeros of a file extended but never written).
+    ends in the zeros of a file extended but never written); with ``committed_batches``, a
+    record cut short whose magic is committed and whose batch count is >= 2 (a committed
+    batch's head: its batch was whole before its commit byte, so only damage cuts it; a
+    reader racing the writer passes False and cuts it like a torn tail).
     """
     if off < committed_bytes:
         return "inside the last checkpoint"
@@ -191,6 +256,10 @@ def tail_damage(data, off: int, size: int, committed_bytes: int, base: int = 0) 
     later = valid_record_after(data, pos - 1, size) if pos < size else None
     if later is not None:
         return f"followed by a valid record at offset {base + later}"
+    if (committed_batches and pos == off and size - off >= BATCH_COUNT_AT + 3
+            and FRAME.unpack_from(data, off)[0] == MAGIC and batch_count(data, off) >= 2):
+        return (f"the first record of a committed batch of {batch_count(data, off)} records, "
+                "cut short (no crash does: a batch commits after all its records are written)")
     if pos == off and size - off >= FRAME.size:
         magic, length, _ = FRAME.unpack_from(data, off)
         end = off + FRAME.size + length
@@ -272,6 +341,8 @@ def _scan_log_fast(data: bytes, path: str, committed_bytes: int) -> Replay | Non
             if tail_damage(data, stop, size, committed_bytes) is not None:
                 return None                  # corruption: the exact scan names it
 
+    if short_batch(buf, offsets) is not None:
+        return None                          # damage: the exact scan names it
     payload = offsets + FRAME.size
     ops = buf[payload] if count else np.zeros(0, np.uint8)
     is_put = ops == OP_PUT
@@ -381,10 +452,12 @@ def scan_log_exact(data: bytes, path: str, committed_bytes: int, salvage: bool) 
     size = len(data)
     rep = Replay()
     off = 0
+    intact: list[int] = []                   # the records read, for the batch count check
     while off < size:
         try:
             op, fields, nxt = parse_one(data, off, size)
             _apply(rep, op, fields, off, salvage)
+            intact.append(off)
         except BadRecord as bad:
             where = tail_damage(data, off, size, committed_bytes)
             if where is None:                # a torn tail or an uncommitted batch: never committed
@@ -401,6 +474,7 @@ def scan_log_exact(data: bytes, path: str, committed_bytes: int, salvage: bool) 
                     pass
                 else:
                     rep.skipped += 1
+                    intact.append(off)
                     off = rep.end = off + n
                     continue
             later = valid_record_after(data, off, size)
@@ -412,15 +486,21 @@ def scan_log_exact(data: bytes, path: str, committed_bytes: int, salvage: bool) 
                 off = later
                 continue
             raise StoreCorruptedError(
-                f"{path} is corrupted at offset {off} ({bad.reason}), {where}; "
-                "LongTermMemory(..., repair=True) or store.repair() rewrites it keeping "
-                "every intact record") from None
+                f"{path} is corrupted at offset {off} ({bad.reason}), {where}; {REPAIR_HINT}"
+            ) from None
         off = nxt
         rep.end = off
     if off < committed_bytes and not salvage:
         raise StoreCorruptedError(
             f"{path} ends at offset {size}, before its last checkpoint at {committed_bytes}; "
             "the file was truncated")
+    batch = short_batch(np.frombuffer(data, np.uint8), np.asarray(intact, np.int64))
+    if batch is not None:
+        if not salvage:
+            raise StoreCorruptedError(
+                f"{short_batch_message(path, intact[batch[0]], batch)}; {REPAIR_HINT}")
+        rep.skipped += 1                     # the batch's missing records: nothing vouches
+        rep.damaged.append(rep.end)          # for what they replaced or deleted
     return rep
 
 

@@ -157,7 +157,7 @@ def _open_v2(directory: str, h: dict, ns: tuple, dim: int, durability: str,
         raise StoreCorruptedError(
             f"{lpath} is corrupted at offset {size}: it ends there, before its last "
             f"checkpoint at {ck_bytes} (the file was truncated); {REPAIR_HINT}")
-    tail = scan_tail(data, ck_bytes, lpath, ck_rows)
+    tail = scan_tail(data, ck_bytes, lpath, ck_rows, read_only=read_only)
     if not read_only and tail.end < size:
         _cut_torn_tail(lpath, tail.end, durability)
     m = len(tail.put_keys)
