@@ -874,7 +874,7 @@ def test_stateless_hybrid_equals_the_replica_when_the_namespace_fits_the_candida
 
 def test_stateless_hybrid_from_sql_candidates_holds_no_replica():
     """Above ``candidates`` rows the search ranks only SQL candidates (HNSW, BM25 over
-    memcore_postings, speaker rows, their episodes): the per-query store holds those, never
+    memcore_postings, speaker rows, their window neighbours): the per-query pool holds those, never
     the namespace; every memory the embedded store ranks first by own-text match is found;
     postings follow replacements and deletes."""
     clock = FakeClock()
@@ -895,10 +895,50 @@ def test_stateless_hybrid_from_sql_candidates_holds_no_replica():
     assert pg.search("chat", "zebra", top_k=3, touch=False, filter={"episode": 2}) == [] or \
         all(h.metadata.get("episode") == 2 for h in pg.search("chat", "zebra", top_k=3,
                                                               touch=False, filter={"episode": 2}))
-    store = pg._local.store[1]
-    assert 0 < store.count("chat") < 100          # candidates and their episodes only
+    pool = pg._local.pool[1]
+    assert 0 < len(pool.rows) < 100               # candidates and their window neighbours
     assert pg._replicas == {}
     got = pg._run(lambda conn: conn.execute(
         f"SELECT count(DISTINCT key) FROM {pg._t('memcore_postings')}").fetchone()[0])
     assert got == 299                            # m8's postings went with it
+    pg.drop()
+
+
+def test_stateless_pool_ranks_as_an_embedded_store_of_the_rows_read():
+    """Above ``candidates`` rows the pool's candidates kernel ranks the candidates exactly as
+    a LongTermMemory holding the rows read (candidates and window neighbours, in write order)
+    does with the same z statistics, its neighbours left out; explanations sum to the
+    scores."""
+    from dataclasses import replace
+
+    clock = FakeClock()
+    hw = HybridWeights.no_model()
+    pg = pg_server.store(clock, emb(), hybrid=hw, replica=False, candidates=6)
+    rng = np.random.default_rng(11)
+    words = ["dog", "adopted", "paris", "trip", "guitar", "lessons", "sister", "wedding", "job",
+             "zebra", "piano", "lisbon"]
+    items = [MemoryItem(f"m{i}", " ".join(rng.choice(words, 3)), float(rng.uniform()),
+                        {"episode": i // 7, "speaker": ["Ann", "Bob", "Cy"][i % 3]})
+             for i in range(400)]
+    pg.put_many("chat", items)
+    for j in range(12):
+        q = " ".join(rng.choice(words, 2)) + (" Bob" if j % 3 == 0 else "")
+        flt = {"speaker": "Ann"} if j % 4 == 1 else None
+        got = pg.search("chat", q, top_k=5, filter=flt, touch=False)
+        pool = pg._local.pool[1]
+        rq = pg._local.pool[0]
+        ltm = LongTermMemory(None, emb(), clock=clock, hybrid=hw)
+        ltm.put_stored([pg._memory(("chat",), r) for r in pool.rows],
+                       np.stack([np.asarray(r[10].to_numpy(), np.float32) for r in pool.rows]))
+        rq = ltm.resolve("chat", q, top_k=5 + len(pool.rows), filter=flt, touch=False)
+        sig = replace(ltm.signals(rq), moments=pool.signals.moments)
+        cand = {pool.rows[i][0] for i in pool.cand.tolist()}
+        want = [h for h in ltm.scan(rq, sig) if h.key in cand][:5]
+        assert [h.key for h in got] == [h.key for h in want]
+        np.testing.assert_allclose([h.score for h in got],
+                                   [h.score for h in pg.search("chat", q, top_k=5, filter=flt,
+                                                               touch=False)], atol=0)
+        e = pg.search("chat", q, top_k=3, filter=flt, touch=False, explain=True)
+        assert all(h.explanation is not None for h in e)
+        clock.advance(60.0)
     pg.drop()

@@ -80,10 +80,13 @@ index does: :mod:`memcore.stores.pg_terms`; replaced with the row, dropped with 
 2. each candidate's episode window neighbours (``max(dense_window, lexical_window)`` before
    and after it in episode order: one index probe each way), in one REPEATABLE READ snapshot,
    vectors in binary;
-3. those rows put into a per-query :class:`~memcore.LongTermMemory` in write order and ranked
-   by the embedded code (windows, BM25, context similarity, speaker boost, decay: the same
-   kernels); the neighbours are not candidates (left out of the hits). The store lives until
-   the thread's next search (O(candidates x window)); ``explain=True`` reuses it.
+3. those rows indexed in write order in a per-query
+   :class:`~memcore.recall.index.HybridIndex` (:mod:`memcore.stores.pg_pool`: no store around
+   it) and the candidates ranked by the candidates kernel
+   (:func:`memcore.kernels.candidates.hybrid_rows_topk`: windows, BM25, context similarity,
+   speaker boost, decay, the embedded scan's score); the neighbours are read for the
+   candidates' windows only (never hits). The pool lives until the thread's next search
+   (O(candidates x window)); ``explain=True`` reuses it.
 
 What is exact and what is not: a namespace of at most C rows is read whole and ranked
 exactly as the replica (tested). Above C, each candidate's window (own and context
@@ -182,6 +185,8 @@ from memcore.errors import (
 )
 from memcore.core.query import ResolvedQuery
 from memcore.recall.weights import HybridWeights
+from memcore.stores import pg_pool as _pool
+from memcore.stores.pg_pool import vector as _np
 from memcore.stores.pg_terms import document_terms, query_terms
 from memcore.stores.pg_connect import (
     CONNECT_TIMEOUT,
@@ -367,11 +372,6 @@ class _NoEncoder:
             f"{self.dim}); pass vector=/query_vector= or open it with the embedder")
 
 
-def _np(v: Any) -> np.ndarray:
-    """A pgvector value as ndarray (dim,), float32."""
-    return np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, np.float32)
-
-
 _COLS = ("key, text, importance, metadata, created_at, updated_at, last_accessed_at, "
          "access_count, expires_at, ttl")
 _NCOLS = 10
@@ -514,7 +514,7 @@ class PostgresMemory(MemoryStore):
         if isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 1:
             raise InvalidArgumentError(f"candidates must be an int >= 1, got {candidates!r}")
         self.candidates = candidates
-        self._local = threading.local()     # the last search's candidate store, this thread
+        self._local = threading.local()     # the last search's candidate pool, this thread
         if (isinstance(connect_timeout, bool) or not isinstance(connect_timeout, (int, float))
                 or not connect_timeout > 0):
             raise InvalidArgumentError(f"connect_timeout must be a number of seconds > 0, got "
@@ -1067,23 +1067,27 @@ class PostgresMemory(MemoryStore):
 
     # ------------------------------------------------------------------ search
     def signals(self, rq: ResolvedQuery):
-        """Hybrid signals from the namespace's synchronised replica (tier protocol)."""
+        """Hybrid signals from the namespace's synchronised replica, or with ``replica=False``
+        of the query's candidate pool (tier protocol)."""
         self._check_read()
         if rq.prepared is None:
             return None
         if not self.replica:
-            return self._candidate_store(rq)[2]
+            got = self._candidates(rq)
+            return None if got is None else got.signals
         with self._lock:
             return self._replica(rq.namespace).store.signals(rq)
 
     def explanations(self, rq: ResolvedQuery, hits: Sequence[MemoryHit],
                      stats: Any = None) -> list:
-        """Hybrid terms of hits from the synchronised replica (tier protocol)."""
+        """Hybrid terms of hits from the synchronised replica or the candidate pool (tier
+        protocol)."""
         if rq.prepared is None or not hits:
             return [None] * len(hits)
         if not self.replica:
-            store, _, sig = self._candidate_store(rq, hits)
-            return store.explanations(rq, hits, sig.moments if stats is None else stats)
+            got = self._candidates(rq, hits)
+            return _pool.explain(got, rq, [h.key for h in hits],
+                                 got.signals.moments if stats is None else stats)
         with self._lock:
             return self._replica(rq.namespace).store.explanations(rq, hits, stats)
 
@@ -1096,16 +1100,17 @@ class PostgresMemory(MemoryStore):
 
     def scan(self, rq: ResolvedQuery, sig: Any = None) -> list[MemoryHit]:
         """The ranked hits of a resolved query, nothing refreshed (tier protocol): SQL for the
-        similarity preset, the synchronised replica for hybrid weights."""
+        similarity preset, the synchronised replica or the candidate pool for hybrid
+        weights."""
         self._check_read()
         if rq.prepared is not None:
             if not self.replica:
-                store, ring, own = self._candidate_store(rq)
-                sig = own if sig is None else sig
-                if not ring:
-                    return store.scan(rq, sig)
-                got = store.scan(replace(rq, top_k=rq.top_k + len(ring)), sig)
-                return [h for h in got if h.key not in ring][:rq.top_k]
+                got = self._candidates(rq)
+                if got is None:
+                    return []
+                stats = (got.signals.moments if sig is None or sig.moments is None
+                         else sig.moments)
+                return _pool.rank(got, rq, stats if rq.hybrid.normalize else None, self.tier)
             with self._lock:
                 return self._replica(rq.namespace).store.scan(rq, sig)
         return self._run(lambda conn: self._rank(conn, rq))
@@ -1203,22 +1208,22 @@ class PostgresMemory(MemoryStore):
             {"ns": _ns_text(ns), "n": names}).fetchall())
         return [v for v, kind in kinds if kind == "string"]
 
-    def _candidate_store(self, rq: ResolvedQuery, hits: Sequence[MemoryHit] = ()) -> Any:
-        """An in-process :class:`~memcore.LongTermMemory` holding only this query's
-        candidates and their episodes (O(candidates), replaced by the thread's next search):
-        the HNSW top-C by the embedding, the BM25 top-C over the query terms' postings, the
-        rows of the speakers the query names (each filtered in SQL), every row of their
-        episodes (the context windows), and ``hits`` (explanations of an earlier scan).
-        A namespace of at most C rows is read whole (then the ranking is the replica's)."""
+    def _candidates(self, rq: ResolvedQuery, hits: Sequence[MemoryHit] = ()
+              ) -> "_pool.CandidatePool | None":
+        """This query's candidate pool (:mod:`memcore.stores.pg_pool`; O(candidates), kept
+        until the thread's next search; None for an empty namespace): the HNSW top-C by the
+        embedding, the BM25 top-C over the query terms' postings, the rows of the speakers
+        the query names (each filtered in SQL), the episode window neighbours of each, and
+        ``hits`` (explanations of an earlier scan). A namespace of at most C rows is read
+        whole (then the ranking is the replica's)."""
         local = self._local
         ident = (rq.namespace, rq.vector.tobytes(), rq.prepared, repr(rq.filter), rq.now,
                  rq.hybrid)
-        got = getattr(local, "store", None)
-        if got is not None and got[0] == ident and all(
-                got[1].vector(rq.namespace, h.key) is not None for h in hits):
-            return got[1:]
-        local.store = None
-        from memcore.stores.long import LongTermMemory
+        got = getattr(local, "pool", None)
+        if got is not None and got[0] == ident and (
+                not hits or {h.key for h in hits} <= {r[0] for r in got[1].rows}):
+            return got[1]
+        local.pool = None
 
         c = self.candidates
         nst = _ns_text(rq.namespace)
@@ -1242,7 +1247,7 @@ class PostgresMemory(MemoryStore):
                 dense.append(self._dense_moments(conn, rq, p, where))
             if live[0] <= c:
                 return conn.cursor(binary=True).execute(
-                    f"SELECT {_COLS}, embedding, seq, TRUE FROM {t} "
+                    f"SELECT {_COLS}, embedding, seq, TRUE, {_VISIBLE} AND {where} FROM {t} "
                     f"WHERE namespace = %(ns)s ORDER BY seq", p).fetchall()
             keys = set(p["hits"])
             if self.hnsw:
@@ -1280,28 +1285,20 @@ class PostgresMemory(MemoryStore):
                 f"WHERE namespace = %(ns)s AND key = ANY(%(keys)s)), "
                 f"nb AS (SELECT key FROM c UNION SELECT x.key FROM c {side.format('<', 'DESC')} "
                 f"UNION SELECT x.key FROM c {side.format('>', 'ASC')}) "
-                f"SELECT {_COLS}, embedding, seq, key = ANY(%(keys)s) FROM {t} "
+                f"SELECT {_COLS}, embedding, seq, key = ANY(%(keys)s), "
+                f"{_VISIBLE} AND {where} FROM {t} "
                 f"WHERE namespace = %(ns)s AND key IN (SELECT key FROM nb) ORDER BY seq",
                 p).fetchall()
 
         p["r"] = max(int(w.dense_window), int(w.lexical_window), 0)
         dense: list = []
         rows = self._run(run)
-        store = LongTermMemory(None, self.embedder, weights=self.weights, clock=self.clock,
-                               hybrid=self.hybrid, query_preparer=self.query_preparer,
-                               threads=self.threads)
-        if rows:
-            store.put_stored([self._memory(rq.namespace, r) for r in rows],
-                             np.stack([_np(r[_NCOLS]) for r in rows]))
-        # the window neighbours read for the candidates' windows: not candidates themselves
-        ring = frozenset(r[0] for r in rows if not r[_NCOLS + 2])
-        sig = store.signals(rq)
-        if sig is not None and dense and sig.moments is not None:
-            mom = sig.moments.copy()
-            mom[0] = dense[0]              # the namespace's, not the rows read
-            sig = replace(sig, moments=mom)
-        local.store = (ident, store, ring, sig)
-        return store, ring, sig
+        if not rows:
+            return None
+        got = _pool.pool(rows, rq, self.dim, self.query_preparer,
+                         {0: dense[0]} if dense else None)
+        local.pool = (ident, got)
+        return got
 
     def _dense_moments(self, conn: Any, rq: ResolvedQuery, p: dict, where: str) -> tuple:
         """Count, mean and M2 of the dense signal over the namespace's visible (filtered)
