@@ -942,3 +942,21 @@ def test_stateless_pool_ranks_as_an_embedded_store_of_the_rows_read():
         assert all(h.explanation is not None for h in e)
         clock.advance(60.0)
     pg.drop()
+
+
+def test_stateless_speakers_are_the_string_speakers_as_the_embedded_store():
+    """replica=False lists the namespace's speakers from the speaker index: names held as a
+    non-empty JSON string by some row (a number or a blank is no speaker), as the embedded
+    store."""
+    clock = FakeClock()
+    hw = HybridWeights.no_model()
+    ltm = LongTermMemory(None, emb(), clock=clock, hybrid=hw)
+    pg = pg_server.store(clock, emb(), hybrid=hw, replica=False)
+    metas = [{"speaker": "Ann"}, {"speaker": 3}, {"speaker": " "}, {"speaker": "3"},
+             {"speaker": "Bob"}, {"speaker": 7}, {"speaker": ["Cy"]}, {}, {"speaker": "Ann"}]
+    for s in (ltm, pg):
+        for i, m in enumerate(metas):
+            s.put("chat", f"m{i}", f"text {i}", metadata=m)
+        s.delete("chat", "m4")                        # Bob's only row
+    assert sorted(pg.speakers(("chat",), hw)) == sorted(ltm.speakers(("chat",), hw)) == ["3", "Ann"]
+    pg.drop()

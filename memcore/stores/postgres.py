@@ -1202,11 +1202,14 @@ class PostgresMemory(MemoryStore):
         names = [r[0] for r in got if r[0].strip()]
         if not names:
             return []
-        kinds = self._run(lambda conn: conn.execute(
-            f"SELECT DISTINCT ON ({sp}) {sp}, jsonb_typeof((metadata::jsonb) -> 'speaker') "
-            f"FROM {t} WHERE namespace = %(ns)s AND {sp} = ANY(%(n)s) ORDER BY {sp}",
+        # a name counts when a row holds it as a JSON string (one index probe per name, not
+        # a pass over the named rows)
+        kept = self._run(lambda conn: conn.execute(
+            f"SELECT v FROM unnest(%(n)s::text[]) AS v WHERE EXISTS (SELECT 1 FROM {t} "
+            f"WHERE namespace = %(ns)s AND {sp} = v AND "
+            f"jsonb_typeof((metadata::jsonb) -> 'speaker') = 'string') ORDER BY v",
             {"ns": _ns_text(ns), "n": names}).fetchall())
-        return [v for v, kind in kinds if kind == "string"]
+        return [r[0] for r in kept]
 
     def _candidates(self, rq: ResolvedQuery, hits: Sequence[MemoryHit] = ()
               ) -> "_pool.CandidatePool | None":
