@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import pg_server
+from memcore.stores import pg_terms
 from memcore import (
     DecayWeights,
     EmbedderMismatchError,
@@ -904,29 +905,42 @@ def test_stateless_hybrid_from_sql_candidates_holds_no_replica():
     pg.drop()
 
 
+def _stateless_chat(hw, candidates, seed, n=400, ttl_share=0.0):
+    """An embedded store and a stateless PostgresMemory holding the same chat (episodes of 7
+    turns, three speakers, random importances, some memories with a time to live)."""
+    clock = FakeClock()
+    ltm = LongTermMemory(None, emb(), clock=clock, hybrid=hw)
+    pg = pg_server.store(clock, emb(), hybrid=hw, replica=False, candidates=candidates)
+    rng = np.random.default_rng(seed)
+    words = ["dog", "adopted", "paris", "trip", "guitar", "lessons", "sister", "wedding", "job",
+             "zebra", "piano", "lisbon"]
+    for s0 in range(0, n, 50):
+        items = [MemoryItem(f"m{i}", " ".join(rng.choice(words, 3)), float(rng.uniform()),
+                            {"episode": i // 7, "speaker": ["Ann", "Bob", "Cy"][i % 3]})
+                 for i in range(s0, min(s0 + 50, n))]
+        short = rng.uniform(size=len(items)) < ttl_share
+        for st in (ltm, pg):
+            st.put_many("chat", [x for x, e in zip(items, short) if not e])
+            if short.any():
+                st.put_many("chat", [x for x, e in zip(items, short) if e], ttl=300.0)
+        clock.advance(3600.0 * 7)             # a new day every batch: the date words differ
+    return ltm, pg, clock, rng, words
+
+
 def test_stateless_pool_ranks_as_an_embedded_store_of_the_rows_read():
     """Above ``candidates`` rows the pool's candidates kernel ranks the candidates exactly as
     a LongTermMemory holding the rows read (candidates and window neighbours, in write order)
-    does with the same z statistics, its neighbours left out; explanations sum to the
-    scores."""
+    does with the same z statistics, its neighbours left out (own-text BM25 off: that one
+    takes the namespace's statistics); explanations come with the hits."""
     from dataclasses import replace
 
-    clock = FakeClock()
-    hw = HybridWeights.no_model()
-    pg = pg_server.store(clock, emb(), hybrid=hw, replica=False, candidates=6)
-    rng = np.random.default_rng(11)
-    words = ["dog", "adopted", "paris", "trip", "guitar", "lessons", "sister", "wedding", "job",
-             "zebra", "piano", "lisbon"]
-    items = [MemoryItem(f"m{i}", " ".join(rng.choice(words, 3)), float(rng.uniform()),
-                        {"episode": i // 7, "speaker": ["Ann", "Bob", "Cy"][i % 3]})
-             for i in range(400)]
-    pg.put_many("chat", items)
+    hw = replace(HybridWeights.no_model(), lexical=0.0)
+    _, pg, clock, rng, words = _stateless_chat(hw, 6, 11)
     for j in range(12):
         q = " ".join(rng.choice(words, 2)) + (" Bob" if j % 3 == 0 else "")
         flt = {"speaker": "Ann"} if j % 4 == 1 else None
         got = pg.search("chat", q, top_k=5, filter=flt, touch=False)
         pool = pg._local.pool[1]
-        rq = pg._local.pool[0]
         ltm = LongTermMemory(None, emb(), clock=clock, hybrid=hw)
         ltm.put_stored([pg._memory(("chat",), r) for r in pool.rows],
                        np.stack([np.asarray(r[10].to_numpy(), np.float32) for r in pool.rows]))
@@ -935,12 +949,81 @@ def test_stateless_pool_ranks_as_an_embedded_store_of_the_rows_read():
         cand = {pool.rows[i][0] for i in pool.cand.tolist()}
         want = [h for h in ltm.scan(rq, sig) if h.key in cand][:5]
         assert [h.key for h in got] == [h.key for h in want]
-        np.testing.assert_allclose([h.score for h in got],
-                                   [h.score for h in pg.search("chat", q, top_k=5, filter=flt,
-                                                               touch=False)], atol=0)
         e = pg.search("chat", q, top_k=3, filter=flt, touch=False, explain=True)
         assert all(h.explanation is not None for h in e)
         clock.advance(60.0)
+    pg.drop()
+
+
+def test_stateless_bm25_statistics_are_the_namespaces():
+    """Above ``candidates`` rows the own-text BM25 (df from the postings, N and avgdl from
+    the namespace row) and its z statistics, and the dense z statistics, are the embedded
+    store's over the whole namespace (filters and expired rows included): with the window
+    BM25 off, each candidate's fused score is the embedded store's, so the stateless top-k
+    is the embedded ranking restricted to the candidates."""
+    from dataclasses import replace
+
+    hw = replace(HybridWeights.no_model(), lexical_context=0.0)
+    ltm, pg, clock, rng, words = _stateless_chat(hw, 8, 12, ttl_share=0.1)
+    assert ltm.count("chat") < 400                  # the memories with a ttl have expired
+    for j in range(16):
+        q = " ".join(rng.choice(words, 2 + j % 2)) + (" Bob" if j % 3 == 0 else "") + \
+            (" may 2023" if j % 5 == 0 else "")
+        flt = {"speaker": "Ann"} if j % 4 == 1 else None
+        rq = ltm.resolve("chat", q, top_k=400, filter=flt, touch=False)
+        mine = pg.resolve("chat", q, top_k=5, filter=flt, touch=False)
+        pool = pg._candidates(mine)
+        full = ltm.signals(rq).moments
+        np.testing.assert_allclose(pool.signals.moments[:2], full[:2], rtol=1e-6, atol=1e-9)
+        cand = {pool.rows[i][0] for i in pool.cand.tolist() if pool.visible[i]}
+        want = [h for h in ltm.scan(rq) if h.key in cand][:5]
+        got = pg.scan(mine)
+        assert [h.key for h in got] == [h.key for h in want]
+        np.testing.assert_allclose([h.score for h in got], [h.score for h in want],
+                                   rtol=1e-5, atol=1e-5)
+        clock.advance(30.0)
+    pg.drop()
+
+
+def test_stateless_bm25_statistics_follow_writes_deletes_sweeps_and_clears():
+    """The postings' df and the namespace's ``live``/``dl_sum`` kept at write time equal the
+    embedded index's BM25 statistics and a recomputation from the rows, through
+    replacements (a kept ``created_at``), deletes, expiry sweeps and a clear."""
+    clock = FakeClock()
+    hw = HybridWeights.no_model()
+    ltm = LongTermMemory(None, emb(), clock=clock, hybrid=hw)
+    pg = pg_server.store(clock, emb(), hybrid=hw, replica=False)
+    rng = np.random.default_rng(13)
+
+    def check():
+        idx = ltm._tables[("chat",)].recall_index(hw, ltm.dim, ltm.query_preparer)
+        live, dl_sum = pg._run(lambda conn: conn.execute(
+            f"SELECT live, dl_sum FROM {pg._t('memcore_namespaces')}").fetchone())
+        assert live == idx.lexical.n_docs            # expired rows count until swept
+        assert dl_sum == round(idx.lexical.avgdl * idx.lexical.n_docs)
+        rows = pg._run(lambda conn: conn.execute(
+            f"SELECT text, metadata, created_at FROM {pg._t('memcore_memories')}").fetchall())
+        doc, _, _, dl = pg_terms.document_terms(*zip(*rows)) if rows else ([], [], [], [])
+        assert dl_sum == sum(dict(zip(doc, dl)).values())
+        got = dict(pg._run(lambda conn: conn.execute(
+            f"SELECT term, count(*) FROM {pg._t('memcore_postings')} GROUP BY term").fetchall()))
+        assert got
+        for term, df in got.items():
+            h = np.array([term], np.int64).view(np.uint64)
+            assert idx.lexical.document_frequency(h.tolist())[0] == df
+
+    _random_chat([ltm, pg], rng, 120, clock, ttl_share=0.2)
+    check()
+    clock.advance(400.0)
+    assert pg.sweep("chat") == ltm.sweep("chat")
+    check()
+    for s in (ltm, pg):          # a replacement keeps created_at: its date words stay
+        s.put("chat", "m1", "a zebra at the wedding", metadata={"episode": 1, "speaker": "Ann"})
+    check()
+    for s in (ltm, pg):
+        s.clear("chat")
+        s.put("chat", "z", "after the clear")
+    check()
     pg.drop()
 
 
@@ -960,3 +1043,30 @@ def test_stateless_speakers_are_the_string_speakers_as_the_embedded_store():
         s.delete("chat", "m4")                        # Bob's only row
     assert sorted(pg.speakers(("chat",), hw)) == sorted(ltm.speakers(("chat",), hw)) == ["3", "Ann"]
     pg.drop()
+
+
+def test_postings_written_before_the_date_words_are_rebuilt_on_open(url):
+    """A store whose namespaces have no ``dl_sum`` (postings written without the date
+    words) gets every memory's postings and every namespace's ``dl_sum`` rebuilt on open,
+    equal to what the writes keep."""
+    clock = FakeClock()
+    pg = pg_server.store(clock, emb())
+    _random_chat([pg], np.random.default_rng(3), 80, clock)
+    pg.put("other", "x", "another namespace", metadata={"speaker": "Ann"})
+
+    def state(s):
+        return s._run(lambda conn: (
+            sorted(conn.execute(f"SELECT namespace, term, key, tf, dl "
+                                f"FROM {s._t('memcore_postings')}").fetchall()),
+            sorted(conn.execute(f"SELECT namespace, live, dl_sum "
+                                f"FROM {s._t('memcore_namespaces')}").fetchall())))
+
+    want = state(pg)
+    pg._run(lambda conn: conn.execute(
+        f"ALTER TABLE {pg._t('memcore_namespaces')} DROP COLUMN dl_sum; "
+        f"UPDATE {pg._t('memcore_postings')} SET dl = dl - 3 WHERE key <> 'x'; "
+        f"DELETE FROM {pg._t('memcore_postings')} WHERE key = 'm1'"))
+    pg.close()
+    again = PostgresMemory(url, emb(), schema=pg.schema, clock=clock)
+    assert state(again) == want
+    again.drop()

@@ -27,7 +27,7 @@ from memcore.core.query import ResolvedQuery
 from memcore.core.rank import Signals
 from memcore.core.table import copy_metadata
 from memcore.recall.diversity import diversify, pool_size
-from memcore.recall.index import HybridIndex
+from memcore.recall.index import HybridIndex, LexicalSignals
 from memcore.recall.namespace import episode_speaker
 from memcore.types import MemoryHit, MemoryTier
 
@@ -73,7 +73,7 @@ def vector(v: Any) -> np.ndarray:
 
 
 def pool(rows: Sequence[tuple], rq: ResolvedQuery, dim: int, preparer: Any,
-         stats: dict[int, tuple] | None = None) -> CandidatePool:
+         stats: dict[int, tuple] | None = None, corpus: tuple | None = None) -> CandidatePool:
     """The pool of ``rows`` (module notes) for the hybrid query ``rq``.
 
     Parameters
@@ -88,6 +88,10 @@ def pool(rows: Sequence[tuple], rq: ResolvedQuery, dim: int, preparer: Any,
     stats : dict of int -> (count, mean, M2), optional
         Rows of the z statistics (0 dense, 1 lexical, 2 lexical context) to take instead of
         the pool's own (the namespace's, from SQL).
+    corpus : tuple (df, n_docs, avgdl), optional
+        The namespace's BM25 statistics (df: dict of uint64 token hash -> documents), for
+        the own-text BM25 of the pool's rows (:meth:`HybridIndex.own_scores`) instead of the
+        pool's own.
 
     Returns
     -------
@@ -106,6 +110,9 @@ def pool(rows: Sequence[tuple], rq: ResolvedQuery, dim: int, preparer: Any,
     visible = np.fromiter((bool(r[F + 3]) for r in rows), np.bool_, m)
     cand = np.flatnonzero(np.fromiter((bool(r[F + 2]) for r in rows), np.bool_, m))
     lex = idx.lexical_signals(rq.prepared, w)
+    if corpus is not None and w.lexical:
+        own = idx.own_scores(np.arange(m, dtype=np.int64), rq.prepared, *corpus, weights=w)
+        lex = LexicalSignals(own[0], own[1], lex.ctx_rows, lex.ctx_vals)
     mom = None
     if w.normalize:
         mom = idx.moments(rq.prepared, rq.vector, weights=w, alive=visible, lexical=lex)

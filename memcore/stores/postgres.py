@@ -68,15 +68,20 @@ hybrid search loads the namespace).
 Stateless hybrid recall (``PostgresMemory(..., replica=False)``; not the default, because it
 is exact only on small namespaces). Write-time state, kept by every writer in its
 transaction whatever its searchers do: ``memcore_postings(namespace, term, key, tf, dl)``,
-memcore's own BM25 terms of each memory (``"speaker: text"``, stemmed, hashed as the hybrid
-index does: :mod:`memcore.stores.pg_terms`; replaced with the row, dropped with it by an
-``ON DELETE CASCADE`` foreign key, so deletes, clears and sweeps keep it), an index on
-``(namespace, metadata->'episode', seq)`` (episode order) and one on the speaker. A search:
+memcore's own BM25 terms of each memory (``"speaker: text"`` and its day's date words,
+stemmed, hashed as the hybrid index of the default structure does:
+:mod:`memcore.stores.pg_terms`; replaced with the row, deleted before it by deletes and sweeps,
+with it by a clear's ``ON DELETE CASCADE``), the namespace row's ``dl_sum`` (the total length
+of its documents, beside ``live``, its document count), an index on
+``(namespace, metadata->'episode', seq)`` (episode order) and one on the speaker. A store
+whose namespaces have no ``dl_sum`` (postings written before the date words) has its postings
+rebuilt by :meth:`PostgresMemory.setup` once. A search:
 
 1. candidates in SQL, each source filtered (namespace, expiry, metadata filter): the HNSW
-   top-C by the embedding, the BM25 top-C over the query terms' postings (df counted from
-   the postings, so O(matching postings); avgdl of the matching documents), the C rows
-   nearest the query among the speakers it names (C = ``candidates``);
+   top-C by the embedding, the own-text BM25 top-C over the query terms' postings with the
+   namespace's statistics (df counted from the postings, so O(matching postings); N and
+   avgdl from ``live`` and ``dl_sum``), the C rows nearest the query among the speakers it
+   names (C = ``candidates``);
 2. each candidate's episode window neighbours (``max(dense_window, lexical_window)`` before
    and after it in episode order: one index probe each way), in one REPEATABLE READ snapshot,
    vectors in binary;
@@ -89,16 +94,20 @@ index does: :mod:`memcore.stores.pg_terms`; replaced with the row, dropped with 
    (O(candidates x window)); ``explain=True`` reuses it.
 
 What is exact and what is not: a namespace of at most C rows is read whole and ranked
-exactly as the replica (tested). Above C, each candidate's window (own and context
-similarity, window BM25 terms) is exact, and so are the dense signal's z statistics (the
-namespace's, from one pass in the server: O(rows), a window average over every row's
-similarity); but **BM25's df and avgdl and the lexical z statistics are those of the rows
-read, not of the namespace**, and memories outside the candidates are not considered; no bound proves the top-k and nothing widens (an approximation, measured in
+exactly as the replica (tested). Above C, a candidate's dense signal (own and context
+similarity) and its own-text BM25 are the embedded store's, and so are their z statistics:
+the dense ones from one pass in the server (O(rows), a window average over every row's
+similarity), the BM25 ones over the visible rows from the query terms' postings (for the
+default index structure, ``stem`` and ``dates`` on; another structure ranks with the
+statistics of the rows read) -- tested against the embedded store over the whole namespace;
+but **the window BM25's df, avgdl and z statistics are those of the rows read, not of the
+namespace**, and memories outside the candidates are not considered; no bound proves the
+top-k and nothing widens (an approximation, measured in
 bench/results/postgres-stateless-20261205.md: top-10 agreement with the replica and LoCoMo dev
-R@10). What exactness needs beyond this: the namespace's dense moment sums of the context
-vectors (kept with the embedded index's windowed updates: O(window) per write instead of the
-O(rows) pass per search), BM25's namespace df/avgdl and the window documents' df, in SQL,
-and the per-signal bounds to widen C; not built.
+R@10). What exactness needs beyond this: the window documents' df and lengths in SQL, the
+namespace's dense moment sums of the context vectors (kept with the embedded index's windowed
+updates: O(window) per write instead of the O(rows) pass per search), and the per-signal
+bounds to widen C; not built.
 
 Access statistics (``touch``) and ``refresh_ttl``: one statement per call for the keys it
 returned, locking only those rows (in key order) and their ``memcore_touches`` rows, never
@@ -148,10 +157,11 @@ Differences from the embedded store (every one known):
   ``exact_max_rows`` the HNSW candidates are approximate (the embedded store is exact unless
   ``approximate=`` is given).
 - Hybrid recall holds a replica of the namespace in each searching process (above), or with
-  ``replica=False`` ranks SQL candidates with statistics of the rows read (approximate above
-  ``candidates`` rows).
-- A memory written by a memcore before the postings table has no postings (its BM25
-  candidacy is missing in the stateless search until it is written again).
+  ``replica=False`` ranks SQL candidates (approximate above ``candidates`` rows: the window
+  BM25's statistics are those of the rows read).
+- A memory written by an older memcore still writing to the store (one that keeps no postings
+  or ``dl_sum``) is missing from the stateless search's BM25 and its statistics until it is
+  written again (a store opened by this memcore has the rows from before rebuilt once).
 - A replaced key keeps ``created_at``/``access_count`` as stored at its commit (concurrent
   writers included); a store migrated from version 2 lost its metadata key order.
 - No ``durability``, ``lock_timeout``, ``read_only``, ``repair``, ``approximate`` (the server
@@ -187,6 +197,7 @@ from memcore.core.query import ResolvedQuery
 from memcore.recall.weights import HybridWeights
 from memcore.stores import pg_pool as _pool
 from memcore.stores.pg_pool import vector as _np
+from memcore.stores import pg_terms as _terms
 from memcore.stores.pg_terms import document_terms, query_terms
 from memcore.stores.pg_connect import (
     CONNECT_TIMEOUT,
@@ -620,7 +631,8 @@ class PostgresMemory(MemoryStore):
         conn.execute(f"CREATE SEQUENCE IF NOT EXISTS {t('memcore_seq')}; "
                      f"CREATE TABLE IF NOT EXISTS {t('memcore_namespaces')} ("
                      f"namespace text PRIMARY KEY, live bigint NOT NULL DEFAULT 0, "
-                     f"version bigint NOT NULL DEFAULT 0, clears bigint NOT NULL DEFAULT 0); "
+                     f"version bigint NOT NULL DEFAULT 0, clears bigint NOT NULL DEFAULT 0, "
+                     f"dl_sum bigint NOT NULL DEFAULT 0); "
                      f"CREATE TABLE IF NOT EXISTS {t('memcore_touches')} (namespace text NOT NULL, "
                      f"key text NOT NULL, tseq bigint NOT NULL, PRIMARY KEY (namespace, key)); "
                      f"CREATE INDEX IF NOT EXISTS memcore_touches_tseq "
@@ -652,6 +664,13 @@ class PostgresMemory(MemoryStore):
                      f"seq); "
                      f"CREATE INDEX IF NOT EXISTS memcore_memories_speaker "
                      f"ON {t('memcore_memories')} (namespace, ((metadata::jsonb) ->> 'speaker'))")
+        # postings written before the date words and the namespaces' dl_sum: rebuilt once
+        if conn.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND "
+                        "table_name = 'memcore_namespaces' AND column_name = 'dl_sum'",
+                        [self.schema]).fetchone() is None:
+            conn.execute(f"ALTER TABLE {t('memcore_namespaces')} ADD COLUMN "
+                         f"dl_sum bigint NOT NULL DEFAULT 0")
+            self._rebuild_postings(conn)
         # schema 1 -> 2: a table without the time-to-live columns gains them (ALTER TABLE only
         # then: it locks out readers while it runs); its memories never expire
         if conn.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND "
@@ -819,10 +838,12 @@ class PostgresMemory(MemoryStore):
                     copy.write_row((i, rows.keys[i], texts[i], imp[i], metas[i], lc[0][i],
                                     lc[1][i], lc[2][i], ac[i], ea[i], tl[i], vecs[i]))
             out = {r[0]: r for r in cur.execute(sql, [nst]).fetchall()}
-            self._write_postings(conn, cur, nst, list(rows.keys), texts, list(rows.metadata))
+            keys = list(rows.keys)
+            dl = self._write_postings(conn, cur, nst, keys, texts, list(rows.metadata),
+                                      [out[k][1] for k in keys])
             added = sum(1 for r in out.values() if r[3])
-            conn.execute(f"UPDATE {self._t('memcore_namespaces')} SET live = live + %s "
-                         f"WHERE namespace = %s", [added, nst])
+            conn.execute(f"UPDATE {self._t('memcore_namespaces')} SET live = live + %s, "
+                         f"dl_sum = dl_sum + %s WHERE namespace = %s", [added, dl, nst])
             return out
 
         out = self._run(run)
@@ -831,19 +852,51 @@ class PostgresMemory(MemoryStore):
             rows.access_count = np.asarray([out[k][2] for k in rows.keys], np.int64)
 
     def _write_postings(self, conn: Any, cur: Any, nst: str, keys: list, texts: list,
-                        metadata: list) -> None:
+                        metadata: list, created_at: list) -> int:
         """Replace the postings of the batch's keys (the last occurrence of each) in the
-        writer's transaction; deletes drop them by cascade."""
+        writer's transaction; returns the change of the namespace's document lengths (the
+        caller adds it to ``dl_sum``)."""
         pos = {k: i for i, k in enumerate(keys)}          # last occurrence wins
         idx = sorted(pos.values())
-        doc, term, tf, dl = document_terms([texts[i] for i in idx], [metadata[i] for i in idx])
-        conn.execute(f"DELETE FROM {self._t('memcore_postings')} WHERE namespace = %s "
-                     f"AND key = ANY(%s)", [nst, [keys[i] for i in idx]])
+        doc, term, tf, dl = document_terms([texts[i] for i in idx], [metadata[i] for i in idx],
+                                           [created_at[i] for i in idx])
+        gone = self._drop_postings(conn, nst, [keys[i] for i in idx])
         with cur.copy(f"COPY {self._t('memcore_postings')} (namespace, term, key, tf, dl) "
                       f"FROM STDIN WITH (FORMAT BINARY)") as copy:
             copy.set_types(["text", "int8", "text", "int4", "int4"])
             for d, h, f, n in zip(doc, term, tf, dl):
                 copy.write_row((nst, h, keys[idx[d]], f, n))
+        return sum(dict(zip(doc, dl)).values()) - gone
+
+    def _drop_postings(self, conn: Any, nst: str, keys: list) -> int:
+        """Delete the postings of ``keys`` (before their rows go: the cascade would drop them
+        unseen); returns their documents' total length (for ``dl_sum``)."""
+        got = conn.execute(f"DELETE FROM {self._t('memcore_postings')} WHERE namespace = %s "
+                           f"AND key = ANY(%s) RETURNING key, dl", [nst, keys]).fetchall()
+        return sum(dict(got).values())
+
+    def _rebuild_postings(self, conn: Any, batch: int = 4096) -> None:
+        """Every memory's postings and every namespace's ``dl_sum`` from the rows (a store
+        written before the date words were postings; run once by :meth:`setup`)."""
+        t = self._t
+        conn.execute(f"DELETE FROM {t('memcore_postings')}")
+        sums: dict = {}
+        cur = conn.cursor()
+        with conn.cursor(name="memcore_rebuild") as rd:
+            rd.execute(f"SELECT namespace, key, text, metadata, created_at "
+                       f"FROM {t('memcore_memories')} ORDER BY namespace, key")
+            while True:
+                got = rd.fetchmany(batch)
+                if not got:
+                    break
+                for nst in dict.fromkeys(r[0] for r in got):
+                    part = [r for r in got if r[0] == nst]
+                    sums[nst] = sums.get(nst, 0) + self._write_postings(
+                        conn, cur, nst, [r[1] for r in part], [r[2] for r in part],
+                        [r[3] for r in part], [r[4] for r in part])
+        for nst, dl in sums.items():
+            conn.execute(f"UPDATE {t('memcore_namespaces')} SET dl_sum = %s WHERE namespace = %s",
+                         [dl, nst])
 
     def delete_keys(self, namespace: Namespace, keys: Sequence[str]) -> list[str]:
         """As :meth:`MemoryStore.delete_keys` (so :meth:`~MemoryStore.delete` and
@@ -857,17 +910,20 @@ class PostgresMemory(MemoryStore):
         def run(conn):
             if not self._lock_ns(conn, namespace, create=False):
                 return []
-            rows = conn.execute(f"DELETE FROM {t} WHERE namespace = %(ns)s AND key IN (SELECT "
-                                f"key FROM {t} WHERE namespace = %(ns)s AND key = ANY(%(keys)s) "
-                                f"ORDER BY key FOR UPDATE) RETURNING key, expires_at",
-                                {"ns": nst, "keys": list(keys)}).fetchall()
+            held = [r[0] for r in conn.execute(
+                f"SELECT key FROM {t} WHERE namespace = %(ns)s AND key = ANY(%(keys)s) "
+                f"ORDER BY key FOR UPDATE", {"ns": nst, "keys": list(keys)}).fetchall()]
+            dl = self._drop_postings(conn, nst, held)
+            rows = conn.execute(f"DELETE FROM {t} WHERE namespace = %(ns)s AND key = "
+                                f"ANY(%(keys)s) RETURNING key, expires_at",
+                                {"ns": nst, "keys": held}).fetchall()
             if rows:
                 conn.execute(f"INSERT INTO {self._t('memcore_deleted')} AS d "
                              f"SELECT %s, k, nextval('{self._t('memcore_seq')}') "
                              f"FROM unnest(%s::text[]) AS k ON CONFLICT (namespace, key) "
                              f"DO UPDATE SET seq = excluded.seq", [nst, [r[0] for r in rows]])
-            conn.execute(f"UPDATE {self._t('memcore_namespaces')} SET live = live - %s "
-                         f"WHERE namespace = %s", [len(rows), nst])
+            conn.execute(f"UPDATE {self._t('memcore_namespaces')} SET live = live - %s, "
+                         f"dl_sum = dl_sum - %s WHERE namespace = %s", [len(rows), dl, nst])
             return [k for k, expires_at in rows if not 0 < expires_at <= now]
         return self._run(run)
 
@@ -885,7 +941,7 @@ class PostgresMemory(MemoryStore):
                                 {"ns": _ns_text(ns)}).rowcount
             for table in ("memcore_deleted", "memcore_touches"):
                 conn.execute(f"DELETE FROM {self._t(table)} WHERE namespace = %s", [_ns_text(ns)])
-            conn.execute(f"UPDATE {self._t('memcore_namespaces')} SET live = 0 "
+            conn.execute(f"UPDATE {self._t('memcore_namespaces')} SET live = 0, dl_sum = 0 "
                          f"WHERE namespace = %s", [_ns_text(ns)])
             return gone
         return self._run(run)
@@ -1046,16 +1102,19 @@ class PostgresMemory(MemoryStore):
                 if not self._lock_ns(conn, ns, create=False):
                     return 0
                 keys = [r[0] for r in conn.execute(
-                    f"DELETE FROM {t} WHERE namespace = %(ns)s AND key IN (SELECT key FROM {t} "
-                    f"WHERE namespace = %(ns)s AND expires_at > 0 AND expires_at <= %(now)s "
-                    f"ORDER BY key FOR UPDATE) RETURNING key", q).fetchall()]
+                    f"SELECT key FROM {t} WHERE namespace = %(ns)s AND expires_at > 0 AND "
+                    f"expires_at <= %(now)s ORDER BY key FOR UPDATE", q).fetchall()]
                 if keys:
+                    dl = self._drop_postings(conn, q["ns"], keys)
+                    conn.execute(f"DELETE FROM {t} WHERE namespace = %(ns)s AND key = "
+                                 f"ANY(%(keys)s)", {**q, "keys": keys})
                     conn.execute(f"INSERT INTO {self._t('memcore_deleted')} AS d "
                                  f"SELECT %(ns)s, k, nextval('{self._t('memcore_seq')}') "
                                  f"FROM unnest(%(keys)s::text[]) AS k ON CONFLICT (namespace, key) "
                                  f"DO UPDATE SET seq = excluded.seq", {**q, "keys": keys})
                     conn.execute(f"UPDATE {self._t('memcore_namespaces')} SET live = live - "
-                                 f"%(n)s WHERE namespace = %(ns)s", {**q, "n": len(keys)})
+                                 f"%(n)s, dl_sum = dl_sum - %(dl)s WHERE namespace = %(ns)s",
+                                 {**q, "n": len(keys), "dl": dl})
                 return len(keys)
             swept += self._run(run)
         return swept
@@ -1242,12 +1301,12 @@ class PostgresMemory(MemoryStore):
 
         def run(conn):
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")   # one snapshot
-            live = conn.execute(f"SELECT live FROM {self._t('memcore_namespaces')} "
+            live = conn.execute(f"SELECT live, dl_sum FROM {self._t('memcore_namespaces')} "
                                 f"WHERE namespace = %s", [nst]).fetchone()
             if live is None or live[0] == 0:
                 return []
             if w.normalize and w.dense:
-                dense.append(self._dense_moments(conn, rq, p, where))
+                stats[0] = self._dense_moments(conn, rq, p, where)
             if live[0] <= c:
                 return conn.cursor(binary=True).execute(
                     f"SELECT {_COLS}, embedding, seq, TRUE, {_VISIBLE} AND {where} FROM {t} "
@@ -1259,20 +1318,9 @@ class PostgresMemory(MemoryStore):
             keys.update(r[0] for r in conn.execute(
                 f"SELECT key FROM {t} WHERE {vis} ORDER BY embedding <#> %(q)s LIMIT %(c)s",
                 p).fetchall())
-            if p["terms"]:         # BM25 over the postings (avgdl: of the matching documents)
-                pt = self._t("memcore_postings")
-                keys.update(r[0] for r in conn.execute(
-                    f"WITH x AS MATERIALIZED (SELECT term, key, tf, dl FROM {pt} "
-                    f"WHERE namespace = %(ns)s AND term = ANY(%(terms)s)), "
-                    f"df AS (SELECT term, count(*) AS df FROM x GROUP BY term), "
-                    f"a AS (SELECT greatest(avg(dl), 1) AS avgdl FROM x), "
-                    f"s AS (SELECT x.key, sum(ln(1 + (%(n)s - df.df + 0.5) / (df.df + 0.5)) * "
-                    f"x.tf * (%(k1)s + 1) / (x.tf + %(k1)s * (1 - %(b)s + %(b)s * x.dl / "
-                    f"a.avgdl))) AS score FROM x JOIN df USING (term), a GROUP BY x.key "
-                    f"ORDER BY score DESC LIMIT %(lim)s) "
-                    f"SELECT s.key FROM s WHERE EXISTS (SELECT 1 FROM {t} WHERE {vis} "
-                    f"AND key = s.key) ORDER BY s.score DESC LIMIT %(c)s",
-                    {**p, "n": live[0], "lim": 4 * c}).fetchall())
+            if p["terms"]:
+                keys.update(self._bm25_candidates(conn, rq, p, where, live[0], live[1],
+                                                  stats, corpus))
             if p["spk"]:        # the named speakers' rows nearest the query
                 keys.update(r[0] for r in conn.execute(
                     f"SELECT key FROM {t} WHERE {vis} AND lower((metadata::jsonb) ->> "
@@ -1294,14 +1342,59 @@ class PostgresMemory(MemoryStore):
                 p).fetchall()
 
         p["r"] = max(int(w.dense_window), int(w.lexical_window), 0)
-        dense: list = []
+        stats: dict = {}           # z statistics of the namespace (rows of the moments)
+        corpus: dict = {}          # its BM25 statistics
         rows = self._run(run)
         if not rows:
             return None
-        got = _pool.pool(rows, rq, self.dim, self.query_preparer,
-                         {0: dense[0]} if dense else None)
+        got = _pool.pool(rows, rq, self.dim, self.query_preparer, stats,
+                         (corpus["df"], corpus["n"], corpus["avgdl"]) if corpus else None)
         local.pool = (ident, got)
         return got
+
+    def _bm25_candidates(self, conn: Any, rq: ResolvedQuery, p: dict, where: str, live: int,
+                         dl_sum: int, stats: dict, corpus: dict) -> list[str]:
+        """The own-text BM25 top-C of the visible rows over the query terms' postings, with
+        the namespace's statistics (df counted from the postings: O(matching postings); N the
+        live rows and avgdl ``dl_sum / N``, kept by every writer), as the hybrid index scores
+        them. When the query's index structure is the postings' (:data:`pg_terms.STRUCTURE`)
+        also puts the lexical z statistics over the visible rows into ``stats[1]`` and the
+        terms' df, N and avgdl into ``corpus``."""
+        w = rq.hybrid
+        t = self._t("memcore_memories")
+        expired = conn.execute(f"SELECT count(*) FROM {t} WHERE namespace = %(ns)s AND "
+                               f"expires_at > 0 AND expires_at <= %(now)s", p).fetchone()[0]
+        if where == "TRUE":
+            visible = live - expired
+        else:
+            visible = conn.execute(f"SELECT count(*) FROM {t} WHERE namespace = %(ns)s AND "
+                                   f"{_VISIBLE} AND {where}", p).fetchone()[0]
+        check = (f"WHERE EXISTS (SELECT 1 FROM {t} WHERE namespace = %(ns)s AND {_VISIBLE} "
+                 f"AND {where} AND key = s.key)" if visible < live else "")
+        pt = self._t("memcore_postings")
+        got = conn.execute(
+            f"WITH x AS MATERIALIZED (SELECT term, key, tf, dl FROM {pt} "
+            f"WHERE namespace = %(ns)s AND term = ANY(%(terms)s)), "
+            f"q AS (SELECT u AS term, count(*) AS mult FROM unnest(%(terms)s::int8[]) AS u "
+            f"GROUP BY u), "
+            f"df AS (SELECT term, count(*) AS df FROM x GROUP BY term), "
+            f"wt AS (SELECT df.term, q.mult * ln(1.0::float8 + (%(n)s::float8 - df.df + 0.5) / "
+            f"(df.df + 0.5)) AS idf FROM df JOIN q USING (term)), "
+            f"s AS (SELECT x.key, sum(wt.idf * x.tf / (x.tf + %(k1)s * (1 - %(b)s + %(b)s * "
+            f"x.dl / %(avgdl)s))) AS score FROM x JOIN wt USING (term) GROUP BY x.key), "
+            f"v AS MATERIALIZED (SELECT key, score FROM s {check}), "
+            f"top AS (SELECT key, score FROM v ORDER BY score DESC, key LIMIT %(c)s) "
+            f"SELECT 0, key, score, NULL::float8 FROM top "
+            f"UNION ALL SELECT 1, NULL, coalesce(sum(score), 0), coalesce(sum(score * score), 0) "
+            f"FROM v UNION ALL SELECT 2, term::text, df::float8, NULL FROM df",
+            {**p, "n": float(live), "avgdl": max(dl_sum / live, 1e-300)}).fetchall()
+        if w.structure() == _terms.STRUCTURE and dl_sum > 0:
+            s1, s2 = next((r[2], r[3]) for r in got if r[0] == 1)
+            mean = s1 / visible if visible else 0.0
+            stats[1] = (float(visible), mean, max(s2 - visible * mean * mean, 0.0))
+            corpus.update(df={int(r[1]) % 2 ** 64: int(r[2]) for r in got if r[0] == 2},
+                          n=live, avgdl=dl_sum / live)
+        return [r[1] for r in got if r[0] == 0]
 
     def _dense_moments(self, conn: Any, rq: ResolvedQuery, p: dict, where: str) -> tuple:
         """Count, mean and M2 of the dense signal over the namespace's visible (filtered)
