@@ -822,7 +822,8 @@ def test_readme_citus_ddl_runs_without_citus_and_calls_it_with_the_tables(own_se
                      ("distributed", "memcore.memcore_memories", "namespace", ns),
                      ("distributed", "memcore.memcore_deleted", "namespace", ns),
                      ("distributed", "memcore.memcore_touches", "namespace", ns),
-                     ("distributed", "memcore.memcore_postings", "namespace", ns)]
+                     ("distributed", "memcore.memcore_postings", "namespace", ns),
+                     ("distributed", "memcore.memcore_moments", "namespace", ns)]
     assert setting == (["citus.propagate_set_commands=local"],)
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute("DROP DATABASE citusddl WITH (FORCE)")
@@ -1070,3 +1071,81 @@ def test_postings_written_before_the_date_words_are_rebuilt_on_open(url):
     again = PostgresMemory(url, emb(), schema=pg.schema, clock=clock)
     assert state(again) == want
     again.drop()
+
+
+def test_stateless_dense_moment_sums_follow_writes_as_a_recomputation():
+    """The dense moment sums the writers keep (memcore_moments, O(window) per write) equal a
+    recomputation from the rows and the embedded index's sums, through batches with repeated
+    keys, replacements that move a memory to another episode, rows without an episode,
+    deletes, expiry sweeps and a clear; a search with every row visible takes its dense z
+    statistics from them, equal to the embedded store's."""
+    from memcore.stores import pg_moments
+
+    clock = FakeClock()
+    hw = HybridWeights.no_model()
+    ltm = LongTermMemory(None, emb(), clock=clock, hybrid=hw)
+    pg = pg_server.store(clock, emb(), hybrid=hw, replica=False, candidates=5)
+    rng = np.random.default_rng(21)
+    words = ["dog", "adopted", "paris", "trip", "guitar", "lessons", "sister", "wedding"]
+    a, r = pg_moments.key_of(hw)
+
+    def check():
+        got = pg._run(lambda conn: conn.execute(
+            f"SELECT c1, c2 FROM {pg._t('memcore_moments')} WHERE alpha = %s AND radius = %s",
+            [a, r]).fetchall())
+        rows = pg._run(lambda conn: conn.execute(
+            f"SELECT metadata, embedding FROM {pg._t('memcore_memories')} ORDER BY seq"
+        ).fetchall())
+        want = pg_moments.from_rows([(pg_moments.episode_of(m), np.asarray(v.to_numpy()))
+                                     for m, v in rows], a, r, DIM)
+        assert len(got) == 1
+        c1 = np.frombuffer(got[0][0], np.float64)
+        c2 = np.frombuffer(got[0][1], np.float64).reshape(DIM, DIM)
+        np.testing.assert_allclose(c1, want[0], atol=1e-9)
+        np.testing.assert_allclose(c2, want[1], atol=1e-9)
+        idx = ltm._tables[("chat",)].recall_index(hw, ltm.dim, ltm.query_preparer)
+        e1, e2 = idx._moment_sums(a, r)
+        np.testing.assert_allclose(c1, e1, atol=1e-9)
+        np.testing.assert_allclose(c2, e2, atol=1e-9)
+
+    def meta(i):
+        ep = [0, 1, 2, 2.0, "s", None, [1, 2]][int(rng.integers(0, 7))]
+        m = {"speaker": ["Ann", "Bob"][i % 2]}
+        if ep is not None or rng.uniform() < 0.5:
+            m["episode"] = ep
+        return m
+
+    for step in range(40):
+        u = rng.uniform()
+        if u < 0.5:
+            items = [MemoryItem(f"m{int(rng.integers(0, 40))}", " ".join(rng.choice(words, 3)),
+                                0.5, meta(i)) for i in range(int(rng.integers(1, 9)))]
+            ttl = 200.0 if rng.uniform() < 0.2 else None
+            for s in (ltm, pg):
+                s.put_many("chat", items, ttl=ttl)
+        elif u < 0.85:
+            keys = [f"m{int(k)}" for k in rng.integers(0, 40, 3)]
+            for s in (ltm, pg):
+                s.delete_many("chat", keys)
+        else:
+            clock.advance(250.0)
+            assert pg.sweep("chat") == ltm.sweep("chat")
+        clock.advance(10.0)
+        if step % 8 == 7:
+            check()
+    clock.advance(250.0)
+    pg.sweep("chat")
+    ltm.sweep("chat")
+    check()
+    pg._dense_moments = lambda *a: pytest.fail("the dense pass ran: every row is visible")
+    for q in ("a dog in paris", "guitar lessons"):
+        rq = pg.resolve("chat", q, top_k=3, touch=False)
+        mine = pg._candidates(rq).signals.moments[0]
+        want = ltm.signals(ltm.resolve("chat", q, top_k=3, touch=False)).moments[0]
+        np.testing.assert_allclose(mine, want, rtol=1e-6, atol=1e-12)
+    for s in (ltm, pg):
+        s.clear("chat")
+        s.put("chat", "z", "after the clear", metadata={"episode": 1})
+        s.put("chat", "y", "and one more", metadata={"episode": 1})
+    check()
+    pg.drop()

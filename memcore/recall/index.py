@@ -1390,14 +1390,7 @@ class HybridIndex:
             nl = self.n_live
             if nl == 0:
                 return out
-            c1, c2 = self._moment_sums(w.alpha, r)
-            q64 = q.astype(np.float64)
-            mean = float(q64 @ c1) / nl
-            e2 = float(q64 @ c2 @ q64) / nl
-            var = e2 - mean * mean
-            # cancellation: a variance within float64 rounding of E[x^2] is a constant signal
-            var = var if var > 1e-12 * max(e2, 1e-300) else 0.0
-            out[0] = (nl, mean, var * nl)
+            out[0] = self.sum_moments(*self._moment_sums(w.alpha, r), q, nl)
             for i, (rows_, vals_) in enumerate(((lex.own_rows, lex.own_vals),
                                                 (lex.ctx_rows, lex.ctx_vals)), start=1):
                 mean_, var_ = _km.sparse_moments(vals_, nl)
@@ -1426,6 +1419,36 @@ class HybridIndex:
             m = xx.mean()
             out[i] = (xx.shape[0], m, float(((xx - m) ** 2).sum()))
         return out
+
+    @staticmethod
+    def sum_moments(c1: np.ndarray, c2: np.ndarray, q: np.ndarray, n: int
+                    ) -> tuple[float, float, float]:
+        """Count, mean and M2 of ``q . c`` over ``n`` vectors ``c`` from their sums.
+
+        Parameters
+        ----------
+        c1 : ndarray of shape (dim,), float64
+            ``sum c``.
+        c2 : ndarray of shape (dim, dim), float64
+            ``sum c c^T``.
+        q : ndarray of shape (dim,), float32
+        n : int
+
+        Returns
+        -------
+        tuple of float
+            ``(n, mean, M2)``; a variance within float64 rounding of ``E[x^2]`` is 0 (a
+            constant signal).
+        """
+        if n == 0:
+            return 0.0, 0.0, 0.0
+        q64 = q.astype(np.float64)
+        mean = float(q64 @ c1) / n
+        e2 = float(q64 @ c2 @ q64) / n
+        var = e2 - mean * mean
+        # cancellation: a variance within float64 rounding of E[x^2] is a constant signal
+        var = var if var > 1e-12 * max(e2, 1e-300) else 0.0
+        return float(n), mean, var * n
 
     def _query(self, query: str | PreparedQuery, query_vector: np.ndarray,
                alive: np.ndarray | None) -> tuple[np.ndarray, PreparedQuery, np.ndarray]:

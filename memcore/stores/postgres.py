@@ -72,7 +72,11 @@ memcore's own BM25 terms of each memory (``"speaker: text"`` and its day's date 
 stemmed, hashed as the hybrid index of the default structure does:
 :mod:`memcore.stores.pg_terms`; replaced with the row, deleted before it by deletes and sweeps,
 with it by a clear's ``ON DELETE CASCADE``), the namespace row's ``dl_sum`` (the total length
-of its documents, beside ``live``, its document count), an index on
+of its documents, beside ``live``, its document count), ``memcore_moments(namespace, alpha,
+radius, c1, c2)``: the float64 sums of the rows' context vectors and of their outer products
+for the store's hybrid weights' (alpha, dense_window) (:mod:`memcore.stores.pg_moments`:
+O(window) per changed row, from the rows within ``2 r`` places of each change; created by one
+pass over the namespace by its first write without them), an index on
 ``(namespace, metadata->'episode', seq)`` (episode order) and one on the speaker. A store
 whose namespaces have no ``dl_sum`` (postings written before the date words) has its postings
 rebuilt by :meth:`PostgresMemory.setup` once. A search:
@@ -96,18 +100,19 @@ rebuilt by :meth:`PostgresMemory.setup` once. A search:
 What is exact and what is not: a namespace of at most C rows is read whole and ranked
 exactly as the replica (tested). Above C, a candidate's dense signal (own and context
 similarity) and its own-text BM25 are the embedded store's, and so are their z statistics:
-the dense ones from one pass in the server (O(rows), a window average over every row's
-similarity), the BM25 ones over the visible rows from the query terms' postings (for the
+the dense ones from the moment sums (O(dim^2), no pass) when every row is visible and the
+sums of the query's (alpha, radius) are kept, else from one pass in the server (O(rows), a
+window average over every row's similarity, as the embedded index passes over the rows of a
+filter), the BM25 ones over the visible rows from the query terms' postings (for the
 default index structure, ``stem`` and ``dates`` on; another structure ranks with the
 statistics of the rows read) -- tested against the embedded store over the whole namespace;
 but **the window BM25's df, avgdl and z statistics are those of the rows read, not of the
 namespace**, and memories outside the candidates are not considered; no bound proves the
 top-k and nothing widens (an approximation, measured in
 bench/results/postgres-stateless-20261205.md: top-10 agreement with the replica and LoCoMo dev
-R@10). What exactness needs beyond this: the window documents' df and lengths in SQL, the
-namespace's dense moment sums of the context vectors (kept with the embedded index's windowed
-updates: O(window) per write instead of the O(rows) pass per search), and the per-signal
-bounds to widen C; not built.
+R@10). What exactness needs beyond this: the window documents' df and lengths in SQL (they
+could be kept with the moment sums' windowed bookkeeping) and the per-signal bounds to widen
+C; not built.
 
 Access statistics (``touch``) and ``refresh_ttl``: one statement per call for the keys it
 returned, locking only those rows (in key order) and their ``memcore_touches`` rows, never
@@ -195,6 +200,7 @@ from memcore.errors import (
 )
 from memcore.core.query import ResolvedQuery
 from memcore.recall.weights import HybridWeights
+from memcore.stores import pg_moments as _moments
 from memcore.stores import pg_pool as _pool
 from memcore.stores.pg_pool import vector as _np
 from memcore.stores import pg_terms as _terms
@@ -657,6 +663,9 @@ class PostgresMemory(MemoryStore):
                      f"tf int4 NOT NULL, dl int4 NOT NULL, PRIMARY KEY (namespace, term, key), "
                      f"FOREIGN KEY (namespace, key) REFERENCES {t('memcore_memories')} "
                      f"ON DELETE CASCADE); "
+                     f"CREATE TABLE IF NOT EXISTS {t('memcore_moments')} ("
+                     f"namespace text NOT NULL, alpha float8 NOT NULL, radius int4 NOT NULL, "
+                     f"c1 bytea NOT NULL, c2 bytea NOT NULL, PRIMARY KEY (namespace, alpha, radius)); "
                      f"CREATE INDEX IF NOT EXISTS memcore_postings_key "
                      f"ON {t('memcore_postings')} (namespace, key); "
                      f"CREATE INDEX IF NOT EXISTS memcore_memories_episode "
@@ -837,7 +846,12 @@ class PostgresMemory(MemoryStore):
                 for i in range(len(rows)):
                     copy.write_row((i, rows.keys[i], texts[i], imp[i], metas[i], lc[0][i],
                                     lc[1][i], lc[2][i], ac[i], ea[i], tl[i], vecs[i]))
+            last = sorted({k: i for i, k in enumerate(rows.keys)}.values())
+            sums = self._sums_before(conn, ns, [rows.keys[i] for i in last],
+                                     [rows.metadata[i] for i in last])
             out = {r[0]: r for r in cur.execute(sql, [nst]).fetchall()}
+            self._sums_after(conn, ns, sums, [(rows.keys[i], rows.metadata[i], vecs[i])
+                                              for i in last])
             keys = list(rows.keys)
             dl = self._write_postings(conn, cur, nst, keys, texts, list(rows.metadata),
                                       [out[k][1] for k in keys])
@@ -898,6 +912,79 @@ class PostgresMemory(MemoryStore):
             conn.execute(f"UPDATE {t('memcore_namespaces')} SET dl_sum = %s WHERE namespace = %s",
                          [dl, nst])
 
+    def _sums_before(self, conn: Any, ns: Namespace, keys: list, metadata: list) -> tuple:
+        """Before a write (namespace lock held): the namespace's dense moment sums
+        (:mod:`memcore.stores.pg_moments`) and the rows around what the write changes: the
+        rows of ``keys`` (replaced or deleted) that exist, with the rows within ``2 r`` places
+        of each in its episode, and the last ``2 r`` rows of each episode of ``metadata``
+        (the new rows'). ``(sums, before, removed)``; sums: list of ``[alpha, r, c1, c2]``."""
+        nst = _ns_text(ns)
+        t = self._t("memcore_memories")
+        sums = [[a, r, np.frombuffer(c1, np.float64).copy(),
+                 np.frombuffer(c2, np.float64).reshape(self.dim, self.dim).copy()]
+                for a, r, c1, c2 in conn.execute(
+                    f"SELECT alpha, radius, c1, c2 FROM {self._t('memcore_moments')} "
+                    f"WHERE namespace = %s ORDER BY alpha, radius", [nst]).fetchall()]
+        if not sums:
+            return sums, {}, {}
+        r2 = 2 * max(int(x[1]) for x in sums)
+        ep = "((metadata::jsonb) -> 'episode')"
+        cur = conn.cursor(binary=True)
+        p = {"ns": nst, "keys": list(keys), "r2": r2}
+        removed = {k: (_moments.episode_of(m), _np(v)) for k, m, v in cur.execute(
+            f"SELECT key, metadata, embedding FROM {t} WHERE namespace = %(ns)s "
+            f"AND key = ANY(%(keys)s)", p).fetchall()}
+        side = (f"SELECT key, seq, metadata, embedding FROM {t} WHERE namespace = %(ns)s AND "
+                f"{ep} = c.ep AND seq {{}} c.seq ORDER BY seq {{}} LIMIT {{}}")
+        near = cur.execute(
+            f"WITH c AS MATERIALIZED (SELECT seq, {ep} AS ep FROM {t} WHERE namespace = %(ns)s "
+            f"AND key = ANY(%(keys)s) AND {ep} IS NOT NULL AND {ep} <> 'null'::jsonb) "
+            f"SELECT x.* FROM c CROSS JOIN LATERAL (({side.format('<', 'DESC', '%(r2)s')}) "
+            f"UNION ALL ({side.format('>=', 'ASC', '%(r2)s + 1')})) x", p).fetchall() \
+            if removed else []
+        eps = list(dict.fromkeys(json.dumps(m["episode"]) for m in metadata
+                                 if _moments.episode_of(m) is not None))
+        if eps:
+            near += cur.execute(
+                f"SELECT x.* FROM unnest(%(eps)s::text[]) AS e(ep) CROSS JOIN LATERAL "
+                f"(SELECT key, seq, metadata, embedding FROM {t} WHERE namespace = %(ns)s AND "
+                f"{ep} = e.ep::jsonb ORDER BY seq DESC LIMIT %(r2)s) x",
+                {**p, "eps": eps}).fetchall()
+        before: dict = {}
+        for key, seq, meta, vec in sorted({r[0]: r for r in near}.values(), key=lambda r: r[1]):
+            before.setdefault(_moments.episode_of(meta), []).append((key, _np(vec)))
+        for m in metadata:
+            e = _moments.episode_of(m)
+            if e is not None:
+                before.setdefault(e, [])
+        return sums, before, removed
+
+    def _sums_after(self, conn: Any, ns: Namespace, state: tuple, added: list) -> None:
+        """After a write: the sums of :meth:`_sums_before` updated for the rows removed and
+        ``added`` (``(key, metadata, vector)`` in write order) and stored; a namespace
+        without the sums of the store's hybrid weights gets them from one pass over its rows
+        (its first write, or the first since they were kept)."""
+        sums, before, removed = state
+        nst = _ns_text(ns)
+        new = [(k, _moments.episode_of(m), np.asarray(v, np.float32)) for k, m, v in added]
+        for x in sums:
+            c = (x[2], x[3])
+            _moments.update(c, float(x[0]), int(x[1]), before, removed, new)
+        w = self.hybrid
+        want = _moments.key_of(w) if w.normalize and w.dense else None
+        if want is not None and not any((float(x[0]), int(x[1])) == want for x in sums):
+            rows = conn.cursor(binary=True).execute(
+                f"SELECT metadata, embedding FROM {self._t('memcore_memories')} "
+                f"WHERE namespace = %s ORDER BY seq", [nst]).fetchall()
+            c1, c2 = _moments.from_rows([(_moments.episode_of(m), _np(v)) for m, v in rows],
+                                        want[0], want[1], self.dim)
+            sums.append([want[0], want[1], c1, c2])
+        for a, r, c1, c2 in sums:
+            conn.execute(f"INSERT INTO {self._t('memcore_moments')} AS m VALUES (%s, %s, %s, "
+                         f"%s, %s) ON CONFLICT (namespace, alpha, radius) DO UPDATE SET "
+                         f"c1 = excluded.c1, c2 = excluded.c2",
+                         [nst, float(a), int(r), c1.tobytes(), c2.tobytes()])
+
     def delete_keys(self, namespace: Namespace, keys: Sequence[str]) -> list[str]:
         """As :meth:`MemoryStore.delete_keys` (so :meth:`~MemoryStore.delete` and
         :meth:`~MemoryStore.delete_many`): one transaction, each deleted key recorded in
@@ -914,9 +1001,11 @@ class PostgresMemory(MemoryStore):
                 f"SELECT key FROM {t} WHERE namespace = %(ns)s AND key = ANY(%(keys)s) "
                 f"ORDER BY key FOR UPDATE", {"ns": nst, "keys": list(keys)}).fetchall()]
             dl = self._drop_postings(conn, nst, held)
+            sums = self._sums_before(conn, namespace, held, [])
             rows = conn.execute(f"DELETE FROM {t} WHERE namespace = %(ns)s AND key = "
                                 f"ANY(%(keys)s) RETURNING key, expires_at",
                                 {"ns": nst, "keys": held}).fetchall()
+            self._sums_after(conn, namespace, sums, [])
             if rows:
                 conn.execute(f"INSERT INTO {self._t('memcore_deleted')} AS d "
                              f"SELECT %s, k, nextval('{self._t('memcore_seq')}') "
@@ -939,7 +1028,7 @@ class PostgresMemory(MemoryStore):
             gone = conn.execute(f"DELETE FROM {t} WHERE namespace = %(ns)s AND key IN (SELECT key "
                                 f"FROM {t} WHERE namespace = %(ns)s ORDER BY key FOR UPDATE)",
                                 {"ns": _ns_text(ns)}).rowcount
-            for table in ("memcore_deleted", "memcore_touches"):
+            for table in ("memcore_deleted", "memcore_touches", "memcore_moments"):
                 conn.execute(f"DELETE FROM {self._t(table)} WHERE namespace = %s", [_ns_text(ns)])
             conn.execute(f"UPDATE {self._t('memcore_namespaces')} SET live = 0, dl_sum = 0 "
                          f"WHERE namespace = %s", [_ns_text(ns)])
@@ -1106,8 +1195,10 @@ class PostgresMemory(MemoryStore):
                     f"expires_at <= %(now)s ORDER BY key FOR UPDATE", q).fetchall()]
                 if keys:
                     dl = self._drop_postings(conn, q["ns"], keys)
+                    sums = self._sums_before(conn, ns, keys, [])
                     conn.execute(f"DELETE FROM {t} WHERE namespace = %(ns)s AND key = "
                                  f"ANY(%(keys)s)", {**q, "keys": keys})
+                    self._sums_after(conn, ns, sums, [])
                     conn.execute(f"INSERT INTO {self._t('memcore_deleted')} AS d "
                                  f"SELECT %(ns)s, k, nextval('{self._t('memcore_seq')}') "
                                  f"FROM unnest(%(keys)s::text[]) AS k ON CONFLICT (namespace, key) "
@@ -1305,8 +1396,12 @@ class PostgresMemory(MemoryStore):
                                 f"WHERE namespace = %s", [nst]).fetchone()
             if live is None or live[0] == 0:
                 return []
+            expired = conn.execute(f"SELECT count(*) FROM {t} WHERE namespace = %(ns)s AND "
+                                   f"expires_at > 0 AND expires_at <= %(now)s", p).fetchone()[0]
+            visible = live[0] - expired if where == "TRUE" else conn.execute(
+                f"SELECT count(*) FROM {t} WHERE {vis}", p).fetchone()[0]
             if w.normalize and w.dense:
-                stats[0] = self._dense_moments(conn, rq, p, where)
+                stats[0] = self._dense_stats(conn, rq, p, where, live[0], visible)
             if live[0] <= c:
                 return conn.cursor(binary=True).execute(
                     f"SELECT {_COLS}, embedding, seq, TRUE, {_VISIBLE} AND {where} FROM {t} "
@@ -1320,7 +1415,7 @@ class PostgresMemory(MemoryStore):
                 p).fetchall())
             if p["terms"]:
                 keys.update(self._bm25_candidates(conn, rq, p, where, live[0], live[1],
-                                                  stats, corpus))
+                                                  visible, stats, corpus))
             if p["spk"]:        # the named speakers' rows nearest the query
                 keys.update(r[0] for r in conn.execute(
                     f"SELECT key FROM {t} WHERE {vis} AND lower((metadata::jsonb) ->> "
@@ -1353,7 +1448,7 @@ class PostgresMemory(MemoryStore):
         return got
 
     def _bm25_candidates(self, conn: Any, rq: ResolvedQuery, p: dict, where: str, live: int,
-                         dl_sum: int, stats: dict, corpus: dict) -> list[str]:
+                         dl_sum: int, visible: int, stats: dict, corpus: dict) -> list[str]:
         """The own-text BM25 top-C of the visible rows over the query terms' postings, with
         the namespace's statistics (df counted from the postings: O(matching postings); N the
         live rows and avgdl ``dl_sum / N``, kept by every writer), as the hybrid index scores
@@ -1362,13 +1457,6 @@ class PostgresMemory(MemoryStore):
         terms' df, N and avgdl into ``corpus``."""
         w = rq.hybrid
         t = self._t("memcore_memories")
-        expired = conn.execute(f"SELECT count(*) FROM {t} WHERE namespace = %(ns)s AND "
-                               f"expires_at > 0 AND expires_at <= %(now)s", p).fetchone()[0]
-        if where == "TRUE":
-            visible = live - expired
-        else:
-            visible = conn.execute(f"SELECT count(*) FROM {t} WHERE namespace = %(ns)s AND "
-                                   f"{_VISIBLE} AND {where}", p).fetchone()[0]
         check = (f"WHERE EXISTS (SELECT 1 FROM {t} WHERE namespace = %(ns)s AND {_VISIBLE} "
                  f"AND {where} AND key = s.key)" if visible < live else "")
         pt = self._t("memcore_postings")
@@ -1395,6 +1483,23 @@ class PostgresMemory(MemoryStore):
             corpus.update(df={int(r[1]) % 2 ** 64: int(r[2]) for r in got if r[0] == 2},
                           n=live, avgdl=dl_sum / live)
         return [r[1] for r in got if r[0] == 0]
+
+    def _dense_stats(self, conn: Any, rq: ResolvedQuery, p: dict, where: str, live: int,
+                     visible: int) -> tuple:
+        """Count, mean and M2 of the dense signal over the namespace's visible (filtered)
+        rows: from the moment sums the writers keep (:mod:`memcore.stores.pg_moments`) when
+        every row is visible and the sums of the query's (alpha, radius) are kept, else by
+        one pass in the server (:meth:`_dense_moments`), as the embedded index does."""
+        if visible == live and where == "TRUE":
+            a, r = _moments.key_of(rq.hybrid)
+            got = conn.execute(f"SELECT c1, c2 FROM {self._t('memcore_moments')} WHERE "
+                               f"namespace = %s AND alpha = %s AND radius = %s",
+                               [p["ns"], a, r]).fetchone()
+            if got is not None:
+                sums = (np.frombuffer(got[0], np.float64),
+                        np.frombuffer(got[1], np.float64).reshape(self.dim, self.dim))
+                return _moments.stats(sums, rq.vector, live)
+        return self._dense_moments(conn, rq, p, where)
 
     def _dense_moments(self, conn: Any, rq: ResolvedQuery, p: dict, where: str) -> tuple:
         """Count, mean and M2 of the dense signal over the namespace's visible (filtered)
