@@ -74,7 +74,8 @@ stemmed, hashed as the hybrid index of the default structure does:
 with it by a clear's ``ON DELETE CASCADE``), the namespace row's ``dl_sum`` (the total length
 of its documents, beside ``live``, its document count), ``memcore_moments(namespace, alpha,
 radius, c1, c2)``: the float64 sums of the rows' context vectors and of their outer products
-for the store's hybrid weights' (alpha, dense_window) (:mod:`memcore.stores.pg_moments`:
+for the hybrid presets' (alpha, dense_window) and the store's own hybrid weights'
+(:mod:`memcore.stores.pg_moments`:
 O(window) per changed row, from the rows within ``2 r`` places of each change; created by one
 pass over the namespace by its first write without them), an index on
 ``(namespace, metadata->'episode', seq)`` (episode order) and one on the speaker. A store
@@ -970,20 +971,33 @@ class PostgresMemory(MemoryStore):
         for x in sums:
             c = (x[2], x[3])
             _moments.update(c, float(x[0]), int(x[1]), before, removed, new)
-        w = self.hybrid
-        want = _moments.key_of(w) if w.normalize and w.dense else None
-        if want is not None and not any((float(x[0]), int(x[1])) == want for x in sums):
-            rows = conn.cursor(binary=True).execute(
-                f"SELECT metadata, embedding FROM {self._t('memcore_memories')} "
-                f"WHERE namespace = %s ORDER BY seq", [nst]).fetchall()
-            c1, c2 = _moments.from_rows([(_moments.episode_of(m), _np(v)) for m, v in rows],
-                                        want[0], want[1], self.dim)
-            sums.append([want[0], want[1], c1, c2])
+        have = {(float(x[0]), int(x[1])) for x in sums}
+        rows = None
+        for want in self._sums_keys():
+            if want in have:
+                continue
+            if rows is None:
+                rows = [(_moments.episode_of(m), _np(v)) for m, v in conn.cursor(
+                    binary=True).execute(f"SELECT metadata, embedding FROM "
+                                         f"{self._t('memcore_memories')} WHERE namespace = %s "
+                                         f"ORDER BY seq", [nst]).fetchall()]
+            sums.append([want[0], want[1], *_moments.from_rows(rows, want[0], want[1],
+                                                                 self.dim)])
         for a, r, c1, c2 in sums:
             conn.execute(f"INSERT INTO {self._t('memcore_moments')} AS m VALUES (%s, %s, %s, "
                          f"%s, %s) ON CONFLICT (namespace, alpha, radius) DO UPDATE SET "
                          f"c1 = excluded.c1, c2 = excluded.c2",
                          [nst, float(a), int(r), c1.tobytes(), c2.tobytes()])
+
+    def _sums_keys(self) -> list[tuple[float, int]]:
+        """The (alpha, radius) of the moment sums this store's writes keep: the hybrid
+        presets' (``HybridWeights.hybrid()`` and ``no_model()`` share theirs) and the store's
+        own hybrid weights' when they z-normalise."""
+        keys = [_moments.key_of(HybridWeights.hybrid())]
+        w = self.hybrid
+        if w.normalize and w.dense and _moments.key_of(w) not in keys:
+            keys.append(_moments.key_of(w))
+        return keys
 
     def delete_keys(self, namespace: Namespace, keys: Sequence[str]) -> list[str]:
         """As :meth:`MemoryStore.delete_keys` (so :meth:`~MemoryStore.delete` and
