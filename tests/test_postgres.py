@@ -1074,9 +1074,9 @@ def test_postings_written_before_the_date_words_are_rebuilt_on_open(url):
 
 
 def test_stateless_dense_moment_sums_follow_writes_as_a_recomputation():
-    """The dense moment sums the writers keep (memcore_moments, O(window) per write) equal a
-    recomputation from the rows and the embedded index's sums, through batches with repeated
-    keys, replacements that move a memory to another episode, rows without an episode,
+    """The dense moment sums the writers keep (memcore_moments, O(window) per write; created
+    by a replica=False store, kept by a replica store writing too) equal a recomputation from
+    the rows and the embedded index's sums, through batches with repeated keys, replacements that move a memory to another episode, rows without an episode,
     deletes, expiry sweeps and a clear; a search with every row visible takes its dense z
     statistics from them, equal to the embedded store's."""
     from memcore.stores import pg_moments
@@ -1115,17 +1115,20 @@ def test_stateless_dense_moment_sums_follow_writes_as_a_recomputation():
             m["episode"] = ep
         return m
 
+    # a replica store writing to the same schema keeps the sums too (it creates none)
+    other = pg_server.store(clock, emb(), hybrid=hw, schema=pg.schema)
     for step in range(40):
         u = rng.uniform()
+        w = pg if step % 3 else other
         if u < 0.5:
             items = [MemoryItem(f"m{int(rng.integers(0, 40))}", " ".join(rng.choice(words, 3)),
                                 0.5, meta(i)) for i in range(int(rng.integers(1, 9)))]
             ttl = 200.0 if rng.uniform() < 0.2 else None
-            for s in (ltm, pg):
+            for s in (ltm, w):
                 s.put_many("chat", items, ttl=ttl)
         elif u < 0.85:
             keys = [f"m{int(k)}" for k in rng.integers(0, 40, 3)]
-            for s in (ltm, pg):
+            for s in (ltm, w):
                 s.delete_many("chat", keys)
         else:
             clock.advance(250.0)

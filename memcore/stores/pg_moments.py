@@ -24,6 +24,9 @@ from memcore.recall.index import HybridIndex
 from memcore.recall.namespace import episode_speaker
 from memcore.recall.weights import HybridWeights
 
+#: Rows up to which a sums update is an einsum rather than a BLAS product.
+_SMALL_UPDATE = 16
+
 __all__ = ["key_of", "episode_of", "update", "from_rows", "stats"]
 
 
@@ -58,7 +61,9 @@ def _add(sums: tuple, C: np.ndarray, sign: float) -> None:
     if C.shape[0]:
         c1, c2 = sums                       # in place
         c1 += sign * C.sum(axis=0)
-        c2 += sign * (C.T @ C)
+        # a write's few rows: einsum, not BLAS (as the embedded index: OpenBLAS wakes its
+        # threads even for a (k, 384) product, and on a busy machine they spin)
+        c2 += sign * (C.T @ C if C.shape[0] > _SMALL_UPDATE else np.einsum("ki,kj->ij", C, C))
 
 
 def update(sums: tuple, alpha: float, r: int, before: dict, removed: dict,
@@ -85,9 +90,12 @@ def update(sums: tuple, alpha: float, r: int, before: dict, removed: dict,
     for k, ep, v in added:
         if ep is None:
             _add(sums, _context(np.asarray(v)[None, :], [0], alpha, r), 1.0)
+    by_ep: dict = {}
+    for _, e, v in added:
+        by_ep.setdefault(e, []).append(v)
     for ep, rows in before.items():
         keys = [k for k, _ in rows]
-        new = [v for _, e, v in added if e == ep]
+        new = by_ep.get(ep, [])
         hit = set()
         for p, k in enumerate(keys):
             if k in removed:

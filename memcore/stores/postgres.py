@@ -75,9 +75,10 @@ with it by a clear's ``ON DELETE CASCADE``), the namespace row's ``dl_sum`` (the
 of its documents, beside ``live``, its document count), ``memcore_moments(namespace, alpha,
 radius, c1, c2)``: the float64 sums of the rows' context vectors and of their outer products
 for the hybrid presets' (alpha, dense_window) and the store's own hybrid weights'
-(:mod:`memcore.stores.pg_moments`:
-O(window) per changed row, from the rows within ``2 r`` places of each change; created by one
-pass over the namespace by its first write without them), an index on
+(:mod:`memcore.stores.pg_moments`: O(window) per changed row, from the rows within ``2 r``
+places of each change, kept by every writer once they exist; created by one pass over the
+namespace by the first write of a ``replica=False`` store; a write rewrites the 1.2 MB row
+at dim 384), an index on
 ``(namespace, metadata->'episode', seq)`` (episode order) and one on the speaker. A store
 whose namespaces have no ``dl_sum`` (postings written before the date words) has its postings
 rebuilt by :meth:`PostgresMemory.setup` once. A search:
@@ -667,6 +668,8 @@ class PostgresMemory(MemoryStore):
                      f"CREATE TABLE IF NOT EXISTS {t('memcore_moments')} ("
                      f"namespace text NOT NULL, alpha float8 NOT NULL, radius int4 NOT NULL, "
                      f"c1 bytea NOT NULL, c2 bytea NOT NULL, PRIMARY KEY (namespace, alpha, radius)); "
+                     # float64 noise does not compress: no pglz attempt on each rewrite
+                     f"ALTER TABLE {t('memcore_moments')} ALTER COLUMN c2 SET STORAGE EXTERNAL; "
                      f"CREATE INDEX IF NOT EXISTS memcore_postings_key "
                      f"ON {t('memcore_postings')} (namespace, key); "
                      f"CREATE INDEX IF NOT EXISTS memcore_memories_episode "
@@ -990,9 +993,13 @@ class PostgresMemory(MemoryStore):
                          [nst, float(a), int(r), c1.tobytes(), c2.tobytes()])
 
     def _sums_keys(self) -> list[tuple[float, int]]:
-        """The (alpha, radius) of the moment sums this store's writes keep: the hybrid
-        presets' (``HybridWeights.hybrid()`` and ``no_model()`` share theirs) and the store's
-        own hybrid weights' when they z-normalise."""
+        """The (alpha, radius) of the moment sums this store's writes create when missing:
+        with ``replica=False`` the hybrid presets' (``HybridWeights.hybrid()`` and
+        ``no_model()`` share theirs) and the store's own hybrid weights' when they
+        z-normalise; none with the replica (its writes keep the sums that exist: every
+        writer must, or they go stale)."""
+        if self.replica:
+            return []
         keys = [_moments.key_of(HybridWeights.hybrid())]
         w = self.hybrid
         if w.normalize and w.dense and _moments.key_of(w) not in keys:
