@@ -660,6 +660,8 @@ class PostgresMemory(MemoryStore):
         # the stateless hybrid search's write-time state (kept by every writer, whatever its
         # searchers do): memcore's own BM25 terms of each memory, dropped with it (cascade),
         # and the episode and speaker of each memory indexed
+        fresh = conn.execute("SELECT to_regclass(%s) IS NULL",
+                             [t("memcore_moments")]).fetchone()[0]
         conn.execute(f"CREATE TABLE IF NOT EXISTS {t('memcore_postings')} ("
                      f"namespace text NOT NULL, term int8 NOT NULL, key text NOT NULL, "
                      f"tf int4 NOT NULL, dl int4 NOT NULL, PRIMARY KEY (namespace, term, key), "
@@ -668,8 +670,7 @@ class PostgresMemory(MemoryStore):
                      f"CREATE TABLE IF NOT EXISTS {t('memcore_moments')} ("
                      f"namespace text NOT NULL, alpha float8 NOT NULL, radius int4 NOT NULL, "
                      f"c1 bytea NOT NULL, c2 bytea NOT NULL, PRIMARY KEY (namespace, alpha, radius)); "
-                     # float64 noise does not compress: no pglz attempt on each rewrite
-                     f"ALTER TABLE {t('memcore_moments')} ALTER COLUMN c2 SET STORAGE EXTERNAL; "
+
                      f"CREATE INDEX IF NOT EXISTS memcore_postings_key "
                      f"ON {t('memcore_postings')} (namespace, key); "
                      f"CREATE INDEX IF NOT EXISTS memcore_memories_episode "
@@ -677,6 +678,9 @@ class PostgresMemory(MemoryStore):
                      f"seq); "
                      f"CREATE INDEX IF NOT EXISTS memcore_memories_speaker "
                      f"ON {t('memcore_memories')} (namespace, ((metadata::jsonb) ->> 'speaker'))")
+        if fresh:      # float64 noise does not compress: no pglz attempt on each rewrite
+            conn.execute(f"ALTER TABLE {t('memcore_moments')} ALTER COLUMN c2 "
+                         f"SET STORAGE EXTERNAL")       # (only new: it locks out writers)
         # postings written before the date words and the namespaces' dl_sum: rebuilt once
         if conn.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND "
                         "table_name = 'memcore_namespaces' AND column_name = 'dl_sum'",
