@@ -66,7 +66,9 @@ def main(n: int, queries: int = 200) -> None:
     texts, vecs, meta = _corpus(n, None)
     schema = f"bench_st{n}"
     clock = _Clock()
-    with PostgresMemory(url, emb, clock=clock, schema=schema) as pg:
+    # written by a replica=False store: its writes create the dense moment sums the
+    # stateless searchers read (every writer keeps them once they exist)
+    with PostgresMemory(url, emb, clock=clock, schema=schema, replica=False) as pg:
         pg.clear(NS)
         t = _load(pg, texts, vecs, meta, clock)
     print(json.dumps({"n": n, "load_s": t}), flush=True)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import pg_server
+from memcore.stores import pg_terms
 from memcore import (
     DecayWeights,
     EmbedderMismatchError,
@@ -821,7 +822,8 @@ def test_readme_citus_ddl_runs_without_citus_and_calls_it_with_the_tables(own_se
                      ("distributed", "memcore.memcore_memories", "namespace", ns),
                      ("distributed", "memcore.memcore_deleted", "namespace", ns),
                      ("distributed", "memcore.memcore_touches", "namespace", ns),
-                     ("distributed", "memcore.memcore_postings", "namespace", ns)]
+                     ("distributed", "memcore.memcore_postings", "namespace", ns),
+                     ("distributed", "memcore.memcore_moments", "namespace", ns)]
     assert setting == (["citus.propagate_set_commands=local"],)
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute("DROP DATABASE citusddl WITH (FORCE)")
@@ -874,7 +876,7 @@ def test_stateless_hybrid_equals_the_replica_when_the_namespace_fits_the_candida
 
 def test_stateless_hybrid_from_sql_candidates_holds_no_replica():
     """Above ``candidates`` rows the search ranks only SQL candidates (HNSW, BM25 over
-    memcore_postings, speaker rows, their episodes): the per-query store holds those, never
+    memcore_postings, speaker rows, their window neighbours): the per-query pool holds those, never
     the namespace; every memory the embedded store ranks first by own-text match is found;
     postings follow replacements and deletes."""
     clock = FakeClock()
@@ -895,10 +897,258 @@ def test_stateless_hybrid_from_sql_candidates_holds_no_replica():
     assert pg.search("chat", "zebra", top_k=3, touch=False, filter={"episode": 2}) == [] or \
         all(h.metadata.get("episode") == 2 for h in pg.search("chat", "zebra", top_k=3,
                                                               touch=False, filter={"episode": 2}))
-    store = pg._local.store[1]
-    assert 0 < store.count("chat") < 100          # candidates and their episodes only
+    pool = pg._local.pool[1]
+    assert 0 < len(pool.rows) < 100               # candidates and their window neighbours
     assert pg._replicas == {}
     got = pg._run(lambda conn: conn.execute(
         f"SELECT count(DISTINCT key) FROM {pg._t('memcore_postings')}").fetchone()[0])
     assert got == 299                            # m8's postings went with it
+    pg.drop()
+
+
+def _stateless_chat(hw, candidates, seed, n=400, ttl_share=0.0):
+    """An embedded store and a stateless PostgresMemory holding the same chat (episodes of 7
+    turns, three speakers, random importances, some memories with a time to live)."""
+    clock = FakeClock()
+    ltm = LongTermMemory(None, emb(), clock=clock, hybrid=hw)
+    pg = pg_server.store(clock, emb(), hybrid=hw, replica=False, candidates=candidates)
+    rng = np.random.default_rng(seed)
+    words = ["dog", "adopted", "paris", "trip", "guitar", "lessons", "sister", "wedding", "job",
+             "zebra", "piano", "lisbon"]
+    for s0 in range(0, n, 50):
+        items = [MemoryItem(f"m{i}", " ".join(rng.choice(words, 3)), float(rng.uniform()),
+                            {"episode": i // 7, "speaker": ["Ann", "Bob", "Cy"][i % 3]})
+                 for i in range(s0, min(s0 + 50, n))]
+        short = rng.uniform(size=len(items)) < ttl_share
+        for st in (ltm, pg):
+            st.put_many("chat", [x for x, e in zip(items, short) if not e])
+            if short.any():
+                st.put_many("chat", [x for x, e in zip(items, short) if e], ttl=300.0)
+        clock.advance(3600.0 * 7)             # a new day every batch: the date words differ
+    return ltm, pg, clock, rng, words
+
+
+def test_stateless_pool_ranks_as_an_embedded_store_of_the_rows_read():
+    """Above ``candidates`` rows the pool's candidates kernel ranks the candidates exactly as
+    a LongTermMemory holding the rows read (candidates and window neighbours, in write order)
+    does with the same z statistics, its neighbours left out (own-text BM25 off: that one
+    takes the namespace's statistics); explanations come with the hits."""
+    from dataclasses import replace
+
+    hw = replace(HybridWeights.no_model(), lexical=0.0)
+    _, pg, clock, rng, words = _stateless_chat(hw, 6, 11)
+    for j in range(12):
+        q = " ".join(rng.choice(words, 2)) + (" Bob" if j % 3 == 0 else "")
+        flt = {"speaker": "Ann"} if j % 4 == 1 else None
+        got = pg.search("chat", q, top_k=5, filter=flt, touch=False)
+        pool = pg._local.pool[1]
+        ltm = LongTermMemory(None, emb(), clock=clock, hybrid=hw)
+        ltm.put_stored([pg._memory(("chat",), r) for r in pool.rows],
+                       np.stack([np.asarray(r[10].to_numpy(), np.float32) for r in pool.rows]))
+        rq = ltm.resolve("chat", q, top_k=5 + len(pool.rows), filter=flt, touch=False)
+        sig = replace(ltm.signals(rq), moments=pool.signals.moments)
+        cand = {pool.rows[i][0] for i in pool.cand.tolist()}
+        want = [h for h in ltm.scan(rq, sig) if h.key in cand][:5]
+        assert [h.key for h in got] == [h.key for h in want]
+        e = pg.search("chat", q, top_k=3, filter=flt, touch=False, explain=True)
+        assert all(h.explanation is not None for h in e)
+        clock.advance(60.0)
+    pg.drop()
+
+
+def test_stateless_bm25_statistics_are_the_namespaces():
+    """Above ``candidates`` rows the own-text BM25 (df from the postings, N and avgdl from
+    the namespace row) and its z statistics, and the dense z statistics, are the embedded
+    store's over the whole namespace (filters and expired rows included): with the window
+    BM25 off, each candidate's fused score is the embedded store's, so the stateless top-k
+    is the embedded ranking restricted to the candidates."""
+    from dataclasses import replace
+
+    hw = replace(HybridWeights.no_model(), lexical_context=0.0)
+    ltm, pg, clock, rng, words = _stateless_chat(hw, 8, 12, ttl_share=0.1)
+    assert ltm.count("chat") < 400                  # the memories with a ttl have expired
+    for j in range(16):
+        q = " ".join(rng.choice(words, 2 + j % 2)) + (" Bob" if j % 3 == 0 else "") + \
+            (" may 2023" if j % 5 == 0 else "")
+        flt = {"speaker": "Ann"} if j % 4 == 1 else None
+        rq = ltm.resolve("chat", q, top_k=400, filter=flt, touch=False)
+        mine = pg.resolve("chat", q, top_k=5, filter=flt, touch=False)
+        pool = pg._candidates(mine)
+        full = ltm.signals(rq).moments
+        np.testing.assert_allclose(pool.signals.moments[:2], full[:2], rtol=1e-6, atol=1e-9)
+        cand = {pool.rows[i][0] for i in pool.cand.tolist() if pool.visible[i]}
+        want = [h for h in ltm.scan(rq) if h.key in cand][:5]
+        got = pg.scan(mine)
+        assert [h.key for h in got] == [h.key for h in want]
+        np.testing.assert_allclose([h.score for h in got], [h.score for h in want],
+                                   rtol=1e-5, atol=1e-5)
+        clock.advance(30.0)
+    pg.drop()
+
+
+def test_stateless_bm25_statistics_follow_writes_deletes_sweeps_and_clears():
+    """The postings' df and the namespace's ``live``/``dl_sum`` kept at write time equal the
+    embedded index's BM25 statistics and a recomputation from the rows, through
+    replacements (a kept ``created_at``), deletes, expiry sweeps and a clear."""
+    clock = FakeClock()
+    hw = HybridWeights.no_model()
+    ltm = LongTermMemory(None, emb(), clock=clock, hybrid=hw)
+    pg = pg_server.store(clock, emb(), hybrid=hw, replica=False)
+    rng = np.random.default_rng(13)
+
+    def check():
+        idx = ltm._tables[("chat",)].recall_index(hw, ltm.dim, ltm.query_preparer)
+        live, dl_sum = pg._run(lambda conn: conn.execute(
+            f"SELECT live, dl_sum FROM {pg._t('memcore_namespaces')}").fetchone())
+        assert live == idx.lexical.n_docs            # expired rows count until swept
+        assert dl_sum == round(idx.lexical.avgdl * idx.lexical.n_docs)
+        rows = pg._run(lambda conn: conn.execute(
+            f"SELECT text, metadata, created_at FROM {pg._t('memcore_memories')}").fetchall())
+        doc, _, _, dl = pg_terms.document_terms(*zip(*rows)) if rows else ([], [], [], [])
+        assert dl_sum == sum(dict(zip(doc, dl)).values())
+        got = dict(pg._run(lambda conn: conn.execute(
+            f"SELECT term, count(*) FROM {pg._t('memcore_postings')} GROUP BY term").fetchall()))
+        assert got
+        for term, df in got.items():
+            h = np.array([term], np.int64).view(np.uint64)
+            assert idx.lexical.document_frequency(h.tolist())[0] == df
+
+    _random_chat([ltm, pg], rng, 120, clock, ttl_share=0.2)
+    check()
+    clock.advance(400.0)
+    assert pg.sweep("chat") == ltm.sweep("chat")
+    check()
+    for s in (ltm, pg):          # a replacement keeps created_at: its date words stay
+        s.put("chat", "m1", "a zebra at the wedding", metadata={"episode": 1, "speaker": "Ann"})
+    check()
+    for s in (ltm, pg):
+        s.clear("chat")
+        s.put("chat", "z", "after the clear")
+    check()
+    pg.drop()
+
+
+def test_stateless_speakers_are_the_string_speakers_as_the_embedded_store():
+    """replica=False lists the namespace's speakers from the speaker index: names held as a
+    non-empty JSON string by some row (a number or a blank is no speaker), as the embedded
+    store."""
+    clock = FakeClock()
+    hw = HybridWeights.no_model()
+    ltm = LongTermMemory(None, emb(), clock=clock, hybrid=hw)
+    pg = pg_server.store(clock, emb(), hybrid=hw, replica=False)
+    metas = [{"speaker": "Ann"}, {"speaker": 3}, {"speaker": " "}, {"speaker": "3"},
+             {"speaker": "Bob"}, {"speaker": 7}, {"speaker": ["Cy"]}, {}, {"speaker": "Ann"}]
+    for s in (ltm, pg):
+        for i, m in enumerate(metas):
+            s.put("chat", f"m{i}", f"text {i}", metadata=m)
+        s.delete("chat", "m4")                        # Bob's only row
+    assert sorted(pg.speakers(("chat",), hw)) == sorted(ltm.speakers(("chat",), hw)) == ["3", "Ann"]
+    pg.drop()
+
+
+def test_postings_written_before_the_date_words_are_rebuilt_on_open(url):
+    """A store whose namespaces have no ``dl_sum`` (postings written without the date
+    words) gets every memory's postings and every namespace's ``dl_sum`` rebuilt on open,
+    equal to what the writes keep."""
+    clock = FakeClock()
+    pg = pg_server.store(clock, emb())
+    _random_chat([pg], np.random.default_rng(3), 80, clock)
+    pg.put("other", "x", "another namespace", metadata={"speaker": "Ann"})
+
+    def state(s):
+        return s._run(lambda conn: (
+            sorted(conn.execute(f"SELECT namespace, term, key, tf, dl "
+                                f"FROM {s._t('memcore_postings')}").fetchall()),
+            sorted(conn.execute(f"SELECT namespace, live, dl_sum "
+                                f"FROM {s._t('memcore_namespaces')}").fetchall())))
+
+    want = state(pg)
+    pg._run(lambda conn: conn.execute(
+        f"ALTER TABLE {pg._t('memcore_namespaces')} DROP COLUMN dl_sum; "
+        f"UPDATE {pg._t('memcore_postings')} SET dl = dl - 3 WHERE key <> 'x'; "
+        f"DELETE FROM {pg._t('memcore_postings')} WHERE key = 'm1'"))
+    pg.close()
+    again = PostgresMemory(url, emb(), schema=pg.schema, clock=clock)
+    assert state(again) == want
+    again.drop()
+
+
+def test_stateless_dense_moment_sums_follow_writes_as_a_recomputation():
+    """The dense moment sums the writers keep (memcore_moments, O(window) per write; created
+    by a replica=False store, kept by a replica store writing too) equal a recomputation from
+    the rows and the embedded index's sums, through batches with repeated keys, replacements that move a memory to another episode, rows without an episode,
+    deletes, expiry sweeps and a clear; a search with every row visible takes its dense z
+    statistics from them, equal to the embedded store's."""
+    from memcore.stores import pg_moments
+
+    clock = FakeClock()
+    hw = HybridWeights.no_model()
+    ltm = LongTermMemory(None, emb(), clock=clock, hybrid=hw)
+    pg = pg_server.store(clock, emb(), hybrid=hw, replica=False, candidates=5)
+    rng = np.random.default_rng(21)
+    words = ["dog", "adopted", "paris", "trip", "guitar", "lessons", "sister", "wedding"]
+    a, r = pg_moments.key_of(hw)
+
+    def check():
+        got = pg._run(lambda conn: conn.execute(
+            f"SELECT c1, c2 FROM {pg._t('memcore_moments')} WHERE alpha = %s AND radius = %s",
+            [a, r]).fetchall())
+        rows = pg._run(lambda conn: conn.execute(
+            f"SELECT metadata, embedding FROM {pg._t('memcore_memories')} ORDER BY seq"
+        ).fetchall())
+        want = pg_moments.from_rows([(pg_moments.episode_of(m), np.asarray(v.to_numpy()))
+                                     for m, v in rows], a, r, DIM)
+        assert len(got) == 1
+        c1 = np.frombuffer(got[0][0], np.float64)
+        c2 = np.frombuffer(got[0][1], np.float64).reshape(DIM, DIM)
+        np.testing.assert_allclose(c1, want[0], atol=1e-9)
+        np.testing.assert_allclose(c2, want[1], atol=1e-9)
+        idx = ltm._tables[("chat",)].recall_index(hw, ltm.dim, ltm.query_preparer)
+        e1, e2 = idx._moment_sums(a, r)
+        np.testing.assert_allclose(c1, e1, atol=1e-9)
+        np.testing.assert_allclose(c2, e2, atol=1e-9)
+
+    def meta(i):
+        ep = [0, 1, 2, 2.0, "s", None, [1, 2]][int(rng.integers(0, 7))]
+        m = {"speaker": ["Ann", "Bob"][i % 2]}
+        if ep is not None or rng.uniform() < 0.5:
+            m["episode"] = ep
+        return m
+
+    # a replica store writing to the same schema keeps the sums too (it creates none)
+    other = pg_server.store(clock, emb(), hybrid=hw, schema=pg.schema)
+    for step in range(40):
+        u = rng.uniform()
+        w = pg if step % 3 else other
+        if u < 0.5:
+            items = [MemoryItem(f"m{int(rng.integers(0, 40))}", " ".join(rng.choice(words, 3)),
+                                0.5, meta(i)) for i in range(int(rng.integers(1, 9)))]
+            ttl = 200.0 if rng.uniform() < 0.2 else None
+            for s in (ltm, w):
+                s.put_many("chat", items, ttl=ttl)
+        elif u < 0.85:
+            keys = [f"m{int(k)}" for k in rng.integers(0, 40, 3)]
+            for s in (ltm, w):
+                s.delete_many("chat", keys)
+        else:
+            clock.advance(250.0)
+            assert pg.sweep("chat") == ltm.sweep("chat")
+        clock.advance(10.0)
+        if step % 8 == 7:
+            check()
+    clock.advance(250.0)
+    pg.sweep("chat")
+    ltm.sweep("chat")
+    check()
+    pg._dense_moments = lambda *a: pytest.fail("the dense pass ran: every row is visible")
+    for q in ("a dog in paris", "guitar lessons"):
+        rq = pg.resolve("chat", q, top_k=3, touch=False)
+        mine = pg._candidates(rq).signals.moments[0]
+        want = ltm.signals(ltm.resolve("chat", q, top_k=3, touch=False)).moments[0]
+        np.testing.assert_allclose(mine, want, rtol=1e-6, atol=1e-12)
+    for s in (ltm, pg):
+        s.clear("chat")
+        s.put("chat", "z", "after the clear", metadata={"episode": 1})
+        s.put("chat", "y", "and one more", metadata={"episode": 1})
+    check()
     pg.drop()

@@ -79,11 +79,11 @@ from memcore.kernels import moments as _km
 from memcore.kernels import candidates as _kcand
 from memcore.kernels import scan as _ks
 from memcore.kernels import reference as _ref
-from memcore.recall.lexical import LexicalIndex
+from memcore.recall.lexical import LexicalIndex, bm25_idf
 from memcore.recall.prep import DefaultQueryPreparer, PreparedQuery, QueryPreparer
 from memcore.recall.threads import check_threads, numba_threads
 from memcore.recall.weights import MAX_WINDOW, HybridWeights
-from memcore.recall.words import date_words, stem_many, stemmer
+from memcore.recall.words import bm25_documents, stemmer
 from memcore.types import DecayWeights
 
 __all__ = ["HybridIndex", "HybridResult", "LexicalSignals", "ROW_ARRAYS", "EPISODE_ARRAYS"]
@@ -795,15 +795,9 @@ class HybridIndex:
 
     def _lexical_texts(self, texts: Sequence[str], speakers: Sequence,
                        created_at: Sequence[float] | None = None) -> list:
-        """What BM25 indexes for each memory: ``"speaker: text"`` (the speaker is a field of
-        the memory: a question naming them matches), then its day's
-        :func:`~memcore.recall.words.date_words` when given, stemmed when the weights say so."""
-        ts = [f"{sp}: {t}" if sp else t for t, sp in zip(texts, speakers)]
-        if created_at is not None:
-            ts = [f"{t}\n{d}" if d else t for t, d in zip(ts, date_words(created_at))]
-        if self._stem is None:
-            return ts
-        return stem_many(ts, self._stem)
+        """What BM25 indexes for each memory (:func:`~memcore.recall.words.bm25_documents`,
+        stemmed when the weights say so)."""
+        return bm25_documents(texts, speakers, created_at, self._stem)
 
     # ------------------------------------------------------------------ reads
     def entities(self) -> list[str]:
@@ -1277,6 +1271,50 @@ class HybridIndex:
         h, _, c = _text.token_hashes([q], parallel=False)
         return self.lexical.query_terms(h[:c[0]])
 
+    def own_scores(self, rows: np.ndarray, prepared: PreparedQuery, df: dict, n_docs: int,
+                   avgdl: float, weights: HybridWeights | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """Own-text BM25 of ``rows`` with corpus statistics given instead of the index's own
+        (an index holding part of a corpus: the same contributions as
+        :meth:`lexical_signals` over the whole corpus, :func:`memcore.kernels.bm25.bm25_rows`).
+
+        Parameters
+        ----------
+        rows : ndarray of shape (m,), int64
+            Ascending rows.
+        prepared : PreparedQuery
+        df : dict of int -> int
+            Documents of the corpus holding each term, by its token hash (uint64 as int;
+            :func:`memcore._text.token_hashes`); a term not there is in none.
+        n_docs : int
+            Documents of the corpus.
+        avgdl : float
+            Their mean length in tokens, > 0.
+        weights : HybridWeights, optional
+            k1 and b; the index's by default.
+
+        Returns
+        -------
+        rows : ndarray of shape (s,), int64
+            The rows that score (ascending).
+        scores : ndarray of shape (s,), float64
+        """
+        w = weights if weights is not None else self.weights
+        rows = np.asarray(rows, np.int64)
+        q = prepared.lexical if self._stem is None else self._stem(prepared.lexical)
+        h, _, c = _text.token_hashes([q], parallel=False)
+        h = h[:c[0]]
+        ids = self.lexical.term_ids(h)
+        cdf = np.array([df.get(x, 0) for x in h.tolist()], np.int64)
+        keep = (ids >= 0) & (cdf > 0)
+        if not keep.any() or not rows.shape[0] or not avgdl > 0.0:
+            return _EMPTY_I, _EMPTY_F
+        x = _kb.bm25_rows(rows, ids[keep], bm25_idf(cdf[keep], int(n_docs)),
+                          self.lexical.forward(), float(w.k1), float(w.b), float(avgdl),
+                          np.empty(rows.shape[0]))
+        ok = x != 0.0
+        return rows[ok], x[ok]
+
     def _term_signals(self, q_terms: np.ndarray, q_idf: np.ndarray, w: HybridWeights,
                       threads: int = 1) -> LexicalSignals:
         """:meth:`lexical_signals` for the given query terms (postings kernels)."""
@@ -1352,14 +1390,7 @@ class HybridIndex:
             nl = self.n_live
             if nl == 0:
                 return out
-            c1, c2 = self._moment_sums(w.alpha, r)
-            q64 = q.astype(np.float64)
-            mean = float(q64 @ c1) / nl
-            e2 = float(q64 @ c2 @ q64) / nl
-            var = e2 - mean * mean
-            # cancellation: a variance within float64 rounding of E[x^2] is a constant signal
-            var = var if var > 1e-12 * max(e2, 1e-300) else 0.0
-            out[0] = (nl, mean, var * nl)
+            out[0] = self.sum_moments(*self._moment_sums(w.alpha, r), q, nl)
             for i, (rows_, vals_) in enumerate(((lex.own_rows, lex.own_vals),
                                                 (lex.ctx_rows, lex.ctx_vals)), start=1):
                 mean_, var_ = _km.sparse_moments(vals_, nl)
@@ -1388,6 +1419,36 @@ class HybridIndex:
             m = xx.mean()
             out[i] = (xx.shape[0], m, float(((xx - m) ** 2).sum()))
         return out
+
+    @staticmethod
+    def sum_moments(c1: np.ndarray, c2: np.ndarray, q: np.ndarray, n: int
+                    ) -> tuple[float, float, float]:
+        """Count, mean and M2 of ``q . c`` over ``n`` vectors ``c`` from their sums.
+
+        Parameters
+        ----------
+        c1 : ndarray of shape (dim,), float64
+            ``sum c``.
+        c2 : ndarray of shape (dim, dim), float64
+            ``sum c c^T``.
+        q : ndarray of shape (dim,), float32
+        n : int
+
+        Returns
+        -------
+        tuple of float
+            ``(n, mean, M2)``; a variance within float64 rounding of ``E[x^2]`` is 0 (a
+            constant signal).
+        """
+        if n == 0:
+            return 0.0, 0.0, 0.0
+        q64 = q.astype(np.float64)
+        mean = float(q64 @ c1) / n
+        e2 = float(q64 @ c2 @ q64) / n
+        var = e2 - mean * mean
+        # cancellation: a variance within float64 rounding of E[x^2] is a constant signal
+        var = var if var > 1e-12 * max(e2, 1e-300) else 0.0
+        return float(n), mean, var * n
 
     def _query(self, query: str | PreparedQuery, query_vector: np.ndarray,
                alive: np.ndarray | None) -> tuple[np.ndarray, PreparedQuery, np.ndarray]:

@@ -481,11 +481,17 @@ class LexicalIndex:
         q_terms : ndarray of shape (m,), int64
         q_idf : ndarray of shape (m,), float64
         """
-        get = self._terms.get
         df = self._a("df")
-        ids = [get(h, -1) for h in np.asarray(token_hashes, np.uint64).tolist()]
-        q_terms = np.array([t for t in ids if t >= 0 and df[t] > 0], np.int64)
+        ids = self.term_ids(token_hashes)
+        q_terms = ids[ids >= 0]
+        q_terms = q_terms[df[q_terms] > 0]
         return q_terms, bm25_idf(df[q_terms], self.n_docs)
+
+    def term_ids(self, token_hashes: np.ndarray) -> np.ndarray:
+        """The term id of each token hash (uint64), -1 for a term never indexed; (m,) int64."""
+        get = self._terms.get
+        return np.array([get(h, -1) for h in np.asarray(token_hashes, np.uint64).tolist()],
+                        np.int64)
 
     def _postings(self) -> tuple:
         """The kernels' postings tuple (:mod:`memcore.kernels.bm25`)."""

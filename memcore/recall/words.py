@@ -3,7 +3,8 @@
 - :func:`stemmer` / :func:`stem_many`: English Snowball stems (PyStemmer), for documents and
   queries of ``HybridWeights(stem=True)``;
 - :func:`date_words`: a time's UTC day as words (``"8 may 2023"``), what
-  ``HybridWeights(dates=True)`` adds to a memory's BM25 document.
+  ``HybridWeights(dates=True)`` adds to a memory's BM25 document;
+- :func:`bm25_documents`: a memory's BM25 document from these.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["MONTHS", "date_words", "stemmer", "stem_many"]
+__all__ = ["MONTHS", "bm25_documents", "date_words", "stemmer", "stem_many"]
 
 #: English month names, lower case, January first.
 MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august",
@@ -104,3 +105,35 @@ def stem_many(texts: list, stem: Callable[[str], str]) -> list:
     out = " ".join(filter(None, map(table.__getitem__, pieces))).split("\x00")
     out.pop()                                     # after the closing NUL
     return [t.strip(" ") for t in out]
+
+
+def bm25_documents(texts: Sequence[str], speakers: Sequence, created_at: Sequence[float] | None
+                   = None, stem: Callable[[str], str] | None = None) -> list:
+    """What BM25 indexes for each memory: ``"speaker: text"`` (the speaker is a field of the
+    memory: a question naming them matches), then its day's :func:`date_words` when
+    ``created_at`` is given, stemmed by ``stem`` when given.
+
+    Parameters
+    ----------
+    texts : sequence of str
+    speakers : sequence of str or None
+    created_at : sequence of float, optional
+        Unix s per memory.
+    stem : callable, optional
+        :func:`stemmer`'s function.
+
+    Returns
+    -------
+    list of str
+
+    Examples
+    --------
+    >>> bm25_documents(["I adopted a dog"], ["Ann"], [1683554160.0])
+    ['Ann: I adopted a dog\\n8 may 2023']
+    """
+    ts = [f"{sp}: {t}" if sp else t for t, sp in zip(texts, speakers)]
+    if created_at is not None:
+        ts = [f"{t}\n{d}" if d else t for t, d in zip(ts, date_words(created_at))]
+    if stem is None:
+        return ts
+    return stem_many(ts, stem)

@@ -1,8 +1,9 @@
 """The lexical terms :class:`~memcore.stores.postgres.PostgresMemory` keeps in SQL for its
 stateless hybrid search (``memcore_postings``): memcore's own tokens of each memory's BM25
-document (``"speaker: text"``, stemmed, as :class:`~memcore.recall.index.HybridIndex` indexes
-it with the default ``stem=True``), hashed as :func:`memcore._text.token_hashes` does, the
-64-bit hash stored as a signed int8.
+document (``"speaker: text"`` and its day's date words, stemmed: what
+:class:`~memcore.recall.index.HybridIndex` indexes with the default structure ``stem=True``,
+``dates=True``; :func:`memcore.recall.words.bm25_documents`), hashed as
+:func:`memcore._text.token_hashes` does, the 64-bit hash stored as a signed int8.
 """
 
 from __future__ import annotations
@@ -13,31 +14,35 @@ import numpy as np
 
 from memcore import _text
 from memcore.recall.namespace import episode_speaker
-from memcore.recall.words import stem_many, stemmer
+from memcore.recall.words import bm25_documents, stem_many, stemmer
 
-__all__ = ["document_terms", "query_terms"]
+__all__ = ["document_terms", "query_terms", "STRUCTURE"]
+
+#: The :meth:`~memcore.recall.weights.HybridWeights.structure` (stem, dates) of the postings.
+STRUCTURE = (True, True)
 
 
 def _hashes(texts: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    stem = stemmer()
-    h, off, cnt = _text.token_hashes(stem_many(texts, stem))
+    h, off, cnt = _text.token_hashes(texts)
     return h.view(np.int64), off, cnt
 
 
-def document_terms(texts: Sequence[str], metadata: Sequence[dict | None]
+def document_terms(texts: Sequence[str], metadata: Sequence[dict | None],
+                   created_at: Sequence[float]
                    ) -> tuple[list[int], list[int], list[int], list[int]]:
     """The postings of a batch of memories: parallel lists ``(doc, term, tf, dl)``, ``doc``
     the index of the memory in the batch, ``term`` the signed 64-bit token hash, ``tf`` its
-    count in the document and ``dl`` the document's length in tokens.
+    count in the document and ``dl`` the document's length in tokens; ``created_at`` (Unix s
+    per memory) gives the date words.
 
     Examples
     --------
-    >>> doc, term, tf, dl = document_terms(["a dog, a cat"], [{"speaker": "Ann"}])
+    >>> doc, term, tf, dl = document_terms(["a dog, a cat"], [{"speaker": "Ann"}], [0.0])
     >>> sorted(tf), dl[0]
-    ([1, 1, 1, 2], 5)
+    ([1, 1, 1, 1, 1, 1, 2], 8)
     """
-    docs = [f"{sp}: {t}" if sp else t
-            for t, sp in zip(texts, (episode_speaker(m)[1] for m in metadata))]
+    docs = bm25_documents(texts, [episode_speaker(m)[1] for m in metadata], created_at,
+                          stemmer())
     h, off, cnt = _hashes(docs)
     out_doc, out_term, out_tf, out_dl = [], [], [], []
     for i in range(len(docs)):
@@ -53,12 +58,14 @@ def document_terms(texts: Sequence[str], metadata: Sequence[dict | None]
 
 
 def query_terms(text: str) -> list[int]:
-    """The distinct signed 64-bit term hashes of a query's lexical text.
+    """The signed 64-bit term hashes of a query's lexical text, in order, repeats kept (each
+    occurrence is a BM25 term of the query, as in the hybrid index).
 
     Examples
     --------
-    >>> len(query_terms("dogs and a dog"))
-    3
+    >>> t = query_terms("dogs and a dog")
+    >>> len(t), len(set(t))
+    (4, 3)
     """
-    h, off, cnt = _hashes([text])
-    return np.unique(h[off[0]:off[0] + cnt[0]]).tolist()
+    h, off, cnt = _hashes(stem_many([text], stemmer()))
+    return h[off[0]:off[0] + cnt[0]].tolist()

@@ -68,34 +68,53 @@ hybrid search loads the namespace).
 Stateless hybrid recall (``PostgresMemory(..., replica=False)``; not the default, because it
 is exact only on small namespaces). Write-time state, kept by every writer in its
 transaction whatever its searchers do: ``memcore_postings(namespace, term, key, tf, dl)``,
-memcore's own BM25 terms of each memory (``"speaker: text"``, stemmed, hashed as the hybrid
-index does: :mod:`memcore.stores.pg_terms`; replaced with the row, dropped with it by an
-``ON DELETE CASCADE`` foreign key, so deletes, clears and sweeps keep it), an index on
-``(namespace, metadata->'episode', seq)`` (episode order) and one on the speaker. A search:
+memcore's own BM25 terms of each memory (``"speaker: text"`` and its day's date words,
+stemmed, hashed as the hybrid index of the default structure does:
+:mod:`memcore.stores.pg_terms`; replaced with the row, deleted before it by deletes and sweeps,
+with it by a clear's ``ON DELETE CASCADE``), the namespace row's ``dl_sum`` (the total length
+of its documents, beside ``live``, its document count), ``memcore_moments(namespace, alpha,
+radius, c1, c2)``: the float64 sums of the rows' context vectors and of their outer products
+for the hybrid presets' (alpha, dense_window) and the store's own hybrid weights'
+(:mod:`memcore.stores.pg_moments`: O(window) per changed row, from the rows within ``2 r``
+places of each change, kept by every writer once they exist; created by one pass over the
+namespace by the first write of a ``replica=False`` store; a write rewrites the 1.2 MB row
+at dim 384), an index on
+``(namespace, metadata->'episode', seq)`` (episode order) and one on the speaker. A store
+whose namespaces have no ``dl_sum`` (postings written before the date words) has its postings
+rebuilt by :meth:`PostgresMemory.setup` once. A search:
 
 1. candidates in SQL, each source filtered (namespace, expiry, metadata filter): the HNSW
-   top-C by the embedding, the BM25 top-C over the query terms' postings (df counted from
-   the postings, so O(matching postings); avgdl of the matching documents), the C rows
-   nearest the query among the speakers it names (C = ``candidates``);
+   top-C by the embedding, the own-text BM25 top-C over the query terms' postings with the
+   namespace's statistics (df counted from the postings, so O(matching postings); N and
+   avgdl from ``live`` and ``dl_sum``), the C rows nearest the query among the speakers it
+   names (C = ``candidates``);
 2. each candidate's episode window neighbours (``max(dense_window, lexical_window)`` before
    and after it in episode order: one index probe each way), in one REPEATABLE READ snapshot,
    vectors in binary;
-3. those rows put into a per-query :class:`~memcore.LongTermMemory` in write order and ranked
-   by the embedded code (windows, BM25, context similarity, speaker boost, decay: the same
-   kernels); the neighbours are not candidates (left out of the hits). The store lives until
-   the thread's next search (O(candidates x window)); ``explain=True`` reuses it.
+3. those rows indexed in write order in a per-query
+   :class:`~memcore.recall.index.HybridIndex` (:mod:`memcore.stores.pg_pool`: no store around
+   it) and the candidates ranked by the candidates kernel
+   (:func:`memcore.kernels.candidates.hybrid_rows_topk`: windows, BM25, context similarity,
+   speaker boost, decay, the embedded scan's score); the neighbours are read for the
+   candidates' windows only (never hits). The pool lives until the thread's next search
+   (O(candidates x window)); ``explain=True`` reuses it.
 
 What is exact and what is not: a namespace of at most C rows is read whole and ranked
-exactly as the replica (tested). Above C, each candidate's window (own and context
-similarity, window BM25 terms) is exact, and so are the dense signal's z statistics (the
-namespace's, from one pass in the server: O(rows), a window average over every row's
-similarity); but **BM25's df and avgdl and the lexical z statistics are those of the rows
-read, not of the namespace**, and memories outside the candidates are not considered; no bound proves the top-k and nothing widens (an approximation, measured in
+exactly as the replica (tested). Above C, a candidate's dense signal (own and context
+similarity) and its own-text BM25 are the embedded store's, and so are their z statistics:
+the dense ones from the moment sums (O(dim^2), no pass) when every row is visible and the
+sums of the query's (alpha, radius) are kept, else from one pass in the server (O(rows), a
+window average over every row's similarity, as the embedded index passes over the rows of a
+filter), the BM25 ones over the visible rows from the query terms' postings (for the
+default index structure, ``stem`` and ``dates`` on; another structure ranks with the
+statistics of the rows read) -- tested against the embedded store over the whole namespace;
+but **the window BM25's df, avgdl and z statistics are those of the rows read, not of the
+namespace**, and memories outside the candidates are not considered; no bound proves the
+top-k and nothing widens (an approximation, measured in
 bench/results/postgres-stateless-20261205.md: top-10 agreement with the replica and LoCoMo dev
-R@10). What exactness needs beyond this: the namespace's dense moment sums of the context
-vectors (kept with the embedded index's windowed updates: O(window) per write instead of the
-O(rows) pass per search), BM25's namespace df/avgdl and the window documents' df, in SQL,
-and the per-signal bounds to widen C; not built.
+R@10). What exactness needs beyond this: the window documents' df and lengths in SQL (they
+could be kept with the moment sums' windowed bookkeeping) and the per-signal bounds to widen
+C; not built.
 
 Access statistics (``touch``) and ``refresh_ttl``: one statement per call for the keys it
 returned, locking only those rows (in key order) and their ``memcore_touches`` rows, never
@@ -145,10 +164,11 @@ Differences from the embedded store (every one known):
   ``exact_max_rows`` the HNSW candidates are approximate (the embedded store is exact unless
   ``approximate=`` is given).
 - Hybrid recall holds a replica of the namespace in each searching process (above), or with
-  ``replica=False`` ranks SQL candidates with statistics of the rows read (approximate above
-  ``candidates`` rows).
-- A memory written by a memcore before the postings table has no postings (its BM25
-  candidacy is missing in the stateless search until it is written again).
+  ``replica=False`` ranks SQL candidates (approximate above ``candidates`` rows: the window
+  BM25's statistics are those of the rows read).
+- A memory written by an older memcore still writing to the store (one that keeps no postings
+  or ``dl_sum``) is missing from the stateless search's BM25 and its statistics until it is
+  written again (a store opened by this memcore has the rows from before rebuilt once).
 - A replaced key keeps ``created_at``/``access_count`` as stored at its commit (concurrent
   writers included); a store migrated from version 2 lost its metadata key order.
 - No ``durability``, ``lock_timeout``, ``read_only``, ``repair``, ``approximate`` (the server
@@ -182,6 +202,10 @@ from memcore.errors import (
 )
 from memcore.core.query import ResolvedQuery
 from memcore.recall.weights import HybridWeights
+from memcore.stores import pg_moments as _moments
+from memcore.stores import pg_pool as _pool
+from memcore.stores.pg_pool import vector as _np
+from memcore.stores import pg_terms as _terms
 from memcore.stores.pg_terms import document_terms, query_terms
 from memcore.stores.pg_connect import (
     CONNECT_TIMEOUT,
@@ -367,11 +391,6 @@ class _NoEncoder:
             f"{self.dim}); pass vector=/query_vector= or open it with the embedder")
 
 
-def _np(v: Any) -> np.ndarray:
-    """A pgvector value as ndarray (dim,), float32."""
-    return np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, np.float32)
-
-
 _COLS = ("key, text, importance, metadata, created_at, updated_at, last_accessed_at, "
          "access_count, expires_at, ttl")
 _NCOLS = 10
@@ -514,7 +533,7 @@ class PostgresMemory(MemoryStore):
         if isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 1:
             raise InvalidArgumentError(f"candidates must be an int >= 1, got {candidates!r}")
         self.candidates = candidates
-        self._local = threading.local()     # the last search's candidate store, this thread
+        self._local = threading.local()     # the last search's candidate pool, this thread
         if (isinstance(connect_timeout, bool) or not isinstance(connect_timeout, (int, float))
                 or not connect_timeout > 0):
             raise InvalidArgumentError(f"connect_timeout must be a number of seconds > 0, got "
@@ -620,7 +639,8 @@ class PostgresMemory(MemoryStore):
         conn.execute(f"CREATE SEQUENCE IF NOT EXISTS {t('memcore_seq')}; "
                      f"CREATE TABLE IF NOT EXISTS {t('memcore_namespaces')} ("
                      f"namespace text PRIMARY KEY, live bigint NOT NULL DEFAULT 0, "
-                     f"version bigint NOT NULL DEFAULT 0, clears bigint NOT NULL DEFAULT 0); "
+                     f"version bigint NOT NULL DEFAULT 0, clears bigint NOT NULL DEFAULT 0, "
+                     f"dl_sum bigint NOT NULL DEFAULT 0); "
                      f"CREATE TABLE IF NOT EXISTS {t('memcore_touches')} (namespace text NOT NULL, "
                      f"key text NOT NULL, tseq bigint NOT NULL, PRIMARY KEY (namespace, key)); "
                      f"CREATE INDEX IF NOT EXISTS memcore_touches_tseq "
@@ -640,11 +660,17 @@ class PostgresMemory(MemoryStore):
         # the stateless hybrid search's write-time state (kept by every writer, whatever its
         # searchers do): memcore's own BM25 terms of each memory, dropped with it (cascade),
         # and the episode and speaker of each memory indexed
+        fresh = conn.execute("SELECT to_regclass(%s) IS NULL",
+                             [t("memcore_moments")]).fetchone()[0]
         conn.execute(f"CREATE TABLE IF NOT EXISTS {t('memcore_postings')} ("
                      f"namespace text NOT NULL, term int8 NOT NULL, key text NOT NULL, "
                      f"tf int4 NOT NULL, dl int4 NOT NULL, PRIMARY KEY (namespace, term, key), "
                      f"FOREIGN KEY (namespace, key) REFERENCES {t('memcore_memories')} "
                      f"ON DELETE CASCADE); "
+                     f"CREATE TABLE IF NOT EXISTS {t('memcore_moments')} ("
+                     f"namespace text NOT NULL, alpha float8 NOT NULL, radius int4 NOT NULL, "
+                     f"c1 bytea NOT NULL, c2 bytea NOT NULL, PRIMARY KEY (namespace, alpha, radius)); "
+
                      f"CREATE INDEX IF NOT EXISTS memcore_postings_key "
                      f"ON {t('memcore_postings')} (namespace, key); "
                      f"CREATE INDEX IF NOT EXISTS memcore_memories_episode "
@@ -652,6 +678,16 @@ class PostgresMemory(MemoryStore):
                      f"seq); "
                      f"CREATE INDEX IF NOT EXISTS memcore_memories_speaker "
                      f"ON {t('memcore_memories')} (namespace, ((metadata::jsonb) ->> 'speaker'))")
+        if fresh:      # float64 noise does not compress: no pglz attempt on each rewrite
+            conn.execute(f"ALTER TABLE {t('memcore_moments')} ALTER COLUMN c2 "
+                         f"SET STORAGE EXTERNAL")       # (only new: it locks out writers)
+        # postings written before the date words and the namespaces' dl_sum: rebuilt once
+        if conn.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND "
+                        "table_name = 'memcore_namespaces' AND column_name = 'dl_sum'",
+                        [self.schema]).fetchone() is None:
+            conn.execute(f"ALTER TABLE {t('memcore_namespaces')} ADD COLUMN "
+                         f"dl_sum bigint NOT NULL DEFAULT 0")
+            self._rebuild_postings(conn)
         # schema 1 -> 2: a table without the time-to-live columns gains them (ALTER TABLE only
         # then: it locks out readers while it runs); its memories never expire
         if conn.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND "
@@ -818,11 +854,18 @@ class PostgresMemory(MemoryStore):
                 for i in range(len(rows)):
                     copy.write_row((i, rows.keys[i], texts[i], imp[i], metas[i], lc[0][i],
                                     lc[1][i], lc[2][i], ac[i], ea[i], tl[i], vecs[i]))
+            last = sorted({k: i for i, k in enumerate(rows.keys)}.values())
+            sums = self._sums_before(conn, ns, [rows.keys[i] for i in last],
+                                     [rows.metadata[i] for i in last])
             out = {r[0]: r for r in cur.execute(sql, [nst]).fetchall()}
-            self._write_postings(conn, cur, nst, list(rows.keys), texts, list(rows.metadata))
+            self._sums_after(conn, ns, sums, [(rows.keys[i], rows.metadata[i], vecs[i])
+                                              for i in last])
+            keys = list(rows.keys)
+            dl = self._write_postings(conn, cur, nst, keys, texts, list(rows.metadata),
+                                      [out[k][1] for k in keys])
             added = sum(1 for r in out.values() if r[3])
-            conn.execute(f"UPDATE {self._t('memcore_namespaces')} SET live = live + %s "
-                         f"WHERE namespace = %s", [added, nst])
+            conn.execute(f"UPDATE {self._t('memcore_namespaces')} SET live = live + %s, "
+                         f"dl_sum = dl_sum + %s WHERE namespace = %s", [added, dl, nst])
             return out
 
         out = self._run(run)
@@ -831,19 +874,141 @@ class PostgresMemory(MemoryStore):
             rows.access_count = np.asarray([out[k][2] for k in rows.keys], np.int64)
 
     def _write_postings(self, conn: Any, cur: Any, nst: str, keys: list, texts: list,
-                        metadata: list) -> None:
+                        metadata: list, created_at: list) -> int:
         """Replace the postings of the batch's keys (the last occurrence of each) in the
-        writer's transaction; deletes drop them by cascade."""
+        writer's transaction; returns the change of the namespace's document lengths (the
+        caller adds it to ``dl_sum``)."""
         pos = {k: i for i, k in enumerate(keys)}          # last occurrence wins
         idx = sorted(pos.values())
-        doc, term, tf, dl = document_terms([texts[i] for i in idx], [metadata[i] for i in idx])
-        conn.execute(f"DELETE FROM {self._t('memcore_postings')} WHERE namespace = %s "
-                     f"AND key = ANY(%s)", [nst, [keys[i] for i in idx]])
+        doc, term, tf, dl = document_terms([texts[i] for i in idx], [metadata[i] for i in idx],
+                                           [created_at[i] for i in idx])
+        gone = self._drop_postings(conn, nst, [keys[i] for i in idx])
         with cur.copy(f"COPY {self._t('memcore_postings')} (namespace, term, key, tf, dl) "
                       f"FROM STDIN WITH (FORMAT BINARY)") as copy:
             copy.set_types(["text", "int8", "text", "int4", "int4"])
             for d, h, f, n in zip(doc, term, tf, dl):
                 copy.write_row((nst, h, keys[idx[d]], f, n))
+        return sum(dict(zip(doc, dl)).values()) - gone
+
+    def _drop_postings(self, conn: Any, nst: str, keys: list) -> int:
+        """Delete the postings of ``keys`` (before their rows go: the cascade would drop them
+        unseen); returns their documents' total length (for ``dl_sum``)."""
+        got = conn.execute(f"DELETE FROM {self._t('memcore_postings')} WHERE namespace = %s "
+                           f"AND key = ANY(%s) RETURNING key, dl", [nst, keys]).fetchall()
+        return sum(dict(got).values())
+
+    def _rebuild_postings(self, conn: Any, batch: int = 4096) -> None:
+        """Every memory's postings and every namespace's ``dl_sum`` from the rows (a store
+        written before the date words were postings; run once by :meth:`setup`)."""
+        t = self._t
+        conn.execute(f"DELETE FROM {t('memcore_postings')}")
+        sums: dict = {}
+        cur = conn.cursor()
+        with conn.cursor(name="memcore_rebuild") as rd:
+            rd.execute(f"SELECT namespace, key, text, metadata, created_at "
+                       f"FROM {t('memcore_memories')} ORDER BY namespace, key")
+            while True:
+                got = rd.fetchmany(batch)
+                if not got:
+                    break
+                for nst in dict.fromkeys(r[0] for r in got):
+                    part = [r for r in got if r[0] == nst]
+                    sums[nst] = sums.get(nst, 0) + self._write_postings(
+                        conn, cur, nst, [r[1] for r in part], [r[2] for r in part],
+                        [r[3] for r in part], [r[4] for r in part])
+        for nst, dl in sums.items():
+            conn.execute(f"UPDATE {t('memcore_namespaces')} SET dl_sum = %s WHERE namespace = %s",
+                         [dl, nst])
+
+    def _sums_before(self, conn: Any, ns: Namespace, keys: list, metadata: list) -> tuple:
+        """Before a write (namespace lock held): the namespace's dense moment sums
+        (:mod:`memcore.stores.pg_moments`) and the rows around what the write changes: the
+        rows of ``keys`` (replaced or deleted) that exist, with the rows within ``2 r`` places
+        of each in its episode, and the last ``2 r`` rows of each episode of ``metadata``
+        (the new rows'). ``(sums, before, removed)``; sums: list of ``[alpha, r, c1, c2]``."""
+        nst = _ns_text(ns)
+        t = self._t("memcore_memories")
+        sums = [[a, r, np.frombuffer(c1, np.float64).copy(),
+                 np.frombuffer(c2, np.float64).reshape(self.dim, self.dim).copy()]
+                for a, r, c1, c2 in conn.execute(
+                    f"SELECT alpha, radius, c1, c2 FROM {self._t('memcore_moments')} "
+                    f"WHERE namespace = %s ORDER BY alpha, radius", [nst]).fetchall()]
+        if not sums:
+            return sums, {}, {}
+        r2 = 2 * max(int(x[1]) for x in sums)
+        ep = "((metadata::jsonb) -> 'episode')"
+        cur = conn.cursor(binary=True)
+        p = {"ns": nst, "keys": list(keys), "r2": r2}
+        removed = {k: (_moments.episode_of(m), _np(v)) for k, m, v in cur.execute(
+            f"SELECT key, metadata, embedding FROM {t} WHERE namespace = %(ns)s "
+            f"AND key = ANY(%(keys)s)", p).fetchall()}
+        side = (f"SELECT key, seq, metadata, embedding FROM {t} WHERE namespace = %(ns)s AND "
+                f"{ep} = c.ep AND seq {{}} c.seq ORDER BY seq {{}} LIMIT {{}}")
+        near = cur.execute(
+            f"WITH c AS MATERIALIZED (SELECT seq, {ep} AS ep FROM {t} WHERE namespace = %(ns)s "
+            f"AND key = ANY(%(keys)s) AND {ep} IS NOT NULL AND {ep} <> 'null'::jsonb) "
+            f"SELECT x.* FROM c CROSS JOIN LATERAL (({side.format('<', 'DESC', '%(r2)s')}) "
+            f"UNION ALL ({side.format('>=', 'ASC', '%(r2)s + 1')})) x", p).fetchall() \
+            if removed else []
+        eps = list(dict.fromkeys(json.dumps(m["episode"]) for m in metadata
+                                 if _moments.episode_of(m) is not None))
+        if eps:
+            near += cur.execute(
+                f"SELECT x.* FROM unnest(%(eps)s::text[]) AS e(ep) CROSS JOIN LATERAL "
+                f"(SELECT key, seq, metadata, embedding FROM {t} WHERE namespace = %(ns)s AND "
+                f"{ep} = e.ep::jsonb ORDER BY seq DESC LIMIT %(r2)s) x",
+                {**p, "eps": eps}).fetchall()
+        before: dict = {}
+        for key, seq, meta, vec in sorted({r[0]: r for r in near}.values(), key=lambda r: r[1]):
+            before.setdefault(_moments.episode_of(meta), []).append((key, _np(vec)))
+        for m in metadata:
+            e = _moments.episode_of(m)
+            if e is not None:
+                before.setdefault(e, [])
+        return sums, before, removed
+
+    def _sums_after(self, conn: Any, ns: Namespace, state: tuple, added: list) -> None:
+        """After a write: the sums of :meth:`_sums_before` updated for the rows removed and
+        ``added`` (``(key, metadata, vector)`` in write order) and stored; a namespace
+        without the sums of the store's hybrid weights gets them from one pass over its rows
+        (its first write, or the first since they were kept)."""
+        sums, before, removed = state
+        nst = _ns_text(ns)
+        new = [(k, _moments.episode_of(m), np.asarray(v, np.float32)) for k, m, v in added]
+        for x in sums:
+            c = (x[2], x[3])
+            _moments.update(c, float(x[0]), int(x[1]), before, removed, new)
+        have = {(float(x[0]), int(x[1])) for x in sums}
+        rows = None
+        for want in self._sums_keys():
+            if want in have:
+                continue
+            if rows is None:
+                rows = [(_moments.episode_of(m), _np(v)) for m, v in conn.cursor(
+                    binary=True).execute(f"SELECT metadata, embedding FROM "
+                                         f"{self._t('memcore_memories')} WHERE namespace = %s "
+                                         f"ORDER BY seq", [nst]).fetchall()]
+            sums.append([want[0], want[1], *_moments.from_rows(rows, want[0], want[1],
+                                                                 self.dim)])
+        for a, r, c1, c2 in sums:
+            conn.execute(f"INSERT INTO {self._t('memcore_moments')} AS m VALUES (%s, %s, %s, "
+                         f"%s, %s) ON CONFLICT (namespace, alpha, radius) DO UPDATE SET "
+                         f"c1 = excluded.c1, c2 = excluded.c2",
+                         [nst, float(a), int(r), c1.tobytes(), c2.tobytes()])
+
+    def _sums_keys(self) -> list[tuple[float, int]]:
+        """The (alpha, radius) of the moment sums this store's writes create when missing:
+        with ``replica=False`` the hybrid presets' (``HybridWeights.hybrid()`` and
+        ``no_model()`` share theirs) and the store's own hybrid weights' when they
+        z-normalise; none with the replica (its writes keep the sums that exist: every
+        writer must, or they go stale)."""
+        if self.replica:
+            return []
+        keys = [_moments.key_of(HybridWeights.hybrid())]
+        w = self.hybrid
+        if w.normalize and w.dense and _moments.key_of(w) not in keys:
+            keys.append(_moments.key_of(w))
+        return keys
 
     def delete_keys(self, namespace: Namespace, keys: Sequence[str]) -> list[str]:
         """As :meth:`MemoryStore.delete_keys` (so :meth:`~MemoryStore.delete` and
@@ -857,17 +1022,22 @@ class PostgresMemory(MemoryStore):
         def run(conn):
             if not self._lock_ns(conn, namespace, create=False):
                 return []
-            rows = conn.execute(f"DELETE FROM {t} WHERE namespace = %(ns)s AND key IN (SELECT "
-                                f"key FROM {t} WHERE namespace = %(ns)s AND key = ANY(%(keys)s) "
-                                f"ORDER BY key FOR UPDATE) RETURNING key, expires_at",
-                                {"ns": nst, "keys": list(keys)}).fetchall()
+            held = [r[0] for r in conn.execute(
+                f"SELECT key FROM {t} WHERE namespace = %(ns)s AND key = ANY(%(keys)s) "
+                f"ORDER BY key FOR UPDATE", {"ns": nst, "keys": list(keys)}).fetchall()]
+            dl = self._drop_postings(conn, nst, held)
+            sums = self._sums_before(conn, namespace, held, [])
+            rows = conn.execute(f"DELETE FROM {t} WHERE namespace = %(ns)s AND key = "
+                                f"ANY(%(keys)s) RETURNING key, expires_at",
+                                {"ns": nst, "keys": held}).fetchall()
+            self._sums_after(conn, namespace, sums, [])
             if rows:
                 conn.execute(f"INSERT INTO {self._t('memcore_deleted')} AS d "
                              f"SELECT %s, k, nextval('{self._t('memcore_seq')}') "
                              f"FROM unnest(%s::text[]) AS k ON CONFLICT (namespace, key) "
                              f"DO UPDATE SET seq = excluded.seq", [nst, [r[0] for r in rows]])
-            conn.execute(f"UPDATE {self._t('memcore_namespaces')} SET live = live - %s "
-                         f"WHERE namespace = %s", [len(rows), nst])
+            conn.execute(f"UPDATE {self._t('memcore_namespaces')} SET live = live - %s, "
+                         f"dl_sum = dl_sum - %s WHERE namespace = %s", [len(rows), dl, nst])
             return [k for k, expires_at in rows if not 0 < expires_at <= now]
         return self._run(run)
 
@@ -883,9 +1053,9 @@ class PostgresMemory(MemoryStore):
             gone = conn.execute(f"DELETE FROM {t} WHERE namespace = %(ns)s AND key IN (SELECT key "
                                 f"FROM {t} WHERE namespace = %(ns)s ORDER BY key FOR UPDATE)",
                                 {"ns": _ns_text(ns)}).rowcount
-            for table in ("memcore_deleted", "memcore_touches"):
+            for table in ("memcore_deleted", "memcore_touches", "memcore_moments"):
                 conn.execute(f"DELETE FROM {self._t(table)} WHERE namespace = %s", [_ns_text(ns)])
-            conn.execute(f"UPDATE {self._t('memcore_namespaces')} SET live = 0 "
+            conn.execute(f"UPDATE {self._t('memcore_namespaces')} SET live = 0, dl_sum = 0 "
                          f"WHERE namespace = %s", [_ns_text(ns)])
             return gone
         return self._run(run)
@@ -1046,16 +1216,21 @@ class PostgresMemory(MemoryStore):
                 if not self._lock_ns(conn, ns, create=False):
                     return 0
                 keys = [r[0] for r in conn.execute(
-                    f"DELETE FROM {t} WHERE namespace = %(ns)s AND key IN (SELECT key FROM {t} "
-                    f"WHERE namespace = %(ns)s AND expires_at > 0 AND expires_at <= %(now)s "
-                    f"ORDER BY key FOR UPDATE) RETURNING key", q).fetchall()]
+                    f"SELECT key FROM {t} WHERE namespace = %(ns)s AND expires_at > 0 AND "
+                    f"expires_at <= %(now)s ORDER BY key FOR UPDATE", q).fetchall()]
                 if keys:
+                    dl = self._drop_postings(conn, q["ns"], keys)
+                    sums = self._sums_before(conn, ns, keys, [])
+                    conn.execute(f"DELETE FROM {t} WHERE namespace = %(ns)s AND key = "
+                                 f"ANY(%(keys)s)", {**q, "keys": keys})
+                    self._sums_after(conn, ns, sums, [])
                     conn.execute(f"INSERT INTO {self._t('memcore_deleted')} AS d "
                                  f"SELECT %(ns)s, k, nextval('{self._t('memcore_seq')}') "
                                  f"FROM unnest(%(keys)s::text[]) AS k ON CONFLICT (namespace, key) "
                                  f"DO UPDATE SET seq = excluded.seq", {**q, "keys": keys})
                     conn.execute(f"UPDATE {self._t('memcore_namespaces')} SET live = live - "
-                                 f"%(n)s WHERE namespace = %(ns)s", {**q, "n": len(keys)})
+                                 f"%(n)s, dl_sum = dl_sum - %(dl)s WHERE namespace = %(ns)s",
+                                 {**q, "n": len(keys), "dl": dl})
                 return len(keys)
             swept += self._run(run)
         return swept
@@ -1067,23 +1242,27 @@ class PostgresMemory(MemoryStore):
 
     # ------------------------------------------------------------------ search
     def signals(self, rq: ResolvedQuery):
-        """Hybrid signals from the namespace's synchronised replica (tier protocol)."""
+        """Hybrid signals from the namespace's synchronised replica, or with ``replica=False``
+        of the query's candidate pool (tier protocol)."""
         self._check_read()
         if rq.prepared is None:
             return None
         if not self.replica:
-            return self._candidate_store(rq)[2]
+            got = self._candidates(rq)
+            return None if got is None else got.signals
         with self._lock:
             return self._replica(rq.namespace).store.signals(rq)
 
     def explanations(self, rq: ResolvedQuery, hits: Sequence[MemoryHit],
                      stats: Any = None) -> list:
-        """Hybrid terms of hits from the synchronised replica (tier protocol)."""
+        """Hybrid terms of hits from the synchronised replica or the candidate pool (tier
+        protocol)."""
         if rq.prepared is None or not hits:
             return [None] * len(hits)
         if not self.replica:
-            store, _, sig = self._candidate_store(rq, hits)
-            return store.explanations(rq, hits, sig.moments if stats is None else stats)
+            got = self._candidates(rq, hits)
+            return _pool.explain(got, rq, [h.key for h in hits],
+                                 got.signals.moments if stats is None else stats)
         with self._lock:
             return self._replica(rq.namespace).store.explanations(rq, hits, stats)
 
@@ -1096,16 +1275,17 @@ class PostgresMemory(MemoryStore):
 
     def scan(self, rq: ResolvedQuery, sig: Any = None) -> list[MemoryHit]:
         """The ranked hits of a resolved query, nothing refreshed (tier protocol): SQL for the
-        similarity preset, the synchronised replica for hybrid weights."""
+        similarity preset, the synchronised replica or the candidate pool for hybrid
+        weights."""
         self._check_read()
         if rq.prepared is not None:
             if not self.replica:
-                store, ring, own = self._candidate_store(rq)
-                sig = own if sig is None else sig
-                if not ring:
-                    return store.scan(rq, sig)
-                got = store.scan(replace(rq, top_k=rq.top_k + len(ring)), sig)
-                return [h for h in got if h.key not in ring][:rq.top_k]
+                got = self._candidates(rq)
+                if got is None:
+                    return []
+                stats = (got.signals.moments if sig is None or sig.moments is None
+                         else sig.moments)
+                return _pool.rank(got, rq, stats if rq.hybrid.normalize else None, self.tier)
             with self._lock:
                 return self._replica(rq.namespace).store.scan(rq, sig)
         return self._run(lambda conn: self._rank(conn, rq))
@@ -1197,28 +1377,31 @@ class PostgresMemory(MemoryStore):
         names = [r[0] for r in got if r[0].strip()]
         if not names:
             return []
-        kinds = self._run(lambda conn: conn.execute(
-            f"SELECT DISTINCT ON ({sp}) {sp}, jsonb_typeof((metadata::jsonb) -> 'speaker') "
-            f"FROM {t} WHERE namespace = %(ns)s AND {sp} = ANY(%(n)s) ORDER BY {sp}",
+        # a name counts when a row holds it as a JSON string (one index probe per name, not
+        # a pass over the named rows)
+        kept = self._run(lambda conn: conn.execute(
+            f"SELECT v FROM unnest(%(n)s::text[]) AS v WHERE EXISTS (SELECT 1 FROM {t} "
+            f"WHERE namespace = %(ns)s AND {sp} = v AND "
+            f"jsonb_typeof((metadata::jsonb) -> 'speaker') = 'string') ORDER BY v",
             {"ns": _ns_text(ns), "n": names}).fetchall())
-        return [v for v, kind in kinds if kind == "string"]
+        return [r[0] for r in kept]
 
-    def _candidate_store(self, rq: ResolvedQuery, hits: Sequence[MemoryHit] = ()) -> Any:
-        """An in-process :class:`~memcore.LongTermMemory` holding only this query's
-        candidates and their episodes (O(candidates), replaced by the thread's next search):
-        the HNSW top-C by the embedding, the BM25 top-C over the query terms' postings, the
-        rows of the speakers the query names (each filtered in SQL), every row of their
-        episodes (the context windows), and ``hits`` (explanations of an earlier scan).
-        A namespace of at most C rows is read whole (then the ranking is the replica's)."""
+    def _candidates(self, rq: ResolvedQuery, hits: Sequence[MemoryHit] = ()
+              ) -> "_pool.CandidatePool | None":
+        """This query's candidate pool (:mod:`memcore.stores.pg_pool`; O(candidates), kept
+        until the thread's next search; None for an empty namespace): the HNSW top-C by the
+        embedding, the BM25 top-C over the query terms' postings, the rows of the speakers
+        the query names (each filtered in SQL), the episode window neighbours of each, and
+        ``hits`` (explanations of an earlier scan). A namespace of at most C rows is read
+        whole (then the ranking is the replica's)."""
         local = self._local
         ident = (rq.namespace, rq.vector.tobytes(), rq.prepared, repr(rq.filter), rq.now,
                  rq.hybrid)
-        got = getattr(local, "store", None)
-        if got is not None and got[0] == ident and all(
-                got[1].vector(rq.namespace, h.key) is not None for h in hits):
-            return got[1:]
-        local.store = None
-        from memcore.stores.long import LongTermMemory
+        got = getattr(local, "pool", None)
+        if got is not None and got[0] == ident and (
+                not hits or {h.key for h in hits} <= {r[0] for r in got[1].rows}):
+            return got[1]
+        local.pool = None
 
         c = self.candidates
         nst = _ns_text(rq.namespace)
@@ -1234,15 +1417,19 @@ class PostgresMemory(MemoryStore):
 
         def run(conn):
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")   # one snapshot
-            live = conn.execute(f"SELECT live FROM {self._t('memcore_namespaces')} "
+            live = conn.execute(f"SELECT live, dl_sum FROM {self._t('memcore_namespaces')} "
                                 f"WHERE namespace = %s", [nst]).fetchone()
             if live is None or live[0] == 0:
                 return []
+            expired = conn.execute(f"SELECT count(*) FROM {t} WHERE namespace = %(ns)s AND "
+                                   f"expires_at > 0 AND expires_at <= %(now)s", p).fetchone()[0]
+            visible = live[0] - expired if where == "TRUE" else conn.execute(
+                f"SELECT count(*) FROM {t} WHERE {vis}", p).fetchone()[0]
             if w.normalize and w.dense:
-                dense.append(self._dense_moments(conn, rq, p, where))
+                stats[0] = self._dense_stats(conn, rq, p, where, live[0], visible)
             if live[0] <= c:
                 return conn.cursor(binary=True).execute(
-                    f"SELECT {_COLS}, embedding, seq, TRUE FROM {t} "
+                    f"SELECT {_COLS}, embedding, seq, TRUE, {_VISIBLE} AND {where} FROM {t} "
                     f"WHERE namespace = %(ns)s ORDER BY seq", p).fetchall()
             keys = set(p["hits"])
             if self.hnsw:
@@ -1251,20 +1438,9 @@ class PostgresMemory(MemoryStore):
             keys.update(r[0] for r in conn.execute(
                 f"SELECT key FROM {t} WHERE {vis} ORDER BY embedding <#> %(q)s LIMIT %(c)s",
                 p).fetchall())
-            if p["terms"]:         # BM25 over the postings (avgdl: of the matching documents)
-                pt = self._t("memcore_postings")
-                keys.update(r[0] for r in conn.execute(
-                    f"WITH x AS MATERIALIZED (SELECT term, key, tf, dl FROM {pt} "
-                    f"WHERE namespace = %(ns)s AND term = ANY(%(terms)s)), "
-                    f"df AS (SELECT term, count(*) AS df FROM x GROUP BY term), "
-                    f"a AS (SELECT greatest(avg(dl), 1) AS avgdl FROM x), "
-                    f"s AS (SELECT x.key, sum(ln(1 + (%(n)s - df.df + 0.5) / (df.df + 0.5)) * "
-                    f"x.tf * (%(k1)s + 1) / (x.tf + %(k1)s * (1 - %(b)s + %(b)s * x.dl / "
-                    f"a.avgdl))) AS score FROM x JOIN df USING (term), a GROUP BY x.key "
-                    f"ORDER BY score DESC LIMIT %(lim)s) "
-                    f"SELECT s.key FROM s WHERE EXISTS (SELECT 1 FROM {t} WHERE {vis} "
-                    f"AND key = s.key) ORDER BY s.score DESC LIMIT %(c)s",
-                    {**p, "n": live[0], "lim": 4 * c}).fetchall())
+            if p["terms"]:
+                keys.update(self._bm25_candidates(conn, rq, p, where, live[0], live[1],
+                                                  visible, stats, corpus))
             if p["spk"]:        # the named speakers' rows nearest the query
                 keys.update(r[0] for r in conn.execute(
                     f"SELECT key FROM {t} WHERE {vis} AND lower((metadata::jsonb) ->> "
@@ -1280,28 +1456,75 @@ class PostgresMemory(MemoryStore):
                 f"WHERE namespace = %(ns)s AND key = ANY(%(keys)s)), "
                 f"nb AS (SELECT key FROM c UNION SELECT x.key FROM c {side.format('<', 'DESC')} "
                 f"UNION SELECT x.key FROM c {side.format('>', 'ASC')}) "
-                f"SELECT {_COLS}, embedding, seq, key = ANY(%(keys)s) FROM {t} "
+                f"SELECT {_COLS}, embedding, seq, key = ANY(%(keys)s), "
+                f"{_VISIBLE} AND {where} FROM {t} "
                 f"WHERE namespace = %(ns)s AND key IN (SELECT key FROM nb) ORDER BY seq",
                 p).fetchall()
 
         p["r"] = max(int(w.dense_window), int(w.lexical_window), 0)
-        dense: list = []
+        stats: dict = {}           # z statistics of the namespace (rows of the moments)
+        corpus: dict = {}          # its BM25 statistics
         rows = self._run(run)
-        store = LongTermMemory(None, self.embedder, weights=self.weights, clock=self.clock,
-                               hybrid=self.hybrid, query_preparer=self.query_preparer,
-                               threads=self.threads)
-        if rows:
-            store.put_stored([self._memory(rq.namespace, r) for r in rows],
-                             np.stack([_np(r[_NCOLS]) for r in rows]))
-        # the window neighbours read for the candidates' windows: not candidates themselves
-        ring = frozenset(r[0] for r in rows if not r[_NCOLS + 2])
-        sig = store.signals(rq)
-        if sig is not None and dense and sig.moments is not None:
-            mom = sig.moments.copy()
-            mom[0] = dense[0]              # the namespace's, not the rows read
-            sig = replace(sig, moments=mom)
-        local.store = (ident, store, ring, sig)
-        return store, ring, sig
+        if not rows:
+            return None
+        got = _pool.pool(rows, rq, self.dim, self.query_preparer, stats,
+                         (corpus["df"], corpus["n"], corpus["avgdl"]) if corpus else None)
+        local.pool = (ident, got)
+        return got
+
+    def _bm25_candidates(self, conn: Any, rq: ResolvedQuery, p: dict, where: str, live: int,
+                         dl_sum: int, visible: int, stats: dict, corpus: dict) -> list[str]:
+        """The own-text BM25 top-C of the visible rows over the query terms' postings, with
+        the namespace's statistics (df counted from the postings: O(matching postings); N the
+        live rows and avgdl ``dl_sum / N``, kept by every writer), as the hybrid index scores
+        them. When the query's index structure is the postings' (:data:`pg_terms.STRUCTURE`)
+        also puts the lexical z statistics over the visible rows into ``stats[1]`` and the
+        terms' df, N and avgdl into ``corpus``."""
+        w = rq.hybrid
+        t = self._t("memcore_memories")
+        check = (f"WHERE EXISTS (SELECT 1 FROM {t} WHERE namespace = %(ns)s AND {_VISIBLE} "
+                 f"AND {where} AND key = s.key)" if visible < live else "")
+        pt = self._t("memcore_postings")
+        got = conn.execute(
+            f"WITH x AS MATERIALIZED (SELECT term, key, tf, dl FROM {pt} "
+            f"WHERE namespace = %(ns)s AND term = ANY(%(terms)s)), "
+            f"q AS (SELECT u AS term, count(*) AS mult FROM unnest(%(terms)s::int8[]) AS u "
+            f"GROUP BY u), "
+            f"df AS (SELECT term, count(*) AS df FROM x GROUP BY term), "
+            f"wt AS (SELECT df.term, q.mult * ln(1.0::float8 + (%(n)s::float8 - df.df + 0.5) / "
+            f"(df.df + 0.5)) AS idf FROM df JOIN q USING (term)), "
+            f"s AS (SELECT x.key, sum(wt.idf * x.tf / (x.tf + %(k1)s * (1 - %(b)s + %(b)s * "
+            f"x.dl / %(avgdl)s))) AS score FROM x JOIN wt USING (term) GROUP BY x.key), "
+            f"v AS MATERIALIZED (SELECT key, score FROM s {check}), "
+            f"top AS (SELECT key, score FROM v ORDER BY score DESC, key LIMIT %(c)s) "
+            f"SELECT 0, key, score, NULL::float8 FROM top "
+            f"UNION ALL SELECT 1, NULL, coalesce(sum(score), 0), coalesce(sum(score * score), 0) "
+            f"FROM v UNION ALL SELECT 2, term::text, df::float8, NULL FROM df",
+            {**p, "n": float(live), "avgdl": max(dl_sum / live, 1e-300)}).fetchall()
+        if w.structure() == _terms.STRUCTURE and dl_sum > 0:
+            s1, s2 = next((r[2], r[3]) for r in got if r[0] == 1)
+            mean = s1 / visible if visible else 0.0
+            stats[1] = (float(visible), mean, max(s2 - visible * mean * mean, 0.0))
+            corpus.update(df={int(r[1]) % 2 ** 64: int(r[2]) for r in got if r[0] == 2},
+                          n=live, avgdl=dl_sum / live)
+        return [r[1] for r in got if r[0] == 0]
+
+    def _dense_stats(self, conn: Any, rq: ResolvedQuery, p: dict, where: str, live: int,
+                     visible: int) -> tuple:
+        """Count, mean and M2 of the dense signal over the namespace's visible (filtered)
+        rows: from the moment sums the writers keep (:mod:`memcore.stores.pg_moments`) when
+        every row is visible and the sums of the query's (alpha, radius) are kept, else by
+        one pass in the server (:meth:`_dense_moments`), as the embedded index does."""
+        if visible == live and where == "TRUE":
+            a, r = _moments.key_of(rq.hybrid)
+            got = conn.execute(f"SELECT c1, c2 FROM {self._t('memcore_moments')} WHERE "
+                               f"namespace = %s AND alpha = %s AND radius = %s",
+                               [p["ns"], a, r]).fetchone()
+            if got is not None:
+                sums = (np.frombuffer(got[0], np.float64),
+                        np.frombuffer(got[1], np.float64).reshape(self.dim, self.dim))
+                return _moments.stats(sums, rq.vector, live)
+        return self._dense_moments(conn, rq, p, where)
 
     def _dense_moments(self, conn: Any, rq: ResolvedQuery, p: dict, where: str) -> tuple:
         """Count, mean and M2 of the dense signal over the namespace's visible (filtered)

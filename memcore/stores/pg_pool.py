@@ -1,0 +1,166 @@
+"""The candidate pool of :class:`~memcore.stores.postgres.PostgresMemory`'s stateless hybrid
+search (``replica=False``): the rows one query read from SQL (its candidates and their episode
+window neighbours, in write order) in a per-query :class:`~memcore.recall.index.HybridIndex`
+(RAM, no store around it: no table, no key map, no moment sums), ranked by the candidates
+kernel (:meth:`HybridIndex.search` with ``rows=``,
+:func:`memcore.kernels.candidates.hybrid_rows_topk`: the exact path's score of the given rows
+only).
+
+A pool row is one SQL row: the store's ``_COLS`` (key, text, importance, metadata,
+created_at, updated_at, last_accessed_at, access_count, expires_at, ttl), then the embedding,
+``seq``, whether the row is a candidate (a neighbour read only for a candidate's window is
+not) and whether it is visible to the query (not expired, matching the filter).
+
+The z statistics are those of the visible rows read (:meth:`HybridIndex.moments` over them),
+with any row replaced by the namespace's statistics the caller computed in SQL
+(:func:`pool`'s ``stats``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+import numpy as np
+
+from memcore.core.query import ResolvedQuery
+from memcore.core.rank import Signals
+from memcore.core.table import copy_metadata
+from memcore.recall.diversity import diversify, pool_size
+from memcore.recall.index import HybridIndex, LexicalSignals
+from memcore.recall.namespace import episode_speaker
+from memcore.types import MemoryHit, MemoryTier
+
+__all__ = ["CandidatePool", "pool", "rank", "explain", "vector", "ROW_FIELDS"]
+
+#: Fields of a pool row before the embedding (the store's ``_COLS``).
+ROW_FIELDS = 10
+
+
+@dataclass(frozen=True)
+class CandidatePool:
+    """One query's rows read from SQL, indexed for ranking.
+
+    Attributes
+    ----------
+    index : HybridIndex
+        Local row ``i`` is ``rows[i]`` (write order).
+    rows : list of tuple
+        The SQL rows (module notes).
+    cand : ndarray of shape (c,), int64
+        Local rows that may be returned (ascending).
+    visible : ndarray of shape (m,), bool
+        Rows not expired and matching the query's filter.
+    last_accessed_at : ndarray of shape (m,), float64
+        Unix s.
+    importance : ndarray of shape (m,), float32
+    signals : Signals
+        The pool's hybrid signals: lexical signals and z statistics (``moments``).
+    """
+
+    index: HybridIndex
+    rows: list
+    cand: np.ndarray
+    visible: np.ndarray
+    last_accessed_at: np.ndarray
+    importance: np.ndarray
+    signals: Signals
+
+
+def vector(v: Any) -> np.ndarray:
+    """A pgvector value as ndarray (dim,), float32."""
+    return np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, np.float32)
+
+
+def pool(rows: Sequence[tuple], rq: ResolvedQuery, dim: int, preparer: Any,
+         stats: dict[int, tuple] | None = None, corpus: tuple | None = None) -> CandidatePool:
+    """The pool of ``rows`` (module notes) for the hybrid query ``rq``.
+
+    Parameters
+    ----------
+    rows : sequence of tuple
+        SQL rows in write order, at least one.
+    rq : ResolvedQuery
+        A hybrid query (``rq.prepared`` set).
+    dim : int
+    preparer : callable or None
+        The store's query preparer (the index's).
+    stats : dict of int -> (count, mean, M2), optional
+        Rows of the z statistics (0 dense, 1 lexical, 2 lexical context) to take instead of
+        the pool's own (the namespace's, from SQL).
+    corpus : tuple (df, n_docs, avgdl), optional
+        The namespace's BM25 statistics (df: dict of uint64 token hash -> documents), for
+        the own-text BM25 of the pool's rows (:meth:`HybridIndex.own_scores`) instead of the
+        pool's own.
+
+    Returns
+    -------
+    CandidatePool
+    """
+    w = rq.hybrid
+    m = len(rows)
+    # the index's content is fixed by stem/dates only; no moment sums are kept (the
+    # statistics are computed over the visible rows below)
+    idx = HybridIndex(dim, replace(w, normalize=False), preparer)
+    F = ROW_FIELDS
+    vecs = np.stack([vector(r[F]) for r in rows]).astype(np.float32, copy=False)
+    created = np.fromiter((r[4] for r in rows), np.float64, m)
+    idx.put_many(np.arange(m, dtype=np.int64), [r[1] for r in rows], vecs,
+                 [episode_speaker(r[3]) for r in rows], created if w.dates else None)
+    visible = np.fromiter((bool(r[F + 3]) for r in rows), np.bool_, m)
+    cand = np.flatnonzero(np.fromiter((bool(r[F + 2]) for r in rows), np.bool_, m))
+    lex = idx.lexical_signals(rq.prepared, w)
+    if corpus is not None and w.lexical:
+        own = idx.own_scores(np.arange(m, dtype=np.int64), rq.prepared, *corpus, weights=w)
+        lex = LexicalSignals(own[0], own[1], lex.ctx_rows, lex.ctx_vals)
+    mom = None
+    if w.normalize:
+        mom = idx.moments(rq.prepared, rq.vector, weights=w, alive=visible, lexical=lex)
+        for i, got in (stats or {}).items():
+            mom[i] = got
+    sig = Signals(idx, visible, lex, mom, idx.n_rows)
+    return CandidatePool(idx, list(rows), cand.astype(np.int64),
+                         visible, np.fromiter((r[6] for r in rows), np.float64, m),
+                         np.fromiter((r[2] for r in rows), np.float32, m), sig)
+
+
+def rank(p: CandidatePool, rq: ResolvedQuery, stats: np.ndarray | None,
+         tier: MemoryTier) -> list[MemoryHit]:
+    """The best ``rq.top_k`` candidates of the pool as hits (scores: the fused score;
+    ``stats``: the z statistics to use, e.g. pooled over tiers)."""
+    w = rq.hybrid
+    live = int(np.count_nonzero(p.visible[p.cand]))
+    k = min(rq.top_k, live)
+    if k == 0:
+        return []
+    div = w.diversity
+    res = p.index.search(rq.prepared, rq.vector, top_k=pool_size(k, live) if div > 0.0 else k,
+                         weights=w, decay=rq.weights, now=rq.now,
+                         last_accessed_at=p.last_accessed_at, importance=p.importance,
+                         alive=p.visible, threshold=rq.threshold, lexical=p.signals.lexical,
+                         stats=stats, rows=p.cand)
+    c = res.count
+    ids, scores, sims = res.ids[:c], res.scores[:c], res.sims[:c]
+    if div > 0.0:
+        ws, wl, wr = p.index.windows(w.diversity_window)
+        ids, scores, sims = diversify(ids, scores, sims, ws, wl, wr, div, k)
+    hl = rq.weights.half_life
+    out = []
+    for i, s, sim in zip(ids.tolist(), scores.tolist(), sims.tolist()):
+        r = p.rows[i]
+        t = float(r[6])
+        out.append(MemoryHit(key=r[0], text=r[1], score=s, similarity=sim,
+                             recency=0.5 ** (max(rq.now - t, 0.0) / hl), importance=r[2],
+                             tier=tier, metadata=copy_metadata(r[3]), namespace=rq.namespace,
+                             created_at=float(r[4]), last_accessed_at=t))
+    return out
+
+
+def explain(p: CandidatePool, rq: ResolvedQuery, keys: Sequence[str],
+            stats: np.ndarray | None) -> list[dict]:
+    """:meth:`HybridIndex.explain` of the pool rows holding ``keys`` (each must be there)."""
+    at = {r[0]: i for i, r in enumerate(p.rows)}
+    return p.index.explain([at[k] for k in keys], rq.prepared, rq.vector, weights=rq.hybrid,
+                           decay=rq.weights, now=rq.now,
+                           last_accessed_at=p.last_accessed_at, importance=p.importance,
+                           alive=p.visible, lexical=p.signals.lexical, stats=stats)
