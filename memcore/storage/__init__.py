@@ -337,8 +337,9 @@ JSON and its NUL (:func:`~memcore.storage.layout.namespace_id`); the log implies
 ``verify``/``repair`` need nothing new, and a pack generation without ``nsid`` (a repaired
 one) gets it from its keys at open. Open reads the live flags and ``nsid`` (one argsort:
 ``id -> rows``, each namespace's live count) and reads no record; the catalog names the ids
-(a missing or damaged catalog: one record per unnamed id names it); an id with no live row
-is no namespace. A namespace's first use gathers its rows (O(its rows), never O(pack rows)):
+(a missing or damaged catalog: one record per unnamed id names it, and an id its record's
+key does not imply is a damaged ``nsid`` value: its rows take the ids of their keys); an id
+with no live row is no namespace. A namespace's first use gathers its rows (O(its rows), never O(pack rows)):
 records decoded and CRC checked, each key's namespace checked (an id collision only costs a
 record read), each vector checked against its record's ``vector_crc``; a damaged record or
 vector is left out and raises for its key (as a format-2 read does). The copy ranks with

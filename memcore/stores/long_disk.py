@@ -1058,6 +1058,7 @@ class DiskSpace:
     def _register_packed(self) -> None:
         pack, cat = self.pack, self.catalog
         named = {} if cat is None else cat.packed
+        pack.check_ids(named)
         live = pack.live
         # the catalog's names first, in its order (a rewrite writes them sorted: the sorted
         # list of namespaces is then one merge), a CRC-checked line each (a wrong one only
