@@ -123,7 +123,8 @@ def _report_errors(report: dict) -> list[str]:
     out = []
     for ns, r in report.items():
         if r.get("errors") or r.get("bad_rows"):
-            out.append(f"{ns}: errors={r.get('errors')} bad_rows={r.get('bad_rows')}")
+            out.append(f"{ns}: errors={r.get('errors')} bad_rows={r.get('bad_rows')}"
+                       + (f" namespaces={r['namespaces']}" if "namespaces" in r else ""))
     return out
 
 

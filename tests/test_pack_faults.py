@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import glob
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -77,3 +78,31 @@ def test_a_damaged_namespace_id_never_hides_a_row(tmp_path, pack, damage, catalo
             assert all(not r["errors"] and not r["bad_rows"] for r in s.verify().values())
     ids = np.memmap(_pack_file(root, "nsid"), np.int64, "r")
     assert ids[0] == long_pack.namespace_id(("u0",)) and ids[9] == long_pack.namespace_id(("u2",))
+
+
+@pytest.mark.parametrize("damage", ["column", "vector"])
+def test_verify_names_the_namespaces_a_damaged_pack_concerns(tmp_path, pack, damage):
+    """verify() keyed a damaged pack by its directory (or its reserved namespace) with
+    messages naming files and offsets only, and ``damaged`` did not name the namespaces:
+    now the pack's entry lists them -- all of them for a shared file (the pack is isolated),
+    the namespace of each bad row for a damaged vector."""
+    root = str(tmp_path / "s")
+    model = _fill(root, n=7)
+    if damage == "column":
+        path = Path(_pack_file(root, "created_at"))
+        raw = bytearray(path.read_bytes())
+        raw[8 * 5 + 2] ^= 0x10                     # row 5 (u1/k1): the column fails its CRC
+    else:
+        path = Path(_pack_file(root, "vectors"))
+        raw = bytearray(path.read_bytes())
+        raw[9 * DIM * 4 + 3] ^= 0x10               # row 9: u2/k1
+    path.write_bytes(bytes(raw))
+    with _store(root, read_only=True) as s:
+        rep = s.verify()
+        (entry,) = [r for r in rep.values() if r["errors"] or r["bad_rows"]]
+        if damage == "column":
+            assert entry["namespaces"] == sorted((f"u{u}",) for u in range(7))
+            assert "pack holds 7 namespaces: ('u0',)" in s.damaged[PACK_DIR]
+        else:
+            assert entry["namespaces"] == [("u2",)] and entry["bad_rows"] == [9]
+            assert _served(s, {nk: t for nk, t in model.items() if nk[0] != "u2"}) == []
