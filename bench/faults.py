@@ -201,7 +201,7 @@ def _ltm_child(root: str, r_no: int, seed: int, big: bool):
 
 def _pack_child(root: str, r_no: int, seed: int, big: bool):
     """The pack's SIGKILL child (``--pack``): many small namespaces ``u0``..``u11`` (puts,
-    put_many, deletes, clear, TTL, touch), namespace ``grow`` filled 40 rows a time past
+    put_many, deletes, clear, TTL, touch), namespace ``grow`` filled 60 rows a time past
     :data:`~memcore.stores.long_pack.PACK_MAX` (promotion) and cleared now and then,
     compaction of the pack and a rare reindex; every op reported as :func:`_ltm_child`
     reports it (``big`` is ignored: the pack's batches are small)."""
@@ -218,7 +218,7 @@ def _pack_child(root: str, r_no: int, seed: int, big: bool):
             ns = f"u{rnd.randrange(12)}"
             key = f"k{rnd.randrange(20)}"
             vs = (r_no * 100_000 + i) * 100          # distinct from every other op's
-            if x < 0.3:
+            if x < 0.35:
                 ttl = rnd.choice([None, None, 1e6])
                 meta = {"r": r_no, "i": i}
                 imp = round(rnd.random(), 3)
@@ -226,11 +226,11 @@ def _pack_child(root: str, r_no: int, seed: int, big: bool):
                 say({"op": "put", "ns": ns, "key": key, "text": text, "imp": imp,
                      "meta": meta, "v": vs, "ttl": ttl})
                 s.put(ns, key, text, importance=imp, metadata=meta, vector=vec(vs), ttl=ttl)
-            elif x < 0.45 or 0.6 <= x < 0.66:
-                grow = x >= 0.6
-                if grow:                            # 40 rows at a time: crosses PACK_MAX
-                    ns, at = "grow", rnd.randrange(8) * 40
-                    keys = [f"g{at + j}" for j in range(40)]
+            elif x < 0.52 or 0.67 <= x < 0.74:
+                grow = x >= 0.67
+                if grow:                 # the next 60 rows: the 5th batch crosses PACK_MAX
+                    ns, at = "grow", len(s.keys("grow")) // 60 % 6 * 60
+                    keys = [f"g{at + j}" for j in range(60)]
                 else:
                     keys = sorted({f"k{rnd.randrange(20)}" for _ in range(rnd.randrange(2, 12))})
                 ttl = rnd.choice([None, 5e5])
@@ -239,20 +239,20 @@ def _pack_child(root: str, r_no: int, seed: int, big: bool):
                 say({"op": "many", "ns": ns, "items": items})
                 s.put_many(ns, [MemoryItem(k, t, importance=p) for k, t, p, *_ in items],
                            vectors=np.stack([vec(it[4]) for it in items]), ttl=ttl)
-            elif x < 0.55:
+            elif x < 0.62:
                 say({"op": "del", "ns": ns, "key": key})
                 s.delete(ns, key)
-            elif x < 0.6:
+            elif x < 0.67:
                 say({"op": "touch"})
                 s.touch(ns, [key])
-            elif x < 0.7:
-                ns = "grow" if x < 0.68 and rnd.random() < 0.3 else ns
+            elif x < 0.8:
+                ns = "grow" if rnd.random() < 0.1 else ns
                 say({"op": "clear", "ns": ns})
                 s.clear(ns)
-            elif x < 0.8:
+            elif x < 0.81:                              # slow: many kills land here
                 say({"op": "compact"})
                 s.compact()
-            elif x < 0.99:
+            elif x < 0.997:
                 say({"op": "get", "ns": ns, "key": key})   # a TTL refresh on a read
                 s.get(ns, key)
             else:
@@ -308,8 +308,9 @@ def ltm_kill_rounds(root: str, rounds: int, seed: int, big_every: int, log,
     not, whole."""
     rnd = random.Random(seed)
     model, deleted, big = {}, set(), {"n": 0, "base": None}
-    acked = failures = 0
-    fails, verify_dirty, times = [], 0, []
+    was_grown = False
+    acked = failures = promotions = 0
+    fails, verify_dirty, times, killed_in = [], 0, [], defaultdict(int)
     for r_no in range(1, rounds + 1):
         t0 = time.perf_counter()
         isbig = big_every > 0 and r_no % big_every == 0
@@ -327,6 +328,7 @@ def ltm_kill_rounds(root: str, rounds: int, seed: int, big_every: int, log,
                 pending = None
             else:
                 pending = op
+        killed_in[pending["op"] if pending else "between ops"] += 1
         skip = set()
         if pending and pending["op"] in ("put", "del"):
             skip.add((pending["ns"], pending["key"]))
@@ -346,6 +348,9 @@ def ltm_kill_rounds(root: str, rounds: int, seed: int, big_every: int, log,
                 bad += [f"{'ro' if ro else 'rw'} {b}" for b in _expect(s, model, deleted, skip)]
                 bad += _check_big(s, big, pending)
                 if not ro:
+                    grown = ("grow",) in s._space.tables.dirs     # has a directory
+                    promotions += grown and not was_grown
+                    was_grown = grown
                     errs = _report_errors(s.verify())
                     verify_dirty += bool(errs)
                     bad += errs
@@ -382,7 +387,8 @@ def ltm_kill_rounds(root: str, rounds: int, seed: int, big_every: int, log,
         if r_no % 25 == 0:
             log(f"{label} kill round {r_no}/{rounds}: acked {acked}, failing rounds {failures}")
     return {"rounds": rounds, "acked": acked, "failing_rounds": failures, "failures": fails,
-            "verify_dirty": verify_dirty, "times": times, "live": len(model)}
+            "verify_dirty": verify_dirty, "times": times, "live": len(model),
+            "killed_in": dict(killed_in), "promotions": promotions}
 
 
 def _sm(root):
@@ -456,16 +462,18 @@ def file_kind(name: str) -> str:
 def _small_namespaces(s, model: dict, deleted: set, late: bool) -> None:
     """The pack's share of :func:`build_source`: small namespaces ``u0``..``u7`` (TTLs,
     metadata), one cleared, and ``grow`` moved to its own directory by a put_many across
-    :data:`~memcore.stores.long_pack.PACK_MAX`; ``late``: what comes after the checkpoint
-    (puts, a delete, a clear, a new namespace, a batch)."""
-    def put_many(ns, keys, tag, ttl=None):
+    :data:`~memcore.stores.long_pack.PACK_MAX` (every 16th row checked); ``late``: what comes after the
+    checkpoint (puts, a delete, a clear, a new namespace, a batch)."""
+    def put_many(ns, keys, tag, ttl=None, every=1):
         seeds = [zlib.crc32(f"{ns}/{k}/{tag}".encode()) % 10**6 + 1000 for k in keys]
         s.put_many(ns, [MemoryItem(k, f"{tag} {ns} {k} {_words(len(ns), i)}",
                                    importance=0.25, metadata={"u": ns})
                         for i, k in enumerate(keys)],
                    vectors=np.stack([vec(v) for v in seeds]), ttl=ttl)
         for i, (k, v) in enumerate(zip(keys, seeds)):
-            model[(ns, k)] = (f"{tag} {ns} {k} {_words(len(ns), i)}", 0.25, {"u": ns}, v, ttl)
+            if i % every == 0:                  # (every: a sample is checked)
+                model[(ns, k)] = (f"{tag} {ns} {k} {_words(len(ns), i)}", 0.25, {"u": ns}, v,
+                                  ttl)
             deleted.discard((ns, k))
 
     def clear(ns):
@@ -479,8 +487,9 @@ def _small_namespaces(s, model: dict, deleted: set, late: bool) -> None:
             put_many(f"u{u}", [f"k{j}" for j in range(5)], "packed", 7200.0 if u % 3 == 0 else None)
         put_many("gone", ["a", "b", "c"], "cleared")
         clear("gone")
-        put_many("grow", [f"g{j}" for j in range(long_pack.PACK_MAX - 6)], "growing")
+        put_many("grow", [f"g{j}" for j in range(long_pack.PACK_MAX - 6)], "growing", every=16)
         put_many("grow", [f"h{j}" for j in range(10)], "promoted")
+        s.compact()       # the promoted rows dropped: damage lands on live rows, mostly
         return
     put_many("u1", ["k1", "n1"], "late", 900.0)
     s.put("u2", "k0", "late replacement in u2", importance=0.6, vector=vec(4242))
@@ -743,6 +752,10 @@ def render(res: dict) -> str:
              f"{sm['verify_dirty']} | {med(sm['times']):.3f} |", ""]
     for f in (lt["failures"] + sm["lost"])[:30]:
         lines.append(f"- {f}")
+    lines += ["", "LongTermMemory kills landed in: " + ", ".join(
+        f"{k} {v}" for k, v in sorted(lt["killed_in"].items(), key=lambda kv: -kv[1]))
+        + (f"; namespace `grow` promoted to its own directory {lt['promotions']} times"
+           if res.get("pack") else "") + "."]
     lines += ["", "## Damage cases", "",
               f"{len(dm)} cases over {len(res['files'])} files; median "
               f"{med(res['damage_times']):.3f} s/case.", "",

@@ -106,3 +106,31 @@ def test_verify_names_the_namespaces_a_damaged_pack_concerns(tmp_path, pack, dam
         else:
             assert entry["namespaces"] == [("u2",)] and entry["bad_rows"] == [9]
             assert _served(s, {nk: t for nk, t in model.items() if nk[0] != "u2"}) == []
+
+
+# ---------------------------------------------------------------------- the campaign itself
+
+def _campaign(tmp_path, kills, damage, seed):
+    from bench import faults
+    res = faults.campaign(kills, damage, seed, big_every=0, scratch=str(tmp_path), log=lambda m: None,
+                          pack=True)
+    dm = res["damage"]
+    # a log cut inside its last record reads as a torn write (the documented limit)
+    silent = [r for r in dm if r["verdict"] == "silent"
+              and not (r["kind"] == "pack:log" and r["damage"] == "torn_last")]
+    assert res["ltm"]["failures"] == [] and res["sm"]["lost"] == []
+    assert res["ltm"]["verify_dirty"] == res["sm"]["verify_dirty"] == 0
+    assert silent == [] and [r for r in dm if r["verdict"] == "crashed"] == []
+    assert [r for r in dm if r["unnamed"] or r["resurrected"]] == []
+    return res
+
+
+def test_the_pack_fault_campaign_short(tmp_path):
+    res = _campaign(tmp_path, 2, 17, 1)          # 17: one case per file kind of the pack
+    assert len({r["kind"] for r in res["damage"]}) == 17
+
+
+@pytest.mark.slow
+def test_the_pack_fault_campaign_long(tmp_path):
+    res = _campaign(tmp_path, 150, 200, 24)
+    assert res["ltm"]["promotions"] >= 1
