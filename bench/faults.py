@@ -317,7 +317,9 @@ def ltm_kill_rounds(root: str, rounds: int, seed: int, big_every: int, log,
         out = killed_round(child_of(root, r_no, seed, isbig),
                            rnd.uniform(0.5, 1.5) if isbig else rnd.uniform(0.0, 0.15))
         pending = None
-        for line in out.decode().splitlines():
+        # whole lines only: a kill inside a report longer than a pipe's atomic write
+        # leaves part of it (its op had not begun)
+        for line in out.decode().split("\n")[:-1]:
             if line == "R":
                 continue
             op = json.loads(line)
