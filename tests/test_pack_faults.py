@@ -134,3 +134,41 @@ def test_the_pack_fault_campaign_short(tmp_path):
 def test_the_pack_fault_campaign_long(tmp_path):
     res = _campaign(tmp_path, 150, 200, 24)
     assert res["ltm"]["promotions"] >= 1
+
+
+@pytest.mark.parametrize("cut", ["inside-last-record", "at-a-record-boundary"])
+def test_a_log_cut_inside_a_committed_batch_is_damage(tmp_path, pack, cut):
+    """A committed batch's records end before its count (in its first record's pad bytes)
+    says: no crash leaves that (the records are written before the commit byte), but open
+    cut the log back like a torn write and served the first rows of the batch, silently (the
+    campaign's 5 silent cases of 400). Now open, verify and a reader report it; repair keeps
+    the batch's intact records."""
+    from memcore.errors import StoreCorruptedError
+    from memcore.storage.records import FRAME
+    root = str(tmp_path / "s")
+    model = _fill(root, n=3)
+    with _store(root) as s:
+        s.put("u1", "late", "after the checkpoint")
+        s.put_many("u2", [MemoryItem(f"b{j}", f"last batch {j}") for j in range(3)])
+        s._release()                                 # what a SIGKILL leaves
+        s._closed = True
+    log = _pack_file(root, "log")
+    data = Path(log).read_bytes()
+    ends, off = [], 0
+    while off < len(data):
+        off += FRAME.size + FRAME.unpack_from(data, off)[1]
+        ends.append(off)
+    keep = ends[-2] + 7 if cut == "inside-last-record" else ends[-2]   # b2's record cut
+    os.truncate(log, keep)
+    for read_only in (True, False):
+        with _store(root, read_only=read_only) as s:
+            rep = s.verify()
+            assert any("inside a committed batch" in e for r in rep.values() for e in r["errors"])
+            assert rep[next(k for k in rep if rep[k]["errors"])]["namespaces"]
+            with pytest.raises(StoreCorruptedError):
+                s.get("u2", "b0")
+    with _store(root, repair=True) as s:
+        s.repair()
+        assert _served(s, model) == []
+        assert [s.get("u2", f"b{j}") is not None for j in range(3)] == [True, True, False]
+        assert s.get("u1", "late").text == "after the checkpoint"

@@ -248,12 +248,14 @@ Recovery (on open)
    last byte is damage too (a flipped bit: a torn write is short, or ends in zeros).
    Otherwise it is a torn tail (a write cut short by a crash) and the log is truncated to
    ``x``, the end of the last committed record (read-only opens just ignore it). A
-   CRC-valid record that breaks the row rules is corruption. (Zeroing the first byte of the
-   *last* batch's first record leaves what a crash before its commit byte leaves: that batch
-   is cut. Nor can a log shortened inside its last record, or inside the last batch's
-   records, be told from a crash that tore that write -- nothing written after a commit
-   witnesses it between checkpoints -- so it is cut back the same way, silently: the one
-   damage no check reports.)
+   CRC-valid record that breaks the row rules is corruption, and so is a committed batch
+   whose count says more records than the log holds after it (no crash leaves that: the
+   records are written before the commit byte; a log shortened inside a batch past its
+   first record). (Zeroing the first byte of the *last* batch's first record leaves what a
+   crash before its commit byte leaves: that batch is cut. Nor can a log shortened inside
+   its last single write's record, or inside the last batch's first record, be told from a
+   crash that tore that write -- nothing written after a commit witnesses it between checkpoints
+   -- so it is cut back the same way, silently: the one damage no check reports.)
 4. Every row of the tail (rows ``n`` and up) is checked against its record's ``vector_crc``;
    a mismatch -> :class:`StoreCorruptedError` naming the vectors file, byte offset and row.
    (Rows below ``n`` were verified and fsynced, and rows are append-only: nothing writes a

@@ -14,14 +14,16 @@ import numpy as np
 from memcore._crc import crc32_of
 from memcore.errors import StoreCorruptedError
 from memcore.storage.layout import CHECKPOINT_FILES, checkpoint_path, fsync_dir
-from memcore.storage.log import (
+from memcore.storage.log import (  # noqa: F401  (REPAIR_HINT: imported from here too)
     DEL_DTYPE,
     PUT_DTYPE,
+    REPAIR_HINT,
     BadRecord,
     decode_segments,
     fixed_fields,
     frame_scan,
     parse_one,
+    short_batch,
     tail_damage,
 )
 from memcore.storage.records import DEL_FIXED, FRAME, MAGIC, OP_DEL, OP_PUT, PUT_FIXED
@@ -30,8 +32,6 @@ from memcore.storage.records import DEL_FIXED, FRAME, MAGIC, OP_DEL, OP_PUT, PUT
 CHECKPOINT_BYTES = 64 << 20
 CHECKPOINT_ROWS = 65_536
 
-REPAIR_HINT = ("store.repair() or LongTermMemory(..., repair=True) rewrites it keeping every "
-           "intact record")
 
 
 # ---------------------------------------------------------------------------------- keys
@@ -293,6 +293,9 @@ def scan_tail(data: bytes, base: int, path: str, first_row: int) -> Tail:
             raise StoreCorruptedError(
                 f"{path} is corrupted at offset {base + stop} ({reason}), {where}; "
                 f"{REPAIR_HINT}")
+    cut = short_batch(buf, offsets, base)
+    if cut is not None:
+        raise StoreCorruptedError(f"{path} is corrupted: {cut}; {REPAIR_HINT}")
     payload = offsets + FRAME.size
     ops = buf[payload] if count else np.zeros(0, np.uint8)
     if not np.isin(ops, (OP_PUT, OP_DEL)).all():

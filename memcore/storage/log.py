@@ -17,6 +17,7 @@ from memcore.storage.records import (
     MAX_PAYLOAD,
     OP_DEL,
     OP_PUT,
+    BATCH_COUNT_AT,
     MAX_BATCH_COUNT,
     PENDING_MAGIC,
     PUT_FIXED,
@@ -24,6 +25,11 @@ from memcore.storage.records import (
     first_bad_row,
     pending_batch_at,
 )
+
+#: What a message about a damaged file tells the user to do.
+REPAIR_HINT = ("store.repair() or LongTermMemory(..., repair=True) rewrites it keeping every "
+               "intact record")
+
 
 @dataclass
 class Replay:
@@ -201,6 +207,28 @@ def tail_damage(data, off: int, size: int, committed_bytes: int, base: int = 0) 
     return None
 
 
+def short_batch(buf: np.ndarray, offsets: np.ndarray, base: int = 0) -> str | None:
+    """Why intact records at frame ``offsets`` of ``buf`` (offsets from ``base``) are
+    damage: the last batch head's count (:func:`~memcore.storage.records.batch_count`) says
+    more records than follow it -- a committed batch the log ends inside. No crash leaves
+    that (a batch's records are written before its commit byte), so it is never cut like a
+    torn write (a log shortened inside a committed batch); None when every batch is whole."""
+    if offsets.shape[0] == 0:
+        return None
+    at = offsets + BATCH_COUNT_AT
+    counts = (buf[at].astype(np.int64) | buf[at + 1].astype(np.int64) << 8
+              | buf[at + 2].astype(np.int64) << 16)
+    heads = np.flatnonzero(counts >= 2)
+    if heads.shape[0] == 0:
+        return None
+    h = int(heads[-1])
+    have, want = offsets.shape[0] - h, int(counts[h])
+    if have >= want:
+        return None
+    return (f"the log ends inside a committed batch of {want} records at offset "
+            f"{base + int(offsets[h])} ({have} intact)")
+
+
 #: The fixed part of a PUT payload as a NumPy record (decodes every PUT of a log at once).
 PUT_DTYPE = np.dtype({
     "names": ["op", "row", "created_at", "updated_at", "last_accessed_at", "access_count",
@@ -271,6 +299,9 @@ def _scan_log_fast(data: bytes, path: str, committed_bytes: int) -> Replay | Non
         except BadRecord:
             if tail_damage(data, stop, size, committed_bytes) is not None:
                 return None                  # corruption: the exact scan names it
+    cut = short_batch(buf, offsets)
+    if cut is not None:
+        raise StoreCorruptedError(f"{path} is corrupted: {cut}; {REPAIR_HINT}")
 
     payload = offsets + FRAME.size
     ops = buf[payload] if count else np.zeros(0, np.uint8)
