@@ -73,10 +73,23 @@ def _ltm(root, **kw) -> LongTermMemory:
 
 # ------------------------------------------------------------------------------ expected state
 
+#: The damage source's namespace whose model holds a sample of its keys (every other
+#: namespace of a model is served with exactly the model's keys).
+SAMPLED = "grown"
+
+
 def _expect(s, model: dict, deleted: set, skip=()) -> list[str]:
     """What ``s`` serves wrong: every (ns, key) of ``model`` exactly (text, metadata,
-    importance, expiry, vector bits, found by its own vector), every deleted key absent."""
+    importance, expiry, vector bits, found by its own vector), every deleted key absent, no
+    key a namespace of ``model`` does not hold (but :data:`SAMPLED`'s)."""
     bad = []
+    want: dict = {ns: set() for ns, _ in [*model, *deleted]}
+    for ns, key in model:
+        want[ns].add(key)
+    for ns, keys in sorted(want.items()):
+        extra = set(s.keys(ns)) - keys - {k for n, k in skip if n == ns}
+        if extra and ns != SAMPLED:
+            bad.append(f"{ns}: serves keys never written or deleted: {sorted(extra)[:5]}")
     for (ns, key), (text, imp, meta, vseed, ttl) in sorted(model.items()):
         if (ns, key) in skip:
             continue
@@ -463,7 +476,7 @@ def file_kind(name: str) -> str:
 
 def _small_namespaces(s, model: dict, deleted: set, late: bool) -> None:
     """The pack's share of :func:`build_source`: small namespaces ``u0``..``u7`` (TTLs,
-    metadata), one cleared, and ``grow`` moved to its own directory by a put_many across
+    metadata), one cleared, and :data:`SAMPLED` moved to its own directory by a put_many across
     :data:`~memcore.stores.long_pack.PACK_MAX` (every 16th row checked); ``late``: what comes after the
     checkpoint (puts, a delete, a clear, a new namespace, a batch)."""
     def put_many(ns, keys, tag, ttl=None, every=1):
@@ -489,8 +502,8 @@ def _small_namespaces(s, model: dict, deleted: set, late: bool) -> None:
             put_many(f"u{u}", [f"k{j}" for j in range(5)], "packed", 7200.0 if u % 3 == 0 else None)
         put_many("gone", ["a", "b", "c"], "cleared")
         clear("gone")
-        put_many("grow", [f"g{j}" for j in range(long_pack.PACK_MAX - 6)], "growing", every=16)
-        put_many("grow", [f"h{j}" for j in range(10)], "promoted")
+        put_many(SAMPLED, [f"g{j}" for j in range(long_pack.PACK_MAX - 6)], "growing", every=16)
+        put_many(SAMPLED, [f"h{j}" for j in range(10)], "promoted")
         s.compact()       # the promoted rows dropped: damage lands on live rows, mostly
         return
     put_many("u1", ["k1", "n1"], "late", 900.0)
@@ -601,12 +614,17 @@ class _Warnings(logging.Handler):
 
 
 def damage_case(src: str, work: str, rel: str, kind: str, rng, model, deleted) -> dict:
-    """Copy ``src`` to ``work``, damage its file ``rel`` one way, classify (:func:`classify`)."""
+    """Copy ``src`` to ``work``, damage its file ``rel`` one way, classify (:func:`classify`).
+    Only damage to a file of the pack must name the namespaces it affects (issue 24; a
+    format-2 namespace is reported by its directory)."""
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(src, work)
     what = _damage(Path(work) / rel, kind, rng)
-    return {"file": rel, "kind": file_kind(rel), "damage": kind, "what": what,
-            **classify(work, model, deleted)}
+    res = {"file": rel, "kind": file_kind(rel), "damage": kind, "what": what,
+           **classify(work, model, deleted)}
+    if not res["kind"].startswith("pack:"):
+        res["unnamed"] = []
+    return res
 
 
 def classify(work: str, model: dict, deleted: set) -> dict:
