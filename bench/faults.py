@@ -31,6 +31,7 @@ import shutil
 import sys
 import tempfile
 import time
+import zlib
 from collections import defaultdict
 from pathlib import Path
 
@@ -44,6 +45,8 @@ from memcore import (HashingEmbedder, HybridWeights, LongTermMemory, MemoryItem,
                      SemanticMemory)
 from memcore import _validate  # noqa: E402
 from memcore.errors import MemcoreError  # noqa: E402
+from memcore.storage.layout import PACK_DIR  # noqa: E402
+from memcore.stores import long_pack  # noqa: E402
 from tests.kill_driver import killed_round, semantic_memory_stores  # noqa: E402  (one SIGKILL driver for tests and bench)
 
 DIM = 16
@@ -70,10 +73,23 @@ def _ltm(root, **kw) -> LongTermMemory:
 
 # ------------------------------------------------------------------------------ expected state
 
+#: The damage source's namespace whose model holds a sample of its keys (every other
+#: namespace of a model is served with exactly the model's keys).
+SAMPLED = "grown"
+
+
 def _expect(s, model: dict, deleted: set, skip=()) -> list[str]:
     """What ``s`` serves wrong: every (ns, key) of ``model`` exactly (text, metadata,
-    importance, expiry, vector bits, found by its own vector), every deleted key absent."""
+    importance, expiry, vector bits, found by its own vector), every deleted key absent, no
+    key a namespace of ``model`` does not hold (but :data:`SAMPLED`'s)."""
     bad = []
+    want: dict = {ns: set() for ns, _ in [*model, *deleted]}
+    for ns, key in model:
+        want[ns].add(key)
+    for ns, keys in sorted(want.items()):
+        extra = set(s.keys(ns)) - keys - {k for n, k in skip if n == ns}
+        if extra and ns != SAMPLED:
+            bad.append(f"{ns}: serves keys never written or deleted: {sorted(extra)[:5]}")
     for (ns, key), (text, imp, meta, vseed, ttl) in sorted(model.items()):
         if (ns, key) in skip:
             continue
@@ -120,7 +136,8 @@ def _report_errors(report: dict) -> list[str]:
     out = []
     for ns, r in report.items():
         if r.get("errors") or r.get("bad_rows"):
-            out.append(f"{ns}: errors={r.get('errors')} bad_rows={r.get('bad_rows')}")
+            out.append(f"{ns}: errors={r.get('errors')} bad_rows={r.get('bad_rows')}"
+                       + (f" namespaces={r['namespaces']}" if "namespaces" in r else ""))
     return out
 
 
@@ -195,6 +212,69 @@ def _ltm_child(root: str, r_no: int, seed: int, big: bool):
     return child
 
 
+def _pack_child(root: str, r_no: int, seed: int, big: bool):
+    """The pack's SIGKILL child (``--pack``): many small namespaces ``u0``..``u11`` (puts,
+    put_many, deletes, clear, TTL, touch), namespace ``grow`` filled 60 rows a time past
+    :data:`~memcore.stores.long_pack.PACK_MAX` (promotion) and cleared now and then,
+    compaction of the pack and a rare reindex; every op reported as :func:`_ltm_child`
+    reports it (``big`` is ignored: the pack's batches are small)."""
+    def child(w):
+        s = _ltm(root, durability="flush")
+        rnd = random.Random(seed * 7919 + r_no)
+        say = lambda obj: os.write(w, (json.dumps(obj) + "\n").encode())  # noqa: E731
+        s.put("warm", "k", "warm-up", vector=vec(0))
+        os.write(w, b"R\n")
+        i = 0
+        while True:
+            i += 1
+            x = rnd.random()
+            ns = f"u{rnd.randrange(12)}"
+            key = f"k{rnd.randrange(20)}"
+            vs = (r_no * 100_000 + i) * 100          # distinct from every other op's
+            if x < 0.35:
+                ttl = rnd.choice([None, None, 1e6])
+                meta = {"r": r_no, "i": i}
+                imp = round(rnd.random(), 3)
+                text = f"r{r_no} op{i} {_words(r_no, i)}"
+                say({"op": "put", "ns": ns, "key": key, "text": text, "imp": imp,
+                     "meta": meta, "v": vs, "ttl": ttl})
+                s.put(ns, key, text, importance=imp, metadata=meta, vector=vec(vs), ttl=ttl)
+            elif x < 0.52 or 0.67 <= x < 0.74:
+                grow = x >= 0.67
+                if grow:                 # the next 60 rows: the 5th batch crosses PACK_MAX
+                    ns, at = "grow", len(s.keys("grow")) // 60 % 6 * 60
+                    keys = [f"g{at + j}" for j in range(60)]
+                else:
+                    keys = sorted({f"k{rnd.randrange(20)}" for _ in range(rnd.randrange(2, 12))})
+                ttl = rnd.choice([None, 5e5])
+                items = [[k, f"r{r_no} op{i} {k} {_words(r_no, i + j)}", 0.5, None,
+                          vs + 1 + j, ttl] for j, k in enumerate(keys)]
+                say({"op": "many", "ns": ns, "items": items})
+                s.put_many(ns, [MemoryItem(k, t, importance=p) for k, t, p, *_ in items],
+                           vectors=np.stack([vec(it[4]) for it in items]), ttl=ttl)
+            elif x < 0.62:
+                say({"op": "del", "ns": ns, "key": key})
+                s.delete(ns, key)
+            elif x < 0.67:
+                say({"op": "touch"})
+                s.touch(ns, [key])
+            elif x < 0.8:
+                ns = "grow" if rnd.random() < 0.1 else ns
+                say({"op": "clear", "ns": ns})
+                s.clear(ns)
+            elif x < 0.81:                              # slow: many kills land here
+                say({"op": "compact"})
+                s.compact()
+            elif x < 0.997:
+                say({"op": "get", "ns": ns, "key": key})   # a TTL refresh on a read
+                s.get(ns, key)
+            else:
+                say({"op": "reindex"})
+                s.reindex(HashingEmbedder(dim=DIM), progress=False)
+            say({"op": "A"})
+    return child
+
+
 def _apply(model, deleted, op, big):
     """Apply one acknowledged op to the expected state."""
     k = op["op"]
@@ -210,8 +290,12 @@ def _apply(model, deleted, op, big):
     elif k == "del":
         if model.pop((op["ns"], op["key"]), None) is not None:
             deleted.add((op["ns"], op["key"]))
-    elif k == "clear":
+    elif k == "clear" and op["ns"] == "big":
         big["n"] = 0
+    elif k == "clear":
+        for nk in [nk for nk in model if nk[0] == op["ns"]]:
+            del model[nk]
+            deleted.add(nk)
     elif k == "reindex":                  # every vector is now the embedder's
         for key, row in model.items():
             model[key] = row[:3] + (None,) + row[4:]
@@ -229,18 +313,26 @@ def _check_big(s, big, pending) -> list[str]:
     return []
 
 
-def ltm_kill_rounds(root: str, rounds: int, seed: int, big_every: int, log) -> dict:
+def ltm_kill_rounds(root: str, rounds: int, seed: int, big_every: int, log,
+                    child_of=_ltm_child, label: str = "LTM") -> dict:
+    """``rounds`` SIGKILL rounds of ``child_of(root, r_no, seed, big)`` (:func:`_ltm_child`,
+    or :func:`_pack_child` for the pack), each followed by a reader's and a writer's check
+    of every acknowledged write and a ``verify()``; the op in flight may have landed or
+    not, whole."""
     rnd = random.Random(seed)
     model, deleted, big = {}, set(), {"n": 0, "base": None}
-    acked = failures = 0
-    fails, verify_dirty, times = [], 0, []
+    was_grown = False
+    acked = failures = promotions = 0
+    fails, verify_dirty, times, killed_in = [], 0, [], defaultdict(int)
     for r_no in range(1, rounds + 1):
         t0 = time.perf_counter()
         isbig = big_every > 0 and r_no % big_every == 0
-        out = killed_round(_ltm_child(root, r_no, seed, isbig),
+        out = killed_round(child_of(root, r_no, seed, isbig),
                            rnd.uniform(0.5, 1.5) if isbig else rnd.uniform(0.0, 0.15))
         pending = None
-        for line in out.decode().splitlines():
+        # whole lines only: a kill inside a report longer than a pipe's atomic write
+        # leaves part of it (its op had not begun)
+        for line in out.decode().split("\n")[:-1]:
             if line == "R":
                 continue
             op = json.loads(line)
@@ -251,11 +343,14 @@ def ltm_kill_rounds(root: str, rounds: int, seed: int, big_every: int, log) -> d
                 pending = None
             else:
                 pending = op
+        killed_in[pending["op"] if pending else "between ops"] += 1
         skip = set()
         if pending and pending["op"] in ("put", "del"):
             skip.add((pending["ns"], pending["key"]))
         if pending and pending["op"] == "many" and pending["ns"] != "big":
             skip |= {(pending["ns"], it[0]) for it in pending["items"]}
+        if pending and pending["op"] == "clear" and pending["ns"] != "big":
+            skip |= {nk for nk in model if nk[0] == pending["ns"]}
         if pending and pending["op"] == "reindex":    # killed mid-reindex: done or not, whole
             with _ltm(root, read_only=True) as s:
                 done = any(vs is not None and not np.array_equal(s.vector(ns, k), vec(vs))
@@ -268,12 +363,15 @@ def ltm_kill_rounds(root: str, rounds: int, seed: int, big_every: int, log) -> d
                 bad += [f"{'ro' if ro else 'rw'} {b}" for b in _expect(s, model, deleted, skip)]
                 bad += _check_big(s, big, pending)
                 if not ro:
+                    grown = ("grow",) in s._space.tables.dirs     # has a directory
+                    promotions += grown and not was_grown
+                    was_grown = grown
                     errs = _report_errors(s.verify())
                     verify_dirty += bool(errs)
                     bad += errs
                     # the pending op resolved either way: adopt what the store says
                     if pending and pending["op"] == "many" and pending["ns"] != "big":
-                        got = [s.get("ns", it[0]) for it in pending["items"]]
+                        got = [s.get(pending["ns"], it[0]) for it in pending["items"]]
                         done = [g is not None and g.text == it[1]
                                 for g, it in zip(got, pending["items"])]
                         if any(done) and not all(done):
@@ -281,26 +379,31 @@ def ltm_kill_rounds(root: str, rounds: int, seed: int, big_every: int, log) -> d
                         if all(done):
                             _apply(model, deleted, pending, big)
                     elif pending and pending["op"] == "put":
-                        m = s.get("ns", pending["key"])
+                        m = s.get(pending["ns"], pending["key"])
                         if m is not None and m.text == pending["text"]:
                             _apply(model, deleted, pending, big)
                     elif pending and pending["op"] == "del":
-                        if s.get("ns", pending["key"]) is None:
+                        if s.get(pending["ns"], pending["key"]) is None:
                             _apply(model, deleted, pending, big)
-                    elif pending and pending["op"] == "many" and pending["ns"] == "big":
-                        st = s.stats().get(("big",), {})
-                        big["n"] = st.get("live", 0) if isinstance(st, dict) else 0
-                    elif pending and pending["op"] == "clear":
+                    elif pending and pending["op"] == "clear" and pending["ns"] != "big":
+                        had = [nk for nk in model if nk[0] == pending["ns"]]
+                        gone = [s.get(*nk) is None for nk in had]
+                        if any(gone) and not all(gone):
+                            bad.append(f"half clear: {sum(gone)}/{len(gone)} rows gone")
+                        if all(gone):
+                            _apply(model, deleted, pending, big)
+                    elif pending and pending["op"] in ("many", "clear"):   # of "big"
                         st = s.stats().get(("big",), {})
                         big["n"] = st.get("live", 0) if isinstance(st, dict) else 0
         if bad:
             failures += 1
-            fails.append(f"LTM round {r_no}: " + "; ".join(bad[:3]))
+            fails.append(f"{label} round {r_no}: " + "; ".join(bad[:3]))
         times.append(time.perf_counter() - t0)
         if r_no % 25 == 0:
-            log(f"LTM kill round {r_no}/{rounds}: acked {acked}, failing rounds {failures}")
+            log(f"{label} kill round {r_no}/{rounds}: acked {acked}, failing rounds {failures}")
     return {"rounds": rounds, "acked": acked, "failing_rounds": failures, "failures": fails,
-            "verify_dirty": verify_dirty, "times": times, "live": len(model)}
+            "verify_dirty": verify_dirty, "times": times, "live": len(model),
+            "killed_in": dict(killed_in), "promotions": promotions}
 
 
 def _sm(root):
@@ -351,7 +454,11 @@ def sm_kill_rounds(root: str, rounds: int, seed: int, log) -> dict:
 # ------------------------------------------------------------------------------ damage cases
 
 def file_kind(name: str) -> str:
-    """The kind of a store file, from its owned name (memcore.storage.layout)."""
+    """The kind of a store file, from its path or owned name (memcore.storage.layout); a
+    file of the pack (format 3) is ``pack:<kind>``."""
+    if PACK_DIR + "/" in name:
+        return "pack:" + file_kind(Path(name).name)
+    name = Path(name).name
     m = re.match(r"(memcore\.copy\.json|memcore\.json|LOCK|header\.json|namespace\.json|log)\b",
                  name)
     if m:
@@ -367,11 +474,66 @@ def file_kind(name: str) -> str:
     return name.split(".")[0]
 
 
-def build_source(root: str) -> tuple[dict, set]:
+def _small_namespaces(s, model: dict, deleted: set, late: bool) -> None:
+    """The pack's share of :func:`build_source`: small namespaces ``u0``..``u7`` (TTLs,
+    metadata), one cleared, and :data:`SAMPLED` moved to its own directory by a put_many across
+    :data:`~memcore.stores.long_pack.PACK_MAX` (every 16th row checked); ``late``: what comes after the
+    checkpoint (puts, a delete, a clear, a new namespace, a batch)."""
+    def put_many(ns, keys, tag, ttl=None, every=1):
+        seeds = [zlib.crc32(f"{ns}/{k}/{tag}".encode()) % 10**6 + 1000 for k in keys]
+        s.put_many(ns, [MemoryItem(k, f"{tag} {ns} {k} {_words(len(ns), i)}",
+                                   importance=0.25, metadata={"u": ns})
+                        for i, k in enumerate(keys)],
+                   vectors=np.stack([vec(v) for v in seeds]), ttl=ttl)
+        for i, (k, v) in enumerate(zip(keys, seeds)):
+            if i % every == 0:                  # (every: a sample is checked)
+                model[(ns, k)] = (f"{tag} {ns} {k} {_words(len(ns), i)}", 0.25, {"u": ns}, v,
+                                  ttl)
+            deleted.discard((ns, k))
+
+    def clear(ns):
+        s.clear(ns)
+        for nk in [nk for nk in model if nk[0] == ns]:
+            del model[nk]
+            deleted.add(nk)
+
+    if not late:
+        for u in range(8):
+            put_many(f"u{u}", [f"k{j}" for j in range(5)], "packed", 7200.0 if u % 3 == 0 else None)
+        put_many("gone", ["a", "b", "c"], "cleared")
+        clear("gone")
+        put_many(SAMPLED, [f"g{j}" for j in range(long_pack.PACK_MAX - 6)], "growing", every=16)
+        put_many(SAMPLED, [f"h{j}" for j in range(10)], "promoted")
+        s.compact()       # the promoted rows dropped: damage lands on live rows, mostly
+        return
+    put_many("u1", ["k1", "n1"], "late", 900.0)
+    s.put("u2", "k0", "late replacement in u2", importance=0.6, vector=vec(4242))
+    model[("u2", "k0")] = ("late replacement in u2", 0.6, None, 4242, None)
+    s.delete("u3", "k0")
+    model.pop(("u3", "k0"))
+    deleted.add(("u3", "k0"))
+    clear("u4")
+    put_many("late", ["x", "y"], "new namespace")
+    put_many("u5", [f"k{j}" for j in range(3, 8)], "last batch")
+
+
+def build_source(root: str, pack: bool = False) -> tuple[dict, set]:
     """A store with checkpointed rows and post-checkpoint records (puts, TTLs, a delete, a
-    replacement, a batch), left as a SIGKILL leaves it. Returns (model, deleted)."""
+    replacement, a batch), left as a SIGKILL leaves it; ``pack``: with the pack on and many
+    small namespaces (:func:`_small_namespaces`). Returns (model, deleted)."""
     model, deleted = {}, set()
+    long_pack.ENABLED, was = pack or long_pack.ENABLED, long_pack.ENABLED
+    try:
+        _build_source(root, model, deleted, pack)
+    finally:
+        long_pack.ENABLED = was
+    return model, deleted
+
+
+def _build_source(root: str, model: dict, deleted: set, pack: bool) -> None:
     with _ltm(root, hybrid=HybridWeights()) as s:
+        if pack:
+            _small_namespaces(s, model, deleted, late=False)
         items = [MemoryItem(f"c{i}", f"checkpointed memory {i}", importance=0.1 + i / 50,
                             metadata={"i": i}) for i in range(24)]
         s.put_many("ns", items, vectors=np.stack([vec(i) for i in range(24)]), ttl=None)
@@ -397,13 +559,14 @@ def build_source(root: str) -> tuple[dict, set]:
     s.delete("ns", "c7")
     model.pop(("ns", "c7"))
     deleted.add(("ns", "c7"))
+    if pack:
+        _small_namespaces(s, model, deleted, late=True)
     s.put_many("ns", [MemoryItem(f"q{i}", f"last batch {i}") for i in range(3)],
                vectors=np.stack([vec(300 + i) for i in range(3)]))
     for i in range(3):
         model[("ns", f"q{i}")] = (f"last batch {i}", 0.5, None, 300 + i, None)
     s._release()                           # what a SIGKILL leaves: no final checkpoint
     s._closed = True
-    return model, deleted
 
 
 def _damage(path: Path, kind: str, rng: np.random.Generator) -> str:
@@ -451,26 +614,33 @@ class _Warnings(logging.Handler):
 
 
 def damage_case(src: str, work: str, rel: str, kind: str, rng, model, deleted) -> dict:
-    """Copy ``src`` to ``work``, damage its file ``rel`` one way, classify (:func:`classify`)."""
+    """Copy ``src`` to ``work``, damage its file ``rel`` one way, classify (:func:`classify`).
+    Only damage to a file of the pack must name the namespaces it affects (issue 24; a
+    format-2 namespace is reported by its directory)."""
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(src, work)
     what = _damage(Path(work) / rel, kind, rng)
-    return {"file": rel, "kind": file_kind(Path(rel).name), "damage": kind, "what": what,
-            **classify(work, model, deleted)}
+    res = {"file": rel, "kind": file_kind(rel), "damage": kind, "what": what,
+           **classify(work, model, deleted)}
+    if not res["kind"].startswith("pack:"):
+        res["unnamed"] = []
+    return res
 
 
 def classify(work: str, model: dict, deleted: set) -> dict:
     """Open the store at ``work`` (reader, then writer), verify, read every key of ``model``
     and ``deleted``; then repair. Returns verdict ("detected", "harmless" or "silent"), what
-    was reported and served wrong, what repair listed, lost and resurrected."""
-    reported, wrong = [], []
+    was reported and served wrong, the namespaces affected (served wrong or raised) that no
+    report named (``unnamed``: open's error, ``damaged`` and ``verify()``'s entries with
+    errors are the reports that name), what repair listed, lost and resurrected."""
+    reported, wrong, affected, naming = [], [], set(), []
     logger = logging.getLogger("memcore")
     seen = _Warnings()
     logger.addHandler(seen)
     old, logger.propagate = logger.propagate, False
     try:
         for ro in (True, False):          # a reader, then a writer (which recovers the tail)
-            _open_and_read(work, model, deleted, reported, wrong, ro)
+            _open_and_read(work, model, deleted, reported, wrong, ro, affected, naming)
     finally:
         logger.removeHandler(seen)
     # a WARNING logged on open is recorded, but only open/verify/reads count as reporting
@@ -489,26 +659,41 @@ def classify(work: str, model: dict, deleted: set) -> dict:
     finally:
         logger.removeHandler(quiet)
         logger.propagate = old
-    return {"verdict": verdict, "wrong": wrong[:4], "n_wrong": len(wrong),
+    text = "\n".join(naming)
+    unnamed = sorted(ns for ns in affected if repr(ns) not in text and json.dumps(ns) not in text)
+    return {"verdict": verdict, "unnamed": unnamed if verdict == "detected" else [],
+            "wrong": wrong[:4], "n_wrong": len(wrong),
             "reported": reported[:2], "logged": seen.seen[:2], "repair_listed": len(listed), "lost": lost,
             "resurrected": resurrected, "repair_error": repair_err}
 
 
-def _open_and_read(work, model, deleted, reported, wrong, read_only):
-    """Open, verify, read every key: what was reported into ``reported``, what was served
-    wrong into ``wrong``."""
+def _open_and_read(work, model, deleted, reported, wrong, read_only, affected, naming):
+    """Open, verify, read every key, one namespace at a time: what was reported into
+    ``reported`` (and the reports that can name namespaces, whole, into ``naming``), what
+    was served wrong into ``wrong``, the namespaces served wrong or raising into
+    ``affected``."""
     try:
         with _ltm(work, read_only=read_only, hybrid=HybridWeights()) as s:
             if s.damaged:
                 reported.append(f"damaged {s.damaged}")
-            reported += _report_errors(s.verify())
-            try:
-                wrong += [f"{'reader' if read_only else 'writer'}: {w}"
-                          for w in _expect(s, model, deleted)]
-            except MemcoreError as e:
-                reported.append(f"read raised {type(e).__name__}: {str(e)[:200]}")
+                naming.append(repr(s.damaged))
+            errs = _report_errors(s.verify())
+            reported += errs
+            naming += errs
+            for ns in sorted({nk[0] for nk in model} | {nk[0] for nk in deleted}):
+                try:
+                    got = _expect(s, {nk: v for nk, v in model.items() if nk[0] == ns},
+                                  {nk for nk in deleted if nk[0] == ns})
+                except MemcoreError as e:
+                    reported.append(f"read raised {type(e).__name__}: {str(e)[:200]}")
+                    affected.add(ns)
+                    continue
+                wrong += [f"{'reader' if read_only else 'writer'}: {w}" for w in got]
+                if got:
+                    affected.add(ns)
     except MemcoreError as e:
         reported.append(f"open raised {type(e).__name__}: {str(e)[:200]}")
+        naming.append(str(e))
     except Exception as e:               # noqa: BLE001 - not a MemcoreError: a crash
         reported.append(f"CRASH {type(e).__name__}: {str(e)[:200]}")
 
@@ -530,7 +715,7 @@ def _repair_and_check(work, model, deleted):
             for ns, key in deleted:
                 if s.get(ns, key) is not None:
                     resurrected.append(f"{ns}/{key} (deleted)")
-            m = s.get("ns", "c5")
+            m = s.get("ns", "c5")              # replaced after the checkpoint
             if m is not None and m.text != model[("ns", "c5")][0]:
                 resurrected.append("ns/c5 (replaced) old value")
     except MemcoreError as e:
@@ -540,14 +725,20 @@ def _repair_and_check(work, model, deleted):
     return listed, lost, resurrected, repair_err
 
 
-def damage_cases(base: str, cases: int, seed: int, log) -> tuple[list[dict], list[str]]:
+def damage_cases(base: str, cases: int, seed: int, log,
+                 pack: bool = False) -> tuple[list[dict], list[str]]:
+    """``cases`` damage cases of the store :func:`build_source` writes, every file kind in
+    turn (``pack``: the pack's files and the catalog only)."""
     rng = np.random.default_rng(seed)
     src = os.path.join(base, "src")
-    model, deleted = build_source(src)
+    model, deleted = build_source(src, pack)
     by_kind = defaultdict(list)
     for p in sorted(Path(src).rglob("*")):
+        rel = str(p.relative_to(src))
+        if pack and not (file_kind(rel).startswith("pack:") or rel.startswith("catalog.")):
+            continue
         if p.is_file() and p.name != "LOCK":
-            by_kind[file_kind(p.name)].append(str(p.relative_to(src)))
+            by_kind[file_kind(str(p.relative_to(src)))].append(str(p.relative_to(src)))
     kinds = sorted(by_kind)
     files = [f for k in kinds for f in by_kind[k]]
     out = []
@@ -575,26 +766,32 @@ def render(res: dict) -> str:
              "## SIGKILL rounds", "",
              "| store | rounds | acknowledged writes | lost / wrong | verify() dirty | "
              "median s/round |", "|---|---|---|---|---|---|",
-             f"| LongTermMemory | {lt['rounds']} | {lt['acked']} | {lt['failing_rounds']} rounds "
+             f"| LongTermMemory{' (pack)' if res.get('pack') else ''} | {lt['rounds']} | {lt['acked']} | {lt['failing_rounds']} rounds "
              f"| {lt['verify_dirty']} | {med(lt['times']):.3f} |",
-             f"| SemanticMemory | {sm['rounds']} | {sm['acked']} | {len(sm['lost'])} keys | "
+             f"| SemanticMemory{' (pack)' if res.get('pack') else ''} | {sm['rounds']} | {sm['acked']} | {len(sm['lost'])} keys | "
              f"{sm['verify_dirty']} | {med(sm['times']):.3f} |", ""]
     for f in (lt["failures"] + sm["lost"])[:30]:
         lines.append(f"- {f}")
+    lines += ["", "LongTermMemory kills landed in: " + ", ".join(
+        f"{k} {v}" for k, v in sorted(lt["killed_in"].items(), key=lambda kv: -kv[1]))
+        + (f"; namespace `grow` promoted to its own directory {lt['promotions']} times"
+           if res.get("pack") else "") + "."]
     lines += ["", "## Damage cases", "",
               f"{len(dm)} cases over {len(res['files'])} files; median "
               f"{med(res['damage_times']):.3f} s/case.", "",
               "| file kind | damage | cases | detected | harmless | silent | crashed (no "
-              "MemcoreError) | lost acknowledged after repair | resurrected after repair |",
-              "|---|---|---|---|---|---|---|---|---|"]
-    agg = defaultdict(lambda: [0, 0, 0, 0, 0, 0, 0])
+              "MemcoreError) | lost acknowledged after repair | resurrected after repair | "
+              "detected, an affected namespace unnamed |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    agg = defaultdict(lambda: [0, 0, 0, 0, 0, 0, 0, 0])
     for r in dm:
         a = agg[(r["kind"], r["damage"])]
         a[0] += 1
         a[1 + ("detected", "harmless", "silent", "crashed").index(r["verdict"])] += 1
         a[5] += len(r["lost"])
         a[6] += len(r["resurrected"])
-    tot = [0] * 7
+        a[7] += bool(r["unnamed"])
+    tot = [0] * 8
     for (k, d), a in sorted(agg.items()):
         lines.append(f"| {k} | {d} | " + " | ".join(map(str, a)) + " |")
         tot = [x + y for x, y in zip(tot, a)]
@@ -610,6 +807,12 @@ def render(res: dict) -> str:
     lines += ["", f"## Crashed cases ({len(crashed)}: an exception that is no MemcoreError)", ""]
     for r in crashed:
         lines.append(f"- `{r['file']}` {r['what']}: {r['reported'][0][:200]}")
+    unnamed = [r for r in dm if r["unnamed"]]
+    lines += ["", f"## Detected cases whose reports name no affected namespace "
+              f"({len(unnamed)})", ""]
+    for r in unnamed[:30]:
+        lines.append(f"- `{r['file']}` {r['what']}: unnamed {r['unnamed'][:5]}; "
+                     f"{r['reported'][0][:200] if r['reported'] else ''}")
     other = [r for r in dm if r["verdict"] not in ("silent", "crashed") and (r["lost"] or r["resurrected"]
                                                            or r["repair_error"])]
     lines += ["", f"## Non-silent cases where repair lost, resurrected or failed ({len(other)})",
@@ -627,22 +830,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--big-every", type=int, default=100,
                    help="every Nth LTM round puts a 65,600-row batch (0: never)")
     p.add_argument("--dir", default=None, help="scratch directory (default a temp dir)")
+    p.add_argument("--pack", action="store_true",
+                   help="format 3: the pack of small namespaces on; kill rounds write many "
+                        "small namespaces, damage hits the pack's files and the catalog")
 
 
 def campaign(kills: int, damage: int, seed: int, big_every: int = 100, scratch=None,
-             log=print) -> dict:
+             log=print, pack: bool = False) -> dict:
+    """The whole campaign; ``pack``: with the pack of small namespaces on (format 3) --
+    the LongTermMemory rounds run :func:`_pack_child`, the SemanticMemory rounds write to
+    the pack, and the damage cases hit the pack's files and the catalog."""
     base = tempfile.mkdtemp(prefix="faults-", dir=scratch)
+    was = long_pack.ENABLED
+    long_pack.ENABLED = pack or was                 # the forked children inherit it
     try:
         t0 = time.perf_counter()
         n_sm = kills // 4
-        lt = ltm_kill_rounds(os.path.join(base, "ltm"), kills - n_sm, seed, big_every, log)
+        lt = ltm_kill_rounds(os.path.join(base, "ltm"), kills - n_sm, seed, big_every, log,
+                             *((_pack_child, "LTM pack") if pack else ()))
         sm = sm_kill_rounds(os.path.join(base, "sm"), n_sm, seed, log)
         t1 = time.perf_counter()
-        dm, files = damage_cases(os.path.join(base, "dmg"), damage, seed, log)
+        dm, files = damage_cases(os.path.join(base, "dmg"), damage, seed, log, pack)
         dt = (time.perf_counter() - t1) / max(damage, 1)
-        return {"ltm": lt, "sm": sm, "damage": dm, "files": files,
+        return {"ltm": lt, "sm": sm, "damage": dm, "files": files, "pack": pack,
                 "damage_times": [dt], "wall": time.perf_counter() - t0, "seed": seed}
     finally:
+        long_pack.ENABLED = was
         shutil.rmtree(base, ignore_errors=True)
 
 
@@ -653,7 +866,7 @@ def run(args: argparse.Namespace) -> int:
         args.kills, args.damage, args.big_every = min(args.kills, 8), min(args.damage, 40), 0
     load0 = os.getloadavg()
     res = campaign(args.kills, args.damage, args.seed, args.big_every, args.dir,
-                   log=lambda m: print(m, file=sys.stderr, flush=True))
+                   log=lambda m: print(m, file=sys.stderr, flush=True), pack=args.pack)
     res["load_before"] = " ".join(f"{x:.2f}" for x in load0)
     res["load_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     res["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -663,7 +876,8 @@ def run(args: argparse.Namespace) -> int:
     except OSError:
         res["commit"] = "?"
     res["command"] = (f"python -m bench.faults --kills {args.kills} --damage {args.damage} "
-                      f"--seed {args.seed} --big-every {args.big_every}")
+                      f"--seed {args.seed} --big-every {args.big_every}"
+                      f"{' --pack' if args.pack else ''}")
     text = render(res)
     out = args.out or str(REPO / "bench" / "results" /
                           f"faults-{time.strftime('%Y%m%d', time.gmtime())}.md")
@@ -671,7 +885,8 @@ def run(args: argparse.Namespace) -> int:
         out = os.path.join(out, f"faults-{time.strftime('%Y%m%d', time.gmtime())}.md")
     Path(out).write_text(text)
     print(text)
-    silent = sum(r["verdict"] in ("silent", "crashed") for r in res["damage"])
+    silent = sum(r["verdict"] in ("silent", "crashed") or bool(r["unnamed"])
+                 for r in res["damage"])
     bad = res["ltm"]["failing_rounds"] + len(res["sm"]["lost"]) + silent
     return 1 if bad else 0
 

@@ -345,7 +345,10 @@ class LongTermAdmin:
             ``{namespace: {"rows", "live", "bad_rows": rows whose vector fails its CRC,
             "errors": messages naming file and offset}}``; a namespace is intact when both
             lists are empty; one that failed to open is keyed by its directory name (see
-            :attr:`damaged`). :meth:`repair` rewrites damaged ones.
+            :attr:`damaged`). The pack of small namespaces (format 3) is keyed by its
+            reserved namespace, or its directory name when it failed to open; when damaged,
+            its entry lists under ``"namespaces"`` the namespaces the damage concerns (those
+            of its bad rows, else all of them). :meth:`repair` rewrites damaged ones.
 
         Raises
         ------

@@ -187,10 +187,11 @@ class LazyTables(Tables):
         dict.__setitem__(self, ns, t)
         return t
 
-    def isolate(self, name: str, err: Exception) -> str:
-        """Record directory ``name`` as damaged (see :class:`Tables`); returns the message."""
+    def isolate(self, name: str, err: Exception, note: str = "") -> str:
+        """Record directory ``name`` as damaged (see :class:`Tables`), ``note`` appended to
+        the message (the pack's: the namespaces it holds); returns the message."""
         msg = (f"{err} [namespace directory {name} is isolated: the store's other namespaces "
-               "serve; repair() or `memcore repair PATH` rewrites it]")
+               f"serve; repair() or `memcore repair PATH` rewrites it]{note}")
         self.damaged[name] = msg
         logger.warning("%s", msg)
         return msg
@@ -1047,10 +1048,8 @@ class DiskSpace:
                 self.tables.pack_error = FormatVersionError
                 self.tables.pack_damage = str(err)
                 return
-            msg = self.tables.isolate(PACK_DIR, err)
-            self.tables.pack_lost = set(names)
-            self.tables.pack_damage = (
-                f"{msg} [the pack holds {len(names)} namespaces: "
+            self.tables.pack_damage = self.tables.isolate(
+                PACK_DIR, err, f" [the pack holds {len(names)} namespaces: "
                 f"{', '.join(map(repr, names[:5]))}{' ...' if len(names) > 5 else ''}]")
             return
         self._register_packed()
@@ -1058,6 +1057,7 @@ class DiskSpace:
     def _register_packed(self) -> None:
         pack, cat = self.pack, self.catalog
         named = {} if cat is None else cat.packed
+        pack.check_ids(named)
         live = pack.live
         # the catalog's names first, in its order (a rewrite writes them sorted: the sorted
         # list of namespaces is then one merge), a CRC-checked line each (a wrong one only
@@ -1583,7 +1583,24 @@ class DiskSpace:
             if isinstance(t, DiskTable):
                 out[ns] = t.verify()
         if self.pack is not None:
-            out[PACK_NAMESPACE] = self.pack.table.verify()
+            r = out[PACK_NAMESPACE] = self.pack.table.verify()
+            if r["errors"] or r["bad_rows"]:
+                r["namespaces"] = self._pack_namespaces(r)
         for name, msg in sorted(self.tables.damaged.items()):
             out[name] = {"rows": 0, "live": 0, "bad_rows": [], "errors": [msg]}
+            if name == PACK_DIR:
+                out[name]["namespaces"] = sorted(self.tables.pack_lost)
         return out
+
+    def _pack_namespaces(self, report: dict) -> list:
+        """The namespaces a damaged pack's verify ``report`` concerns: those of its bad rows
+        when only vectors failed, else every namespace of the pack (its log and columns are
+        shared)."""
+        by_id = {h: ns for ns, h in self.tables.packed.items()}
+        vectors_only = len(report["errors"]) == 1 and report["bad_rows"]
+        rows = np.asarray(report["bad_rows"], np.int64)
+        nsid = self.pack.nsid
+        if not vectors_only or nsid is None or int(rows.max()) >= nsid.shape[0]:
+            return sorted(by_id.values())
+        ids = nsid[rows].tolist()
+        return sorted({by_id[h] for h in ids if h in by_id})

@@ -93,9 +93,10 @@ class Pack:
         self.index()
 
     # ------------------------------------------------------------------ index
-    def index(self) -> None:
+    def index(self, suspect: np.ndarray | None = None) -> None:
         """(Re)build ``id -> rows`` and the live counts from the ``nsid`` column and the
-        live flags (rows whose id is missing are given it from their record's key)."""
+        live flags (rows whose id is missing, or among the pack rows ``suspect``, are given
+        it from their record's key)."""
         t = self.table
         rows = t.live_rows()
         have = 0 if self.nsid is None else self.nsid.shape[0]
@@ -103,6 +104,8 @@ class Pack:
         inside = rows < have
         if have:
             ids[inside] = self.nsid[rows[inside]]
+        if suspect is not None:
+            ids[np.isin(rows, suspect)] = 0
         unset = np.flatnonzero(ids == 0)
         if unset.shape[0]:                   # a repaired generation, a lost side file
             keys = t.decode(rows[unset], texts=False, metadata=False)["keys"]
@@ -124,6 +127,27 @@ class Pack:
             hot = np.zeros(rows.shape[0], np.bool_)
             hot[ok] = e[rows[ok], 1] > 0
             self.expiring = set(np.unique(ids[hot]).tolist())
+
+    def check_ids(self, named: Any) -> None:
+        """Check each namespace id that ``named`` (the catalog's ids) lacks against the key
+        of one of its rows: an id its key does not imply is a damaged ``nsid`` value (a
+        damaged value is a group of its own), so those rows get the ids their keys imply
+        (on disk too, for a writer) and the index is rebuilt. O(one record per unnamed id)."""
+        suspect = []
+        for h in [h for h in self.live if h not in named]:
+            rows = self.rows_of(h)
+            try:
+                key = self.table.decode(rows[:1], texts=False, metadata=False)["keys"][0]
+                ns = split_key(key)[0]
+            except StoreCorruptedError:
+                continue                      # named (or not) by the caller, which warns
+            if namespace_id(ns) != h:
+                suspect.append(rows)
+        if suspect:
+            rows = np.concatenate(suspect)
+            logger.warning("%s: the namespace ids of %d pack rows were damaged; taken from "
+                           "their records", self.table.files.directory, rows.shape[0])
+            self.index(rows)
 
     def rows_of(self, nsid: int) -> np.ndarray:
         """ndarray (k,), int64: the live pack rows of namespace id ``nsid``, ascending
