@@ -118,9 +118,13 @@ def test_cli_migrate(tmp_path, capsys):
 
 @pytest.mark.parametrize("read_only", [True, False])
 @pytest.mark.parametrize("fixture", ["v1", "v2"])
-def test_migrate_from_format_1_or_2_packs_small_namespaces(tmp_path, read_only, fixture):
+def test_migrate_from_format_1_or_2_packs_small_namespaces(tmp_path, monkeypatch, read_only,
+                                                           fixture):
     """With the pack on (the default), migrate moves every namespace of at most PACK_MAX
     rows into the pack: a format-3 store with the same rows and scores in fewer files."""
+    from memcore.stores import long_pack
+
+    monkeypatch.setattr(long_pack, "ENABLED", True)       # whatever MEMCORE_PACK says
     store = _copy(tmp_path, V1 if fixture == "v1" else V2)
     before = _files(str(store))
     want = _expected(V2)
