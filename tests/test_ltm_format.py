@@ -116,6 +116,16 @@ def test_cli_migrate(tmp_path, capsys):
     assert "no memcore store" in capsys.readouterr().err
 
 
+def test_cli_migrate_names_the_format_it_wrote(tmp_path, capsys, monkeypatch):
+    from memcore.cli import main
+    from memcore.stores import long_pack
+
+    monkeypatch.setattr(long_pack, "ENABLED", True)
+    store = _copy(tmp_path, V2)
+    assert main(["migrate", str(store), "--quiet"]) == 0
+    assert capsys.readouterr().out.strip() == f"migrated 4 memories of {store} to on-disk format 3"
+
+
 @pytest.mark.parametrize("read_only", [True, False])
 @pytest.mark.parametrize("fixture", ["v1", "v2"])
 def test_migrate_from_format_1_or_2_packs_small_namespaces(tmp_path, monkeypatch, read_only,
