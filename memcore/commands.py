@@ -615,7 +615,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     n = LongTermMemory.migrate(path, progress=not args.quiet)
     _summary(args, {"migrated": n, "store": str(path)},
              f"migrated {n} memories of {path} to on-disk format "
-             f"{_storage_version()}" if n else f"{path} already is of the current on-disk format",
+             f"{_storage_version(path)}" if n
+             else f"{path} already is of the current on-disk format",
              to_stderr=False)
     return 0
 
@@ -721,10 +722,11 @@ def cmd_repair(args: argparse.Namespace) -> int:
     return 0
 
 
-def _storage_version() -> int:
-    from memcore.storage import FORMAT_VERSION
+def _storage_version(path: Any) -> int:
+    """The on-disk format version the store header at ``path`` says (3 with a pack)."""
+    from memcore.storage import read_store_header
 
-    return FORMAT_VERSION
+    return read_store_header(str(path))["version"]
 
 
 @_guard

@@ -26,7 +26,10 @@ def pytest_sessionfinish(session, exitstatus):
 @pytest.fixture
 def format2(monkeypatch):
     """New namespaces of disk stores get their own directories (format 2), whatever
-    ``MEMCORE_PACK`` says: for tests of the format-2 directory layout itself."""
+    ``MEMCORE_PACK`` says: for tests of the format-2 directory layout itself (the files of
+    one namespace's directory, opened, damaged or compared byte for byte). Child processes
+    the test starts inherit ``MEMCORE_PACK=0``."""
     from memcore.stores import long_pack
 
     monkeypatch.setattr(long_pack, "ENABLED", False)
+    monkeypatch.setenv("MEMCORE_PACK", "0")

@@ -154,7 +154,9 @@ def test_read_only_raises_and_deletes_nothing(tmp_path):
         assert sorted(r.keys("ns")) == KEYS[:3]
 
 
-def test_one_commit_and_checkpoint_due(tmp_path):
+def test_one_commit_and_checkpoint_due(tmp_path, format2):
+    # format 2 by design: the DEL records in the namespace directory's log, byte for byte (the
+    # pack's own: tests/test_pack.py)
     """The batch is one append of DEL records after the log's previous end; a batch that
     brings the log past the checkpoint interval writes a checkpoint, as delete does."""
     with disk(tmp_path / "m") as s:
@@ -234,7 +236,9 @@ def test_an_exception_at_any_step_is_all_or_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("op", ["delete_many", "sweep"])
-def test_an_os_error_raises_store_io_error_and_deletes_nothing(tmp_path, op):
+def test_an_os_error_raises_store_io_error_and_deletes_nothing(tmp_path, op, format2):
+    # format 2 by design: the namespace directory's log descriptor made read-only (the pack's own:
+    # tests/test_pack.py)
     """A failing log write (the log's fd made read-only underneath the store) is a
     StoreIOError (a MemcoreError and an OSError) for delete_many and a disk sweep alike,
     and the reopened store still holds every key."""

@@ -62,7 +62,9 @@ def _three(root):
             s.put("ns", k, t, vector=vec(i))
 
 
-def test_a_damaged_checkpointed_vector_is_never_served(tmp_path):
+def test_a_damaged_checkpointed_vector_is_never_served(tmp_path, format2):
+    # format 2 by design: damage at a row's offset in the namespace directory's vectors file (the
+    # pack's own: tests/test_pack.py)
     root = tmp_path / "m"
     _three(root)
     vpath = ns_dir(root) / "vectors.0.f32"
@@ -302,7 +304,9 @@ def test_a_lost_store_header_is_detected_never_an_empty_store(tmp_path, damage, 
 
 @pytest.mark.parametrize("damage", ["header-garbage", "header-lost", "log-record",
                                     "header-and-identity"])
-def test_a_damaged_namespace_is_isolated_and_repaired(tmp_path, damage):
+def test_a_damaged_namespace_is_isolated_and_repaired(tmp_path, damage, format2):
+    # format 2 by design: damage to one namespace directory's files, the others serving (the pack's
+    # own: tests/test_pack.py)
     root = tmp_path / "m"
     s = store(root)
     s.put("a", "k", "alpha text")
@@ -398,13 +402,17 @@ def _damage_rounds(tmp_path, rounds, seed):
     return checked, wrong, missed
 
 
-def test_random_vector_damage_is_never_served(tmp_path):
+def test_random_vector_damage_is_never_served(tmp_path, format2):
+    # format 2 by design: damage at a row's offset in the namespace directory's vectors file (the
+    # pack's own: tests/test_pack.py)
     checked, wrong, missed = _damage_rounds(tmp_path, 10, 1)
     assert (wrong, missed) == (0, 0) and checked >= 10 * 29   # each round serves the intact rows
 
 
 @pytest.mark.slow
-def test_random_vector_damage_is_never_served_long(tmp_path):
+def test_random_vector_damage_is_never_served_long(tmp_path, format2):
+    # format 2 by design: damage at a row's offset in the namespace directory's vectors file (the
+    # pack's own: tests/test_pack.py)
     checked, wrong, missed = _damage_rounds(tmp_path, 200, 2)
     assert (wrong, missed) == (0, 0) and checked >= 200 * 29
 
@@ -704,7 +712,9 @@ def test_disk_full_long(tmp_path):
 _cli = run_cli
 
 
-def test_cli_verify_and_repair(tmp_path, caplog):
+def test_cli_verify_and_repair(tmp_path, caplog, format2):
+    # format 2 by design: damage at a row's offset in the namespace directory's vectors file (the
+    # pack's own: tests/test_pack.py)
     root = tmp_path / "m"
     with store(root) as s:
         for i in range(4):

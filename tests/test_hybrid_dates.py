@@ -77,7 +77,9 @@ def test_index_file_prefix_keeps_the_old_structure_names():
         (False, False), (True, False), (False, True), (True, True)]
 
 
-def test_persisted_dated_index_is_restored_and_equals_a_rebuild(tmp_path):
+def test_persisted_dated_index_is_restored_and_equals_a_rebuild(tmp_path, format2):
+    # format 2 by design: the dated index's files (hx3.*) of the namespace directory (the pack's
+    # own: tests/test_pack.py)
     s = _store(tmp_path)
     want = [(h.key, h.score) for h in s.search("ns", "hiking in June", top_k=2, touch=False)]
     s.close()

@@ -148,7 +148,11 @@ KILL_ROUNDS = """
 """
 
 
-def test_sigkill_rounds_lose_no_acknowledged_write_and_the_index_ranks_like_a_rebuild(tmp_path):
+def test_sigkill_rounds_lose_no_acknowledged_write_and_the_index_ranks_like_a_rebuild(tmp_path,
+                                                                                      format2):
+    # format 2 by design: the saved index is read from the namespace directory's header, and
+    # stats()['rows'] counts rows used (a promotion out of the pack compacts) (the pack's own:
+    # tests/test_pack.py)
     root = tmp_path / "m"
     out = run_child(KILL_ROUNDS, str(root), "4", "25")
     assert out.returncode == 0, out.stderr[-3000:]
@@ -163,7 +167,9 @@ def test_sigkill_rounds_lose_no_acknowledged_write_and_the_index_ranks_like_a_re
     check_restored_like_rebuilt(root, live)
 
 
-def test_puts_and_deletes_keep_the_saved_index_consistent_across_checkpoints(tmp_path):
+def test_puts_and_deletes_keep_the_saved_index_consistent_across_checkpoints(tmp_path, format2):
+    # format 2 by design: the saved index is read from the namespace directory's header (the pack's
+    # own: tests/test_pack.py)
     root = tmp_path / "m"
     with open_store(root, hybrid=HW) as s:
         s.put_many(NS, items(0, 120))
@@ -184,7 +190,10 @@ def test_puts_and_deletes_keep_the_saved_index_consistent_across_checkpoints(tmp
         assert ranked(s) == before
 
 
-def test_an_index_built_by_a_search_is_saved_by_a_writer_kept_in_ram_by_a_reader(tmp_path):
+def test_an_index_built_by_a_search_is_saved_by_a_writer_kept_in_ram_by_a_reader(tmp_path,
+                                                                                 format2):
+    # format 2 by design: the saved index is read from the namespace directory's header (the pack's
+    # own: tests/test_pack.py)
     root = tmp_path / "m"
     with open_store(root) as s:   # no hybrid
         s.put_many(NS, items(0, 200))
@@ -203,7 +212,9 @@ def test_an_index_built_by_a_search_is_saved_by_a_writer_kept_in_ram_by_a_reader
     check_restored_like_rebuilt(root, set(f"k{i}" for i in range(200)))
 
 
-def test_warmup_builds_and_saves_missing_indexes_with_the_cli(tmp_path):
+def test_warmup_builds_and_saves_missing_indexes_with_the_cli(tmp_path, format2):
+    # format 2 by design: the saved index is read from the namespace directory's header (the pack's
+    # own: tests/test_pack.py)
     root = tmp_path / "m"
     with open_store(root) as s:
         s.put_many(NS, items(0, 150))

@@ -195,7 +195,9 @@ def rebuilt_results(s) -> list:
     return hybrid_results(s)
 
 
-def test_hybrid_index_restored_at_open_plus_tail_equals_a_rebuild(tmp_path):
+def test_hybrid_index_restored_at_open_plus_tail_equals_a_rebuild(tmp_path, format2):
+    # format 2 by design: the saved index is read from the namespace directory's header (the pack's
+    # own: tests/test_pack.py)
     s = hybrid_store(tmp_path / "m")
     hybrid_writes(s, 0, 40, 1)
     hybrid_results(s)                                 # builds the index
@@ -218,7 +220,10 @@ def test_hybrid_index_restored_at_open_plus_tail_equals_a_rebuild(tmp_path):
 
 @pytest.mark.parametrize("fail_at", ["index", "header"])
 def test_crash_while_writing_the_index_keeps_the_previous_checkpoint(tmp_path, monkeypatch,
-                                                                     fail_at):
+                                                                     fail_at,
+                                                                     format2):
+    # format 2 by design: the namespace directory's header and index files, crashed while written
+    # (the pack's own: tests/test_pack.py)
     from memcore.storage import mapped
 
     s = hybrid_store(tmp_path / "m")
@@ -278,7 +283,9 @@ def test_mapped_arrays_keep_the_files_as_written(tmp_path):
         read_index(str(tmp_path), 0, 1, (True,), manifest)
 
 
-def test_compact_and_reindex_rebuild_and_persist_the_index(tmp_path):
+def test_compact_and_reindex_rebuild_and_persist_the_index(tmp_path, format2):
+    # format 2 by design: the saved index is read from the namespace directory's header (the pack's
+    # own: tests/test_pack.py)
     with hybrid_store(tmp_path / "m") as s:
         hybrid_writes(s, 0, 40, 5)
         want = hybrid_results(s)

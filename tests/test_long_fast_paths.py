@@ -207,7 +207,9 @@ def test_open_fast_and_exact_agree_on_a_real_store(tmp_path, monkeypatch):
         want["k3"][0].text == "replaced"
 
 
-def test_compact_copies_records_byte_for_byte(tmp_path):
+def test_compact_copies_records_byte_for_byte(tmp_path, format2):
+    # format 2 by design: the records of the namespace directory's log, byte for byte (the pack's
+    # own: tests/test_pack.py)
     rng = np.random.default_rng(1)
     with _store(tmp_path / "m") as s:
         s.put_many("ns", [MemoryItem(f"k{i}", f"text {i} ü", 0.25, {"i": i, "s": "x"})

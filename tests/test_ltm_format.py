@@ -3,7 +3,8 @@
 - A store written by the format-1 code (fixture ``ltm-format-v1``) opens read-only with every
   row and score unchanged, refuses a writer with a message naming ``memcore migrate``, and
   ``migrate`` (library and CLI) turns it into a format-2 store with the same rows and scores,
-  atomically (a failure before the commit leaves the format-1 store as it was).
+  atomically (a failure before the commit leaves the format-1 store as it was); with the
+  pack on (the default) format 1 and format 2 migrate to format 3, small namespaces packed.
 - The same operations today write the bytes of the format-2 fixture, which opens with every
   row and score unchanged.
 """
@@ -71,7 +72,9 @@ def test_v1_fixture_refuses_a_writer_naming_migrate(tmp_path):
 
 
 @pytest.mark.parametrize("read_only", [True, False])
-def test_migrate_keeps_every_row_and_score(tmp_path, read_only):
+def test_migrate_keeps_every_row_and_score(tmp_path, read_only, format2):
+    # format 2 by design: format 1 -> a format-2 directory per namespace (the pack off; to
+    # format 3: test_migrate_from_format_1_or_2_packs_small_namespaces)
     store = _copy(tmp_path, V1)
     assert LongTermMemory.migrate(store, progress=False) == len(_expected(V1)["rows"])
     assert storage.read_store_header(str(store))["version"] == storage.FORMAT_VERSION
@@ -111,6 +114,86 @@ def test_cli_migrate(tmp_path, capsys):
     assert _snap(store) == _expected(V1)
     assert main(["migrate", str(tmp_path / "none"), "--quiet"]) == 1
     assert "no memcore store" in capsys.readouterr().err
+
+
+def test_cli_migrate_names_the_format_it_wrote(tmp_path, capsys, monkeypatch):
+    from memcore.cli import main
+    from memcore.stores import long_pack
+
+    monkeypatch.setattr(long_pack, "ENABLED", True)
+    store = _copy(tmp_path, V2)
+    assert main(["migrate", str(store), "--quiet"]) == 0
+    assert capsys.readouterr().out.strip() == f"migrated 4 memories of {store} to on-disk format 3"
+
+
+@pytest.mark.parametrize("read_only", [True, False])
+@pytest.mark.parametrize("fixture", ["v1", "v2"])
+def test_migrate_from_format_1_or_2_packs_small_namespaces(tmp_path, monkeypatch, read_only,
+                                                           fixture):
+    """With the pack on (the default), migrate moves every namespace of at most PACK_MAX
+    rows into the pack: a format-3 store with the same rows and scores in fewer files."""
+    from memcore.stores import long_pack
+
+    monkeypatch.setattr(long_pack, "ENABLED", True)       # whatever MEMCORE_PACK says
+    store = _copy(tmp_path, V1 if fixture == "v1" else V2)
+    before = _files(str(store))
+    want = _expected(V2)
+    assert LongTermMemory.migrate(store, progress=False) == len(want["rows"])
+    assert storage.read_store_header(str(store))["version"] == storage.layout.PACK_VERSION
+    assert not (store / "ns.0").exists()
+    assert [d.name for d in (store / "ns.1").iterdir()] == [storage.layout.PACK_DIR]
+    assert len(_files(str(store))) < len(before)
+    assert _snap(store, read_only=read_only) == want
+    assert LongTermMemory.migrate(store, progress=False) == 0     # nothing left to do
+    assert _snap(store, read_only=read_only) == want
+
+
+def test_migrate_to_format_3_is_atomic_and_keeps_large_namespaces_in_directories(
+        tmp_path, monkeypatch):
+    """A namespace past PACK_MAX keeps a directory of its own; TTLs and access statistics
+    move with the rows; a failure before the commit leaves the format-2 store as it was;
+    with the pack off migrate leaves a format-2 store alone."""
+    from memcore import MemoryItem
+    from memcore.stores import long_pack
+
+    store = tmp_path / "store"
+    clock = [NOW]
+    monkeypatch.setattr(long_pack, "ENABLED", False)
+    with LongTermMemory(store, HashingEmbedder(dim=DIM), clock=lambda: clock[0]) as s:
+        s.put_many("big", [MemoryItem(f"b{i}", f"big memory {i}") for i in range(300)])
+        for n in range(3):
+            s.put_many(("u", str(n)), [MemoryItem(f"k{i}", f"user {n} memory {i}", 0.1 * i)
+                                       for i in range(5)], ttl=3600.0 if n == 1 else None)
+        clock[0] += 10
+        assert s.touch(("u", "2"), ["k3"]) == 1                # access statistics
+        s.delete(("u", "0"), "k4")
+
+    def state():
+        with LongTermMemory.open(store, HashingEmbedder(dim=DIM), clock=lambda: clock[0]) as s:
+            return {ns: ({k: s.get(ns, k) for k in s.keys(ns)},
+                         [(h.key, h.score) for h in s.search(ns, "memory 3", top_k=4,
+                                                             touch=False)])
+                    for ns in s.namespaces()}
+
+    want, before = state(), _files(str(store))
+    assert LongTermMemory.migrate(store, progress=False) == 0     # the pack off: nothing
+    monkeypatch.setattr(long_pack, "ENABLED", True)
+
+    def crash(*a, **k):
+        raise OSError("disk full")
+
+    with monkeypatch.context() as m:
+        m.setattr(storage.StoreRoot, "commit_epoch", crash)
+        with pytest.raises(OSError, match="disk full"):
+            LongTermMemory.migrate(store, progress=False)
+    assert _files(str(store)) == before                    # the old store is the store
+    assert LongTermMemory.migrate(store, progress=False) == 300 + 14
+    dirs = sorted(d.name for d in (store / "ns.1").iterdir())
+    assert len(dirs) == 2 and storage.layout.PACK_DIR in dirs     # big's, and the pack
+    assert len(_files(str(store))) < len(before)
+    got = state()
+    assert got == want and got[("u", "1")][0]["k0"].expires_at is not None
+    assert got[("u", "2")][0]["k3"].access_count == want[("u", "2")][0]["k3"].access_count > 0
 
 
 @pytest.mark.parametrize("read_only", [True, False])

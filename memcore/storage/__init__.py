@@ -320,10 +320,14 @@ Format 3 is format 2 plus one shared namespace directory, the *pack*, that holds
 many small namespaces (one per user, as agent frameworks keep them): a namespace's cost is
 its rows, not ~13 files, 4 KB blocks and fsyncs of its own. The store header says
 ``"version": 3`` once the store holds a pack (written before the pack is created); a
-format-2 store opens, reads and writes as before, and gets a pack (and version 3) when the
-pack is on and a new namespace is written (``memcore.stores.long_pack.ENABLED``, environment
-``MEMCORE_PACK=1``). A memcore that reads only version 2 refuses a version-3 store (it
-would take the pack for a namespace). Files::
+format-2 store opens, reads and writes as before, and gets a pack (and version 3) when a new
+namespace of at most ``PACK_MAX`` rows is written. The pack is on by default
+(``memcore.stores.long_pack.ENABLED``; the environment variable ``MEMCORE_PACK=0`` turns it
+off: new namespaces then get directories of their own, format 2, and a store that already
+has a pack still serves it). A first write of more than ``PACK_MAX`` rows (a bulk load)
+creates a directory at once, so a store of a few large namespaces stays format 2 and
+creates no pack. A memcore that reads only version 2 refuses a version-3 store (it would
+take the pack for a namespace). Files::
 
       ns.<e>/n-_pack-<hash>/    the pack: a format-2 namespace directory of the reserved
                                 namespace ["\u0000pack"] (no user namespace may hold a NUL),
@@ -362,6 +366,13 @@ empty one loses (removed). Damage: a pack that fails to open is isolated like a 
 (``damaged`` names its directory); each of its namespaces raises the error, which names
 them; namespaces with directories open and serve; ``repair()`` rewrites the pack from its
 intact records and reports per namespace (quarantine lines carry namespace and key).
+``verify()`` reports an intact pack as its namespaces (``rows`` = ``live``), a damaged one
+under its reserved namespace.
+``memcore migrate PATH`` (:meth:`LongTermMemory.migrate`) turns a format-2 store (or a
+format-1 one) with namespaces of at most ``PACK_MAX`` live rows into format 3 as the 1 -> 2
+migration does: every live row written into a new epoch (the small namespaces into its pack,
+the others as directories), then the store header naming it and version 3 (the commit
+point); until then the old store is the store.
 
 Format 1 (older stores)
 -----------------------

@@ -192,10 +192,12 @@ class NamespaceFiles:
         """Commit ``records`` records (already framed, in ``blob``) according to the
         durability mode."""
         if self.durability == "none":
-            self._pending.append(blob)
-            self._pending_records += records
-            self._pending_bytes += len(blob)
-            self.log_bytes += len(blob)
+            counts = (self._pending_records + records, self._pending_bytes + len(blob),
+                      self.log_bytes + len(blob))
+            # one line: an exception (a signal's, an injected one) lands before it or after
+            # it, never between the buffered blob and its counts (a blob buffered uncounted
+            # would shift every later record's offset when the buffer is written)
+            self._pending.append(blob); self._pending_records, self._pending_bytes, self.log_bytes = counts  # noqa: E501,E702
             if self._pending_bytes >= NONE_BUFFER_BYTES:
                 try:
                     self.flush_pending()

@@ -660,9 +660,12 @@ class StoreRoot:
         os.makedirs(edir)
         return edir
 
-    def commit_epoch(self, embedder: str, dim: int) -> None:
-        """Make the next epoch the store: fsync it, then replace the header (commit point)."""
-        write_store_header(self.path, embedder, dim, self._next, durable=True)
+    def commit_epoch(self, embedder: str, dim: int, version: int | None = None) -> None:
+        """Make the next epoch the store: fsync it, then replace the header (commit point);
+        ``version``: the store header's (default: this store's, at least format 2)."""
+        if version is None:
+            version = max(FORMAT_VERSION, (self.header or {}).get("version", FORMAT_VERSION))
+        write_store_header(self.path, embedder, dim, self._next, durable=True, version=version)
 
     def next_committed(self) -> bool:
         """Whether the store header on disk already names the next epoch (its commit

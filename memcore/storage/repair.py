@@ -106,14 +106,17 @@ def repair_namespace(directory: str, dim: int, embed=None) -> dict:
 
     Examples
     --------
-    >>> import tempfile; from memcore import HashingEmbedder, LongTermMemory
+    A namespace of more than ``PACK_MAX`` (256) rows has a directory of its own (a smaller
+    one lives in the pack, itself such a directory):
+
+    >>> import tempfile; from memcore import HashingEmbedder, LongTermMemory, MemoryItem
     >>> from memcore.storage.layout import StoreRoot
     >>> root = tempfile.mkdtemp()
     >>> with LongTermMemory(root, HashingEmbedder(dim=8)) as ltm:
-    ...     _ = ltm.put("ns", "k", "some text")
+    ...     _ = ltm.put_many("ns", [MemoryItem(f"k{i}", "some text") for i in range(300)])
     >>> ns_dir = StoreRoot.open(root, read_only=True, lock_timeout=0).namespace_dirs()[0]
     >>> repair_namespace(ns_dir, 8)    # doctest: +NORMALIZE_WHITESPACE
-    {'namespace': ('ns',), 'kept': 1, 'dropped': 0, 'skipped': 0, 'uncertain': [],
+    {'namespace': ('ns',), 'kept': 300, 'dropped': 0, 'skipped': 0, 'uncertain': [],
      'lost_rows': 0, 'lost_keys': [], 'quarantine': None, 'reembedded': 0,
      'stats_reset': [], 'ttl_unverified': []}
     """

@@ -23,7 +23,10 @@ from memcore.core.rows import encoded
 from memcore.core.store import check_embedder
 from memcore.errors import InvalidArgumentError, StoreCorruptedError
 from memcore.recall.weights import HybridWeights
-from memcore.stores.long_disk import DiskTable, LogTable, write_live
+from memcore.core.rows import Rows
+from memcore.storage.layout import PACK_DIR, PACK_NAMESPACE
+from memcore.stores import long_pack
+from memcore.stores.long_disk import DiskTable, LogTable, open_table, write_live
 from memcore.types import Namespace, NamespaceLike
 
 __all__ = ["LongTermAdmin", "disk_errors"]
@@ -56,6 +59,13 @@ class LongTermAdmin:
         as it was, and running ``migrate`` again starts over. The records are copied byte for
         byte (rows renumbered); dead rows are dropped.
 
+        With the pack on (format 3, the default: :data:`memcore.stores.long_pack.ENABLED`),
+        every namespace of at most ``PACK_MAX`` live rows moves into the pack (its records
+        re-encoded under composite keys, timestamps, access counts and TTLs as they were)
+        and the store header says version 3; a larger one keeps a directory of its own. A
+        format-2 store is migrated when it has such a small namespace (else, or with the
+        pack off, it already is of the current format).
+
         Parameters
         ----------
         path : str or os.PathLike
@@ -67,7 +77,8 @@ class LongTermAdmin:
         Returns
         -------
         int
-            Memories migrated; 0 when the store already is of the current format.
+            Memories migrated (every live row of the store, each rewritten); 0 when the
+            store already is of the current format.
 
         Raises
         ------
@@ -374,34 +385,92 @@ def _migrate(root_path: str, progress: bool, lock_timeout: float) -> int:
     root = storage.StoreRoot.open(root_path, read_only=False, lock_timeout=lock_timeout)
     try:
         head = root.header
-        if head["version"] >= storage.FORMAT_VERSION:
-            return 0
+        old = head["version"] < storage.FORMAT_VERSION          # format 1
         dim, total = head["dim"], 0
         dirs = root.namespace_dirs()          # (removes a half-written earlier attempt)
+        if not old and not (head["version"] < storage.layout.PACK_VERSION
+                            and long_pack.enabled() and _any_small(dirs, dim)):
+            return 0
         epoch = root.begin_epoch()
+        pack = None
         try:
             with tqdm(desc="migrate", unit="row", disable=not progress) as bar:
                 for directory in dirs:
-                    files, cols, rep = storage.open_namespace(directory, dim, "flush", True,
-                                                              full=True)
+                    t, close = _open_old(directory, dim, old)
                     try:
-                        t = LogTable(files.ns, cols, files, rep, True)
                         bar.total = (bar.total or 0) + t.rows
-                        if t.keys:
+                        if t.live and long_pack.enabled() and t.live <= long_pack.PACK_MAX:
+                            if pack is None:
+                                pack = long_pack.Pack(DiskTable.create(
+                                    epoch, PACK_NAMESPACE, dim, "fsync"), False)
+                            pack.append(long_pack.namespace_id(t.namespace), _pack_batch(t))
+                        elif t.live:
                             rows = list(t.keys.values())
                             vecs = np.ascontiguousarray(t.columns.vectors[rows])
-                            log = files.verified_log(vecs, rows, t.record_offsets(rows),
-                                                     t.columns, "migrate() wrote nothing")
+                            log = t.files.verified_log(vecs, rows, t.record_offsets(rows),
+                                                       t.columns, "migrate() wrote nothing")
                             write_live(t, vecs, epoch, 0, "flush", log)
-                            total += len(rows)
+                        total += t.live
                         bar.update(t.rows)
                     finally:
-                        storage.close_namespace(files, cols)
-            root.commit_epoch(head["embedder"], dim)
+                        close()
+            if pack is not None:
+                pack.flush_nsid()
+                pack.table.checkpoint()
+                pack.close()
+                pack = None
+            root.commit_epoch(head["embedder"], dim, version=storage.layout.PACK_VERSION
+                              if os.path.isdir(os.path.join(epoch, PACK_DIR))
+                              else storage.FORMAT_VERSION)
         except BaseException:
+            if pack is not None:
+                pack.close()
             root.abort_epoch()
             raise
         root.finish_epoch()
         return total
     finally:
         root.release()
+
+
+def _open_old(directory: str, dim: int, format1: bool) -> tuple:
+    """A namespace directory of the store being migrated, read-only, and what closes it:
+    format 1 replayed into RAM (:class:`LogTable`), format 2 as a :class:`DiskTable`."""
+    if format1:
+        files, cols, rep = storage.open_namespace(directory, dim, "flush", True, full=True)
+        return (LogTable(files.ns, cols, files, rep, True),
+                lambda: storage.close_namespace(files, cols))
+    t = open_table(directory, dim, "flush", True, None)
+    return t, t.close
+
+
+def _any_small(dirs: list, dim: int) -> bool:
+    """Whether a format-2 namespace of ``dirs`` has at most ``PACK_MAX`` live rows (the
+    pack is migrated to only when one would move into it)."""
+    for directory in dirs:
+        if os.path.basename(directory) == PACK_DIR:
+            continue
+        t = open_table(directory, dim, "flush", True, None)
+        try:
+            if 0 < t.live <= long_pack.PACK_MAX:
+                return True
+        finally:
+            t.close()
+    return False
+
+
+def _pack_batch(t: DiskTable | LogTable) -> Rows:
+    """The live rows of ``t`` as a batch for the pack: composite keys, every field and the
+    lifecycle (timestamps, access count, TTL) as they are, each vector checked against its
+    record's CRC first."""
+    rows, keys, texts, metas, imps = t.live_fields()
+    idx = np.asarray(rows, np.int64)
+    c = t.columns
+    vecs = np.ascontiguousarray(c.vectors[idx])
+    t.files.verified_log(vecs, rows, t.record_offsets(rows), c, "migrate() wrote nothing")
+    exp = None if t.expiry is None else np.asarray(t.expiry[idx], np.float64)
+    prefix = storage.layout.ns_prefix(t.namespace)
+    return Rows(PACK_NAMESPACE, [prefix + k for k in keys], texts, imps, metas, vecs,
+                *(np.ascontiguousarray(getattr(c, name)[idx]) for name in
+                  ("created_at", "updated_at", "last_accessed_at", "access_count")),
+                None if exp is None else exp[:, 1], None if exp is None else exp[:, 0])

@@ -826,8 +826,9 @@ def _index_structures(t: Table) -> list:
 def _split_pack_report(rep: dict, pack: Pack | None) -> list[dict]:
     """A repair report of the pack as reports of its namespaces (see
     :meth:`DiskSpace._repair_pack`)."""
+    fields = ("uncertain", "lost_keys", "stats_reset", "ttl_unverified")
     by: dict = {}
-    for field in ("uncertain", "lost_keys"):
+    for field in fields:
         for composite in rep.get(field) or []:
             if composite is None:
                 continue
@@ -835,15 +836,14 @@ def _split_pack_report(rep: dict, pack: Pack | None) -> list[dict]:
                 ns, key = storage.split_key(composite)
             except StoreCorruptedError:
                 continue
-            by.setdefault(ns, {"uncertain": [], "lost_keys": []})[field].append(key)
+            by.setdefault(ns, {f: [] for f in fields})[field].append(key)
     if not by:
         return [rep]
     out = []
     for i, (ns, keys) in enumerate(sorted(by.items())):
         live = 0 if pack is None else pack.live.get(long_pack.namespace_id(ns), 0)
         out.append(dict(rep, namespace=ns, kept=live, dropped=len(keys["uncertain"]),
-                        uncertain=keys["uncertain"], lost_keys=keys["lost_keys"],
-                        lost_rows=len(keys["lost_keys"]),
+                        **keys, lost_rows=len(keys["lost_keys"]),
                         reembedded=rep.get("reembedded", 0) if i == 0 else 0))
     return out
 
@@ -1573,7 +1573,9 @@ class DiskSpace:
 
     def verify(self) -> dict:
         """:meth:`DiskTable.verify` of every format-2 namespace, and the damaged ones'
-        errors (keyed by directory name)."""
+        errors (keyed by directory name); an intact pack reports each of its namespaces
+        (``rows`` = ``live``: its live rows), a damaged one its own report (keyed by
+        :data:`~memcore.storage.layout.PACK_NAMESPACE`)."""
         out: dict = {}
         for ns in list(self.tables.dirs):
             try:
@@ -1583,9 +1585,14 @@ class DiskSpace:
             if isinstance(t, DiskTable):
                 out[ns] = t.verify()
         if self.pack is not None:
-            r = out[PACK_NAMESPACE] = self.pack.table.verify()
+            r = self.pack.table.verify()
             if r["errors"] or r["bad_rows"]:
                 r["namespaces"] = self._pack_namespaces(r)
+                out[PACK_NAMESPACE] = r
+            else:                  # intact: each of its namespaces, as a directory's
+                for ns, h in sorted(self.tables.packed.items()):
+                    live = self.pack.live.get(h, 0)
+                    out[ns] = {"rows": live, "live": live, "bad_rows": [], "errors": []}
         for name, msg in sorted(self.tables.damaged.items()):
             out[name] = {"rows": 0, "live": 0, "bad_rows": [], "errors": [msg]}
             if name == PACK_DIR:

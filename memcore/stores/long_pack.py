@@ -55,10 +55,11 @@ PACK_MAX = 256
 #: Rows of packed namespaces kept gathered in RAM (least recently used dropped first).
 PACK_CACHE_ROWS = 1 << 14
 
-#: Whether a disk store puts new namespaces into the pack (format 3). The environment
-#: variable ``MEMCORE_PACK=1`` turns it on; a store that already holds a pack always serves
-#: its packed namespaces.
-ENABLED = os.environ.get("MEMCORE_PACK", "0") == "1"
+#: Whether a disk store puts new namespaces into the pack (format 3): on by default; the
+#: environment variable ``MEMCORE_PACK=0`` turns it off (new namespaces get directories of
+#: their own, format 2); a store that already holds a pack always serves its packed
+#: namespaces.
+ENABLED = os.environ.get("MEMCORE_PACK", "1") != "0"
 
 
 def enabled() -> bool:
