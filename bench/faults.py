@@ -520,9 +520,10 @@ def _small_namespaces(s, model: dict, deleted: set, late: bool) -> None:
 def build_source(root: str, pack: bool = False) -> tuple[dict, set]:
     """A store with checkpointed rows and post-checkpoint records (puts, TTLs, a delete, a
     replacement, a batch), left as a SIGKILL leaves it; ``pack``: with the pack on and many
-    small namespaces (:func:`_small_namespaces`). Returns (model, deleted)."""
+    small namespaces (:func:`_small_namespaces`), else format-2 namespace directories (the
+    pack off whatever ``MEMCORE_PACK`` says). Returns (model, deleted)."""
     model, deleted = {}, set()
-    long_pack.ENABLED, was = pack or long_pack.ENABLED, long_pack.ENABLED
+    long_pack.ENABLED, was = pack, long_pack.ENABLED
     try:
         _build_source(root, model, deleted, pack)
     finally:
@@ -839,10 +840,11 @@ def campaign(kills: int, damage: int, seed: int, big_every: int = 100, scratch=N
              log=print, pack: bool = False) -> dict:
     """The whole campaign; ``pack``: with the pack of small namespaces on (format 3) --
     the LongTermMemory rounds run :func:`_pack_child`, the SemanticMemory rounds write to
-    the pack, and the damage cases hit the pack's files and the catalog."""
+    the pack, and the damage cases hit the pack's files and the catalog; without it, the
+    format-2 namespace directories (the pack off, whatever ``MEMCORE_PACK`` says)."""
     base = tempfile.mkdtemp(prefix="faults-", dir=scratch)
     was = long_pack.ENABLED
-    long_pack.ENABLED = pack or was                 # the forked children inherit it
+    long_pack.ENABLED = pack                        # the forked children inherit it
     try:
         t0 = time.perf_counter()
         n_sm = kills // 4
