@@ -126,3 +126,19 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
         except SystemExit as e:
             code = e.code
     return code, out.getvalue(), err.getvalue()
+
+
+def never_committed(directory, from_offset: int) -> None:
+    """Make a namespace directory look as a crash before the commit of every record at log
+    offset ``from_offset`` and later leaves it: those rows' ``record_offset`` (written only
+    after a record commits) back to 0. A test that cuts or un-commits a finished log to
+    stand for a torn write must do this too, or the columns witness the cut as damage
+    (:func:`memcore.storage.recovery.witnessed_cut`)."""
+    import glob
+    import os
+
+    for path in glob.glob(os.path.join(str(directory), "record_offset.*.i64")):
+        col = np.memmap(path, np.int64, "r+")
+        col[col >= from_offset] = 0
+        col.flush()
+        del col

@@ -16,6 +16,7 @@ import pytest
 
 from memcore import HashingEmbedder, LongTermMemory, MemoryItem
 from memcore.storage.records import FRAME, MAGIC
+from store_helpers import never_committed
 
 EMB = HashingEmbedder(dim=16)
 N = 6
@@ -89,6 +90,7 @@ def test_a_torn_tail_is_still_recovered_silently(tmp_path, cut):
     else:
         raw[offs[-1] + FRAME.size + 20:] = bytes(len(raw) - offs[-1] - FRAME.size - 20)
     log.write_bytes(bytes(raw))
+    never_committed(log.parent, offs[-1])              # a torn write never got its offset
     assert not damaged(root)
     with LongTermMemory(root, EMB) as ltm:
         assert set(ltm.keys("ns")) == {"k0", "k1"} | {f"t{i}" for i in range(N - 1)}
@@ -101,6 +103,7 @@ def test_an_uncommitted_batch_is_still_cut(tmp_path):
     raw = bytearray(log.read_bytes())
     raw[offs[N // 2]] = 0                          # the last batch's commit byte never written
     log.write_bytes(bytes(raw[:offs[-1] + 30]))    # and the batch's last record torn
+    never_committed(log.parent, offs[N // 2])          # nor did its rows get their offsets
     assert not damaged(root)
     with LongTermMemory(root, EMB) as ltm:
         assert set(ltm.keys("ns")) == {"k0", "k1"} | {f"t{i}" for i in range(N // 2)}
@@ -222,3 +225,73 @@ def test_verify_compares_the_numeric_columns_with_the_log(tmp_path):
             f.write(bytes(4))
         (r,) = ltm.verify().values()
         assert any("importance" in e for e in r["errors"]), r
+
+
+@pytest.mark.parametrize("pack", [True, False], ids=["pack", "directory"])
+@pytest.mark.parametrize("cut", ["at_a_record", "inside_the_last_record", "two_records"])
+def test_a_log_cut_the_columns_witness_is_damage(tmp_path, monkeypatch, pack, cut):
+    """A log cut exactly between records, or inside its last single record, used to read as
+    a torn write: the last acknowledged puts silently gone (the campaign's one silent class
+    left). A row's ``record_offset`` is written only after its record is in the log, so the
+    row past the log's end, with its offset and created_at set, witnesses a committed
+    record: the writer's open reports it, repair sets aside and lists what it cannot vouch
+    for, and never serves the lost put's key."""
+    from memcore.stores import long_pack
+    monkeypatch.setattr(long_pack, "ENABLED", pack)
+    root, log, offs = crashed_store(tmp_path)
+    raw = log.read_bytes()
+    end = {"at_a_record": offs[-1], "inside_the_last_record": offs[-1] + 30,
+           "two_records": offs[-2]}[cut]
+    log.write_bytes(raw[:end])
+    with LongTermMemory.open(root, EMB, read_only=True) as reader:      # a reader may race
+        assert "t1" in reader.keys("ns")                               # the append: no check
+    assert damaged(root)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with LongTermMemory(root, EMB) as ltm:
+            (report,) = ltm.repair()
+            keys = set(ltm.keys("ns"))
+            assert not any(r["errors"] for r in ltm.verify().values())
+    assert f"t{N - 1}" not in keys
+    assert keys | set(report["uncertain"]) >= {"k0", "k1"} | {f"t{i}" for i in range(N - 2)}
+    assert report["quarantine"] is not None
+
+
+def test_no_false_alarm_after_a_crash_under_durability_none(tmp_path):
+    """``durability="none"`` buffers records whose rows' offsets are already in the column: a
+    crash loses them, which that mode allows. The header's ``unwitnessed`` mark keeps that
+    from reading as damage; a writing-through writer's checkpoint arms the witness again."""
+    src, root = tmp_path / "src", tmp_path / "m"
+    with LongTermMemory(src, EMB) as ltm:
+        ltm.put("ns", "k0", "checkpointed zero")
+    with LongTermMemory(src, EMB, durability="none") as ltm:
+        for i in range(4):
+            ltm.put("ns", f"b{i}", f"buffered {i}")
+        shutil.copytree(src, root)                      # killed: the buffer never written
+    assert not damaged(root)
+    with LongTermMemory(root, EMB) as ltm:
+        assert ltm.keys("ns") == ["k0"]
+        ltm.put("ns", "k1", "written through")          # then a clean close: checkpoint
+    again = tmp_path / "again"
+    with LongTermMemory(root, EMB) as ltm:
+        for i in range(3):
+            ltm.put("ns", f"t{i}", f"tail {i}")
+        shutil.copytree(root, again)
+    (log,) = again.glob("ns.0/*/log.*")
+    raw = log.read_bytes()
+    log.write_bytes(raw[:raw.rfind(b"tail 2") - 60])     # cut inside t2's record
+    assert damaged(again)
+
+
+def test_one_damaged_column_past_the_rows_is_no_false_alarm(tmp_path):
+    """The witness needs two files to agree: a damaged ``record_offset`` past the rows in
+    use (unused bytes) alone reads as nothing."""
+    import numpy as np
+    root, log, offs = crashed_store(tmp_path)
+    (path,) = log.parent.glob("record_offset.*.i64")
+    col = np.memmap(path, np.int64, "r+")
+    rows = int(np.count_nonzero(col)) + 1                # row 0's offset is 0
+    col[rows] = offs[-1] + 1000
+    col.flush()
+    del col
+    assert not damaged(root)

@@ -88,6 +88,10 @@ class NamespaceFiles:
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._pending_records = 0
+        #: the header says ``unwitnessed`` (``durability="none"`` may have buffered records
+        #: whose ``record_offset`` is in the column while they are not in the log: see
+        #: :func:`~memcore.storage.recovery.witnessed_cut`)
+        self.unwitnessed = False
         self._fd = None if read_only else os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
         self._mfd: int | None = None    # writes a batch's commit byte (see _write_batch)
         self._vec_fd = None
@@ -120,12 +124,14 @@ class NamespaceFiles:
                                       np.zeros(0, np.int64), durable=durable)
         crcs.update(column_crcs(cols, 0))
         write_namespace_identity(tmp, ns, durable=durable)
-        _write_ns_header(tmp, ns, dim, 0, 0, 0, 0, durable=durable, crc=crcs)
+        _write_ns_header(tmp, ns, dim, 0, 0, 0, 0, durable=durable, crc=crcs,
+                         unwitnessed=not durable)
         cols.release()
         os.rename(tmp, final)
         if durable:
             fsync_dir(parent)
         files = cls(final, ns, dim, 0, durability, False)
+        files.unwitnessed = not durable
         files.checks = RowChecks(final, 0, False, 0)
         return files, Columns(dim, INITIAL_CAPACITY, final, 0)
 
@@ -192,6 +198,8 @@ class NamespaceFiles:
         """Commit ``records`` records (already framed, in ``blob``) according to the
         durability mode."""
         if self.durability == "none":
+            if not self.unwitnessed and self.version >= 2:
+                self.mark_unwitnessed()
             counts = (self._pending_records + records, self._pending_bytes + len(blob),
                       self.log_bytes + len(blob))
             # one line: an exception (a signal's, an injected one) lands before it or after
@@ -215,6 +223,19 @@ class NamespaceFiles:
         self.log_bytes += len(blob)
         if self.durability == "fsync":
             os.fdatasync(self._fd)
+
+    def mark_unwitnessed(self) -> None:
+        """Set ``unwitnessed`` in the namespace header before the first buffered record
+        (``durability="none"``): a crash loses buffered records whose rows' ``record_offset``
+        is already in the column, so that column no longer witnesses a cut log until a
+        writer that writes through has checkpointed (one header write per writer and
+        generation)."""
+        path = os.path.join(self.directory, NAMESPACE_HEADER)
+        with open(path, "rb") as f:
+            head = json.loads(f.read())
+        head["unwitnessed"] = 1
+        atomic_write_json(path, head, durable=False)
+        self.unwitnessed = True
 
     def _write_batch(self, blob, base: int, records: int) -> None:
         """Append ``blob`` (``records`` records) at log offset ``base`` as one commit. One
@@ -381,7 +402,9 @@ class NamespaceFiles:
         fsync_dir(self.directory)
         _write_ns_header(self.directory, self.ns, self.dim, self.generation, self.records,
                          self.log_bytes, rows, durable=True, checkpoint=c, live=len(hashes),
-                         index=entry, crc=crcs, rowcheck=self.checks is not None)
+                         index=entry, crc=crcs, rowcheck=self.checks is not None,
+                         unwitnessed=self.durability == "none")
+        self.unwitnessed = self.durability == "none"
         remove_checkpoint(self.directory, self.generation, self.checkpoint_id)
         for name in index_file_names(self.generation, self.index_entry) - \
                 index_file_names(self.generation, entry):
@@ -445,7 +468,8 @@ def _write_all(fd: int, blob: bytes, committed: int) -> None:
 def _write_ns_header(directory: str, ns: tuple, dim: int, generation: int, records: int,
                      log_bytes: int, rows: int, *, durable: bool, version: int = FORMAT_VERSION,
                      checkpoint: int = 0, live: int = 0, index: dict | None = None,
-                     crc: dict | None = None, rowcheck: bool = True) -> None:
+                     crc: dict | None = None, rowcheck: bool = True,
+                     unwitnessed: bool = False) -> None:
     head = {"format": NAMESPACE_FORMAT, "version": version, "namespace": list(ns),
             "dim": int(dim), "generation": int(generation), "records": int(records),
             "log_bytes": int(log_bytes), "rows": int(rows)}
@@ -457,6 +481,8 @@ def _write_ns_header(directory: str, ns: tuple, dim: int, generation: int, recor
             head["index"] = index
         if rowcheck:              # the check file covers every row (open checks them)
             head["rowcheck"] = 1
+        if unwitnessed:           # see NamespaceFiles.mark_unwitnessed
+            head["unwitnessed"] = 1
     atomic_write_json(os.path.join(directory, NAMESPACE_HEADER), head, durable=durable)
 
 

@@ -158,10 +158,18 @@ def _open_v2(directory: str, h: dict, ns: tuple, dim: int, durability: str,
             f"{lpath} is corrupted at offset {size}: it ends there, before its last "
             f"checkpoint at {ck_bytes} (the file was truncated); {REPAIR_HINT}")
     tail = scan_tail(data, ck_bytes, lpath, ck_rows, read_only=read_only)
-    if not read_only and tail.end < size:
-        _cut_torn_tail(lpath, tail.end, durability)
     m = len(tail.put_keys)
     rows = ck_rows + m
+    if not read_only and not h.get("unwitnessed"):
+        w = witnessed_cut(directory, gen, rows, tail.end)
+        if w is not None:
+            raise StoreCorruptedError(
+                f"{lpath} is corrupted at offset {tail.end}: the log ends before row {rows}, "
+                f"whose record at offset {w} was committed (its record_offset and created_at "
+                f"columns hold it: they are written after the record, so no crash leaves "
+                f"them without it; the log was cut); {REPAIR_HINT}")
+    if not read_only and tail.end < size:
+        _cut_torn_tail(lpath, tail.end, durability)
     vec_path = column_path(directory, "vectors", gen)
     have_rows = _vector_rows(vec_path, dim)
     if have_rows < rows:
@@ -189,7 +197,11 @@ def _open_v2(directory: str, h: dict, ns: tuple, dim: int, durability: str,
         raise StoreCorruptedError(
             f"{cols.path(bad)} fails its CRC-32 over its first {ck_rows} rows "
             f"(offset 0): the column file was damaged; {REPAIR_HINT}")
+    if not read_only and h.get("unwitnessed") and durability != "none":
+        cols.record_offset[rows:] = 0   # what buffered records lost in a crash left: from
+        #                                 now on the column witnesses again (see witnessed_cut)
     files = NamespaceFiles(directory, ns, dim, gen, durability, read_only)
+    files.unwitnessed = bool(h.get("unwitnessed"))
     files.version = 2
     files.records = h["records"] + tail.records
     files.log_bytes = tail.end
@@ -378,6 +390,42 @@ def _vector_rows(path: str, dim: int) -> int:
         return os.path.getsize(path) // (4 * dim)
     except FileNotFoundError:
         raise StoreCorruptedError(f"{path} is missing (offset 0)") from None
+
+
+def witnessed_cut(directory: str, generation: int, rows: int, log_end: int) -> int | None:
+    """The log offset of row ``rows``'s PUT record when the columns witness that it was
+    committed although the log (``log_end`` bytes of intact records) holds only rows below
+    ``rows``: a log cut exactly between records or inside its last single record, which no
+    crash leaves and no check of the log alone can tell from a torn write.
+
+    A row's ``record_offset`` is written after its record is in the log (the commit point,
+    see :meth:`~memcore.storage.columns.Columns` and ``LongTermMemory``'s append), its
+    ``created_at`` before: both set past the log's rows means the log lost a committed
+    record. A crash leaves neither set without the record (a torn or uncommitted write never
+    gets its offset), except under ``durability="none"``, whose buffered records a crash
+    loses after their offsets were written: such a writer marks the namespace header
+    ``unwitnessed`` first, and the next writing-through writer zeroes the column past its rows
+    before the header's next checkpoint drops the mark. Two files must agree, so one damaged
+    byte in the unused part of a column cannot raise a false alarm. Returns None when no
+    witness (or the columns are shorter than ``rows + 1``)."""
+    got = []
+    for name, dtype in (("record_offset", np.int64), ("created_at", np.float64)):
+        size = np.dtype(dtype).itemsize
+        try:
+            fd = os.open(column_path(directory, name, generation), os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            raw = os.pread(fd, size, rows * size)
+        finally:
+            os.close(fd)
+        if len(raw) < size:
+            return None
+        got.append(np.frombuffer(raw, dtype)[0])
+    offset, created = int(got[0]), float(got[1])
+    if offset >= log_end and offset > 0 and created > 0.0 and np.isfinite(created):
+        return offset
+    return None
 
 
 def _cut_torn_tail(path: str, end: int, durability: str) -> None:

@@ -33,7 +33,7 @@ from memcore.storage.layout import (
     split_key,
 )
 from memcore.storage.log import first_bad_vector, scan_log
-from memcore.storage.recovery import open_namespace
+from memcore.storage.recovery import open_namespace, witnessed_cut
 from memcore.storage.salvage import lost_rows, quarantine_rows
 from memcore.types import MemoryTier, StoredMemory
 
@@ -170,6 +170,10 @@ def _repair(directory: str, ns: tuple, dim: int, gen: int, h: dict, embed=None) 
     blind = [x for x in rep.damaged if ck_alive is None or x >= ck_bytes]
     if ck_alive is not None and len(data) < ck_bytes:
         blind.append(len(data))       # cut below its checkpoint: what followed is unknown
+    elif not h.get("unwitnessed"):
+        w = witnessed_cut(directory, gen, max(rep.file_rows, default=-1) + 1, rep.end)
+        if w is not None and w >= ck_bytes and w not in rep.damaged:
+            blind.append(len(data))   # cut past it, the columns witness: the same
     last_damage = max(blind) if blind else -1
     ck_rows = 0 if ck_alive is None else ck_alive.shape[0]
     keep, uncertain, quarantine = [], [], []
