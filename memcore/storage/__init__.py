@@ -255,10 +255,17 @@ Recovery (on open)
    (:func:`~memcore.storage.log.short_batch`; a read-only open cuts it like an uncommitted
    batch, as it would see racing the writer's append). (Zeroing the first byte of the
    *last* batch's first record leaves what a crash before its commit byte leaves: that batch
-   is cut. Nor can a log shortened inside its last single record, within the first 16 bytes
-   of its last batch, or exactly at a record boundary be told from a crash that tore that
-   write -- nothing written after a commit witnesses it between checkpoints -- so it is cut
-   back the same way, silently: the one damage no check reports.)
+   is cut.) A log shortened inside its last single record, within the first 16 bytes of
+   its last batch, or exactly at a record boundary reads like a crash that tore that write;
+   the columns witness it (:func:`~memcore.storage.recovery.witnessed_cut`): a row's
+   ``record_offset`` is written only after its record commits, its ``created_at`` before,
+   so both set for the row past the log's last row mean a committed PUT was lost -> the
+   writer's open raises (a reader, which may race the append, does not check). Under
+   ``durability="none"`` a crash loses buffered records whose offsets were already written,
+   so such a writer first marks the header ``"unwitnessed": 1``; the next writer that
+   writes through zeroes ``record_offset`` past its rows and its checkpoint drops the mark.
+   What no check sees: a cut that removes only DEL records (no row witnesses a delete),
+   one inside a ``"none"`` writer's window, or a column file damaged together with the log.
 4. Every row of the tail (rows ``n`` and up) is checked against its record's ``vector_crc``;
    a mismatch -> :class:`StoreCorruptedError` naming the vectors file, byte offset and row.
    (Rows below ``n`` were verified and fsynced, and rows are append-only: nothing writes a
