@@ -900,6 +900,8 @@ def warm_ticks(embedder: Any, *, hybrid: Any = None, weights: DecayWeights | Non
         scratch.consolidate()
         if on_disk:     # the log's frame walk (a checkpoint's tail scan) may not run above
             from memcore.storage.columns import row_crcs
-            from memcore.storage.log import frame_scan
+            from memcore.storage.log import decode_segments, frame_scan
             frame_scan(b"")
+            decode_segments(np.frombuffer(b"a", np.uint8), np.zeros(1, np.int64),  # a read-only
+                            np.ones(1, np.int64), True)                 # log's texts (the pack)
             row_crcs(np.zeros((64, 8), np.uint8), np.zeros((64, 8), np.uint8))  # row checks
