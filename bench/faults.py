@@ -150,14 +150,42 @@ def _words(a: int, b: int) -> str:
     """Two words for a text (a reindex embeds texts: digits alone would embed to zeros)."""
     return f"{_WORDS[b % 10]} {_WORDS[(a * 7 + b * 3) % 10]} {_WORDS[(a + b // 10) % 10]}"
 
+def _child_store(root: str, w: int):
+    """A kill child's writer, warmed (one put), after telling the parent it is ready; and
+    its ``say`` (one JSON line per op to the pipe ``w``)."""
+    s = _ltm(root, durability="flush")
+    say = lambda obj: os.write(w, (json.dumps(obj) + "\n").encode())  # noqa: E731
+    s.put("warm", "k", "warm-up", vector=vec(0))
+    os.write(w, b"R\n")
+    return s, say
+
+
+def _put_op(s, say, rnd, ns: str, key: str, r_no: int, i: int, vs: int) -> None:
+    """One random put (TTL, metadata, importance), reported before it is made."""
+    ttl = rnd.choice([None, None, 1e6])
+    meta = {"r": r_no, "i": i}
+    imp = round(rnd.random(), 3)
+    text = f"r{r_no} op{i} {_words(r_no, i)}"
+    say({"op": "put", "ns": ns, "key": key, "text": text, "imp": imp,
+         "meta": meta, "v": vs, "ttl": ttl})
+    s.put(ns, key, text, importance=imp, metadata=meta, vector=vec(vs), ttl=ttl)
+
+
+def _many_op(s, say, rnd, ns: str, keys: list, r_no: int, i: int, vs: int) -> None:
+    """One put_many of ``keys`` (vectors ``vs + 1``...), reported before it is made."""
+    ttl = rnd.choice([None, 5e5])
+    items = [[k, f"r{r_no} op{i} {k} {_words(r_no, i + j)}", 0.5, None, vs + 1 + j, ttl]
+             for j, k in enumerate(keys)]
+    say({"op": "many", "ns": ns, "items": items})
+    s.put_many(ns, [MemoryItem(k, t, importance=p) for k, t, p, *_ in items],
+               vectors=np.stack([vec(it[4]) for it in items]), ttl=ttl)
+
+
 def _ltm_child(root: str, r_no: int, seed: int, big: bool):
     def child(w):
         do_big = big
-        s = _ltm(root, durability="flush")
+        s, say = _child_store(root, w)
         rnd = random.Random(seed * 7919 + r_no)
-        say = lambda obj: os.write(w, (json.dumps(obj) + "\n").encode())  # noqa: E731
-        s.put("warm", "k", "warm-up", vector=vec(0))
-        os.write(w, b"R\n")
         i = 0
         while True:
             i += 1
@@ -175,24 +203,12 @@ def _ltm_child(root: str, r_no: int, seed: int, big: bool):
                 say({"op": "A"})
                 do_big = False
                 continue
+            vs = (r_no * 100_000 + i) * 100          # distinct from every other op's
             if x < 0.4:
-                vs = (r_no * 100_000 + i) * 100          # distinct from every batch's
-                ttl = rnd.choice([None, None, 1e6])
-                meta = {"r": r_no, "i": i}
-                imp = round(rnd.random(), 3)
-                text = f"r{r_no} op{i} {_words(r_no, i)}"
-                say({"op": "put", "ns": ns, "key": key, "text": text, "imp": imp,
-                     "meta": meta, "v": vs, "ttl": ttl})
-                s.put(ns, key, text, importance=imp, metadata=meta,
-                      vector=vec(vs), ttl=ttl)
+                _put_op(s, say, rnd, ns, key, r_no, i, vs)
             elif x < 0.6:
                 keys = sorted({f"k{rnd.randrange(60)}" for _ in range(rnd.randrange(2, 12))})
-                ttl = rnd.choice([None, 5e5])
-                items = [[k, f"r{r_no} op{i} {k} {_words(r_no, i + j)}", 0.5, None, (r_no * 100_000 + i) * 100 + 1 + j, ttl]
-                         for j, k in enumerate(keys)]
-                say({"op": "many", "ns": ns, "items": items})
-                s.put_many(ns, [MemoryItem(k, t, importance=p) for k, t, p, *_ in items],
-                           vectors=np.stack([vec(it[4]) for it in items]), ttl=ttl)
+                _many_op(s, say, rnd, ns, keys, r_no, i, vs)
             elif x < 0.75:
                 say({"op": "del", "ns": ns, "key": key})
                 s.delete(ns, key)
@@ -219,11 +235,8 @@ def _pack_child(root: str, r_no: int, seed: int, big: bool):
     compaction of the pack and a rare reindex; every op reported as :func:`_ltm_child`
     reports it (``big`` is ignored: the pack's batches are small)."""
     def child(w):
-        s = _ltm(root, durability="flush")
+        s, say = _child_store(root, w)
         rnd = random.Random(seed * 7919 + r_no)
-        say = lambda obj: os.write(w, (json.dumps(obj) + "\n").encode())  # noqa: E731
-        s.put("warm", "k", "warm-up", vector=vec(0))
-        os.write(w, b"R\n")
         i = 0
         while True:
             i += 1
@@ -232,13 +245,7 @@ def _pack_child(root: str, r_no: int, seed: int, big: bool):
             key = f"k{rnd.randrange(20)}"
             vs = (r_no * 100_000 + i) * 100          # distinct from every other op's
             if x < 0.35:
-                ttl = rnd.choice([None, None, 1e6])
-                meta = {"r": r_no, "i": i}
-                imp = round(rnd.random(), 3)
-                text = f"r{r_no} op{i} {_words(r_no, i)}"
-                say({"op": "put", "ns": ns, "key": key, "text": text, "imp": imp,
-                     "meta": meta, "v": vs, "ttl": ttl})
-                s.put(ns, key, text, importance=imp, metadata=meta, vector=vec(vs), ttl=ttl)
+                _put_op(s, say, rnd, ns, key, r_no, i, vs)
             elif x < 0.52 or 0.67 <= x < 0.74:
                 grow = x >= 0.67
                 if grow:                 # the next 60 rows: the 5th batch crosses PACK_MAX
@@ -246,12 +253,7 @@ def _pack_child(root: str, r_no: int, seed: int, big: bool):
                     keys = [f"g{at + j}" for j in range(60)]
                 else:
                     keys = sorted({f"k{rnd.randrange(20)}" for _ in range(rnd.randrange(2, 12))})
-                ttl = rnd.choice([None, 5e5])
-                items = [[k, f"r{r_no} op{i} {k} {_words(r_no, i + j)}", 0.5, None,
-                          vs + 1 + j, ttl] for j, k in enumerate(keys)]
-                say({"op": "many", "ns": ns, "items": items})
-                s.put_many(ns, [MemoryItem(k, t, importance=p) for k, t, p, *_ in items],
-                           vectors=np.stack([vec(it[4]) for it in items]), ttl=ttl)
+                _many_op(s, say, rnd, ns, keys, r_no, i, vs)
             elif x < 0.62:
                 say({"op": "del", "ns": ns, "key": key})
                 s.delete(ns, key)

@@ -56,6 +56,18 @@ def damaged(root) -> bool:
             return any(r["errors"] or r["bad_rows"] for r in ltm.verify().values())
 
 
+def repaired(root):
+    """Repair the store's one damaged namespace: its report and the keys of ``ns`` served
+    after (verify then clean)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with LongTermMemory(root, EMB) as ltm:
+            (report,) = ltm.repair()
+            keys = set(ltm.keys("ns"))
+            assert not any(r["errors"] for r in ltm.verify().values())
+    return report, keys
+
+
 @pytest.mark.parametrize("batch", [False, True], ids=["puts", "put_many"])
 @pytest.mark.parametrize("which", [0, 2, N - 1], ids=["first", "middle", "last"])
 def test_a_zeroed_first_byte_after_the_checkpoint_is_damage(tmp_path, which, batch):
@@ -126,12 +138,7 @@ def test_a_committed_batch_cut_short_is_damage(tmp_path, cut):
     with LongTermMemory.open(root, EMB, read_only=True) as reader:
         assert set(reader.keys("ns")) == {"k0", "k1"} | {f"t{i}" for i in range(N // 2)}
     assert damaged(root)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with LongTermMemory(root, EMB) as ltm:
-            (report,) = ltm.repair()
-            keys = set(ltm.keys("ns"))
-            assert not any(r["errors"] for r in ltm.verify().values())
+    report, keys = repaired(root)
     # a missing record may have replaced or deleted any key: nothing it could have touched
     # is served as current; each is listed by key and set aside in the quarantine file
     assert not keys & {f"t{i}" for i in range(N // 2, N)}
@@ -246,12 +253,7 @@ def test_a_log_cut_the_columns_witness_is_damage(tmp_path, monkeypatch, pack, cu
     with LongTermMemory.open(root, EMB, read_only=True) as reader:      # a reader may race
         assert "t1" in reader.keys("ns")                               # the append: no check
     assert damaged(root)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with LongTermMemory(root, EMB) as ltm:
-            (report,) = ltm.repair()
-            keys = set(ltm.keys("ns"))
-            assert not any(r["errors"] for r in ltm.verify().values())
+    report, keys = repaired(root)
     assert f"t{N - 1}" not in keys
     assert keys | set(report["uncertain"]) >= {"k0", "k1"} | {f"t{i}" for i in range(N - 2)}
     assert report["quarantine"] is not None

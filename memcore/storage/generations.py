@@ -46,6 +46,7 @@ from memcore.storage.layout import (
     log_path,
     namespace_dirname,
     owned_name,
+    read_json,
     remove_owned,
     write_namespace_identity,
 )
@@ -231,8 +232,7 @@ class NamespaceFiles:
         writer that writes through has checkpointed (one header write per writer and
         generation)."""
         path = os.path.join(self.directory, NAMESPACE_HEADER)
-        with open(path, "rb") as f:
-            head = json.loads(f.read())
+        head = read_json(path, "namespace header")
         head["unwitnessed"] = 1
         atomic_write_json(path, head, durable=False)
         self.unwitnessed = True
