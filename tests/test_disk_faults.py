@@ -902,6 +902,7 @@ def _agent_rounds(tmp_path, rounds, seed):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow     # ~60 s of SemanticMemory subprocesses killed: the slow tier (CI runs it)
 def test_semantic_memory_store_is_durable_on_return_and_after_flush(tmp_path):
     res = _agent_rounds(tmp_path, 3, 21)
     assert res["lost"] == 0 and res["acked"] > 3
