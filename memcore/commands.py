@@ -69,7 +69,7 @@ from memcore.recall.weights import HybridWeights
 from memcore.stores.long import LongTermMemory
 from memcore.names import format_namespace
 from memcore.views import (empty_namespace_note, explanation_lines, hit_dict, memory_dict,
-                           text_key)
+                           missing_memory_message, text_key)
 
 __all__ = ["add_global_options", "add_commands", "store_path", "parse_namespace", "UsageError",
            "MemoryNotFoundError", "text_key", "format_namespace"]
@@ -231,12 +231,6 @@ def _mismatch_message(args: argparse.Namespace, where: str, given: Any) -> str:
             f"{given.name!r} (dim {given.dim}) of --embedder {args.embedder}; drop --embedder "
             f"(the command line then uses the store's own), or use another --store for "
             f"{args.embedder} vectors")
-
-
-def _no_memories(opened: _Opened, ns: tuple[str, ...]) -> str:
-    """``namespace NS`` plus, when NS holds nothing, where its memories may be (see
-    :func:`memcore.views.empty_namespace_note`)."""
-    return empty_namespace_note(opened.store, ns) or f"namespace {format_namespace(ns)}"
 
 
 def _json_default(value: Any) -> Any:
@@ -403,7 +397,8 @@ def cmd_search(args: argparse.Namespace) -> int:
             explain=args.explain)
         why = ("(empty query: nothing to search for)" if not args.query.strip()
                else f"(the query has no content for embedder {opened.embedder.name!r})" if vec is None
-               else f"(no memories in {_no_memories(opened, ns)})"
+               else "(" + (empty_namespace_note(opened.store, ns)
+                           or f"nothing found in namespace {format_namespace(ns)}") + ")"
                if args.threshold is None and args.filter is None
                else f"(no memories above the threshold {args.threshold:g})" if args.filter is None
                else "(no memories matching the filter" + (
@@ -428,7 +423,7 @@ def _on_key(args: argparse.Namespace, write: bool, act: Callable[..., Any]) -> t
     with _open(args, write=write) as opened:
         found = act(opened.store, ns, args.key)
         if found is None:
-            raise MemoryNotFoundError(f"no memory {args.key!r} in {_no_memories(opened, ns)}")
+            raise MemoryNotFoundError(missing_memory_message(opened.store, ns, args.key))
     return ns, found
 
 

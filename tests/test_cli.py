@@ -432,6 +432,20 @@ def test_search_and_get_name_the_nearest_namespaces(store, cli):
     assert json.loads(found.stdout) and found.stderr == ""
 
 
+def test_search_and_the_mcp_recall_tool_give_the_same_note(store, cli):
+    from memcore.integrations.mcp_server import MemoryTools
+
+    base = ("--store", str(store), "--embedder", "hashing")
+    assert cli(*base, "put", "notes", "The spare key is under the blue pot.").returncode == 0
+    note = json.loads(cli(*base, "--json", "search", "ntoes", "key").stderr)["note"]
+    assert note == "no memories in namespace ntoes; did you mean 'notes'?"
+    with MemoryTools(store) as tools:
+        assert tools.recall("key", "ntoes") == [] and tools.why_empty("ntoes") == note
+        with pytest.raises(LookupError) as lost:
+            tools.get("nope", "ntoes")
+    assert one_line_error(cli(*base, "get", "ntoes", "nope"), 1).endswith(f": {lost.value}")
+
+
 def test_semantic_memory_stores_short_tier_and_journal(tmp_path, cli):
     from memcore import SemanticMemory
     from memcore.embedders import HashingEmbedder
