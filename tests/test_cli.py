@@ -553,3 +553,11 @@ def test_stats_counts_read_as_english(tmp_path):
     assert code == 0 and " 1 memory in 1 namespace " in out.splitlines()[0]
     run_cli("--store", store, "--embedder", "hashing", "put", "todo", "buy milk")
     assert " 2 memories in 2 namespaces " in run_cli("--store", store, "stats")[1].splitlines()[0]
+
+
+def test_store_help_names_every_command_that_creates_and_demo_its_own(cli):
+    for argv in ((), ("mcp",), ("search",)):
+        out = " ".join(cli(*argv, "--help").stdout.split())
+        assert "created by put, import and mcp" in out, out
+    demo = " ".join(cli("demo", "--help").stdout.split())
+    assert "created by" not in demo and "with --keep: the store" in demo
