@@ -57,7 +57,7 @@ from memcore.errors import (
     UnknownNamespaceError,
 )
 from memcore.extractors import MemoryExtractor, PairExtractor, Turn
-from memcore.open import build_embedder, describe, is_url, open_store
+from memcore.open import describe, is_url, open_store, own_embedder
 from memcore.names import namespace_hint
 from memcore.types import (
     Clock,
@@ -198,8 +198,11 @@ class SemanticMemory:
         :func:`memcore.open.open_store`: a directory without a store is created, and the
         ``memcore`` logger says so at INFO (a typo'd path shows there).
     embedder : Embedder, optional
-        ``memcore.embedders.default()`` when None (the first MiniLM use on a machine logs at
-        INFO that it prepares the model, about 15 s).
+        When None: for an existing store, the embedder it was written with, rebuilt from the
+        name and dim it records (as the ``memcore`` command line opens it;
+        :func:`memcore.open.own_embedder`); for a new store or ``path=None``,
+        ``memcore.embedders.default()`` (the first MiniLM use on a machine logs at INFO that it
+        prepares the model, about 15 s).
     top_k : int, default 3
         Hits per :meth:`retrieve`.
     threshold : float, default 0.3
@@ -254,6 +257,9 @@ class SemanticMemory:
         ``path``.
     StoreLockedError
         If another process writes to ``path``.
+    EmbedderMismatchError
+        If ``embedder`` differs from the one the store was written with, or, with
+        ``embedder=None``, memcore cannot rebuild that one by name.
 
     Examples
     --------
@@ -307,8 +313,8 @@ class SemanticMemory:
         self.clock: Clock = clock if clock is not None else system_clock
         self._pair = PairExtractor(max_input_chars=max_input_chars, max_response_chars=max_response_chars)
         self._extractors = list(extractors)
-        if embedder is None:
-            embedder = build_embedder()
+        if embedder is None:      # the store's own, as the command line opens it
+            embedder = own_embedder(path)
         self.embedder = embedder
         self.hybrid = hybrid if hybrid is not None else default_for(embedder)
         self.path = path

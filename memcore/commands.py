@@ -25,8 +25,8 @@ Conventions
   ``import -`` reads stdin and ``export -`` writes stdout.
 - Only commands that embed text (``put``, ``search``, ``import``) build an embedder; the others
   (``get``, ``delete``, ``namespaces``, ``stats``, ``export``) ignore ``--embedder``.
-- Stores are opened by :func:`memcore.open.open_store`. Only ``put`` and ``import`` create a
-  missing store, and say so on stderr (``memcore put: note: no store at PATH: creating a new
+- Stores are opened by :func:`memcore.open.open_store`. Only ``put``, ``import`` and ``mcp``
+  create a missing store, and say so on stderr (``memcore put: note: no store at PATH: creating a new
   one ...``); the first MiniLM load on a machine also prints a note (about 15 s). Under
   ``--json`` a note is one JSON object on stderr, ``{"note": ..., "command": ...}``.
 - A ``search`` that finds nothing in a namespace holding nothing, or a ``get`` of a missing
@@ -48,7 +48,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from memcore import _validate
 from memcore.agent import SHORT_JOURNAL
@@ -69,7 +69,7 @@ from memcore.recall.weights import HybridWeights
 from memcore.stores.long import LongTermMemory
 from memcore.names import format_namespace
 from memcore.views import (empty_namespace_note, explanation_lines, hit_dict, memory_dict,
-                           text_key)
+                           missing_memory_message, text_key)
 
 __all__ = ["add_global_options", "add_commands", "store_path", "parse_namespace", "UsageError",
            "MemoryNotFoundError", "text_key", "format_namespace"]
@@ -87,17 +87,21 @@ class UsageError(MemcoreError, ValueError):
 
 # ------------------------------------------------------------------ options and parsing
 
-def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool = False) -> None:
+#: ``--store``'s help on the top level and on every subcommand but ``demo``.
+STORE_HELP = ("store directory or postgresql:// URL (default: $MEMCORE_HOME, else "
+              "./memcore-data); a directory without a store is created by put, import and mcp "
+              "(with a note on stderr)")
+
+
+def add_global_options(parser: argparse.ArgumentParser, *, suppress: bool = False,
+                       store_help: str = STORE_HELP) -> None:
     """Add ``--store`` and ``--embedder`` to ``parser``.
 
     With ``suppress=True`` (used on subcommands) an absent option leaves the top-level value
-    alone instead of overwriting it with a default.
+    alone instead of overwriting it with a default. ``store_help`` is ``--store``'s help text.
     """
     default = argparse.SUPPRESS if suppress else None
-    parser.add_argument("--store", metavar="PATH", default=default,
-                        help="store directory or postgresql:// URL (default: $MEMCORE_HOME, else "
-                             "./memcore-data); a directory without a store is created by put and "
-                             "import (with a note on stderr)")
+    parser.add_argument("--store", metavar="PATH", default=default, help=store_help)
     parser.add_argument("--embedder", choices=EMBEDDERS, default=default,
                         help="embedder (default: the store's own; for a new store minilm when "
                              "its model loads, else hashing; static: word-piece vectors "
@@ -231,12 +235,6 @@ def _mismatch_message(args: argparse.Namespace, where: str, given: Any) -> str:
             f"{given.name!r} (dim {given.dim}) of --embedder {args.embedder}; drop --embedder "
             f"(the command line then uses the store's own), or use another --store for "
             f"{args.embedder} vectors")
-
-
-def _no_memories(opened: _Opened, ns: tuple[str, ...]) -> str:
-    """``namespace NS`` plus, when NS holds nothing, where its memories may be (see
-    :func:`memcore.views.empty_namespace_note`)."""
-    return empty_namespace_note(opened.store, ns) or f"namespace {format_namespace(ns)}"
 
 
 def _json_default(value: Any) -> Any:
@@ -403,7 +401,8 @@ def cmd_search(args: argparse.Namespace) -> int:
             explain=args.explain)
         why = ("(empty query: nothing to search for)" if not args.query.strip()
                else f"(the query has no content for embedder {opened.embedder.name!r})" if vec is None
-               else f"(no memories in {_no_memories(opened, ns)})"
+               else "(" + (empty_namespace_note(opened.store, ns)
+                           or f"nothing found in namespace {format_namespace(ns)}") + ")"
                if args.threshold is None and args.filter is None
                else f"(no memories above the threshold {args.threshold:g})" if args.filter is None
                else "(no memories matching the filter" + (
@@ -428,7 +427,7 @@ def _on_key(args: argparse.Namespace, write: bool, act: Callable[..., Any]) -> t
     with _open(args, write=write) as opened:
         found = act(opened.store, ns, args.key)
         if found is None:
-            raise MemoryNotFoundError(f"no memory {args.key!r} in {_no_memories(opened, ns)}")
+            raise MemoryNotFoundError(missing_memory_message(opened.store, ns, args.key))
     return ns, found
 
 
@@ -789,8 +788,9 @@ def add_commands(subparsers: Any) -> None:
     common = argparse.ArgumentParser(add_help=False)
     add_global_options(common, suppress=True)
 
-    def sub(name: str, help_: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
-        p = subparsers.add_parser(name, help=help_, description=help_, parents=[common])
+    def sub(name: str, help_: str, func: Callable[[argparse.Namespace], int],
+            parents: Sequence[argparse.ArgumentParser] = (common,)) -> argparse.ArgumentParser:
+        p = subparsers.add_parser(name, help=help_, description=help_, parents=list(parents))
         p.set_defaults(func=func, command=name)
         return p
 
@@ -875,7 +875,13 @@ def add_commands(subparsers: Any) -> None:
                        help="the store (default: --store, $MEMCORE_HOME, else ./memcore-data)")
         json_flag(p)
 
-    p = sub("demo", "replay a conversation tick by tick through SemanticMemory", cmd_demo)
+    demo_common = argparse.ArgumentParser(add_help=False)
+    add_global_options(demo_common, suppress=True,
+                       store_help="with --keep: the store directory or postgresql:// URL the "
+                                  "replay writes into (default: $MEMCORE_HOME, else "
+                                  "./memcore-data); without --keep a temporary store")
+    p = sub("demo", "replay a conversation tick by tick through SemanticMemory", cmd_demo,
+            parents=(demo_common,))
     p.add_argument("--locomo", metavar="FILE", help="a LoCoMo JSON file (e.g. locomo_dev.json)")
     p.add_argument("--conversation", default="conv-26", help="LoCoMo sample_id (default conv-26)")
     p.add_argument("--top-k", type=_positive_int, default=5,

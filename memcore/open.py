@@ -30,7 +30,7 @@ from memcore.errors import (EmbedderMismatchError, InvalidArgumentError, Memcore
 from memcore.stores.long import LongTermMemory
 
 __all__ = ["EMBEDDERS", "AUTO", "open_store", "build_embedder", "matching_embedder",
-           "store_embedder", "is_url", "describe", "store_exists"]
+           "store_embedder", "own_embedder", "is_url", "describe", "store_exists"]
 
 logger = logging.getLogger("memcore")
 
@@ -223,6 +223,55 @@ def store_embedder(path: Any, *, notify: Notify | None = None) -> Any:
         return matching_embedder(probe, notify=notify)
 
 
+def own_embedder(where: Any, *, create: bool = True, notify: Notify | None = None) -> Any:
+    """The embedder of :func:`open_store`'s ``"auto"`` for the store at ``where``: the one an
+    existing store was written with (:func:`store_embedder`, :func:`matching_embedder`), else the default
+    (:func:`build_embedder`: MiniLM, else hashing) for a new store or a store in RAM (None).
+
+    Parameters
+    ----------
+    where : str, os.PathLike or None
+        A store directory, a ``postgresql://`` URL, or None (a store in RAM).
+    create : bool, default True
+        Whether a missing store may be created; False raises :class:`StoreNotFoundError`.
+    notify : callable(str), optional
+        Told of the first MiniLM load on a machine (the ``memcore`` logger at INFO by default).
+
+    Raises
+    ------
+    StoreNotFoundError
+        If there is no store at ``where`` and ``create`` is False.
+    EmbedderMismatchError
+        If memcore cannot rebuild the store's embedder by name.
+
+    Examples
+    --------
+    >>> import tempfile; from memcore import HashingEmbedder, LongTermMemory
+    >>> path = tempfile.mkdtemp() + "/mem"
+    >>> LongTermMemory(path, HashingEmbedder(dim=16)).close()
+    >>> own_embedder(path).name
+    'hashing-unicode-v1'
+    """
+    if is_url(where):
+        from memcore.stores.postgres import PostgresMemory
+
+        try:
+            probe = PostgresMemory(where, None)
+        except InvalidArgumentError as err:     # no store in the schema yet
+            if not create:
+                raise StoreNotFoundError(str(err)) from err
+        else:
+            with probe:
+                return matching_embedder(probe, notify=notify)
+    elif where is not None:
+        try:
+            return store_embedder(where, notify=notify)
+        except StoreNotFoundError:
+            if not create:
+                raise
+    return build_embedder(notify=notify)
+
+
 class _HeaderProbe:
     """What :func:`matching_embedder` reads of a store (its path, embedder name and dim),
     taken from the store header alone."""
@@ -296,20 +345,13 @@ def open_store(where: Any = None, embedder: Any = AUTO, *, read_only: bool = Fal
     auto = isinstance(embedder, str)
     if is_url(where):
         return _open_postgres(where, embedder, auto, create and not read_only, notify, options)
-    if where is None:
-        if read_only or not create:
-            raise InvalidArgumentError("read_only and create=False need a path; a store in "
-                                       "RAM (where=None) is always new")
-        if auto:
-            embedder = build_embedder(notify=notify)
-        return LongTermMemory(None, embedder, **options)
+    if where is None and (read_only or not create):
+        raise InvalidArgumentError("read_only and create=False need a path; a store in "
+                                   "RAM (where=None) is always new")
     if auto:
-        try:
-            embedder = store_embedder(where, notify=notify)
-        except StoreNotFoundError:
-            if read_only or not create:
-                raise
-            embedder = build_embedder(notify=notify)
+        embedder = own_embedder(where, create=create and not read_only, notify=notify)
+    if where is None:
+        return LongTermMemory(None, embedder, **options)
     if read_only or not create or embedder is None:
         return LongTermMemory.open(where, embedder, read_only=read_only, **options)
     if not store_exists(where):

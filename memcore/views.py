@@ -18,7 +18,8 @@ from typing import Any
 from memcore.agent import SHORT_JOURNAL
 from memcore.names import format_namespace, namespace_hint
 
-__all__ = ["memory_dict", "hit_dict", "text_key", "explanation_lines", "empty_namespace_note"]
+__all__ = ["memory_dict", "hit_dict", "text_key", "explanation_lines", "empty_namespace_note",
+           "missing_memory_message"]
 
 
 def memory_dict(m: Any) -> dict[str, Any]:
@@ -101,9 +102,9 @@ def text_key(text: str, prefix: str) -> str:
 
 def empty_namespace_note(store: Any, ns: tuple[str, ...]) -> str | None:
     """Why a search of ``ns`` found nothing, when ``ns`` holds no memories: ``None`` if it holds
-    some; otherwise ``namespace NS`` plus where its memories may be, i.e. SemanticMemory's
-    short-tier journal (stored but not consolidated into the long tier yet) or the nearest
-    namespaces that hold some (``did you mean 'notes'?``).
+    some; otherwise ``no memories in namespace NS`` plus where its memories may be (see
+    :func:`missing_memory_message`). The command line's ``search`` and the MCP ``recall`` tool
+    both show this note.
 
     Parameters
     ----------
@@ -115,11 +116,39 @@ def empty_namespace_note(store: Any, ns: tuple[str, ...]) -> str | None:
     Returns
     -------
     str or None
-        e.g. ``"namespace note; did you mean 'notes'?"``.
+        e.g. ``"no memories in namespace note; did you mean 'notes'?"``.
     """
-    if store.count(ns):
-        return None
+    return None if store.count(ns) else f"no memories in {_whereabouts(store, ns)}"
+
+
+def missing_memory_message(store: Any, ns: tuple[str, ...], key: str) -> str:
+    """The message for a ``get`` of a ``key`` that ``ns`` does not hold: ``no memory KEY in
+    namespace NS``, plus, when ``ns`` holds no memories at all, where they may be: SemanticMemory's
+    short-tier journal (stored but not consolidated into the long tier yet) or the nearest
+    namespaces that hold some (``did you mean 'notes'?``).
+
+    Parameters
+    ----------
+    store : a memcore store
+        Anything with ``count(ns)`` and ``namespaces()``.
+    ns : tuple of str
+        The namespace looked in.
+    key : str
+        The key not found.
+
+    Returns
+    -------
+    str
+        e.g. ``"no memory 'k' in namespace note; did you mean 'notes'?"``.
+    """
+    return f"no memory {key!r} in {_whereabouts(store, ns)}"
+
+
+def _whereabouts(store: Any, ns: tuple[str, ...]) -> str:
+    """``namespace NS``, plus, when it holds no memories, where they may be."""
     label = f"namespace {format_namespace(ns)}"
+    if store.count(ns):
+        return label
     every = store.namespaces()
     journal = (SHORT_JOURNAL,) + ns
     if journal in every:

@@ -467,3 +467,15 @@ def test_strict_retrieve_names_the_modes_that_hold_memories():
                                   "with memories: chat, patrol)")
         hits = mem.retrieve("What is my name?", mode="chat", missing_ok=False)
         assert [h.text for h in hits] == ["My name is Ada."]
+
+
+def test_no_embedder_reopens_a_store_with_its_own(tmp_path):
+    path = tmp_path / "mem"
+    with SemanticMemory(path, HashingEmbedder(), warmup=False) as mem:
+        mem.store("The kettle is in the left cupboard.", "Noted.", "chat", importance=0.9)
+        mem.consolidate()
+    with SemanticMemory(path, warmup=False) as mem:      # no embedder: the store's own
+        assert mem.embedder.name == mem.long.embedder_name == HashingEmbedder().name
+        hits = mem.retrieve("where is the kettle?", "chat")
+        assert [h.text for h in hits] == ["The kettle is in the left cupboard."]
+        mem.store("The mugs are above the sink.", "Noted.", "chat", importance=0.9)  # it writes

@@ -432,6 +432,20 @@ def test_search_and_get_name_the_nearest_namespaces(store, cli):
     assert json.loads(found.stdout) and found.stderr == ""
 
 
+def test_search_and_the_mcp_recall_tool_give_the_same_note(store, cli):
+    from memcore.integrations.mcp_server import MemoryTools
+
+    base = ("--store", str(store), "--embedder", "hashing")
+    assert cli(*base, "put", "notes", "The spare key is under the blue pot.").returncode == 0
+    note = json.loads(cli(*base, "--json", "search", "ntoes", "key").stderr)["note"]
+    assert note == "no memories in namespace ntoes; did you mean 'notes'?"
+    with MemoryTools(store) as tools:
+        assert tools.recall("key", "ntoes") == [] and tools.why_empty("ntoes") == note
+        with pytest.raises(LookupError) as lost:
+            tools.get("nope", "ntoes")
+    assert one_line_error(cli(*base, "get", "ntoes", "nope"), 1).endswith(f": {lost.value}")
+
+
 def test_semantic_memory_stores_short_tier_and_journal(tmp_path, cli):
     from memcore import SemanticMemory
     from memcore.embedders import HashingEmbedder
@@ -539,3 +553,11 @@ def test_stats_counts_read_as_english(tmp_path):
     assert code == 0 and " 1 memory in 1 namespace " in out.splitlines()[0]
     run_cli("--store", store, "--embedder", "hashing", "put", "todo", "buy milk")
     assert " 2 memories in 2 namespaces " in run_cli("--store", store, "stats")[1].splitlines()[0]
+
+
+def test_store_help_names_every_command_that_creates_and_demo_its_own(cli):
+    for argv in ((), ("mcp",), ("search",)):
+        out = " ".join(cli(*argv, "--help").stdout.split())
+        assert "created by put, import and mcp" in out, out
+    demo = " ".join(cli("demo", "--help").stdout.split())
+    assert "created by" not in demo and "with --keep: the store" in demo

@@ -49,7 +49,8 @@ from memcore import __version__, _validate
 from memcore.errors import (InvalidArgumentTypeError, InvalidTextError, MemcoreError,
                             MemoryNotFoundError, MissingDependencyError, install_hint)
 from memcore.open import AUTO, open_store
-from memcore.views import empty_namespace_note, hit_dict, memory_dict, text_key
+from memcore.views import (empty_namespace_note, hit_dict, memory_dict, missing_memory_message,
+                           text_key)
 
 __all__ = ["MemoryTools", "build_server", "serve"]
 
@@ -202,7 +203,9 @@ class MemoryTools:
 
     def why_empty(self, namespace: Namespace = "default") -> str | None:
         """Why a recall of ``namespace`` can find nothing: ``None`` when it holds memories,
-        otherwise a note naming where they may be (the nearest namespaces: did you mean ...?)."""
+        otherwise the note the command line's ``search`` shows
+        (:func:`memcore.views.empty_namespace_note`: ``no memories in namespace NS; did you
+        mean ...?``)."""
         return empty_namespace_note(self.store, _namespace(namespace))
 
     def get(self, key: str, namespace: Namespace = "default") -> dict:
@@ -216,8 +219,7 @@ class MemoryTools:
         ns = _namespace(namespace)
         found = self.store.get(ns, key)
         if found is None:
-            where = empty_namespace_note(self.store, ns) or f"namespace {list(ns)}"
-            raise MemoryNotFoundError(f"no memory {key!r} in {where}")
+            raise MemoryNotFoundError(missing_memory_message(self.store, ns, key))
         return memory_dict(found)
 
     def forget(self, key: str, namespace: Namespace = "default") -> dict:

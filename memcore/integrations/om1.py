@@ -32,8 +32,7 @@ import threading
 from typing import Any, Mapping
 
 from memcore import _validate
-from memcore.errors import InvalidArgumentTypeError, StoreNotFoundError
-from memcore.open import store_embedder
+from memcore.errors import InvalidArgumentTypeError
 
 __all__ = ["SemanticMemoryProvider", "MAX_TEXT_LENGTH", "CONFIG_KEYS", "PATH_ENV"]
 
@@ -224,7 +223,7 @@ class SemanticMemoryProvider:
             try:
                 os.makedirs(self.path, exist_ok=True)
                 self._memory = SemanticMemory(
-                    self.path, self._embedder or _own_embedder(self.path), top_k=self.top_k,
+                    self.path, self._embedder, top_k=self.top_k,
                     threshold=self.similarity_threshold, namespace=self.namespace_prefix(),
                     max_input_chars=MAX_TEXT_LENGTH, max_response_chars=MAX_TEXT_LENGTH)
             except Exception as err:   # OM1: a memory that cannot start disables itself
@@ -321,15 +320,6 @@ class SemanticMemoryProvider:
     def close(self) -> None:
         """Write what is queued, consolidate and close the store (reopened on next use)."""
         self._close_memory()
-
-
-def _own_embedder(path: str) -> Any:
-    """The embedder an existing store at ``path`` was written with (as the command line
-    rebuilds it), or None for a new store (then SemanticMemory takes the default)."""
-    try:
-        return store_embedder(path)
-    except StoreNotFoundError:
-        return None
 
 
 def _document(hit: Any) -> str:

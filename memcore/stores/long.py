@@ -352,6 +352,8 @@ class LongTermMemory(LongTermAdmin, MemoryStore):
         embedder : Embedder, optional
             Needed only to encode texts; checked against the store's header.
         read_only : bool, default True
+            Read-only by default: a write (``put``, ``delete``, ...) raises
+            :class:`~memcore.errors.ReadOnlyStoreError`. Pass ``read_only=False`` to write.
         **kwargs
             Any other :class:`LongTermMemory` keyword (weights, clock, durability, ...).
 
