@@ -79,6 +79,19 @@ def test_reopen_checks_the_recorded_embedder(url):
     pg.drop()
 
 
+def test_semantic_memory_without_an_embedder_opens_a_schema_with_its_own(url):
+    """SemanticMemory(url) with embedder=None on an existing schema rebuilds the embedder
+    the schema records (as the command line does; memcore.open.own_embedder)."""
+    from memcore import SemanticMemory
+
+    pg = pg_server.store(emb=HashingEmbedder(dim=64))
+    pg.put(("agent", "kitchen"), "kettle", "The kettle is in the left cupboard.")
+    with SemanticMemory(path=f"{url}?schema={pg.schema}", warmup=False) as mem:
+        assert (mem.embedder.name, mem.embedder.dim) == (pg.embedder_name, 64)
+        assert mem.retrieve("Where is the kettle?", mode="kitchen")[0].key == "kettle"
+    pg.drop()
+
+
 def test_new_store_needs_an_embedder_and_a_valid_schema(url):
     with pytest.raises(InvalidArgumentError, match="needs an embedder"):
         PostgresMemory(url, None, schema=pg_server.new_schema())
