@@ -44,13 +44,12 @@ import json
 import logging
 import math
 import os
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from memcore._crc import file_crc32
+from memcore._crc import crc32, file_crc32
 from memcore.errors import (InvalidArgumentError, MissingDependencyError, StoreIOError,
                             install_hint)
 from memcore.kernels.candidates import hybrid_rows_topk
@@ -140,10 +139,10 @@ class ApproximateSearch:
 def _fingerprint(vectors: np.ndarray, rows: int) -> int:
     """CRC-32 of the first, middle and last covered rows' vector bytes (which rows the index
     was built from: compaction or a lost tail changes them)."""
-    crc = zlib.crc32(np.int64(rows).tobytes())
+    crc = crc32(np.int64(rows).tobytes())
     for r in sorted({0, rows // 2, rows - 1}):
         if 0 <= r < rows:
-            crc = zlib.crc32(np.ascontiguousarray(vectors[r]).tobytes(), crc)
+            crc = crc32(np.ascontiguousarray(vectors[r]).tobytes(), crc)
     return crc
 
 

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from memcore._crc import crc32
 from memcore.errors import StoreCorruptedError
 from memcore.kernels.logscan import CRC_TABLE, gather_segments, max_records, scan_records
 from memcore.storage.records import (
@@ -82,7 +82,7 @@ def parse_one(data, off: int, size: int):
     end = start + length
     if length > MAX_PAYLOAD or end > size:
         raise BadRecord(off, f"record length {length} runs past the end of the file")
-    if zlib.crc32(data[start:end]) != crc:
+    if crc32(data[start:end]) != crc:
         raise BadRecord(off, "record CRC-32 mismatch")
     op = data[start]
     if op == OP_PUT:

@@ -6,11 +6,11 @@ Layout: see :mod:`memcore.storage` (Record layout).
 from __future__ import annotations
 
 import struct
-import zlib
 from typing import Sequence
 
 import numpy as np
 
+from memcore._crc import crc32
 from memcore.errors import StoreCorruptedError
 from memcore.kernels.logscan import gather_segments
 
@@ -33,7 +33,7 @@ def encode_put(row: int, key: bytes, text: bytes, meta: bytes, created_at: float
     payload = b"".join((PUT_FIXED.pack(OP_PUT, row, created_at, updated_at, last_accessed_at,
                                        access_count, importance, vector_crc, len(key), len(text),
                                        len(meta)), key, text, meta))
-    return FRAME.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload
+    return FRAME.pack(MAGIC, len(payload), crc32(payload)) + payload
 
 
 #: A whole PUT record's first 76 bytes: the frame, then the payload's fixed part.
@@ -53,7 +53,7 @@ def _patch_crcs(blob: bytearray, starts: np.ndarray, ends: np.ndarray) -> None:
     if n == 0:
         return
     mv = memoryview(blob)
-    crc = zlib.crc32
+    crc = crc32
     crcs = np.fromiter((crc(mv[s + 12:e]) for s, e in zip(starts.tolist(), ends.tolist())),
                        np.dtype("<u4"), n)
     mv.release()
@@ -184,7 +184,7 @@ def pending_batch_at(data, off: int, size: int) -> bool:
     magic, length, crc = FRAME.unpack_from(data, off)
     start = off + FRAME.size
     return (magic == PENDING_MAGIC and length <= MAX_PAYLOAD and start + length <= size
-            and zlib.crc32(data[start:start + length]) == crc)
+            and crc32(data[start:start + length]) == crc)
 
 
 #: Where a batch's first record holds the batch's record count: its payload's 3 pad bytes
@@ -208,7 +208,7 @@ def mark_batch(blob: bytearray, count: int) -> None:
     length = FRAME.unpack_from(blob, 0)[1]
     at = BATCH_COUNT_AT
     blob[at:at + 3] = min(count, MAX_BATCH_COUNT).to_bytes(3, "little")
-    struct.pack_into("<I", blob, 8, zlib.crc32(memoryview(blob)[FRAME.size:FRAME.size + length]))
+    struct.pack_into("<I", blob, 8, crc32(memoryview(blob)[FRAME.size:FRAME.size + length]))
     blob[0] = 0
 
 
@@ -220,14 +220,14 @@ def batch_count(data, off: int) -> int:
 def encode_delete(row: int, key: bytes) -> bytes:
     """One framed DEL record."""
     payload = DEL_FIXED.pack(OP_DEL, row, len(key)) + key
-    return FRAME.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload
+    return FRAME.pack(MAGIC, len(payload), crc32(payload)) + payload
 
 
 
 def vector_crcs(vectors: np.ndarray) -> list[int]:
     """CRC-32 of each row's float32 bytes, as the PUT records store them."""
     v = np.ascontiguousarray(vectors, dtype=np.float32)
-    crc = zlib.crc32
+    crc = crc32
     return [crc(row) for row in v.view(np.uint8).reshape(v.shape[0], -1)] if v.shape[0] else []
 
 
@@ -251,7 +251,7 @@ def first_bad_row(vectors: np.ndarray, crcs: np.ndarray) -> int | None:
     if n == 0:
         return None
     raw = np.ascontiguousarray(vectors, np.float32).view(np.uint8).reshape(n, -1)
-    crc = zlib.crc32
+    crc = crc32
     want = crcs.tolist()
     for i in range(n):
         if crc(raw[i]) != want[i]:
