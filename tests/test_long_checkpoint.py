@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memcore import HashingEmbedder, LongTermMemory, MemoryItem, StoreCorruptedError, storage
 from memcore.storage import checkpoint as ckpt
@@ -281,6 +283,40 @@ def test_mapped_arrays_keep_the_files_as_written(tmp_path):
     (tmp_path / "hx1.win.0.i1.i32").write_bytes(b"\0" * 4)
     with pytest.raises(StoreCorruptedError, match=r"hx1\.win\.0\.i1\.i32 has 4 bytes"):
         read_index(str(tmp_path), 0, 1, (True,), manifest)
+
+
+@settings(max_examples=80, deadline=None)
+@given(rows=st.integers(0, 3000), width=st.integers(1, 4),
+       dtype=st.sampled_from([np.int8, np.uint8, np.bool_, np.int32, np.float32, np.float64]),
+       set_rows=st.lists(st.integers(0, 2999), max_size=4), negative_zero=st.booleans(),
+       step=st.sampled_from([1, 7, 4 << 20]))
+def test_used_rows_is_the_last_row_holding_a_set_byte(rows, width, dtype, set_rows,
+                                                     negative_zero, step):
+    """write_index's extent of the written rows: tested block by block from the end (any
+    block size), equal to a whole-array pass; -0.0 is a set bit pattern."""
+    from memcore.storage import mapped
+
+    a = np.zeros((rows, width), dtype)
+    for r in set_rows:
+        if r < rows:
+            a[r, r % width] = 1
+    if negative_zero and rows and dtype in (np.float32, np.float64):
+        a[rows // 2, 0] = -0.0
+
+    def whole_pass(arr):
+        if arr.size == 0:
+            return 0
+        raw = arr.reshape(arr.shape[0], -1).view(np.dtype(f"u{arr.dtype.itemsize}"))
+        nz = np.flatnonzero(raw.any(axis=1))
+        return int(nz[-1]) + 1 if nz.shape[0] else 0
+
+    old = mapped._USED_BLOCK_BYTES
+    mapped._USED_BLOCK_BYTES = step
+    try:
+        assert mapped._used_rows(a) == whole_pass(a)
+        assert mapped._used_rows(a.reshape(-1)) == whole_pass(a.reshape(-1))
+    finally:
+        mapped._USED_BLOCK_BYTES = old
 
 
 def test_compact_and_reindex_rebuild_and_persist_the_index(tmp_path, format2):
