@@ -209,5 +209,9 @@ def test_scale_repetitive_workload_smoke_run(shared, tmp_path, monkeypatch):
             assert x["open_s"] > 0 and x["second_hybrid_s"] > 0
             assert x["ingest"]["put_many_calls"] == math.ceil(n / 300)
             assert (x["ingest"]["close_s"] is None) == (exit_ == "unclean")
+            warm = x.get("warm")        # a second fresh process, files in the page cache
+            assert (warm is not None) == (exit_ == "clean")
+            assert warm is None or (warm["count"] == n and warm["first_hybrid_s"] > 0)
     md = js.with_suffix(".md").read_text()
     assert "side by side" in md and "fresh process after a bulk put_many" in md
+    assert "warm page cache" in md
