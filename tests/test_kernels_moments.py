@@ -137,3 +137,46 @@ def test_sparse_moments(vals, extra):
     got = km.sparse_moments(v, n)
     want = ref.sparse_moments(v, n)
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
+
+
+def _stride_windows(episode_of: np.ndarray, max_window: int):
+    """The hybrid index's fixed-stride windows: each row's radius-``max_window``
+    neighbourhood in episode (row) order, padded with -1, its position and the count."""
+    n = episode_of.shape[0]
+    stride = 2 * max_window + 1
+    win = np.full((n, stride), -1, np.int32)
+    pos = np.zeros(n, np.int8)
+    cnt = np.zeros(n, np.int8)
+    members: dict = {}
+    for i, e in enumerate(episode_of.tolist()):
+        members.setdefault(e if e >= 0 else ("own", i), []).append(i)
+    for rows in members.values():
+        for p, i in enumerate(rows):
+            lo = max(0, p - max_window)
+            hood = rows[lo:p + max_window + 1]
+            win[i, :len(hood)] = hood
+            pos[i], cnt[i] = p - lo, len(hood)
+    return win, pos, cnt
+
+
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 60), dim=st.integers(1, 20),
+       kind=kinds, radius=st.integers(0, 4), alpha=st.sampled_from([0.0, 0.3, 0.5, 1.0]))
+def test_stride_context_vectors_equal_the_oracle_bit_for_bit(seed, n, dim, kind, radius, alpha):
+    """The index's context vectors from its fixed-stride windows: the kernel equals the
+    NumPy oracle exactly (same float64 additions in stride order) and the CSR-window
+    definition (``reference.context_vectors``) to rounding."""
+    from memcore.recall.weights import MAX_WINDOW
+
+    rng = np.random.default_rng(seed)
+    V = vectors_for(rng, n, dim, kind)
+    episode_of = rng.integers(-1, 4, n)
+    win, pos, cnt = _stride_windows(episode_of, MAX_WINDOW)
+    rows = rng.permutation(n)[:rng.integers(0, n + 1)].astype(np.int64)
+    got = km.stride_context_vectors(V, rows, win, pos, cnt, alpha, radius)
+    want = ref.stride_context_vectors(V, rows, win, pos, cnt, alpha, radius)
+    assert got.dtype == np.float64 and got.shape == (rows.shape[0], dim)
+    assert np.array_equal(got.view(np.uint64), want.view(np.uint64))
+    r = min(radius, MAX_WINDOW)
+    start, size, flat = episode_windows(episode_of, r)
+    csr = ref.context_vectors(V, start, size, flat, alpha if r else 1.0)[rows]
+    np.testing.assert_allclose(got, csr, rtol=1e-12, atol=1e-12)

@@ -32,7 +32,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["dense_moments", "moments_update", "context_moments_update", "sparse_moments"]
+__all__ = ["dense_moments", "moments_update", "context_moments_update", "sparse_moments",
+           "stride_context_vectors"]
 
 
 @numba.njit(cache=True)
@@ -180,6 +181,64 @@ def context_moments_update(vectors, rows, win_start, win_len, win_rows, alpha, s
         for d in range(dim):
             x[d] = alpha * np.float64(vectors[i, d]) + (1.0 - alpha) * (acc[d] / cnt)
         _rank_one(x, sign, s1, s2)
+
+
+@numba.njit(cache=True)
+def stride_context_vectors(vectors, rows, win, win_pos, win_cnt, alpha, radius):
+    """The context vectors ``c_i = alpha * v_i + (1 - alpha) * mean(v_j, j in W_r(i))`` of
+    ``rows``, in float64, from fixed-stride episode windows (the hybrid index's ``win``
+    columns): row ``i``'s window is ``win[i, lo:hi]`` with ``lo = pos - min(pos, r)``,
+    ``hi = min(cnt, pos + r + 1)`` (``pos``/``cnt``: its place in its stored neighbourhood and
+    the neighbourhood's size). The window's members are summed in float64 in stride order,
+    so the result is bit for bit the NumPy oracle's
+    (:func:`memcore.kernels.reference.stride_context_vectors`).
+
+    Parameters
+    ----------
+    vectors : ndarray of shape (n, dim), float32
+    rows : ndarray of shape (m,), int64
+    win : ndarray of shape (n, stride), int32
+        Each row's neighbourhood (row ids in episode order, the row itself at ``win_pos``).
+    win_pos, win_cnt : ndarray of shape (n,), int8
+    alpha : float
+        Weight of the row's own vector, in [0, 1].
+    radius : int
+        Window radius ``r`` (0: the own vectors, ``alpha`` unused).
+
+    Returns
+    -------
+    ndarray of shape (m, dim), float64
+
+    Examples
+    --------
+    >>> V = np.array([[1.0, 0.0], [0.0, 1.0]], np.float32)
+    >>> win = np.array([[0, 1, -1], [0, 1, -1]], np.int32)
+    >>> pos, cnt = np.array([0, 1], np.int8), np.array([2, 2], np.int8)
+    >>> stride_context_vectors(V, np.array([0]), win, pos, cnt, 0.5, 1).tolist()
+    [[0.75, 0.25]]
+    """
+    m = rows.shape[0]
+    dim = vectors.shape[1]
+    out = np.empty((m, dim), np.float64)
+    acc = np.empty(dim, np.float64)
+    for k in range(m):
+        i = rows[k]
+        if radius == 0:
+            for d in range(dim):
+                out[k, d] = np.float64(vectors[i, d])
+            continue
+        p = np.int64(win_pos[i])
+        lo = p - min(p, radius)
+        hi = min(np.int64(win_cnt[i]), p + radius + 1)
+        acc[:] = 0.0
+        for j in range(lo, hi):
+            v = vectors[win[i, j]]
+            for d in range(dim):
+                acc[d] += np.float64(v[d])
+        cnt = np.float64(hi - lo)
+        for d in range(dim):
+            out[k, d] = alpha * np.float64(vectors[i, d]) + (1.0 - alpha) * (acc[d] / cnt)
+    return out
 
 
 @numba.njit(cache=True)

@@ -605,6 +605,29 @@ def context_vectors(vectors, win_start, win_len, win_rows, alpha):
     return out
 
 
+def stride_context_vectors(vectors, rows, win, win_pos, win_cnt, alpha, radius):
+    """(len(rows), dim) float64: ``alpha * v_i + (1 - alpha) * mean(v_j, j in win[i, lo:hi])``,
+    ``lo = pos - min(pos, r)``, ``hi = min(cnt, pos + r + 1)``; the own vectors for r = 0. The
+    members are added in stride order (one masked gather per offset), in float64."""
+    rows = np.asarray(rows, np.int64)
+    X = vectors[rows].astype(np.float64)
+    if radius == 0:
+        return X
+    pos = win_pos[rows].astype(np.int64)
+    cnt = win_cnt[rows].astype(np.int64)
+    lo = pos - np.minimum(pos, radius)
+    hi = np.minimum(cnt, pos + radius + 1)
+    out = np.zeros((rows.shape[0], vectors.shape[1]), np.float64)
+    W = win[rows]
+    at = np.arange(rows.shape[0])
+    for off in range(2 * radius + 1):
+        j = lo + off
+        ok = j < hi
+        idx = np.where(ok, W[at, np.minimum(j, W.shape[1] - 1)], rows)
+        out += vectors[idx] * ok.astype(np.float32)[:, None]      # x * 1 or 0: exact
+    return alpha * X + (1.0 - alpha) * (out / (hi - lo)[:, None])
+
+
 def moments_update(vectors, rows, sign, s1, s2):
     """s1 += sign * sum v_r, s2 += sign * sum v_r v_r^T over rows (float64)."""
     x = vectors[rows].astype(np.float64)

@@ -754,27 +754,10 @@ class HybridIndex:
     def _context_vectors(self, V: np.ndarray, rows: np.ndarray, alpha: float, r: int
                          ) -> np.ndarray:
         """(len(rows), dim) float64: ``alpha * v_i + (1 - alpha) * mean(v_j, j in W_r(i))``
-        (``v_i`` itself for r = 0)."""
-        X = V[rows].astype(np.float64)
-        if r == 0:
-            return X
-        return alpha * X + (1.0 - alpha) * self._window_means(V, rows, r)
-
-    def _window_means(self, V: np.ndarray, rows: np.ndarray, r: int) -> np.ndarray:
-        """(len(rows), dim) float64: the mean vector of each row's radius-r window."""
-        pos = self._a("win_pos")[rows].astype(np.int64)
-        cnt = self._a("win_cnt")[rows].astype(np.int64)
-        lo = pos - np.minimum(pos, r)
-        hi = np.minimum(cnt, pos + r + 1)
-        out = np.zeros((rows.shape[0], self.dim), np.float64)
-        W = self._a("win")[rows]
-        at = np.arange(rows.shape[0])
-        for off in range(2 * r + 1):
-            j = lo + off
-            ok = j < hi
-            idx = np.where(ok, W[at, np.minimum(j, _STRIDE - 1)], rows)
-            out += V[idx] * ok.astype(np.float32)[:, None]      # x * 1 or 0: exact
-        return out / (hi - lo)[:, None]
+        (``v_i`` itself for r = 0; :func:`memcore.kernels.moments.stride_context_vectors`)."""
+        return _km.stride_context_vectors(V, np.asarray(rows, np.int64), self._a("win"),
+                                          self._a("win_pos"), self._a("win_cnt"),
+                                          float(alpha), int(r))
 
     def _set_speaker(self, row: int, speaker: str | None) -> None:
         spk = self._a("speaker")
