@@ -379,6 +379,17 @@ def _filter_sql(flt: dict | None, params: dict) -> str:
     return "(" + " AND ".join(parts) + ")"
 
 
+def _distinct_speakers(t: str) -> str:
+    """``WITH RECURSIVE s(v)``: the distinct ``metadata ->> 'speaker'`` values of namespace
+    ``%(ns)s`` in table ``t`` (a loose scan of the speaker index: one probe per distinct
+    value, not a pass over the rows), then a NULL row."""
+    sp = "((metadata::jsonb) ->> 'speaker')"
+    return (f"WITH RECURSIVE s(v) AS ((SELECT {sp} FROM {t} WHERE namespace = %(ns)s "
+            f"AND {sp} IS NOT NULL ORDER BY {sp} LIMIT 1) UNION ALL SELECT (SELECT {sp} "
+            f"FROM {t} WHERE namespace = %(ns)s AND {sp} > s.v ORDER BY {sp} LIMIT 1) "
+            f"FROM s WHERE s.v IS NOT NULL)")
+
+
 class _NoEncoder:
     """Name and dim of a store opened without an embedder (its replica never encodes)."""
 
@@ -1368,23 +1379,16 @@ class PostgresMemory(MemoryStore):
         probe per distinct speaker, not a pass over the rows)."""
         t = self._t("memcore_memories")
         sp = "((metadata::jsonb) ->> 'speaker')"
-        sql = (f"WITH RECURSIVE s(v) AS ((SELECT {sp} FROM {t} WHERE namespace = %(ns)s "
-               f"AND {sp} IS NOT NULL ORDER BY {sp} LIMIT 1) UNION ALL SELECT (SELECT {sp} "
-               f"FROM {t} WHERE namespace = %(ns)s AND {sp} > s.v ORDER BY {sp} LIMIT 1) "
-               f"FROM s WHERE s.v IS NOT NULL) SELECT v FROM s WHERE v IS NOT NULL")
+        # the names a row holds as a JSON string: one probe per name (LATERAL ... LIMIT 1:
+        # the planner cannot turn it into a semi-join over a pass of the namespace), in the
+        # same statement
+        sql = (f"{_distinct_speakers(t)} SELECT s.v FROM s CROSS JOIN LATERAL (SELECT 1 FROM "
+               f"{t} WHERE namespace = %(ns)s AND {sp} = s.v AND "
+               f"jsonb_typeof((metadata::jsonb) -> 'speaker') = 'string' LIMIT 1) x "
+               f"WHERE s.v IS NOT NULL ORDER BY s.v")
         got = self._run(lambda conn: conn.execute(sql, {"ns": _ns_text(ns)}).fetchall())
-        # the index holds ->> of any JSON value; a speaker is a non-empty JSON string
-        names = [r[0] for r in got if r[0].strip()]
-        if not names:
-            return []
-        # a name counts when a row holds it as a JSON string (one index probe per name, not
-        # a pass over the named rows)
-        kept = self._run(lambda conn: conn.execute(
-            f"SELECT v FROM unnest(%(n)s::text[]) AS v WHERE EXISTS (SELECT 1 FROM {t} "
-            f"WHERE namespace = %(ns)s AND {sp} = v AND "
-            f"jsonb_typeof((metadata::jsonb) -> 'speaker') = 'string') ORDER BY v",
-            {"ns": _ns_text(ns), "n": names}).fetchall())
-        return [r[0] for r in kept]
+        # a speaker is a non-empty JSON string
+        return [r[0] for r in got if r[0].strip()]
 
     def _candidates(self, rq: ResolvedQuery, hits: Sequence[MemoryHit] = ()
               ) -> "_pool.CandidatePool | None":
@@ -1416,7 +1420,10 @@ class PostgresMemory(MemoryStore):
         p["k1"], p["b"] = float(w.k1), float(w.b)
 
         def run(conn):
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")   # one snapshot
+            # one snapshot; the HNSW settings in the same round trip (used above C rows)
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ" + (
+                f"; SET LOCAL hnsw.ef_search = {min(int(c), MAX_CANDIDATES)}; "
+                f"SET LOCAL hnsw.iterative_scan = strict_order" if self.hnsw else ""))
             live = conn.execute(f"SELECT live, dl_sum FROM {self._t('memcore_namespaces')} "
                                 f"WHERE namespace = %s", [nst]).fetchone()
             if live is None or live[0] == 0:
@@ -1432,9 +1439,6 @@ class PostgresMemory(MemoryStore):
                     f"SELECT {_COLS}, embedding, seq, TRUE, {_VISIBLE} AND {where} FROM {t} "
                     f"WHERE namespace = %(ns)s ORDER BY seq", p).fetchall()
             keys = set(p["hits"])
-            if self.hnsw:
-                conn.execute(f"SET LOCAL hnsw.ef_search = {min(int(c), MAX_CANDIDATES)}; "
-                             f"SET LOCAL hnsw.iterative_scan = strict_order")
             keys.update(r[0] for r in conn.execute(
                 f"SELECT key FROM {t} WHERE {vis} ORDER BY embedding <#> %(q)s LIMIT %(c)s",
                 p).fetchall())
@@ -1442,9 +1446,16 @@ class PostgresMemory(MemoryStore):
                 keys.update(self._bm25_candidates(conn, rq, p, where, live[0], live[1],
                                                   visible, stats, corpus))
             if p["spk"]:        # the named speakers' rows nearest the query
+                # lower(speaker) in spk <=> speaker in the distinct values whose lower() is:
+                # those from the speaker index (one probe per distinct value), then their
+                # rows by the index, not a pass over the namespace; materialised, so the
+                # order is exact (never the HNSW index's), in table order as a pass reads
+                # them (equal distances are cut as the pass cut them)
                 keys.update(r[0] for r in conn.execute(
-                    f"SELECT key FROM {t} WHERE {vis} AND lower((metadata::jsonb) ->> "
-                    f"'speaker') = ANY(%(spk)s) ORDER BY embedding <#> %(q)s LIMIT %(c)s",
+                    f"{_distinct_speakers(t)}, r AS MATERIALIZED (SELECT key, embedding "
+                    f"FROM {t} WHERE {vis} AND ((metadata::jsonb) ->> 'speaker') = ANY("
+                    f"ARRAY(SELECT v FROM s WHERE lower(v) = ANY(%(spk)s))) ORDER BY ctid) "
+                    f"SELECT key FROM r ORDER BY embedding <#> %(q)s LIMIT %(c)s",
                     p).fetchall())
             p["keys"] = sorted(keys)
             ep = "((metadata::jsonb) -> 'episode')"
