@@ -1448,13 +1448,14 @@ class PostgresMemory(MemoryStore):
             if p["spk"]:        # the named speakers' rows nearest the query
                 # lower(speaker) in spk <=> speaker in the distinct values whose lower() is:
                 # those from the speaker index (one probe per distinct value), then their
-                # rows by the index, not a pass over the namespace; materialised, so the
-                # order is exact (never the HNSW index's), in table order as a pass reads
-                # them (equal distances are cut as the pass cut them)
+                # rows by the index (a LATERAL probe per value), not a pass over the
+                # namespace; materialised, so the order is exact (never the HNSW index's),
+                # in table order as a pass reads them (equal distances cut as it cut them)
                 keys.update(r[0] for r in conn.execute(
-                    f"{_distinct_speakers(t)}, r AS MATERIALIZED (SELECT key, embedding "
-                    f"FROM {t} WHERE {vis} AND ((metadata::jsonb) ->> 'speaker') = ANY("
-                    f"ARRAY(SELECT v FROM s WHERE lower(v) = ANY(%(spk)s))) ORDER BY ctid) "
+                    f"{_distinct_speakers(t)}, r AS MATERIALIZED (SELECT x.* FROM s CROSS "
+                    f"JOIN LATERAL (SELECT ctid AS at, key, embedding FROM {t} WHERE {vis} "
+                    f"AND ((metadata::jsonb) ->> 'speaker') = s.v OFFSET 0) x "
+                    f"WHERE lower(s.v) = ANY(%(spk)s) ORDER BY x.at) "
                     f"SELECT key FROM r ORDER BY embedding <#> %(q)s LIMIT %(c)s",
                     p).fetchall())
             p["keys"] = sorted(keys)
