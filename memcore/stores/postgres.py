@@ -67,8 +67,10 @@ hybrid search loads the namespace).
 
 Stateless hybrid recall (``PostgresMemory(..., replica=False)``; not the default, because it
 is exact only on small namespaces). Write-time state, kept by every writer in its
-transaction whatever its searchers do: ``memcore_postings(namespace, term, key, tf, dl)``,
-memcore's own BM25 terms of each memory (``"speaker: text"`` and its day's date words,
+transaction whatever its searchers do: ``memcore_postings(namespace, term, key, tf, dl)``
+(``tf`` and ``dl`` included in the primary key's index since 2026-12-06, so a term's postings
+are read by an index-only scan; a table created before keeps its plain key), memcore's own
+BM25 terms of each memory (``"speaker: text"`` and its day's date words,
 stemmed, hashed as the hybrid index of the default structure does:
 :mod:`memcore.stores.pg_terms`; replaced with the row, deleted before it by deletes and sweeps,
 with it by a clear's ``ON DELETE CASCADE``), the namespace row's ``dl_sum`` (the total length
@@ -675,7 +677,10 @@ class PostgresMemory(MemoryStore):
                              [t("memcore_moments")]).fetchone()[0]
         conn.execute(f"CREATE TABLE IF NOT EXISTS {t('memcore_postings')} ("
                      f"namespace text NOT NULL, term int8 NOT NULL, key text NOT NULL, "
-                     f"tf int4 NOT NULL, dl int4 NOT NULL, PRIMARY KEY (namespace, term, key), "
+                     f"tf int4 NOT NULL, dl int4 NOT NULL, "
+                     # tf and dl in the key's index: a query term's postings by an
+                     # index-only scan (a table made before keeps the plain key)
+                     f"PRIMARY KEY (namespace, term, key) INCLUDE (tf, dl), "
                      f"FOREIGN KEY (namespace, key) REFERENCES {t('memcore_memories')} "
                      f"ON DELETE CASCADE); "
                      f"CREATE TABLE IF NOT EXISTS {t('memcore_moments')} ("
@@ -1424,12 +1429,13 @@ class PostgresMemory(MemoryStore):
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ" + (
                 f"; SET LOCAL hnsw.ef_search = {min(int(c), MAX_CANDIDATES)}; "
                 f"SET LOCAL hnsw.iterative_scan = strict_order" if self.hnsw else ""))
-            live = conn.execute(f"SELECT live, dl_sum FROM {self._t('memcore_namespaces')} "
-                                f"WHERE namespace = %s", [nst]).fetchone()
+            live = conn.execute(
+                f"SELECT live, dl_sum, (SELECT count(*) FROM {t} WHERE namespace = %(ns)s AND "
+                f"expires_at > 0 AND expires_at <= %(now)s) FROM "
+                f"{self._t('memcore_namespaces')} WHERE namespace = %(ns)s", p).fetchone()
             if live is None or live[0] == 0:
                 return []
-            expired = conn.execute(f"SELECT count(*) FROM {t} WHERE namespace = %(ns)s AND "
-                                   f"expires_at > 0 AND expires_at <= %(now)s", p).fetchone()[0]
+            expired = live[2]
             visible = live[0] - expired if where == "TRUE" else conn.execute(
                 f"SELECT count(*) FROM {t} WHERE {vis}", p).fetchone()[0]
             if w.normalize and w.dense:
