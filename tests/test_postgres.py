@@ -1165,3 +1165,89 @@ def test_stateless_dense_moment_sums_follow_writes_as_a_recomputation():
         s.put("chat", "y", "and one more", metadata={"episode": 1})
     check()
     pg.drop()
+
+
+def test_stateless_speaker_candidates_are_the_nearest_rows_of_the_named_speakers():
+    """The speaker source of ``replica=False`` gives the ``candidates`` rows nearest the
+    query among the rows whose speaker (any case) the query names, exactly, on every search
+    (psycopg prepares a statement from its fifth execution on: a generic plan must not
+    make it an approximate HNSW scan)."""
+    hw = HybridWeights.no_model()
+    _, pg, clock, rng, words = _stateless_chat(hw, 6, 21)
+    pg.put_many("chat", [MemoryItem(f"u{i}", " ".join(rng.choice(words, 3)), 0.5,
+                                    {"episode": 1000 + i, "speaker": "BOB"}) for i in range(20)])
+    rows = pg._run(lambda conn: conn.cursor(binary=True).execute(
+        f"SELECT key, (metadata::jsonb) ->> 'speaker', embedding "
+        f"FROM {pg._t('memcore_memories')}").fetchall())
+    bob = [(k, np.asarray(v.to_numpy(), np.float32)) for k, s, v in rows
+           if s is not None and s.lower() == "bob"]
+    for j in range(8):
+        q = " ".join(rng.choice(words, 2)) + " Bob"
+        rq = pg.resolve("chat", q, top_k=5, touch=False)
+        assert "bob" in rq.prepared.entities
+        sims = np.array([float(v @ rq.vector) for _, v in bob])
+        cut = np.sort(sims)[::-1][5]                      # the 6th nearest
+        pool = pg._candidates(rq)
+        cand = {pool.rows[i][0] for i in pool.cand.tolist()}
+        assert {k for (k, _), s in zip(bob, sims) if s > cut + 1e-6} <= cand
+        assert len(cand & {k for k, _ in bob}) >= 6
+        clock.advance(60.0)
+    pg.drop()
+
+
+def test_postings_are_read_by_an_index_only_scan():
+    """A new store's postings key index includes ``tf`` and ``dl``: once vacuumed, the query
+    terms' postings are read from the index alone."""
+    import psycopg
+
+    pg = pg_server.store(FakeClock(), emb(), replica=False)
+    _random_chat([pg], np.random.default_rng(5), 60, FakeClock())
+    pt = pg._t("memcore_postings")
+    with psycopg.connect(pg_server.url(), autocommit=True) as conn:
+        idx = conn.execute("SELECT pg_get_indexdef(indexrelid) FROM pg_index WHERE indrelid = "
+                           "%s::regclass AND indisprimary", [pt]).fetchone()[0]
+        assert "INCLUDE (tf, dl)" in idx
+        conn.execute(f"VACUUM ANALYZE {pt}")
+        conn.execute("SET enable_seqscan = off; SET enable_bitmapscan = off")
+        term = conn.execute(f"SELECT term FROM {pt} LIMIT 1").fetchone()[0]
+        plan = "\n".join(r[0] for r in conn.execute(
+            f"EXPLAIN SELECT term, key, tf, dl FROM {pt} WHERE namespace = %s AND "
+            f"term = ANY(%s)", ['["chat"]', [term]]).fetchall())
+    assert "Index Only Scan" in plan
+    pg.drop()
+
+
+def test_stateless_pool_documents_and_codes_are_the_hybrid_indexs():
+    """The pool's index stems each BM25 document once per process (a bounded cache) and
+    encodes the quantised codes only when a scan asks: its documents, lexical signals and a
+    full scan equal a plain HybridIndex's."""
+    from memcore.recall.index import HybridIndex
+    from memcore.recall.words import bm25_documents, stemmer
+    from memcore.stores import pg_pool
+
+    texts = [f"the dogs were adopted in paris {i % 7} times" for i in range(200)]
+    speakers = [["Ann", None, "Bob"][i % 3] for i in range(200)]
+    created = [1.7e9 + 86400.0 * (i % 5) for i in range(200)]
+    want = bm25_documents(texts, speakers, created, stemmer())
+    assert pg_pool._documents(texts, speakers, created, stemmer()) == want
+    assert pg_pool._documents(texts, speakers, created, stemmer()) == want     # cached
+    assert pg_pool._documents(texts, speakers, created, None) == \
+        bm25_documents(texts, speakers, created, None)
+    assert len(pg_pool._DOCS) <= pg_pool.DOCUMENT_CACHE
+    hw = HybridWeights.no_model()
+    e = emb()
+    vecs = e.encode(texts)
+    plain, pool = HybridIndex(DIM, hw, None), pg_pool._PoolIndex(DIM, hw, None)
+    for idx in (plain, pool):
+        idx.put_many(list(range(200)), texts, vecs, [(i // 4, s) for i, s in
+                                                     enumerate(speakers)], created)
+    q = "adopted dogs in paris"
+    qv = e.encode([q])[0]
+    pq = plain.prepare(q)
+    la, lb = plain.lexical_signals(pq, hw), pool.lexical_signals(pq, hw)
+    for name in ("own_rows", "own_vals", "ctx_rows", "ctx_vals"):
+        assert np.array_equal(getattr(la, name), getattr(lb, name))
+    a = plain.search(q, qv, top_k=10, weights=hw)
+    b = pool.search(q, qv, top_k=10, weights=hw)
+    assert a.ids[:a.count].tolist() == b.ids[:b.count].tolist()
+    np.testing.assert_array_equal(a.scores[:a.count], b.scores[:b.count])

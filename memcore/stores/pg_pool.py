@@ -1,8 +1,9 @@
 """The candidate pool of :class:`~memcore.stores.postgres.PostgresMemory`'s stateless hybrid
 search (``replica=False``): the rows one query read from SQL (its candidates and their episode
 window neighbours, in write order) in a per-query :class:`~memcore.recall.index.HybridIndex`
-(RAM, no store around it: no table, no key map, no moment sums), ranked by the candidates
-kernel (:meth:`HybridIndex.search` with ``rows=``,
+(RAM, no store around it: no table, no key map, no moment sums; no quantised codes unless
+a scan asks for them; each BM25 document stemmed once per process, :data:`DOCUMENT_CACHE`),
+ranked by the candidates kernel (:meth:`HybridIndex.search` with ``rows=``,
 :func:`memcore.kernels.candidates.hybrid_rows_topk`: the exact path's score of the given rows
 only).
 
@@ -29,6 +30,7 @@ from memcore.core.table import copy_metadata
 from memcore.recall.diversity import diversify, pool_size
 from memcore.recall.index import HybridIndex, LexicalSignals
 from memcore.recall.namespace import episode_speaker
+from memcore.recall.words import bm25_documents, stem_many
 from memcore.types import MemoryHit, MemoryTier
 
 __all__ = ["CandidatePool", "pool", "rank", "explain", "vector", "ROW_FIELDS"]
@@ -67,6 +69,53 @@ class CandidatePool:
     signals: Signals
 
 
+#: Stemmed BM25 documents kept across queries (composed document -> stemmed), at most this
+#: many (emptied when full): a row read by many queries is stemmed once.
+DOCUMENT_CACHE = 32768
+_DOCS: dict = {}
+
+
+def _documents(texts: Sequence[str], speakers: Sequence, created_at: Any,
+               stem: Any) -> list:
+    """:func:`~memcore.recall.words.bm25_documents` of the rows, each composed document
+    stemmed once per process (:data:`DOCUMENT_CACHE`; the stemmer is a pure function of the
+    document)."""
+    ts = bm25_documents(texts, speakers, created_at, None)
+    if stem is None:
+        return ts
+    out = [_DOCS.get(t) for t in ts]
+    miss = [i for i, d in enumerate(out) if d is None]
+    if miss:
+        got = stem_many([ts[i] for i in miss], stem)
+        if len(_DOCS) + len(miss) > DOCUMENT_CACHE:
+            _DOCS.clear()
+        for i, d in zip(miss, got):
+            out[i] = _DOCS[ts[i]] = d
+    return out
+
+
+class _PoolIndex(HybridIndex):
+    """The :class:`HybridIndex` of one pool: the candidates kernel reads the vectors, never
+    the int8 and 4-bit codes (read only by the scans over every row), so they are encoded on
+    first use; the BM25 documents are stemmed once per process (:func:`_documents`)."""
+
+    _coded = 0
+
+    def _encode(self, rows: np.ndarray, V: np.ndarray) -> None:
+        self._coded = 0                          # put_many: the codes are encoded on use
+
+    def _codes(self, n: int) -> tuple:
+        if self._coded < self.n_rows:
+            m = self.n_rows
+            super()._encode(np.arange(m, dtype=np.int64), self._vectors()[:m])
+            self._coded = m
+        return super()._codes(n)
+
+    def _lexical_texts(self, texts: Sequence[str], speakers: Sequence,
+                       created_at: Sequence[float] | None = None) -> list:
+        return _documents(texts, speakers, created_at, self._stem)
+
+
 def vector(v: Any) -> np.ndarray:
     """A pgvector value as ndarray (dim,), float32."""
     return np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v, np.float32)
@@ -101,7 +150,7 @@ def pool(rows: Sequence[tuple], rq: ResolvedQuery, dim: int, preparer: Any,
     m = len(rows)
     # the index's content is fixed by stem/dates only; no moment sums are kept (the
     # statistics are computed over the visible rows below)
-    idx = HybridIndex(dim, replace(w, normalize=False), preparer)
+    idx = _PoolIndex(dim, replace(w, normalize=False), preparer)
     F = ROW_FIELDS
     vecs = np.stack([vector(r[F]) for r in rows]).astype(np.float32, copy=False)
     created = np.fromiter((r[4] for r in rows), np.float64, m)

@@ -67,8 +67,10 @@ hybrid search loads the namespace).
 
 Stateless hybrid recall (``PostgresMemory(..., replica=False)``; not the default, because it
 is exact only on small namespaces). Write-time state, kept by every writer in its
-transaction whatever its searchers do: ``memcore_postings(namespace, term, key, tf, dl)``,
-memcore's own BM25 terms of each memory (``"speaker: text"`` and its day's date words,
+transaction whatever its searchers do: ``memcore_postings(namespace, term, key, tf, dl)``
+(``tf`` and ``dl`` included in the primary key's index since 2026-12-06, so a term's postings
+are read by an index-only scan; a table created before keeps its plain key), memcore's own
+BM25 terms of each memory (``"speaker: text"`` and its day's date words,
 stemmed, hashed as the hybrid index of the default structure does:
 :mod:`memcore.stores.pg_terms`; replaced with the row, deleted before it by deletes and sweeps,
 with it by a clear's ``ON DELETE CASCADE``), the namespace row's ``dl_sum`` (the total length
@@ -379,6 +381,17 @@ def _filter_sql(flt: dict | None, params: dict) -> str:
     return "(" + " AND ".join(parts) + ")"
 
 
+def _distinct_speakers(t: str) -> str:
+    """``WITH RECURSIVE s(v)``: the distinct ``metadata ->> 'speaker'`` values of namespace
+    ``%(ns)s`` in table ``t`` (a loose scan of the speaker index: one probe per distinct
+    value, not a pass over the rows), then a NULL row."""
+    sp = "((metadata::jsonb) ->> 'speaker')"
+    return (f"WITH RECURSIVE s(v) AS ((SELECT {sp} FROM {t} WHERE namespace = %(ns)s "
+            f"AND {sp} IS NOT NULL ORDER BY {sp} LIMIT 1) UNION ALL SELECT (SELECT {sp} "
+            f"FROM {t} WHERE namespace = %(ns)s AND {sp} > s.v ORDER BY {sp} LIMIT 1) "
+            f"FROM s WHERE s.v IS NOT NULL)")
+
+
 class _NoEncoder:
     """Name and dim of a store opened without an embedder (its replica never encodes)."""
 
@@ -664,7 +677,10 @@ class PostgresMemory(MemoryStore):
                              [t("memcore_moments")]).fetchone()[0]
         conn.execute(f"CREATE TABLE IF NOT EXISTS {t('memcore_postings')} ("
                      f"namespace text NOT NULL, term int8 NOT NULL, key text NOT NULL, "
-                     f"tf int4 NOT NULL, dl int4 NOT NULL, PRIMARY KEY (namespace, term, key), "
+                     f"tf int4 NOT NULL, dl int4 NOT NULL, "
+                     # tf and dl in the key's index: a query term's postings by an
+                     # index-only scan (a table made before keeps the plain key)
+                     f"PRIMARY KEY (namespace, term, key) INCLUDE (tf, dl), "
                      f"FOREIGN KEY (namespace, key) REFERENCES {t('memcore_memories')} "
                      f"ON DELETE CASCADE); "
                      f"CREATE TABLE IF NOT EXISTS {t('memcore_moments')} ("
@@ -1368,23 +1384,16 @@ class PostgresMemory(MemoryStore):
         probe per distinct speaker, not a pass over the rows)."""
         t = self._t("memcore_memories")
         sp = "((metadata::jsonb) ->> 'speaker')"
-        sql = (f"WITH RECURSIVE s(v) AS ((SELECT {sp} FROM {t} WHERE namespace = %(ns)s "
-               f"AND {sp} IS NOT NULL ORDER BY {sp} LIMIT 1) UNION ALL SELECT (SELECT {sp} "
-               f"FROM {t} WHERE namespace = %(ns)s AND {sp} > s.v ORDER BY {sp} LIMIT 1) "
-               f"FROM s WHERE s.v IS NOT NULL) SELECT v FROM s WHERE v IS NOT NULL")
+        # the names a row holds as a JSON string: one probe per name (LATERAL ... LIMIT 1:
+        # the planner cannot turn it into a semi-join over a pass of the namespace), in the
+        # same statement
+        sql = (f"{_distinct_speakers(t)} SELECT s.v FROM s CROSS JOIN LATERAL (SELECT 1 FROM "
+               f"{t} WHERE namespace = %(ns)s AND {sp} = s.v AND "
+               f"jsonb_typeof((metadata::jsonb) -> 'speaker') = 'string' LIMIT 1) x "
+               f"WHERE s.v IS NOT NULL ORDER BY s.v")
         got = self._run(lambda conn: conn.execute(sql, {"ns": _ns_text(ns)}).fetchall())
-        # the index holds ->> of any JSON value; a speaker is a non-empty JSON string
-        names = [r[0] for r in got if r[0].strip()]
-        if not names:
-            return []
-        # a name counts when a row holds it as a JSON string (one index probe per name, not
-        # a pass over the named rows)
-        kept = self._run(lambda conn: conn.execute(
-            f"SELECT v FROM unnest(%(n)s::text[]) AS v WHERE EXISTS (SELECT 1 FROM {t} "
-            f"WHERE namespace = %(ns)s AND {sp} = v AND "
-            f"jsonb_typeof((metadata::jsonb) -> 'speaker') = 'string') ORDER BY v",
-            {"ns": _ns_text(ns), "n": names}).fetchall())
-        return [r[0] for r in kept]
+        # a speaker is a non-empty JSON string
+        return [r[0] for r in got if r[0].strip()]
 
     def _candidates(self, rq: ResolvedQuery, hits: Sequence[MemoryHit] = ()
               ) -> "_pool.CandidatePool | None":
@@ -1416,13 +1425,17 @@ class PostgresMemory(MemoryStore):
         p["k1"], p["b"] = float(w.k1), float(w.b)
 
         def run(conn):
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")   # one snapshot
-            live = conn.execute(f"SELECT live, dl_sum FROM {self._t('memcore_namespaces')} "
-                                f"WHERE namespace = %s", [nst]).fetchone()
+            # one snapshot; the HNSW settings in the same round trip (used above C rows)
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ" + (
+                f"; SET LOCAL hnsw.ef_search = {min(int(c), MAX_CANDIDATES)}; "
+                f"SET LOCAL hnsw.iterative_scan = strict_order" if self.hnsw else ""))
+            live = conn.execute(
+                f"SELECT live, dl_sum, (SELECT count(*) FROM {t} WHERE namespace = %(ns)s AND "
+                f"expires_at > 0 AND expires_at <= %(now)s) FROM "
+                f"{self._t('memcore_namespaces')} WHERE namespace = %(ns)s", p).fetchone()
             if live is None or live[0] == 0:
                 return []
-            expired = conn.execute(f"SELECT count(*) FROM {t} WHERE namespace = %(ns)s AND "
-                                   f"expires_at > 0 AND expires_at <= %(now)s", p).fetchone()[0]
+            expired = live[2]
             visible = live[0] - expired if where == "TRUE" else conn.execute(
                 f"SELECT count(*) FROM {t} WHERE {vis}", p).fetchone()[0]
             if w.normalize and w.dense:
@@ -1432,9 +1445,6 @@ class PostgresMemory(MemoryStore):
                     f"SELECT {_COLS}, embedding, seq, TRUE, {_VISIBLE} AND {where} FROM {t} "
                     f"WHERE namespace = %(ns)s ORDER BY seq", p).fetchall()
             keys = set(p["hits"])
-            if self.hnsw:
-                conn.execute(f"SET LOCAL hnsw.ef_search = {min(int(c), MAX_CANDIDATES)}; "
-                             f"SET LOCAL hnsw.iterative_scan = strict_order")
             keys.update(r[0] for r in conn.execute(
                 f"SELECT key FROM {t} WHERE {vis} ORDER BY embedding <#> %(q)s LIMIT %(c)s",
                 p).fetchall())
@@ -1442,9 +1452,17 @@ class PostgresMemory(MemoryStore):
                 keys.update(self._bm25_candidates(conn, rq, p, where, live[0], live[1],
                                                   visible, stats, corpus))
             if p["spk"]:        # the named speakers' rows nearest the query
+                # lower(speaker) in spk <=> speaker in the distinct values whose lower() is:
+                # those from the speaker index (one probe per distinct value), then their
+                # rows by the index (a LATERAL probe per value), not a pass over the
+                # namespace; materialised, so the order is exact (never the HNSW index's),
+                # in table order as a pass reads them (equal distances cut as it cut them)
                 keys.update(r[0] for r in conn.execute(
-                    f"SELECT key FROM {t} WHERE {vis} AND lower((metadata::jsonb) ->> "
-                    f"'speaker') = ANY(%(spk)s) ORDER BY embedding <#> %(q)s LIMIT %(c)s",
+                    f"{_distinct_speakers(t)}, r AS MATERIALIZED (SELECT x.* FROM s CROSS "
+                    f"JOIN LATERAL (SELECT ctid AS at, key, embedding FROM {t} WHERE {vis} "
+                    f"AND ((metadata::jsonb) ->> 'speaker') = s.v OFFSET 0) x "
+                    f"WHERE lower(s.v) = ANY(%(spk)s) ORDER BY x.at) "
+                    f"SELECT key FROM r ORDER BY embedding <#> %(q)s LIMIT %(c)s",
                     p).fetchall())
             p["keys"] = sorted(keys)
             ep = "((metadata::jsonb) -> 'episode')"
