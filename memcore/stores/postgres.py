@@ -184,7 +184,6 @@ from __future__ import annotations
 import json
 import re
 import threading
-from dataclasses import replace
 from decimal import Decimal
 from typing import Any, Iterable, Sequence
 
@@ -381,11 +380,16 @@ def _filter_sql(flt: dict | None, params: dict) -> str:
     return "(" + " AND ".join(parts) + ")"
 
 
+#: A row's speaker as SQL: the speaker index's expression, spelled the same in every query
+#: that should use that index.
+_SPEAKER = "((metadata::jsonb) ->> 'speaker')"
+
+
 def _distinct_speakers(t: str) -> str:
     """``WITH RECURSIVE s(v)``: the distinct ``metadata ->> 'speaker'`` values of namespace
     ``%(ns)s`` in table ``t`` (a loose scan of the speaker index: one probe per distinct
     value, not a pass over the rows), then a NULL row."""
-    sp = "((metadata::jsonb) ->> 'speaker')"
+    sp = _SPEAKER
     return (f"WITH RECURSIVE s(v) AS ((SELECT {sp} FROM {t} WHERE namespace = %(ns)s "
             f"AND {sp} IS NOT NULL ORDER BY {sp} LIMIT 1) UNION ALL SELECT (SELECT {sp} "
             f"FROM {t} WHERE namespace = %(ns)s AND {sp} > s.v ORDER BY {sp} LIMIT 1) "
@@ -693,7 +697,7 @@ class PostgresMemory(MemoryStore):
                      f"ON {t('memcore_memories')} (namespace, ((metadata::jsonb) -> 'episode'), "
                      f"seq); "
                      f"CREATE INDEX IF NOT EXISTS memcore_memories_speaker "
-                     f"ON {t('memcore_memories')} (namespace, ((metadata::jsonb) ->> 'speaker'))")
+                     f"ON {t('memcore_memories')} (namespace, {_SPEAKER})")
         if fresh:      # float64 noise does not compress: no pglz attempt on each rewrite
             conn.execute(f"ALTER TABLE {t('memcore_moments')} ALTER COLUMN c2 "
                          f"SET STORAGE EXTERNAL")       # (only new: it locks out writers)
@@ -1383,7 +1387,7 @@ class PostgresMemory(MemoryStore):
         """The namespace's speaker names from the speaker index (a loose index scan: one
         probe per distinct speaker, not a pass over the rows)."""
         t = self._t("memcore_memories")
-        sp = "((metadata::jsonb) ->> 'speaker')"
+        sp = _SPEAKER
         # the names a row holds as a JSON string: one probe per name (LATERAL ... LIMIT 1:
         # the planner cannot turn it into a semi-join over a pass of the namespace), in the
         # same statement
@@ -1460,7 +1464,7 @@ class PostgresMemory(MemoryStore):
                 keys.update(r[0] for r in conn.execute(
                     f"{_distinct_speakers(t)}, r AS MATERIALIZED (SELECT x.* FROM s CROSS "
                     f"JOIN LATERAL (SELECT ctid AS at, key, embedding FROM {t} WHERE {vis} "
-                    f"AND ((metadata::jsonb) ->> 'speaker') = s.v OFFSET 0) x "
+                    f"AND {_SPEAKER} = s.v OFFSET 0) x "
                     f"WHERE lower(s.v) = ANY(%(spk)s) ORDER BY x.at) "
                     f"SELECT key FROM r ORDER BY embedding <#> %(q)s LIMIT %(c)s",
                     p).fetchall())
