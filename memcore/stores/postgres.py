@@ -109,7 +109,11 @@ sums of the query's (alpha, radius) are kept, else from one pass in the server (
 window average over every row's similarity, as the embedded index passes over the rows of a
 filter), the BM25 ones over the visible rows from the query terms' postings (for the
 default index structure, ``stem`` and ``dates`` on; another structure ranks with the
-statistics of the rows read) -- tested against the embedded store over the whole namespace;
+statistics of the rows read) -- tested against the embedded store over the whole namespace
+(the SQL sums are float8: a document's BM25 score, which only chooses the BM25 candidates,
+adds its terms in term order, the z sums add the documents in the aggregate's order, so
+they equal the embedded store's within float8 rounding, and documents whose scores differ
+only there may be cut at the C-th place otherwise than the embedded store would);
 but **the window BM25's df, avgdl and z statistics are those of the rows read, not of the
 namespace**, and memories outside the candidates are not considered; no bound proves the
 top-k and nothing widens (an approximation, measured in
@@ -1508,15 +1512,16 @@ class PostgresMemory(MemoryStore):
                  f"AND {where} AND key = s.key)" if visible < live else "")
         pt = self._t("memcore_postings")
         got = conn.execute(
-            f"WITH x AS MATERIALIZED (SELECT term, key, tf, dl FROM {pt} "
-            f"WHERE namespace = %(ns)s AND term = ANY(%(terms)s)), "
-            f"q AS (SELECT u AS term, count(*) AS mult FROM unnest(%(terms)s::int8[]) AS u "
+            f"WITH q AS (SELECT u AS term, count(*) AS mult FROM unnest(%(terms)s::int8[]) AS u "
             f"GROUP BY u), "
-            f"df AS (SELECT term, count(*) AS df FROM x GROUP BY term), "
-            f"wt AS (SELECT df.term, q.mult * ln(1.0::float8 + (%(n)s::float8 - df.df + 0.5) / "
-            f"(df.df + 0.5)) AS idf FROM df JOIN q USING (term)), "
+            f"df AS MATERIALIZED (SELECT q.term, q.mult, d.df FROM q CROSS JOIN LATERAL "
+            f"(SELECT count(*) AS df FROM {pt} WHERE namespace = %(ns)s AND term = q.term) d "
+            f"WHERE d.df > 0 ORDER BY q.term), "
+            f"wt AS MATERIALIZED (SELECT df.term, df.mult * ln(1.0::float8 + (%(n)s::float8 - "
+            f"df.df + 0.5) / (df.df + 0.5)) AS idf FROM df ORDER BY df.term), "
             f"s AS (SELECT x.key, sum(wt.idf * x.tf / (x.tf + %(k1)s * (1 - %(b)s + %(b)s * "
-            f"x.dl / %(avgdl)s))) AS score FROM x JOIN wt USING (term) GROUP BY x.key), "
+            f"x.dl / %(avgdl)s))) AS score FROM wt CROSS JOIN LATERAL (SELECT key, tf, dl "
+            f"FROM {pt} WHERE namespace = %(ns)s AND term = wt.term) x GROUP BY x.key), "
             f"v AS MATERIALIZED (SELECT key, score FROM s {check}), "
             f"top AS (SELECT key, score FROM v ORDER BY score DESC, key LIMIT %(c)s) "
             f"SELECT 0, key, score, NULL::float8 FROM top "
