@@ -258,6 +258,10 @@ MIN_CANDIDATES = 400
 #: Candidates of each source of the stateless hybrid search (``replica=False``): HNSW top-C,
 #: BM25 top-C and up to C speaker rows; a namespace of at most this many rows is read whole.
 HYBRID_CANDIDATES = 100
+#: ``work_mem`` of a stateless hybrid search's transaction: its BM25 hash aggregate holds one
+#: entry per document matching a query term (~1.2e5 at 1e6 rows for a speaker name and two
+#: words: 12 MB), which spilled to disk batches at the server's default of 4 MB.
+_SEARCH_WORK_MEM = "64MB"
 #: pgvector's upper limit of ``hnsw.ef_search``.
 MAX_CANDIDATES = 1000
 #: Recency exponent clamp (``0.5 ** 1000`` is normal float8; PostgreSQL raises on underflow).
@@ -1433,8 +1437,10 @@ class PostgresMemory(MemoryStore):
         p["k1"], p["b"] = float(w.k1), float(w.b)
 
         def run(conn):
-            # one snapshot; the HNSW settings in the same round trip (used above C rows)
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ" + (
+            # one snapshot; the memory of its hash tables and the HNSW settings in the same
+            # round trip (used above C rows)
+            conn.execute(f"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; "
+                         f"SET LOCAL work_mem = '{_SEARCH_WORK_MEM}'" + (
                 f"; SET LOCAL hnsw.ef_search = {min(int(c), MAX_CANDIDATES)}; "
                 f"SET LOCAL hnsw.iterative_scan = strict_order" if self.hnsw else ""))
             live = conn.execute(
