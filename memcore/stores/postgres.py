@@ -1470,13 +1470,14 @@ class PostgresMemory(MemoryStore):
                 # those from the speaker index (one probe per distinct value), then their
                 # rows by the index (a LATERAL probe per value), not a pass over the
                 # namespace; materialised, so the order is exact (never the HNSW index's),
-                # in table order as a pass reads them (equal distances cut as it cut them)
+                # in table order as a pass reads them (equal distances cut as it cut them),
+                # each row's distance computed in the probe (the sort moves no vectors)
                 keys.update(r[0] for r in conn.execute(
                     f"{_distinct_speakers(t)}, r AS MATERIALIZED (SELECT x.* FROM s CROSS "
-                    f"JOIN LATERAL (SELECT ctid AS at, key, embedding FROM {t} WHERE {vis} "
-                    f"AND {_SPEAKER} = s.v OFFSET 0) x "
+                    f"JOIN LATERAL (SELECT ctid AS at, key, embedding <#> %(q)s AS d FROM {t} "
+                    f"WHERE {vis} AND {_SPEAKER} = s.v OFFSET 0) x "
                     f"WHERE lower(s.v) = ANY(%(spk)s) ORDER BY x.at) "
-                    f"SELECT key FROM r ORDER BY embedding <#> %(q)s LIMIT %(c)s",
+                    f"SELECT key FROM r ORDER BY d LIMIT %(c)s",
                     p).fetchall())
             p["keys"] = sorted(keys)
             ep = "((metadata::jsonb) -> 'episode')"
