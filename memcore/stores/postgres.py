@@ -1551,9 +1551,9 @@ class PostgresMemory(MemoryStore):
         one pass in the server (:meth:`_dense_moments`), as the embedded index does."""
         if visible == live and where == "TRUE":
             a, r = _moments.key_of(rq.hybrid)
-            got = conn.execute(f"SELECT c1, c2 FROM {self._t('memcore_moments')} WHERE "
-                               f"namespace = %s AND alpha = %s AND radius = %s",
-                               [p["ns"], a, r]).fetchone()
+            got = conn.cursor(binary=True).execute(       # 1.2 MB at dim 384: not as hex
+                f"SELECT c1, c2 FROM {self._t('memcore_moments')} WHERE namespace = %s AND "
+                f"alpha = %s AND radius = %s", [p["ns"], a, r]).fetchone()
             if got is not None:
                 sums = (np.frombuffer(got[0], np.float64),
                         np.frombuffer(got[1], np.float64).reshape(self.dim, self.dim))
