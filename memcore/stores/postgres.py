@@ -87,12 +87,18 @@ rebuilt by :meth:`PostgresMemory.setup` once. A search:
 
 1. candidates in SQL, each source filtered (namespace, expiry, metadata filter): the HNSW
    top-C by the embedding, the own-text BM25 top-C over the query terms' postings with the
-   namespace's statistics (df counted from the postings, so O(matching postings); N and
-   avgdl from ``live`` and ``dl_sum``), the C rows nearest the query among the speakers it
-   names (C = ``candidates``);
+   namespace's statistics (each term's df counted from its postings by an index-only scan,
+   then its postings read again by one and each document's score summed in one hash
+   aggregate, its terms in term order; no copy of the postings is materialised: O(matching
+   postings) twice over an index, once through the aggregate; N and avgdl from ``live`` and
+   ``dl_sum``), the C rows nearest the query among the speakers it names (their distances
+   computed where each row is read, only ``(ctid, key, distance)`` sorted) (C =
+   ``candidates``);
 2. each candidate's episode window neighbours (``max(dense_window, lexical_window)`` before
-   and after it in episode order: one index probe each way), in one REPEATABLE READ snapshot,
-   vectors in binary;
+   and after it in episode order: one index probe each way, giving the row's ``ctid``), the
+   rows then read by ``ctid`` (a TID scan, no key index probe) and put in write order in the
+   process, in one REPEATABLE READ snapshot with ``work_mem`` raised for it (the BM25
+   aggregate holds one entry per matching document), vectors and the moment sums in binary;
 3. those rows indexed in write order in a per-query
    :class:`~memcore.recall.index.HybridIndex` (:mod:`memcore.stores.pg_pool`: no store around
    it) and the candidates ranked by the candidates kernel
@@ -1481,18 +1487,20 @@ class PostgresMemory(MemoryStore):
                     p).fetchall())
             p["keys"] = sorted(keys)
             ep = "((metadata::jsonb) -> 'episode')"
-            side = (f"CROSS JOIN LATERAL (SELECT key FROM {t} WHERE namespace = %(ns)s AND "
-                    f"{ep} = c.ep AND seq {{}} c.seq ORDER BY seq {{}} LIMIT %(r)s) x "
+            # the rows by their ctid (a TID scan: one heap fetch each, no key index probe),
+            # put in write order here (the server would sort the rows with their vectors)
+            side = (f"CROSS JOIN LATERAL (SELECT ctid AS at FROM {t} WHERE namespace = %(ns)s "
+                    f"AND {ep} = c.ep AND seq {{}} c.seq ORDER BY seq {{}} LIMIT %(r)s) x "
                     f"WHERE c.ep IS NOT NULL AND c.ep <> 'null'::jsonb")
-            return conn.cursor(binary=True).execute(
-                f"WITH c AS MATERIALIZED (SELECT key, seq, {ep} AS ep FROM {t} "
+            return sorted(conn.cursor(binary=True).execute(
+                f"WITH c AS MATERIALIZED (SELECT ctid AS at, seq, {ep} AS ep FROM {t} "
                 f"WHERE namespace = %(ns)s AND key = ANY(%(keys)s)), "
-                f"nb AS (SELECT key FROM c UNION SELECT x.key FROM c {side.format('<', 'DESC')} "
-                f"UNION SELECT x.key FROM c {side.format('>', 'ASC')}) "
+                f"nb AS (SELECT at FROM c UNION SELECT x.at FROM c {side.format('<', 'DESC')} "
+                f"UNION SELECT x.at FROM c {side.format('>', 'ASC')}) "
                 f"SELECT {_COLS}, embedding, seq, key = ANY(%(keys)s), "
                 f"{_VISIBLE} AND {where} FROM {t} "
-                f"WHERE namespace = %(ns)s AND key IN (SELECT key FROM nb) ORDER BY seq",
-                p).fetchall()
+                f"WHERE namespace = %(ns)s AND ctid = ANY(ARRAY(SELECT at FROM nb))",
+                p).fetchall(), key=lambda r: r[_NCOLS + 1])
 
         p["r"] = max(int(w.dense_window), int(w.lexical_window), 0)
         stats: dict = {}           # z statistics of the namespace (rows of the moments)
