@@ -1523,8 +1523,15 @@ class PostgresMemory(MemoryStore):
         terms' df, N and avgdl into ``corpus``."""
         w = rq.hybrid
         t = self._t("memcore_memories")
-        check = (f"WHERE EXISTS (SELECT 1 FROM {t} WHERE namespace = %(ns)s AND {_VISIBLE} "
-                 f"AND {where} AND key = s.key)" if visible < live else "")
+        if visible == live:
+            check = ""
+        elif where == "TRUE":       # only expired rows are hidden: an anti-join with them (the
+            # partial expiry index, O(expired rows)), not a probe per matching document
+            check = (f"WHERE NOT EXISTS (SELECT 1 FROM {t} e WHERE e.namespace = %(ns)s AND "
+                     f"e.expires_at > 0 AND e.expires_at <= %(now)s AND e.key = s.key)")
+        else:
+            check = (f"WHERE EXISTS (SELECT 1 FROM {t} WHERE namespace = %(ns)s AND {_VISIBLE} "
+                     f"AND {where} AND key = s.key)")
         pt = self._t("memcore_postings")
         got = conn.execute(
             f"WITH q AS (SELECT u AS term, count(*) AS mult FROM unnest(%(terms)s::int8[]) AS u "
