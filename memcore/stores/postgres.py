@@ -25,7 +25,12 @@ one PostgreSQL schema (default ``memcore``):
   (float8, 0: never expires), with a B-tree on ``(namespace, seq)`` (what a hybrid replica
   synchronises new rows from), a partial one on ``(namespace, expires_at)`` of the expiring
   rows and an HNSW index (``vector_ip_ops``) on the embeddings; ``fillfactor`` 70, so an
-  access update finds room in its page (a HOT update). Version 1 (no time to live) is
+  access update finds room in its page (a HOT update), and ``toast_tuple_target`` 8160, so
+  a row's embedding stays in its page (pgvector stores vectors ``EXTERNAL``: above the
+  default 2,032 bytes a row -- 2.1 kB on average at 384-d with the tokens -- it would move
+  to the TOAST table). ``tokens`` (``bytea``, since 2026-12-06; added on open): the memory's
+  BM25 document as token hashes (:mod:`memcore.stores.pg_terms`), what a stateless searcher
+  indexes; NULL in a row written before, whose text the searcher tokenises. Version 1 (no time to live) is
   migrated by ``setup()`` on open (``ALTER TABLE ... ADD COLUMN``, run only when the columns
   are missing); its memories never expire. Version 2 is migrated to 3 the same way: metadata
   ``jsonb`` becomes ``json`` (one table rewrite; the key order ``jsonb`` dropped stays lost),
