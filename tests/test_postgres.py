@@ -873,6 +873,9 @@ def test_stateless_hybrid_equals_the_replica_when_the_namespace_fits_the_candida
     rng = np.random.default_rng(5)
     words = _random_chat([ltm, pg], rng, 150, clock, ttl_share=0.2)
     for j in range(30):
+        if j == 15:          # rows as an older memcore wrote them: no stored tokens
+            pg._run(lambda conn: conn.execute(f"UPDATE {pg._t('memcore_memories')} "
+                                              f"SET tokens = NULL WHERE key LIKE 'm1%'"))
         q = " ".join(rng.choice(words, 2)) + (" Ann" if j % 3 == 0 else "")
         flt = {"speaker": "Bob"} if j % 4 == 0 else None
         a = ltm.search("chat", q, top_k=5, filter=flt, touch=False)
@@ -1019,6 +1022,12 @@ def test_stateless_bm25_statistics_follow_writes_deletes_sweeps_and_clears():
             f"SELECT text, metadata, created_at FROM {pg._t('memcore_memories')}").fetchall())
         doc, _, _, dl = pg_terms.document_terms(*zip(*rows)) if rows else ([], [], [], [])
         assert dl_sum == sum(dict(zip(doc, dl)).values())
+        stored = pg._run(lambda conn: conn.execute(
+            f"SELECT text, metadata, created_at, tokens FROM "
+            f"{pg._t('memcore_memories')}").fetchall())
+        for text, meta, created, toks in stored:       # each row's document, as dated
+            want = pg_terms.document_tokens([text], [meta], [created])[0]
+            assert np.array_equal(pg_terms.from_bytes(toks), want.view(np.uint64))
         got = dict(pg._run(lambda conn: conn.execute(
             f"SELECT term, count(*) FROM {pg._t('memcore_postings')} GROUP BY term").fetchall()))
         assert got
@@ -1033,6 +1042,12 @@ def test_stateless_bm25_statistics_follow_writes_deletes_sweeps_and_clears():
     check()
     for s in (ltm, pg):          # a replacement keeps created_at: its date words stay
         s.put("chat", "m1", "a zebra at the wedding", metadata={"episode": 1, "speaker": "Ann"})
+    check()
+    clock.advance(3 * 86400.0)   # on another day too (the batch's own day is not its date)
+    live = [k for k in (f"m{i}" for i in range(60)) if ltm.get("chat", k, refresh_ttl=False)]
+    for s in (ltm, pg):
+        s.put_many("chat", [MemoryItem(live[0], "a lion at the wedding", 0.5, {"speaker": "Bob"}),
+                            MemoryItem("new", "a new one", 0.5, {"speaker": "Cy"})])
     check()
     for s in (ltm, pg):
         s.clear("chat")
@@ -1251,3 +1266,17 @@ def test_stateless_pool_documents_and_codes_are_the_hybrid_indexs():
     b = pool.search(q, qv, top_k=10, weights=hw)
     assert a.ids[:a.count].tolist() == b.ids[:b.count].tolist()
     np.testing.assert_array_equal(a.scores[:a.count], b.scores[:b.count])
+    # documents read from the tokens the writer stored (None: a row without them, tokenised)
+    meta = [{"speaker": s} if s else {} for s in speakers]
+    toks = pg_terms.document_tokens(texts, meta, created)
+    given = pg_pool._PoolIndex(DIM, hw, None)
+    given.stored = [None if i % 9 == 0 else pg_terms.to_bytes(t) for i, t in enumerate(toks)]
+    # the texts of rows with tokens are not read again (another text changes nothing)
+    given.put_many(list(range(200)), [t if i % 9 == 0 else "zebra" for i, t in enumerate(texts)],
+                   vecs, [(i // 4, s) for i, s in enumerate(speakers)], created)
+    lc = given.lexical_signals(pq, hw)
+    for name in ("own_rows", "own_vals", "ctx_rows", "ctx_vals"):
+        assert np.array_equal(getattr(la, name), getattr(lc, name))
+    c = given.search(q, qv, top_k=10, weights=hw)
+    assert a.ids[:a.count].tolist() == c.ids[:c.count].tolist()
+    np.testing.assert_array_equal(a.scores[:a.count], c.scores[:c.count])

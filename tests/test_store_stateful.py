@@ -460,9 +460,24 @@ class HybridPostgresTwoTierMachine(HybridTwoTierMachine):
         self.long_store.drop()
 
 
+class HybridPostgresStatelessTwoTierMachine(HybridPostgresTwoTierMachine):
+    """Hybrid recall over a PostgreSQL long tier without a replica (``replica=False``: the
+    candidates from SQL ranked in process; exact while a namespace holds at most
+    ``candidates`` rows, as here)."""
+
+    def build(self, clock, emb):
+        import pg_server
+
+        self.long_store = pg_server.store(clock, emb, replica=False)
+        short = ShortTermMemory(capacity=self.CAPACITY, embedder=emb, clock=clock)
+        return TwoTierMemory(short, self.long_store, POLICY)
+
+
 PG_SETTINGS = settings(max_examples=8, stateful_step_count=40, deadline=None)
 PG_QUICK_SETTINGS = settings(max_examples=2, stateful_step_count=25, deadline=None)
 TestPostgresLongStore, TestPostgresLongStoreFull = tiers(PostgresLongMachine, PG_SETTINGS,
                                                          PG_QUICK_SETTINGS)
 TestHybridPostgresTwoTierStore, TestHybridPostgresTwoTierStoreFull = tiers(
     HybridPostgresTwoTierMachine, PG_SETTINGS, PG_QUICK_SETTINGS)
+TestHybridPostgresStatelessTwoTierStore, TestHybridPostgresStatelessTwoTierStoreFull = tiers(
+    HybridPostgresStatelessTwoTierMachine, PG_SETTINGS, PG_QUICK_SETTINGS)

@@ -498,9 +498,8 @@ class HybridIndex:
             raise InvalidArgumentError("put_many takes distinct rows that are not indexed yet")
         if self.weights.dates and created_at is None and self._tsrc is not None:
             created_at = self._tsrc()[np.asarray(rows, np.int64)]
-        hashes, offsets, counts = _text.token_hashes(
-            self._lexical_texts(texts, [es[1] for es in episode_speakers],
-                                created_at if self.weights.dates else None))
+        hashes, offsets, counts = self._tokens(texts, [es[1] for es in episode_speakers],
+                                               created_at if self.weights.dates else None)
         top = max(rows) + 1
         self._ensure_rows(top)
         self.n_rows = max(self.n_rows, top)
@@ -781,6 +780,12 @@ class HybridIndex:
         """What BM25 indexes for each memory (:func:`~memcore.recall.words.bm25_documents`,
         stemmed when the weights say so)."""
         return bm25_documents(texts, speakers, created_at, self._stem)
+
+    def _tokens(self, texts: Sequence[str], speakers: Sequence,
+                created_at: Sequence[float] | None = None) -> tuple:
+        """The token hashes of each memory's :meth:`_lexical_texts` (the layout of
+        :func:`memcore._text.token_hashes`)."""
+        return _text.token_hashes(self._lexical_texts(texts, speakers, created_at))
 
     # ------------------------------------------------------------------ reads
     def entities(self) -> list[str]:
@@ -1339,7 +1344,7 @@ class HybridIndex:
 
     def moments(self, query: str | PreparedQuery, query_vector: np.ndarray, *,
                 weights: HybridWeights | None = None, alive: np.ndarray | None = None,
-                lexical: LexicalSignals | None = None) -> np.ndarray:
+                lexical: LexicalSignals | None = None, dense: bool = True) -> np.ndarray:
         """Count, mean and sum of squared deviations of each z-normalised signal over the
         live rows: what :meth:`search` normalises by, for pooling several indexes' statistics
         (:func:`~memcore.recall.weights.pooled_weights`). Without ``alive`` from the moment
@@ -1350,6 +1355,9 @@ class HybridIndex:
         ----------
         query, query_vector, weights, alive, lexical
             As in :meth:`search`.
+        dense : bool, default True
+            False: the dense row is left zero (a caller that has it skips the pass over the
+            vectors).
 
         Returns
         -------
@@ -1373,7 +1381,8 @@ class HybridIndex:
             nl = self.n_live
             if nl == 0:
                 return out
-            out[0] = self.sum_moments(*self._moment_sums(w.alpha, r), q, nl)
+            if dense:
+                out[0] = self.sum_moments(*self._moment_sums(w.alpha, r), q, nl)
             for i, (rows_, vals_) in enumerate(((lex.own_rows, lex.own_vals),
                                                 (lex.ctx_rows, lex.ctx_vals)), start=1):
                 mean_, var_ = _km.sparse_moments(vals_, nl)
@@ -1382,26 +1391,31 @@ class HybridIndex:
         rows = np.flatnonzero(live)
         if rows.shape[0] == 0:
             return out
-        V = self._vectors()
-        sims = (V[:self.n_rows] @ q).astype(np.float64)       # the one pass of a filter
-        if r == 0:
-            x = sims[rows]
-        else:
-            ws, wl, wr = self.windows(r)
-            acc = np.zeros(rows.shape[0])
-            for off in range(2 * r + 1):
-                ok = off < wl[rows]
-                acc[ok] += sims[wr[ws[rows[ok]] + off]]
-            x = w.alpha * sims[rows] + (1.0 - w.alpha) * (acc / wl[rows])
-        sig = [x]
+        sig = [self._dense_signal(q, rows, w) if dense else None]
         for rows_, vals_ in ((lex.own_rows, lex.own_vals), (lex.ctx_rows, lex.ctx_vals)):
             full = np.zeros(self.n_rows)
             full[rows_] = vals_
             sig.append(full[rows])
         for i, xx in enumerate(sig):
+            if xx is None:
+                continue
             m = xx.mean()
             out[i] = (xx.shape[0], m, float(((xx - m) ** 2).sum()))
         return out
+
+    def _dense_signal(self, q: np.ndarray, rows: np.ndarray, w: HybridWeights) -> np.ndarray:
+        """The dense signal of ``rows`` (own or context similarity; one pass over the
+        vectors): ndarray (len(rows),), float64."""
+        r = self._dense_radius(w)
+        sims = (self._vectors()[:self.n_rows] @ q).astype(np.float64)
+        if r == 0:
+            return sims[rows]
+        ws, wl, wr = self.windows(r)
+        acc = np.zeros(rows.shape[0])
+        for off in range(2 * r + 1):
+            ok = off < wl[rows]
+            acc[ok] += sims[wr[ws[rows[ok]] + off]]
+        return w.alpha * sims[rows] + (1.0 - w.alpha) * (acc / wl[rows])
 
     @staticmethod
     def sum_moments(c1: np.ndarray, c2: np.ndarray, q: np.ndarray, n: int

@@ -10,7 +10,11 @@ only).
 A pool row is one SQL row: the store's ``_COLS`` (key, text, importance, metadata,
 created_at, updated_at, last_accessed_at, access_count, expires_at, ttl), then the embedding,
 ``seq``, whether the row is a candidate (a neighbour read only for a candidate's window is
-not) and whether it is visible to the query (not expired, matching the filter).
+not), whether it is visible to the query (not expired, matching the filter) and its BM25
+document's tokens as the writer stored them (:func:`memcore.stores.pg_terms.to_bytes`; None
+for a row written before they were kept). With the index structure of the stored tokens
+(:data:`~memcore.stores.pg_terms.STRUCTURE`, the default's) a row's document is read from
+them, not tokenised or stemmed again (the same hashes: the writer ran the same code).
 
 The z statistics are those of the visible rows read (:meth:`HybridIndex.moments` over them),
 with any row replaced by the namespace's statistics the caller computed in SQL
@@ -31,6 +35,7 @@ from memcore.recall.diversity import diversify, pool_size
 from memcore.recall.index import HybridIndex, LexicalSignals
 from memcore.recall.namespace import episode_speaker
 from memcore.recall.words import bm25_documents, stem_many
+from memcore.stores.pg_terms import STRUCTURE, from_bytes
 from memcore.types import MemoryHit, MemoryTier
 
 __all__ = ["CandidatePool", "pool", "rank", "explain", "vector", "ROW_FIELDS"]
@@ -97,9 +102,11 @@ def _documents(texts: Sequence[str], speakers: Sequence, created_at: Any,
 class _PoolIndex(HybridIndex):
     """The :class:`HybridIndex` of one pool: the candidates kernel reads the vectors, never
     the int8 and 4-bit codes (read only by the scans over every row), so they are encoded on
-    first use; the BM25 documents are stemmed once per process (:func:`_documents`)."""
+    first use; the BM25 documents are the stored tokens (``stored``: per row, bytes or None)
+    where given, else stemmed once per process (:func:`_documents`)."""
 
     _coded = 0
+    stored: list | None = None
 
     def _encode(self, rows: np.ndarray, V: np.ndarray) -> None:
         self._coded = 0                          # put_many: the codes are encoded on use
@@ -114,6 +121,24 @@ class _PoolIndex(HybridIndex):
     def _lexical_texts(self, texts: Sequence[str], speakers: Sequence,
                        created_at: Sequence[float] | None = None) -> list:
         return _documents(texts, speakers, created_at, self._stem)
+
+    def _tokens(self, texts: Sequence[str], speakers: Sequence,
+                created_at: Sequence[float] | None = None) -> tuple:
+        got = self.stored
+        if got is None:
+            return super()._tokens(texts, speakers, created_at)
+        arrs = [None if g is None else from_bytes(g) for g in got]
+        miss = [i for i, a in enumerate(arrs) if a is None]
+        if miss:
+            h, off, cnt = super()._tokens([texts[i] for i in miss], [speakers[i] for i in miss],
+                                          None if created_at is None else
+                                          [created_at[i] for i in miss])
+            for j, i in enumerate(miss):
+                arrs[i] = h[off[j]:off[j] + cnt[j]]
+        counts = np.fromiter((a.shape[0] for a in arrs), np.int64, len(arrs))
+        offsets = np.zeros(len(arrs) + 1, np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        return np.concatenate(arrs).astype(np.uint64, copy=False), offsets, counts
 
 
 def vector(v: Any) -> np.ndarray:
@@ -152,6 +177,8 @@ def pool(rows: Sequence[tuple], rq: ResolvedQuery, dim: int, preparer: Any,
     # statistics are computed over the visible rows below)
     idx = _PoolIndex(dim, replace(w, normalize=False), preparer)
     F = ROW_FIELDS
+    if w.structure() == STRUCTURE:
+        idx.stored = [r[F + 4] for r in rows]
     vecs = np.stack([vector(r[F]) for r in rows]).astype(np.float32, copy=False)
     created = np.fromiter((r[4] for r in rows), np.float64, m)
     idx.put_many(np.arange(m, dtype=np.int64), [r[1] for r in rows], vecs,
@@ -164,7 +191,8 @@ def pool(rows: Sequence[tuple], rq: ResolvedQuery, dim: int, preparer: Any,
         lex = LexicalSignals(own[0], own[1], lex.ctx_rows, lex.ctx_vals)
     mom = None
     if w.normalize:
-        mom = idx.moments(rq.prepared, rq.vector, weights=w, alive=visible, lexical=lex)
+        mom = idx.moments(rq.prepared, rq.vector, weights=w, alive=visible, lexical=lex,
+                          dense=0 not in (stats or {}))
         for i, got in (stats or {}).items():
             mom[i] = got
     sig = Signals(idx, visible, lex, mom, idx.n_rows)

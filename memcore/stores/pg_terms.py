@@ -3,7 +3,10 @@ stateless hybrid search (``memcore_postings``): memcore's own tokens of each mem
 document (``"speaker: text"`` and its day's date words, stemmed: what
 :class:`~memcore.recall.index.HybridIndex` indexes with the default structure ``stem=True``,
 ``dates=True``; :func:`memcore.recall.words.bm25_documents`), hashed as
-:func:`memcore._text.token_hashes` does, the 64-bit hash stored as a signed int8.
+:func:`memcore._text.token_hashes` does, the 64-bit hash stored as a signed int8. Each
+memory's whole token sequence is also kept in its row (``memcore_memories.tokens``,
+:func:`to_bytes`), so a searcher indexes its candidates' documents without tokenising or
+stemming them.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from memcore import _text
 from memcore.recall.namespace import episode_speaker
 from memcore.recall.words import bm25_documents, stem_many, stemmer
 
-__all__ = ["document_terms", "query_terms", "STRUCTURE"]
+__all__ = ["document_tokens", "document_terms", "postings", "query_terms", "to_bytes",
+           "from_bytes", "STRUCTURE"]
 
 #: The :meth:`~memcore.recall.weights.HybridWeights.structure` (stem, dates) of the postings.
 STRUCTURE = (True, True)
@@ -27,13 +31,33 @@ def _hashes(texts: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return h.view(np.int64), off, cnt
 
 
+def document_tokens(texts: Sequence[str], metadata: Sequence[dict | None],
+                    created_at: Sequence[float]) -> list[np.ndarray]:
+    """Each memory's BM25 document as its token hashes in document order (what the hybrid
+    index of the default structure indexes for it): ``created_at`` (Unix s per memory) gives
+    the date words.
+
+    Returns
+    -------
+    list of ndarray of shape (dl,), int64
+        The 64-bit token hashes viewed as signed (as stored).
+
+    Examples
+    --------
+    >>> [t.shape[0] for t in document_tokens(["a dog, a cat"], [{"speaker": "Ann"}], [0.0])]
+    [8]
+    """
+    docs = bm25_documents(texts, [episode_speaker(m)[1] for m in metadata], created_at,
+                          stemmer())
+    h, off, cnt = _hashes(docs)
+    return [h[off[i]:off[i] + cnt[i]] for i in range(len(docs))]
+
+
 def document_terms(texts: Sequence[str], metadata: Sequence[dict | None],
                    created_at: Sequence[float]
                    ) -> tuple[list[int], list[int], list[int], list[int]]:
-    """The postings of a batch of memories: parallel lists ``(doc, term, tf, dl)``, ``doc``
-    the index of the memory in the batch, ``term`` the signed 64-bit token hash, ``tf`` its
-    count in the document and ``dl`` the document's length in tokens; ``created_at`` (Unix s
-    per memory) gives the date words.
+    """The postings of a batch of memories (:func:`postings` of their
+    :func:`document_tokens`).
 
     Examples
     --------
@@ -41,20 +65,41 @@ def document_terms(texts: Sequence[str], metadata: Sequence[dict | None],
     >>> sorted(tf), dl[0]
     ([1, 1, 1, 1, 1, 1, 2], 8)
     """
-    docs = bm25_documents(texts, [episode_speaker(m)[1] for m in metadata], created_at,
-                          stemmer())
-    h, off, cnt = _hashes(docs)
+    return postings(document_tokens(texts, metadata, created_at))
+
+
+def postings(tokens: Sequence[np.ndarray]) -> tuple[list[int], list[int], list[int], list[int]]:
+    """The postings of documents given as token hashes: parallel lists ``(doc, term, tf,
+    dl)``, ``doc`` the index of the document, ``term`` the signed 64-bit token hash, ``tf``
+    its count in the document and ``dl`` the document's length in tokens (an empty document
+    has none).
+
+    Examples
+    --------
+    >>> postings([np.array([5, 7, 5])])
+    ([0, 0], [5, 7], [2, 1], [3, 3])
+    """
     out_doc, out_term, out_tf, out_dl = [], [], [], []
-    for i in range(len(docs)):
-        toks = h[off[i]:off[i] + cnt[i]]
+    for i, toks in enumerate(tokens):
         if not toks.shape[0]:
             continue
         terms, tf = np.unique(toks, return_counts=True)
         out_doc += [i] * terms.shape[0]
         out_term += terms.tolist()
         out_tf += tf.tolist()
-        out_dl += [int(cnt[i])] * terms.shape[0]
+        out_dl += [int(toks.shape[0])] * terms.shape[0]
     return out_doc, out_term, out_tf, out_dl
+
+
+def to_bytes(tokens: np.ndarray) -> bytes:
+    """A document's token hashes as stored in ``memcore_memories.tokens`` (little-endian
+    int64)."""
+    return np.asarray(tokens, "<i8").tobytes()
+
+
+def from_bytes(data: bytes) -> np.ndarray:
+    """Inverse of :func:`to_bytes`: ndarray (dl,), uint64 (the hashes as tokenised)."""
+    return np.frombuffer(data, "<u8")
 
 
 def query_terms(text: str) -> list[int]:

@@ -25,7 +25,12 @@ one PostgreSQL schema (default ``memcore``):
   (float8, 0: never expires), with a B-tree on ``(namespace, seq)`` (what a hybrid replica
   synchronises new rows from), a partial one on ``(namespace, expires_at)`` of the expiring
   rows and an HNSW index (``vector_ip_ops``) on the embeddings; ``fillfactor`` 70, so an
-  access update finds room in its page (a HOT update). Version 1 (no time to live) is
+  access update finds room in its page (a HOT update), and ``toast_tuple_target`` 8160, so
+  a row's embedding stays in its page (pgvector stores vectors ``EXTERNAL``: above the
+  default 2,032 bytes a row -- 2.1 kB on average at 384-d with the tokens -- it would move
+  to the TOAST table). ``tokens`` (``bytea``, since 2026-12-06; added on open): the memory's
+  BM25 document as token hashes (:mod:`memcore.stores.pg_terms`), what a stateless searcher
+  indexes; NULL in a row written before, whose text the searcher tokenises. Version 1 (no time to live) is
   migrated by ``setup()`` on open (``ALTER TABLE ... ADD COLUMN``, run only when the columns
   are missing); its memories never expire. Version 2 is migrated to 3 the same way: metadata
   ``jsonb`` becomes ``json`` (one table rewrite; the key order ``jsonb`` dropped stays lost),
@@ -91,9 +96,10 @@ rebuilt by :meth:`PostgresMemory.setup` once. A search:
    then its postings read again by one and each document's score summed in one hash
    aggregate, its terms in term order; no copy of the postings is materialised: O(matching
    postings) twice over an index, once through the aggregate; N and avgdl from ``live`` and
-   ``dl_sum``), the C rows nearest the query among the speakers it names (their distances
-   computed where each row is read, only ``(ctid, key, distance)`` sorted) (C =
-   ``candidates``);
+   ``dl_sum``; without a filter, expired rows are left out by an anti-join with them, from
+   the partial expiry index), the C rows nearest the query among the speakers it names
+   (their distances computed where each row is read, only ``(ctid, key, distance)``
+   sorted) (C = ``candidates``);
 2. each candidate's episode window neighbours (``max(dense_window, lexical_window)`` before
    and after it in episode order: one index probe each way, giving the row's ``ctid``), the
    rows then read by ``ctid`` (a TID scan, no key index probe) and put in write order in the
@@ -117,7 +123,8 @@ filter), the BM25 ones over the visible rows from the query terms' postings (for
 default index structure, ``stem`` and ``dates`` on; another structure ranks with the
 statistics of the rows read) -- tested against the embedded store over the whole namespace
 (the SQL sums are float8: a document's BM25 score, which only chooses the BM25 candidates,
-adds its terms in term order, the z sums add the documents in the aggregate's order, so
+adds its terms in term order, so documents with the same terms, tf and dl tie exactly and
+are cut at the C-th place by key; the z sums add the documents in the aggregate's order; so
 they equal the embedded store's within float8 rounding, and documents whose scores differ
 only there may be cut at the C-th place otherwise than the embedded store would);
 but **the window BM25's df, avgdl and z statistics are those of the rows read, not of the
@@ -217,7 +224,7 @@ from memcore.stores import pg_moments as _moments
 from memcore.stores import pg_pool as _pool
 from memcore.stores.pg_pool import vector as _np
 from memcore.stores import pg_terms as _terms
-from memcore.stores.pg_terms import document_terms, query_terms
+from memcore.stores.pg_terms import document_tokens, query_terms
 from memcore.stores.pg_connect import (
     CONNECT_TIMEOUT,
     InvalidUrlError,
@@ -429,6 +436,11 @@ _NCOLS = 10
 #: access update (no indexed column changed) can be a HOT update: no new entry in any index,
 #: the HNSW graph's included (an insert there costs milliseconds).
 _FILLFACTOR = 70
+#: Storage parameters of ``memcore_memories``: the fill factor, and no TOAST below 8,160
+#: bytes a row (pgvector's vectors are stored ``EXTERNAL``: past PostgreSQL's default of
+#: 2,032 bytes -- a long text at 384-d -- the embedding would move out of line, read from
+#: the TOAST table by every search that reads the row).
+_STORAGE = f"fillfactor = {_FILLFACTOR}, toast_tuple_target = 8160"
 #: The time-to-live columns of ``memcore_memories`` (schema 2; 0: never expires).
 _TTL_COLUMNS = "expires_at float8 NOT NULL DEFAULT 0, ttl float8 NOT NULL DEFAULT 0"
 #: SQL true for a row that has not expired at ``%(now)s`` (``expires_at`` 0: never expires).
@@ -684,8 +696,8 @@ class PostgresMemory(MemoryStore):
                      f"created_at float8 NOT NULL, updated_at float8 NOT NULL, "
                      f"last_accessed_at float8 NOT NULL, access_count bigint NOT NULL, "
                      f"seq bigint NOT NULL, tseq bigint NOT NULL, "
-                     f"embedding vector({dim}) NOT NULL, {_TTL_COLUMNS}, "
-                     f"PRIMARY KEY (namespace, key)) WITH (fillfactor = {_FILLFACTOR}); "
+                     f"embedding vector({dim}) NOT NULL, {_TTL_COLUMNS}, tokens bytea, "
+                     f"PRIMARY KEY (namespace, key)) WITH ({_STORAGE}); "
                      f"CREATE INDEX IF NOT EXISTS memcore_memories_seq "
                      f"ON {t('memcore_memories')} (namespace, seq); {hnsw}")
         # the stateless hybrid search's write-time state (kept by every writer, whatever its
@@ -736,7 +748,14 @@ class PostgresMemory(MemoryStore):
                         "data_type = 'jsonb'", [self.schema]).fetchone() is not None:
             conn.execute(f"ALTER TABLE {t('memcore_memories')} ALTER COLUMN metadata TYPE json "
                          f"USING metadata::json; DROP INDEX IF EXISTS {t('memcore_memories_tseq')}; "
-                         f"ALTER TABLE {t('memcore_memories')} SET (fillfactor = {_FILLFACTOR})")
+                         f"ALTER TABLE {t('memcore_memories')} SET ({_STORAGE})")
+        # each memory's BM25 document's tokens (2026-12-06; a row written before has none: a
+        # searcher tokenises its text), and rows kept whole in their pages up to 8 kB
+        if conn.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND "
+                        "table_name = 'memcore_memories' AND column_name = 'tokens'",
+                        [self.schema]).fetchone() is None:
+            conn.execute(f"ALTER TABLE {t('memcore_memories')} ADD COLUMN tokens bytea, "
+                         f"SET ({_STORAGE})")
         conn.execute(f"CREATE INDEX IF NOT EXISTS memcore_memories_expiry "
                      f"ON {t('memcore_memories')} (namespace, expires_at) WHERE expires_at > 0; "
                      f"UPDATE {t('memcore_meta')} SET value = '{SCHEMA_VERSION}' "
@@ -852,16 +871,16 @@ class PostgresMemory(MemoryStore):
                f"ORDER BY key, pos DESC), "
                f"numbered AS MATERIALIZED (SELECT l.*, nextval('{self._t('memcore_seq')}') AS seq "
                f"FROM (SELECT * FROM last ORDER BY pos) l) "
-               f"INSERT INTO {t} AS m (namespace, {cols}, seq, tseq, embedding) "
+               f"INSERT INTO {t} AS m (namespace, {cols}, seq, tseq, embedding, tokens) "
                f"SELECT %s, key, text, importance, metadata::json, created_at, updated_at, "
-               f"last_accessed_at, access_count, expires_at, ttl, seq, seq, embedding "
+               f"last_accessed_at, access_count, expires_at, ttl, seq, seq, embedding, tokens "
                f"FROM numbered ORDER BY key "
                f"ON CONFLICT (namespace, key) DO UPDATE SET text = excluded.text, "
                f"importance = excluded.importance, metadata = excluded.metadata, "
                f"updated_at = excluded.updated_at, last_accessed_at = excluded.last_accessed_at, "
                f"{lifecycle}, expires_at = excluded.expires_at, ttl = excluded.ttl, "
                f"seq = excluded.seq, tseq = excluded.tseq, "
-               f"embedding = excluded.embedding "
+               f"embedding = excluded.embedding, tokens = excluded.tokens "
                f"RETURNING key, created_at, access_count, (xmax = 0) AS inserted")
         nst = _ns_text(ns)
         vecs = np.ascontiguousarray(rows.vectors, np.float32)
@@ -872,31 +891,46 @@ class PostgresMemory(MemoryStore):
         lc = [np.asarray(c, np.float64).tolist()
               for c in (rows.created_at, rows.updated_at, rows.last_accessed_at)]
         ac = np.asarray(rows.access_count, np.int64).tolist()
+        metadata = list(rows.metadata)
+        # each memory's BM25 document, dated by the created_at given (a replaced key that
+        # keeps its stored one is re-dated below)
+        toks = document_tokens(texts, metadata, lc[0])
 
         def run(conn):
             self._lock_ns(conn, ns, create=True)
             conn.execute("CREATE TEMP TABLE IF NOT EXISTS memcore_in (pos int4, key text, "
                          "text text, importance float8, metadata text, created_at float8, "
                          "updated_at float8, last_accessed_at float8, access_count int8, "
-                         "expires_at float8, ttl float8, embedding vector) "
+                         "expires_at float8, ttl float8, embedding vector, tokens bytea) "
                          "ON COMMIT DELETE ROWS")
             cur = conn.cursor()
-            with cur.copy(f"COPY memcore_in (pos, {cols}, embedding) FROM STDIN "
+            with cur.copy(f"COPY memcore_in (pos, {cols}, embedding, tokens) FROM STDIN "
                           f"WITH (FORMAT BINARY)") as copy:
                 copy.set_types(["int4", "text", "text", "float8", "text", "float8", "float8",
-                                "float8", "int8", "float8", "float8", "vector"])
+                                "float8", "int8", "float8", "float8", "vector", "bytea"])
                 for i in range(len(rows)):
                     copy.write_row((i, rows.keys[i], texts[i], imp[i], metas[i], lc[0][i],
-                                    lc[1][i], lc[2][i], ac[i], ea[i], tl[i], vecs[i]))
+                                    lc[1][i], lc[2][i], ac[i], ea[i], tl[i], vecs[i],
+                                    _terms.to_bytes(toks[i])))
             last = sorted({k: i for i, k in enumerate(rows.keys)}.values())
             sums = self._sums_before(conn, ns, [rows.keys[i] for i in last],
                                      [rows.metadata[i] for i in last])
             out = {r[0]: r for r in cur.execute(sql, [nst]).fetchall()}
             self._sums_after(conn, ns, sums, [(rows.keys[i], rows.metadata[i], vecs[i])
                                               for i in last])
-            keys = list(rows.keys)
-            dl = self._write_postings(conn, cur, nst, keys, texts, list(rows.metadata),
-                                      [out[k][1] for k in keys])
+            keys = [rows.keys[i] for i in last]
+            redate = [i for i in last if out[rows.keys[i]][1] != lc[0][i]]
+            if redate:               # kept their stored created_at: their date words
+                got = document_tokens([texts[i] for i in redate], [metadata[i] for i in redate],
+                                      [out[rows.keys[i]][1] for i in redate])
+                for i, tk in zip(redate, got):
+                    toks[i] = tk
+                conn.execute(f"UPDATE {t} AS m SET tokens = v.tokens FROM unnest(%s::text[], "
+                             f"%s::bytea[]) AS v(key, tokens) WHERE m.namespace = %s AND "
+                             f"m.key = v.key",
+                             [[rows.keys[i] for i in redate],
+                              [_terms.to_bytes(toks[i]) for i in redate], nst])
+            dl = self._write_postings(conn, cur, nst, keys, [toks[i] for i in last])
             added = sum(1 for r in out.values() if r[3])
             conn.execute(f"UPDATE {self._t('memcore_namespaces')} SET live = live + %s, "
                          f"dl_sum = dl_sum + %s WHERE namespace = %s", [added, dl, nst])
@@ -907,21 +941,17 @@ class PostgresMemory(MemoryStore):
             rows.created_at = np.asarray([out[k][1] for k in rows.keys], np.float64)
             rows.access_count = np.asarray([out[k][2] for k in rows.keys], np.int64)
 
-    def _write_postings(self, conn: Any, cur: Any, nst: str, keys: list, texts: list,
-                        metadata: list, created_at: list) -> int:
-        """Replace the postings of the batch's keys (the last occurrence of each) in the
-        writer's transaction; returns the change of the namespace's document lengths (the
-        caller adds it to ``dl_sum``)."""
-        pos = {k: i for i, k in enumerate(keys)}          # last occurrence wins
-        idx = sorted(pos.values())
-        doc, term, tf, dl = document_terms([texts[i] for i in idx], [metadata[i] for i in idx],
-                                           [created_at[i] for i in idx])
-        gone = self._drop_postings(conn, nst, [keys[i] for i in idx])
+    def _write_postings(self, conn: Any, cur: Any, nst: str, keys: list, tokens: list) -> int:
+        """Replace the postings of distinct ``keys`` (each memory's document as token hashes,
+        :func:`~memcore.stores.pg_terms.document_tokens`) in the writer's transaction; returns
+        the change of the namespace's document lengths (the caller adds it to ``dl_sum``)."""
+        doc, term, tf, dl = _terms.postings(tokens)
+        gone = self._drop_postings(conn, nst, keys)
         with cur.copy(f"COPY {self._t('memcore_postings')} (namespace, term, key, tf, dl) "
                       f"FROM STDIN WITH (FORMAT BINARY)") as copy:
             copy.set_types(["text", "int8", "text", "int4", "int4"])
             for d, h, f, n in zip(doc, term, tf, dl):
-                copy.write_row((nst, h, keys[idx[d]], f, n))
+                copy.write_row((nst, h, keys[d], f, n))
         return sum(dict(zip(doc, dl)).values()) - gone
 
     def _drop_postings(self, conn: Any, nst: str, keys: list) -> int:
@@ -948,8 +978,8 @@ class PostgresMemory(MemoryStore):
                 for nst in dict.fromkeys(r[0] for r in got):
                     part = [r for r in got if r[0] == nst]
                     sums[nst] = sums.get(nst, 0) + self._write_postings(
-                        conn, cur, nst, [r[1] for r in part], [r[2] for r in part],
-                        [r[3] for r in part], [r[4] for r in part])
+                        conn, cur, nst, [r[1] for r in part], document_tokens(
+                            [r[2] for r in part], [r[3] for r in part], [r[4] for r in part]))
         for nst, dl in sums.items():
             conn.execute(f"UPDATE {t('memcore_namespaces')} SET dl_sum = %s WHERE namespace = %s",
                          [dl, nst])
@@ -1462,7 +1492,7 @@ class PostgresMemory(MemoryStore):
                 stats[0] = self._dense_stats(conn, rq, p, where, live[0], visible)
             if live[0] <= c:
                 return conn.cursor(binary=True).execute(
-                    f"SELECT {_COLS}, embedding, seq, TRUE, {_VISIBLE} AND {where} FROM {t} "
+                    f"SELECT {_COLS}, embedding, seq, TRUE, {_VISIBLE} AND {where}, tokens FROM {t} "
                     f"WHERE namespace = %(ns)s ORDER BY seq", p).fetchall()
             keys = set(p["hits"])
             keys.update(r[0] for r in conn.execute(
@@ -1498,7 +1528,7 @@ class PostgresMemory(MemoryStore):
                 f"nb AS (SELECT at FROM c UNION SELECT x.at FROM c {side.format('<', 'DESC')} "
                 f"UNION SELECT x.at FROM c {side.format('>', 'ASC')}) "
                 f"SELECT {_COLS}, embedding, seq, key = ANY(%(keys)s), "
-                f"{_VISIBLE} AND {where} FROM {t} "
+                f"{_VISIBLE} AND {where}, tokens FROM {t} "
                 f"WHERE namespace = %(ns)s AND ctid = ANY(ARRAY(SELECT at FROM nb))",
                 p).fetchall(), key=lambda r: r[_NCOLS + 1])
 
