@@ -78,7 +78,9 @@ are read by an index-only scan; a table created before keeps its plain key), mem
 BM25 terms of each memory (``"speaker: text"`` and its day's date words,
 stemmed, hashed as the hybrid index of the default structure does:
 :mod:`memcore.stores.pg_terms`; replaced with the row, deleted before it by deletes and sweeps,
-with it by a clear's ``ON DELETE CASCADE``), the namespace row's ``dl_sum`` (the total length
+with the namespace's by a clear; no foreign key since 2026-12-06 -- its check locked the
+memory row once per posting, ~30 a memory: a bulk put 1,770 -> 2,620 rows/s without the
+HNSW index -- and ``setup()`` drops the one of a table made before), the namespace row's ``dl_sum`` (the total length
 of its documents, beside ``live``, its document count), ``memcore_moments(namespace, alpha,
 radius, c1, c2)``: the float64 sums of the rows' context vectors and of their outer products
 for the hybrid presets' (alpha, dense_window) and the store's own hybrid weights'
@@ -95,15 +97,20 @@ rebuilt by :meth:`PostgresMemory.setup` once. A search:
    namespace's statistics (df counted from the postings, so O(matching postings); N and
    avgdl from ``live`` and ``dl_sum``), the C rows nearest the query among the speakers it
    names (C = ``candidates``);
-2. each candidate's episode window neighbours (``max(dense_window, lexical_window)`` before
-   and after it in episode order: one index probe each way), in one REPEATABLE READ snapshot,
-   vectors in binary;
+2. each candidate's episode neighbours, ``2 r`` before and after it in episode order (``r =
+   max(dense_window, lexical_window)``; one index probe each way), in one REPEATABLE READ
+   snapshot, vectors in binary, with the rows' stored BM25 tokens;
 3. those rows indexed in write order in a per-query
    :class:`~memcore.recall.index.HybridIndex` (:mod:`memcore.stores.pg_pool`: no store around
    it) and the candidates ranked by the candidates kernel
    (:func:`memcore.kernels.candidates.hybrid_rows_topk`: windows, BM25, context similarity,
-   speaker boost, decay, the embedded scan's score); the neighbours are read for the
-   candidates' windows only (never hits). The pool lives until the thread's next search
+   speaker boost, decay, the embedded scan's score). The rows within ``r`` of a candidate
+   are ranked too (their own windows are whole in the pool): a memory whose context matches
+   the query, though no source found it, is found through its matching neighbour (LoCoMo dev
+   R@10 0.7705 -> 0.7975 with the hashing embedder, the embedded store's 0.7971; top-10
+   overlap with the replica at 2e4 rows 0.73 -> 0.86; the pool ~1,200 -> ~1,900 rows:
+   bench/results/postgres-stateless-20261206-neighbours.md); the rows beyond ``r`` are read
+   for those windows only (never hits). The pool lives until the thread's next search
    (O(candidates x window)); ``explain=True`` reuses it.
 
 What is exact and what is not: a namespace of at most C rows is read whole and ranked
@@ -116,10 +123,10 @@ filter), the BM25 ones over the visible rows from the query terms' postings (for
 default index structure, ``stem`` and ``dates`` on; another structure ranks with the
 statistics of the rows read) -- tested against the embedded store over the whole namespace;
 but **the window BM25's df, avgdl and z statistics are those of the rows read, not of the
-namespace**, and memories outside the candidates are not considered; no bound proves the
-top-k and nothing widens (an approximation, measured in
-bench/results/postgres-stateless-20261205.md: top-10 agreement with the replica and LoCoMo dev
-R@10). What exactness needs beyond this: the window documents' df and lengths in SQL (they
+namespace**, and memories neither candidates nor within ``r`` of one are not considered;
+no bound proves the top-k and nothing widens (an approximation, measured in
+bench/results/postgres-stateless-20261205.md and -20261206-neighbours.md: top-10 agreement
+with the replica and LoCoMo dev R@10). What exactness needs beyond this: the window documents' df and lengths in SQL (they
 could be kept with the moment sums' windowed bookkeeping) and the per-signal bounds to widen
 C; not built.
 
@@ -685,8 +692,8 @@ class PostgresMemory(MemoryStore):
                      f"CREATE INDEX IF NOT EXISTS memcore_memories_seq "
                      f"ON {t('memcore_memories')} (namespace, seq); {hnsw}")
         # the stateless hybrid search's write-time state (kept by every writer, whatever its
-        # searchers do): memcore's own BM25 terms of each memory, dropped with it (cascade),
-        # and the episode and speaker of each memory indexed
+        # searchers do): memcore's own BM25 terms of each memory, deleted by every write that
+        # deletes or replaces it, and the episode and speaker of each memory indexed
         fresh = conn.execute("SELECT to_regclass(%s) IS NULL",
                              [t("memcore_moments")]).fetchone()[0]
         conn.execute(f"CREATE TABLE IF NOT EXISTS {t('memcore_postings')} ("
@@ -694,9 +701,7 @@ class PostgresMemory(MemoryStore):
                      f"tf int4 NOT NULL, dl int4 NOT NULL, "
                      # tf and dl in the key's index: a query term's postings by an
                      # index-only scan (a table made before keeps the plain key)
-                     f"PRIMARY KEY (namespace, term, key) INCLUDE (tf, dl), "
-                     f"FOREIGN KEY (namespace, key) REFERENCES {t('memcore_memories')} "
-                     f"ON DELETE CASCADE); "
+                     f"PRIMARY KEY (namespace, term, key) INCLUDE (tf, dl)); "
                      f"CREATE TABLE IF NOT EXISTS {t('memcore_moments')} ("
                      f"namespace text NOT NULL, alpha float8 NOT NULL, radius int4 NOT NULL, "
                      f"c1 bytea NOT NULL, c2 bytea NOT NULL, PRIMARY KEY (namespace, alpha, radius)); "
@@ -733,6 +738,11 @@ class PostgresMemory(MemoryStore):
             conn.execute(f"ALTER TABLE {t('memcore_memories')} ALTER COLUMN metadata TYPE json "
                          f"USING metadata::json; DROP INDEX IF EXISTS {t('memcore_memories_tseq')}; "
                          f"ALTER TABLE {t('memcore_memories')} SET ({_STORAGE})")
+        # postings without the foreign key to their memories (2026-12-06: writers delete them)
+        fk = conn.execute("SELECT conname FROM pg_constraint WHERE conrelid = to_regclass(%s) "
+                          "AND contype = 'f'", [t("memcore_postings")]).fetchall()
+        for (name,) in fk:
+            conn.execute(f'ALTER TABLE {t("memcore_postings")} DROP CONSTRAINT "{name}"')
         # each memory's BM25 document's tokens (2026-12-06; a row written before has none: a
         # searcher tokenises its text), and rows kept whole in their pages up to 8 kB
         if conn.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND "
@@ -939,8 +949,7 @@ class PostgresMemory(MemoryStore):
         return sum(dict(zip(doc, dl)).values()) - gone
 
     def _drop_postings(self, conn: Any, nst: str, keys: list) -> int:
-        """Delete the postings of ``keys`` (before their rows go: the cascade would drop them
-        unseen); returns their documents' total length (for ``dl_sum``)."""
+        """Delete the postings of ``keys`` (whose rows go or are replaced); returns their documents' total length (for ``dl_sum``)."""
         got = conn.execute(f"DELETE FROM {self._t('memcore_postings')} WHERE namespace = %s "
                            f"AND key = ANY(%s) RETURNING key, dl", [nst, keys]).fetchall()
         return sum(dict(got).values())
@@ -1101,7 +1110,8 @@ class PostgresMemory(MemoryStore):
             gone = conn.execute(f"DELETE FROM {t} WHERE namespace = %(ns)s AND key IN (SELECT key "
                                 f"FROM {t} WHERE namespace = %(ns)s ORDER BY key FOR UPDATE)",
                                 {"ns": _ns_text(ns)}).rowcount
-            for table in ("memcore_deleted", "memcore_touches", "memcore_moments"):
+            for table in ("memcore_postings", "memcore_deleted", "memcore_touches",
+                          "memcore_moments"):
                 conn.execute(f"DELETE FROM {self._t(table)} WHERE namespace = %s", [_ns_text(ns)])
             conn.execute(f"UPDATE {self._t('memcore_namespaces')} SET live = 0, dl_sum = 0 "
                          f"WHERE namespace = %s", [_ns_text(ns)])
@@ -1498,15 +1508,17 @@ class PostgresMemory(MemoryStore):
                     p).fetchall())
             p["keys"] = sorted(keys)
             ep = "((metadata::jsonb) -> 'episode')"
-            side = (f"CROSS JOIN LATERAL (SELECT key FROM {t} WHERE namespace = %(ns)s AND "
-                    f"{ep} = c.ep AND seq {{}} c.seq ORDER BY seq {{}} LIMIT %(r)s) x "
+            side = (f"CROSS JOIN LATERAL (SELECT key, row_number() OVER (ORDER BY seq {{1}}) "
+                    f"AS d FROM (SELECT key, seq FROM {t} WHERE namespace = %(ns)s AND "
+                    f"{ep} = c.ep AND seq {{0}} c.seq ORDER BY seq {{1}} LIMIT 2 * %(r)s) y) x "
                     f"WHERE c.ep IS NOT NULL AND c.ep <> 'null'::jsonb")
             return conn.cursor(binary=True).execute(
                 f"WITH c AS MATERIALIZED (SELECT key, seq, {ep} AS ep FROM {t} "
                 f"WHERE namespace = %(ns)s AND key = ANY(%(keys)s)), "
-                f"nb AS (SELECT key FROM c UNION SELECT x.key FROM c {side.format('<', 'DESC')} "
-                f"UNION SELECT x.key FROM c {side.format('>', 'ASC')}) "
-                f"SELECT {_COLS}, embedding, seq, key = ANY(%(keys)s), "
+                f"nb AS MATERIALIZED (SELECT key, 0::int8 AS d FROM c UNION ALL "
+                f"SELECT x.key, x.d FROM c {side.format('<', 'DESC')} "
+                f"UNION ALL SELECT x.key, x.d FROM c {side.format('>', 'ASC')}) "
+                f"SELECT {_COLS}, embedding, seq, key IN (SELECT key FROM nb WHERE d <= %(r)s), "
                 f"{_VISIBLE} AND {where}, tokens FROM {t} "
                 f"WHERE namespace = %(ns)s AND key IN (SELECT key FROM nb) ORDER BY seq",
                 p).fetchall()
