@@ -13,6 +13,8 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import pg_server
 from memcore.stores import pg_terms
@@ -1337,3 +1339,19 @@ def test_a_store_made_before_loses_the_postings_foreign_key_and_gains_tokens(url
     assert again._run(lambda conn: conn.execute(
         f"SELECT count(*) FROM {t('memcore_postings')}").fetchone()[0]) == 0
     again.drop()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(-2 ** 63, 2 ** 63 - 1) | st.integers(-3, 3), max_size=8),
+                max_size=6))
+def test_postings_of_a_batch_are_each_documents_term_counts(docs):
+    """:func:`pg_terms.postings` (one sort for the batch) equals counting each document's
+    terms on its own (``np.unique``), empty documents having none."""
+    tokens = [np.array(d, np.int64) for d in docs]
+    want: tuple = ([], [], [], [])
+    for i, t in enumerate(tokens):
+        terms, tf = np.unique(t, return_counts=True)
+        for x, f in zip(terms.tolist(), tf.tolist()):
+            for out, v in zip(want, (i, x, f, len(t))):
+                out.append(v)
+    assert pg_terms.postings(tokens) == want
