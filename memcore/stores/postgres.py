@@ -496,7 +496,7 @@ class PostgresMemory(MemoryStore):
     a binary COPY and writes each memory's BM25 postings (~30 rows a memory) with another:
     ~2,600 rows/s without the HNSW index, ~1,800 rows/s once the namespace keeps moment sums
     (a ``replica=False`` writer), a few hundred with the index (pgvector inserts each row into
-    the graph: ~2 ms at 384-d; 10,000-row batches at 384-d, 2 shared cores, 2026-12-06); to
+    the graph: ~2 ms at 384-d; 10,000 rows in batches of 1,000, 2 shared cores, 2026-12-06); to
     load a large corpus, open with ``hnsw=False``, load, and open again with ``hnsw=True``
     (the index is built once).
 
