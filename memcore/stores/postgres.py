@@ -30,9 +30,9 @@ one PostgreSQL schema (default ``memcore``):
   default 2,032 bytes a row -- 2.1 kB on average at 384-d with the tokens -- it would move
   to the TOAST table). ``tokens`` (``bytea``, since 2026-12-06; added on open): the memory's
   BM25 document as token hashes (:mod:`memcore.stores.pg_terms`), what a stateless searcher
-  indexes; NULL in a row written before, whose text the searcher tokenises. Version 1 (no time to live) is
-  migrated by ``setup()`` on open (``ALTER TABLE ... ADD COLUMN``, run only when the columns
-  are missing); its memories never expire. Version 2 is migrated to 3 the same way: metadata
+  indexes; NULL in a row written before, whose text the searcher tokenises. Version 1 (no
+  time to live) is migrated by ``setup()`` on open (``ALTER TABLE ... ADD COLUMN``, run only
+  when the columns are missing); its memories never expire. Version 2 is migrated to 3 the same way: metadata
   ``jsonb`` becomes ``json`` (one table rewrite; the key order ``jsonb`` dropped stays lost),
   the ``(namespace, tseq)`` index is dropped.
 - ``memcore_deleted(namespace, key, seq)``: the last delete of each deleted key (its sequence
@@ -80,9 +80,9 @@ stemmed, hashed as the hybrid index of the default structure does:
 :mod:`memcore.stores.pg_terms`; replaced with the row, deleted before it by deletes and sweeps,
 with the namespace's by a clear; no foreign key since 2026-12-06 -- its check locked the
 memory row once per posting, ~30 a memory: a bulk put 1,770 -> 2,620 rows/s without the
-HNSW index -- and ``setup()`` drops the one of a table made before), the namespace row's ``dl_sum`` (the total length
-of its documents, beside ``live``, its document count), ``memcore_moments(namespace, alpha,
-radius, c1, c2)``: the float64 sums of the rows' context vectors and of their outer products
+HNSW index -- and ``setup()`` drops the one of a table made before), the namespace row's
+``dl_sum`` (the total length of its documents, beside ``live``, its document count),
+``memcore_moments(namespace, alpha, radius, c1, c2)``: the float64 sums of the rows' context vectors and of their outer products
 for the hybrid presets' (alpha, dense_window) and the store's own hybrid weights'
 (:mod:`memcore.stores.pg_moments`: O(window) per changed row, from the rows within ``2 r``
 places of each change, kept by every writer once they exist; created by one pass over the
@@ -126,9 +126,9 @@ but **the window BM25's df, avgdl and z statistics are those of the rows read, n
 namespace**, and memories neither candidates nor within ``r`` of one are not considered;
 no bound proves the top-k and nothing widens (an approximation, measured in
 bench/results/postgres-stateless-20261205.md and -20261206-neighbours.md: top-10 agreement
-with the replica and LoCoMo dev R@10). What exactness needs beyond this: the window documents' df and lengths in SQL (they
-could be kept with the moment sums' windowed bookkeeping) and the per-signal bounds to widen
-C; not built.
+with the replica and LoCoMo dev R@10). What exactness needs beyond this: the window
+documents' df and lengths in SQL (they could be kept with the moment sums' windowed
+bookkeeping) and the per-signal bounds to widen C; not built.
 
 Access statistics (``touch``) and ``refresh_ttl``: one statement per call for the keys it
 returned, locking only those rows (in key order) and their ``memcore_touches`` rows, never
@@ -952,7 +952,8 @@ class PostgresMemory(MemoryStore):
         return sum(dict(zip(doc, dl)).values()) - gone
 
     def _drop_postings(self, conn: Any, nst: str, keys: list) -> int:
-        """Delete the postings of ``keys`` (whose rows go or are replaced); returns their documents' total length (for ``dl_sum``)."""
+        """Delete the postings of ``keys`` (whose rows go or are replaced); returns their
+        documents' total length (for ``dl_sum``)."""
         got = conn.execute(f"DELETE FROM {self._t('memcore_postings')} WHERE namespace = %s "
                            f"AND key = ANY(%s) RETURNING key, dl", [nst, keys]).fetchall()
         return sum(dict(got).values())
