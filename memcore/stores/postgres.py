@@ -32,7 +32,8 @@ one PostgreSQL schema (default ``memcore``):
   BM25 document as token hashes (:mod:`memcore.stores.pg_terms`), what a stateless searcher
   indexes; NULL in a row written before, whose text the searcher tokenises. Version 1 (no
   time to live) is migrated by ``setup()`` on open (``ALTER TABLE ... ADD COLUMN``, run only
-  when the columns are missing); its memories never expire. Version 2 is migrated to 3 the same way: metadata
+  when the columns are missing); its memories never expire. Version 2 is migrated to 3 the
+  same way: metadata
   ``jsonb`` becomes ``json`` (one table rewrite; the key order ``jsonb`` dropped stays lost),
   the ``(namespace, tseq)`` index is dropped.
 - ``memcore_deleted(namespace, key, seq)``: the last delete of each deleted key (its sequence
@@ -82,7 +83,8 @@ with the namespace's by a clear; no foreign key since 2026-12-06 -- its check lo
 memory row once per posting, ~30 a memory: a bulk put 1,770 -> 2,620 rows/s without the
 HNSW index -- and ``setup()`` drops the one of a table made before), the namespace row's
 ``dl_sum`` (the total length of its documents, beside ``live``, its document count),
-``memcore_moments(namespace, alpha, radius, c1, c2)``: the float64 sums of the rows' context vectors and of their outer products
+``memcore_moments(namespace, alpha, radius, c1, c2)``: the float64 sums of the rows' context
+vectors and of their outer products
 for the hybrid presets' (alpha, dense_window) and the store's own hybrid weights'
 (:mod:`memcore.stores.pg_moments`: O(window) per changed row, from the rows within ``2 r``
 places of each change, kept by every writer once they exist; created by one pass over the
@@ -1488,7 +1490,8 @@ class PostgresMemory(MemoryStore):
                 stats[0] = self._dense_stats(conn, rq, p, where, live[0], visible)
             if live[0] <= c:
                 return conn.cursor(binary=True).execute(
-                    f"SELECT {_COLS}, embedding, seq, TRUE, {_VISIBLE} AND {where}, tokens FROM {t} "
+                    f"SELECT {_COLS}, embedding, seq, TRUE, {_VISIBLE} AND {where}, tokens "
+                    f"FROM {t} "
                     f"WHERE namespace = %(ns)s ORDER BY seq", p).fetchall()
             keys = set(p["hits"])
             keys.update(r[0] for r in conn.execute(
