@@ -13,6 +13,8 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import pg_server
 from memcore.stores import pg_terms
@@ -34,6 +36,7 @@ from memcore.stores.postgres import (
     PostgresExtensionError,
     PostgresMemory,
     PostgresUnavailableError,
+    psycopg_modules,
     redact,
 )
 
@@ -152,6 +155,7 @@ def test_down_server_is_answered_within_connect_timeout():
         s.bind(("127.0.0.1", 0))
         s.listen(16)                     # the kernel completes the handshake; nobody answers
         port = s.getsockname()[1]
+        psycopg_modules()                # imported first: the time is the connect's alone
         t = time.perf_counter()
         with pytest.raises(PostgresUnavailableError) as info:
             PostgresMemory(f"postgresql://ann:hang-Secret@127.0.0.1:{port}/db", emb(),
@@ -1280,3 +1284,74 @@ def test_stateless_pool_documents_and_codes_are_the_hybrid_indexs():
     c = given.search(q, qv, top_k=10, weights=hw)
     assert a.ids[:a.count].tolist() == c.ids[:c.count].tolist()
     np.testing.assert_array_equal(a.scores[:a.count], c.scores[:c.count])
+
+
+def test_stateless_ranks_the_window_neighbours_of_the_candidates():
+    """A memory that no candidate source finds but whose episode window holds one (its
+    context matches the query) is ranked: the rows within the window radius of a candidate
+    are ranked too (read with their own whole windows), as the embedded store ranks them."""
+    clock = FakeClock()
+    hw = HybridWeights.no_model()
+    ltm = LongTermMemory(None, emb(), clock=clock, hybrid=hw)
+    pg = pg_server.store(clock, emb(), hybrid=hw, replica=False, candidates=2)
+    rng = np.random.default_rng(21)
+    words = ["dog", "adopted", "paris", "trip", "guitar", "lessons", "sister", "wedding", "job"]
+    items = [MemoryItem(f"m{i}", " ".join(rng.choice(words, 3)), 0.5, {"episode": i // 6})
+             for i in range(240)]
+    items[123] = MemoryItem("m123", "a zebra crossing downtown", 0.5, {"episode": 123 // 6})
+    for s in (ltm, pg):
+        s.put_many("chat", items)
+    want = [h.key for h in ltm.search("chat", "zebra crossing", top_k=3, touch=False)]
+    assert "m123" in want and set(want) - {"m123"} <= {"m121", "m122", "m124", "m125"}
+    got = pg.search("chat", "zebra crossing", top_k=3, touch=False)
+    assert [h.key for h in got] == want
+    pool = pg._local.pool[1]
+    ranked = {pool.rows[i][0] for i in pool.cand.tolist()}
+    assert {"m121", "m122", "m123", "m124", "m125"} <= ranked
+    pg.drop()
+
+
+def test_a_store_made_before_loses_the_postings_foreign_key_and_gains_tokens(url):
+    """A schema made before 2026-12-06 (postings with a foreign key to their memories, rows
+    without stored tokens) opens: the key is dropped, the tokens column added; its rows
+    rank as before (their texts tokenised by the searcher) and a clear still empties the
+    postings."""
+    hw = HybridWeights.no_model()
+    clock = FakeClock()
+    pg = pg_server.store(clock, emb(), hybrid=hw, replica=False)
+    pg.put_many("chat", [MemoryItem(f"m{i}", f"the dog went to paris {i}", 0.5,
+                                    {"episode": i // 4}) for i in range(12)])
+    want = [(h.key, h.score) for h in pg.search("chat", "dog paris 3", top_k=5, touch=False)]
+    t = pg._t
+    pg._run(lambda conn: conn.execute(
+        f"ALTER TABLE {t('memcore_memories')} DROP COLUMN tokens; "
+        f"ALTER TABLE {t('memcore_postings')} ADD FOREIGN KEY (namespace, key) "
+        f"REFERENCES {t('memcore_memories')} ON DELETE CASCADE"))
+    again = pg_server.store(clock, emb(), hybrid=hw, replica=False, schema=pg.schema)
+    assert again._run(lambda conn: conn.execute(
+        "SELECT count(*) FROM pg_constraint WHERE conrelid = to_regclass(%s) AND contype = 'f'",
+        [t("memcore_postings")]).fetchone()[0]) == 0
+    assert again._run(lambda conn: conn.execute(
+        f"SELECT count(*) FROM {t('memcore_memories')} WHERE tokens IS NULL").fetchone()[0]) == 12
+    assert [(h.key, h.score) for h in again.search("chat", "dog paris 3", top_k=5,
+                                                   touch=False)] == want
+    again.clear("chat")
+    assert again._run(lambda conn: conn.execute(
+        f"SELECT count(*) FROM {t('memcore_postings')}").fetchone()[0]) == 0
+    again.drop()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(-2 ** 63, 2 ** 63 - 1) | st.integers(-3, 3), max_size=8),
+                max_size=6))
+def test_postings_of_a_batch_are_each_documents_term_counts(docs):
+    """:func:`pg_terms.postings` (one sort for the batch) equals counting each document's
+    terms on its own (``np.unique``), empty documents having none."""
+    tokens = [np.array(d, np.int64) for d in docs]
+    want: tuple = ([], [], [], [])
+    for i, t in enumerate(tokens):
+        terms, tf = np.unique(t, return_counts=True)
+        for x, f in zip(terms.tolist(), tf.tolist()):
+            for out, v in zip(want, (i, x, f, len(t))):
+                out.append(v)
+    assert pg_terms.postings(tokens) == want

@@ -57,13 +57,16 @@ def _context(V: np.ndarray, at: Sequence[int], alpha: float, r: int) -> np.ndarr
     return alpha * X + (1.0 - alpha) * M
 
 
-def _add(sums: tuple, C: np.ndarray, sign: float) -> None:
+def _add(sums: tuple, C: np.ndarray, sign: float | np.ndarray) -> None:
+    """``sums += sign * (sum c, sum c c^T)`` over the rows ``c`` of ``C`` (``sign``: one, or
+    one per row)."""
     if C.shape[0]:
         c1, c2 = sums                       # in place
-        c1 += sign * C.sum(axis=0)
+        S = sign * C if np.ndim(sign) == 0 else np.asarray(sign)[:, None] * C
+        c1 += S.sum(axis=0)
         # a write's few rows: einsum, not BLAS (as the embedded index: OpenBLAS wakes its
         # threads even for a (k, 384) product, and on a busy machine they spin)
-        c2 += sign * (C.T @ C if C.shape[0] > _SMALL_UPDATE else np.einsum("ki,kj->ij", C, C))
+        c2 += S.T @ C if C.shape[0] > _SMALL_UPDATE else np.einsum("ki,kj->ij", S, C)
 
 
 def update(sums: tuple, alpha: float, r: int, before: dict, removed: dict,
@@ -84,12 +87,13 @@ def update(sums: tuple, alpha: float, r: int, before: dict, removed: dict,
     added : sequence of (key, episode, vector)
         Rows appended, in write order (a replaced row is removed, then added).
     """
+    blocks: list = []                       # (context vectors, sign): one product at the end
     for ep, v in removed.values():          # a row without an episode is its own window
         if ep is None:
-            _add(sums, _context(np.asarray(v)[None, :], [0], alpha, r), -1.0)
+            blocks.append((_context(np.asarray(v)[None, :], [0], alpha, r), -1.0))
     for k, ep, v in added:
         if ep is None:
-            _add(sums, _context(np.asarray(v)[None, :], [0], alpha, r), 1.0)
+            blocks.append((_context(np.asarray(v)[None, :], [0], alpha, r), 1.0))
     by_ep: dict = {}
     for _, e, v in added:
         by_ep.setdefault(e, []).append(v)
@@ -104,13 +108,16 @@ def update(sums: tuple, alpha: float, r: int, before: dict, removed: dict,
             hit.update(range(max(0, len(keys) - r), len(keys)))
         hit = sorted(hit)
         if rows:
-            _add(sums, _context(np.stack([v for _, v in rows]), hit, alpha, r), -1.0)
+            blocks.append((_context(np.stack([v for _, v in rows]), hit, alpha, r), -1.0))
         kept = [p for p in range(len(keys)) if keys[p] not in removed]
         pos = {p: i for i, p in enumerate(kept)}
         after = [rows[p][1] for p in kept] + new
         if after:
             at = [pos[p] for p in hit if p in pos] + list(range(len(kept), len(after)))
-            _add(sums, _context(np.stack(after), at, alpha, r), 1.0)
+            blocks.append((_context(np.stack(after), at, alpha, r), 1.0))
+    if blocks:
+        _add(sums, np.concatenate([C for C, _ in blocks]),
+             np.concatenate([np.full(C.shape[0], sg) for C, sg in blocks]))
 
 
 def from_rows(rows: Sequence[tuple], alpha: float, r: int, dim: int) -> tuple:

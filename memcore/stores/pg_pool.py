@@ -1,6 +1,6 @@
 """The candidate pool of :class:`~memcore.stores.postgres.PostgresMemory`'s stateless hybrid
 search (``replica=False``): the rows one query read from SQL (its candidates and their episode
-window neighbours, in write order) in a per-query :class:`~memcore.recall.index.HybridIndex`
+neighbours, in write order) in a per-query :class:`~memcore.recall.index.HybridIndex`
 (RAM, no store around it: no table, no key map, no moment sums; no quantised codes unless
 a scan asks for them; each BM25 document stemmed once per process, :data:`DOCUMENT_CACHE`),
 ranked by the candidates kernel (:meth:`HybridIndex.search` with ``rows=``,
@@ -9,8 +9,8 @@ only).
 
 A pool row is one SQL row: the store's ``_COLS`` (key, text, importance, metadata,
 created_at, updated_at, last_accessed_at, access_count, expires_at, ttl), then the embedding,
-``seq``, whether the row is a candidate (a neighbour read only for a candidate's window is
-not), whether it is visible to the query (not expired, matching the filter) and its BM25
+``seq``, whether the row may be a hit (a candidate or within the window radius of one; a
+row read only for such a row's window is not), whether it is visible to the query (not expired, matching the filter) and its BM25
 document's tokens as the writer stored them (:func:`memcore.stores.pg_terms.to_bytes`; None
 for a row written before they were kept). With the index structure of the stored tokens
 (:data:`~memcore.stores.pg_terms.STRUCTURE`, the default's) a row's document is read from

@@ -79,16 +79,17 @@ def postings(tokens: Sequence[np.ndarray]) -> tuple[list[int], list[int], list[i
     >>> postings([np.array([5, 7, 5])])
     ([0, 0], [5, 7], [2, 1], [3, 3])
     """
-    out_doc, out_term, out_tf, out_dl = [], [], [], []
-    for i, toks in enumerate(tokens):
-        if not toks.shape[0]:
-            continue
-        terms, tf = np.unique(toks, return_counts=True)
-        out_doc += [i] * terms.shape[0]
-        out_term += terms.tolist()
-        out_tf += tf.tolist()
-        out_dl += [int(toks.shape[0])] * terms.shape[0]
-    return out_doc, out_term, out_tf, out_dl
+    lens = np.fromiter((t.shape[0] for t in tokens), np.int64, len(tokens))
+    if not lens.sum():
+        return [], [], [], []
+    doc = np.repeat(np.arange(len(tokens), dtype=np.int64), lens)
+    term = np.concatenate(tokens).view(np.int64)
+    order = np.lexsort((term, doc))                 # by document, then term
+    doc, term = doc[order], term[order]
+    first = np.flatnonzero(np.r_[True, (doc[1:] != doc[:-1]) | (term[1:] != term[:-1])])
+    tf = np.diff(np.r_[first, doc.shape[0]])
+    d = doc[first]
+    return d.tolist(), term[first].tolist(), tf.tolist(), lens[d].tolist()
 
 
 def to_bytes(tokens: np.ndarray) -> bytes:

@@ -30,9 +30,10 @@ one PostgreSQL schema (default ``memcore``):
   default 2,032 bytes a row -- 2.1 kB on average at 384-d with the tokens -- it would move
   to the TOAST table). ``tokens`` (``bytea``, since 2026-12-06; added on open): the memory's
   BM25 document as token hashes (:mod:`memcore.stores.pg_terms`), what a stateless searcher
-  indexes; NULL in a row written before, whose text the searcher tokenises. Version 1 (no time to live) is
-  migrated by ``setup()`` on open (``ALTER TABLE ... ADD COLUMN``, run only when the columns
-  are missing); its memories never expire. Version 2 is migrated to 3 the same way: metadata
+  indexes; NULL in a row written before, whose text the searcher tokenises. Version 1 (no
+  time to live) is migrated by ``setup()`` on open (``ALTER TABLE ... ADD COLUMN``, run only
+  when the columns are missing); its memories never expire. Version 2 is migrated to 3 the
+  same way: metadata
   ``jsonb`` becomes ``json`` (one table rewrite; the key order ``jsonb`` dropped stays lost),
   the ``(namespace, tseq)`` index is dropped.
 - ``memcore_deleted(namespace, key, seq)``: the last delete of each deleted key (its sequence
@@ -78,9 +79,12 @@ are read by an index-only scan; a table created before keeps its plain key), mem
 BM25 terms of each memory (``"speaker: text"`` and its day's date words,
 stemmed, hashed as the hybrid index of the default structure does:
 :mod:`memcore.stores.pg_terms`; replaced with the row, deleted before it by deletes and sweeps,
-with it by a clear's ``ON DELETE CASCADE``), the namespace row's ``dl_sum`` (the total length
-of its documents, beside ``live``, its document count), ``memcore_moments(namespace, alpha,
-radius, c1, c2)``: the float64 sums of the rows' context vectors and of their outer products
+with the namespace's by a clear; no foreign key since 2026-12-06 -- its check locked the
+memory row once per posting, ~30 a memory: a bulk put 1,770 -> 2,620 rows/s without the
+HNSW index -- and ``setup()`` drops the one of a table made before), the namespace row's
+``dl_sum`` (the total length of its documents, beside ``live``, its document count),
+``memcore_moments(namespace, alpha, radius, c1, c2)``: the float64 sums of the rows' context
+vectors and of their outer products
 for the hybrid presets' (alpha, dense_window) and the store's own hybrid weights'
 (:mod:`memcore.stores.pg_moments`: O(window) per changed row, from the rows within ``2 r``
 places of each change, kept by every writer once they exist; created by one pass over the
@@ -100,17 +104,23 @@ rebuilt by :meth:`PostgresMemory.setup` once. A search:
    the partial expiry index), the C rows nearest the query among the speakers it names
    (their distances computed where each row is read, only ``(ctid, key, distance)``
    sorted) (C = ``candidates``);
-2. each candidate's episode window neighbours (``max(dense_window, lexical_window)`` before
-   and after it in episode order: one index probe each way, giving the row's ``ctid``), the
-   rows then read by ``ctid`` (a TID scan, no key index probe) and put in write order in the
-   process, in one REPEATABLE READ snapshot with ``work_mem`` raised for it (the BM25
-   aggregate holds one entry per matching document), vectors and the moment sums in binary;
+2. each candidate's episode neighbours, ``2 r`` before and after it in episode order (``r =
+   max(dense_window, lexical_window)``; one index probe each way, giving the rows'
+   ``ctid``), the rows then read by ``ctid`` (a TID scan, no key index probe) and put in
+   write order in the process, in one REPEATABLE READ snapshot with ``work_mem`` raised for
+   it (the BM25 aggregate holds one entry per matching document), vectors and the moment
+   sums in binary, with the rows' stored BM25 tokens;
 3. those rows indexed in write order in a per-query
    :class:`~memcore.recall.index.HybridIndex` (:mod:`memcore.stores.pg_pool`: no store around
    it) and the candidates ranked by the candidates kernel
    (:func:`memcore.kernels.candidates.hybrid_rows_topk`: windows, BM25, context similarity,
-   speaker boost, decay, the embedded scan's score); the neighbours are read for the
-   candidates' windows only (never hits). The pool lives until the thread's next search
+   speaker boost, decay, the embedded scan's score). The rows within ``r`` of a candidate
+   are ranked too (their own windows are whole in the pool): a memory whose context matches
+   the query, though no source found it, is found through its matching neighbour (LoCoMo dev
+   R@10 0.7705 -> 0.7975 with the hashing embedder, the embedded store's 0.7971; top-10
+   overlap with the replica at 2e4 rows 0.73 -> 0.86; the pool ~1,200 -> ~1,900 rows:
+   bench/results/postgres-stateless-20261206-neighbours.md); the rows beyond ``r`` are read
+   for those windows only (never hits). The pool lives until the thread's next search
    (O(candidates x window)); ``explain=True`` reuses it.
 
 What is exact and what is not: a namespace of at most C rows is read whole and ranked
@@ -128,12 +138,12 @@ are cut at the C-th place by key; the z sums add the documents in the aggregate'
 they equal the embedded store's within float8 rounding, and documents whose scores differ
 only there may be cut at the C-th place otherwise than the embedded store would);
 but **the window BM25's df, avgdl and z statistics are those of the rows read, not of the
-namespace**, and memories outside the candidates are not considered; no bound proves the
-top-k and nothing widens (an approximation, measured in
-bench/results/postgres-stateless-20261205.md: top-10 agreement with the replica and LoCoMo dev
-R@10). What exactness needs beyond this: the window documents' df and lengths in SQL (they
-could be kept with the moment sums' windowed bookkeeping) and the per-signal bounds to widen
-C; not built.
+namespace**, and memories neither candidates nor within ``r`` of one are not considered;
+no bound proves the top-k and nothing widens (an approximation, measured in
+bench/results/postgres-stateless-20261205.md and -20261206-neighbours.md: top-10 agreement
+with the replica and LoCoMo dev R@10). What exactness needs beyond this: the window
+documents' df and lengths in SQL (they could be kept with the moment sums' windowed
+bookkeeping) and the per-signal bounds to widen C; not built.
 
 Access statistics (``touch``) and ``refresh_ttl``: one statement per call for the keys it
 returned, locking only those rows (in key order) and their ``memcore_touches`` rows, never
@@ -502,9 +512,12 @@ class PostgresMemory(MemoryStore):
     write raises :class:`~memcore.errors.InvalidTextError` for a text or metadata string with
     a NUL character (nothing is written). Writers of one namespace are serialised by its row
     lock; writers of different namespaces run in parallel. ``put_many`` stages its batch with
-    a binary COPY: 20,000 rows at ~10,000 rows/s without the HNSW index, ~550 rows/s with it
-    (pgvector inserts each row into the graph: ~1.8 ms at 384-d); to load a large corpus, open
-    with ``hnsw=False``, load, and open again with ``hnsw=True`` (the index is built once).
+    a binary COPY and writes each memory's BM25 postings (~30 rows a memory) with another:
+    ~2,600 rows/s without the HNSW index, ~1,800 rows/s once the namespace keeps moment sums
+    (a ``replica=False`` writer), a few hundred with the index (pgvector inserts each row into
+    the graph: ~2 ms at 384-d; 10,000 rows in batches of 1,000, 2 shared cores, 2026-12-06); to
+    load a large corpus, open with ``hnsw=False``, load, and open again with ``hnsw=True``
+    (the index is built once).
 
     Raises
     ------
@@ -701,8 +714,8 @@ class PostgresMemory(MemoryStore):
                      f"CREATE INDEX IF NOT EXISTS memcore_memories_seq "
                      f"ON {t('memcore_memories')} (namespace, seq); {hnsw}")
         # the stateless hybrid search's write-time state (kept by every writer, whatever its
-        # searchers do): memcore's own BM25 terms of each memory, dropped with it (cascade),
-        # and the episode and speaker of each memory indexed
+        # searchers do): memcore's own BM25 terms of each memory, deleted by every write that
+        # deletes or replaces it, and the episode and speaker of each memory indexed
         fresh = conn.execute("SELECT to_regclass(%s) IS NULL",
                              [t("memcore_moments")]).fetchone()[0]
         conn.execute(f"CREATE TABLE IF NOT EXISTS {t('memcore_postings')} ("
@@ -710,9 +723,7 @@ class PostgresMemory(MemoryStore):
                      f"tf int4 NOT NULL, dl int4 NOT NULL, "
                      # tf and dl in the key's index: a query term's postings by an
                      # index-only scan (a table made before keeps the plain key)
-                     f"PRIMARY KEY (namespace, term, key) INCLUDE (tf, dl), "
-                     f"FOREIGN KEY (namespace, key) REFERENCES {t('memcore_memories')} "
-                     f"ON DELETE CASCADE); "
+                     f"PRIMARY KEY (namespace, term, key) INCLUDE (tf, dl)); "
                      f"CREATE TABLE IF NOT EXISTS {t('memcore_moments')} ("
                      f"namespace text NOT NULL, alpha float8 NOT NULL, radius int4 NOT NULL, "
                      f"c1 bytea NOT NULL, c2 bytea NOT NULL, PRIMARY KEY (namespace, alpha, radius)); "
@@ -749,6 +760,11 @@ class PostgresMemory(MemoryStore):
             conn.execute(f"ALTER TABLE {t('memcore_memories')} ALTER COLUMN metadata TYPE json "
                          f"USING metadata::json; DROP INDEX IF EXISTS {t('memcore_memories_tseq')}; "
                          f"ALTER TABLE {t('memcore_memories')} SET ({_STORAGE})")
+        # postings without the foreign key to their memories (2026-12-06: writers delete them)
+        fk = conn.execute("SELECT conname FROM pg_constraint WHERE conrelid = to_regclass(%s) "
+                          "AND contype = 'f'", [t("memcore_postings")]).fetchall()
+        for (name,) in fk:
+            conn.execute(f'ALTER TABLE {t("memcore_postings")} DROP CONSTRAINT "{name}"')
         # each memory's BM25 document's tokens (2026-12-06; a row written before has none: a
         # searcher tokenises its text), and rows kept whole in their pages up to 8 kB
         if conn.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND "
@@ -955,8 +971,8 @@ class PostgresMemory(MemoryStore):
         return sum(dict(zip(doc, dl)).values()) - gone
 
     def _drop_postings(self, conn: Any, nst: str, keys: list) -> int:
-        """Delete the postings of ``keys`` (before their rows go: the cascade would drop them
-        unseen); returns their documents' total length (for ``dl_sum``)."""
+        """Delete the postings of ``keys`` (whose rows go or are replaced); returns their
+        documents' total length (for ``dl_sum``)."""
         got = conn.execute(f"DELETE FROM {self._t('memcore_postings')} WHERE namespace = %s "
                            f"AND key = ANY(%s) RETURNING key, dl", [nst, keys]).fetchall()
         return sum(dict(got).values())
@@ -1117,7 +1133,8 @@ class PostgresMemory(MemoryStore):
             gone = conn.execute(f"DELETE FROM {t} WHERE namespace = %(ns)s AND key IN (SELECT key "
                                 f"FROM {t} WHERE namespace = %(ns)s ORDER BY key FOR UPDATE)",
                                 {"ns": _ns_text(ns)}).rowcount
-            for table in ("memcore_deleted", "memcore_touches", "memcore_moments"):
+            for table in ("memcore_postings", "memcore_deleted", "memcore_touches",
+                          "memcore_moments"):
                 conn.execute(f"DELETE FROM {self._t(table)} WHERE namespace = %s", [_ns_text(ns)])
             conn.execute(f"UPDATE {self._t('memcore_namespaces')} SET live = 0, dl_sum = 0 "
                          f"WHERE namespace = %s", [_ns_text(ns)])
@@ -1492,7 +1509,8 @@ class PostgresMemory(MemoryStore):
                 stats[0] = self._dense_stats(conn, rq, p, where, live[0], visible)
             if live[0] <= c:
                 return conn.cursor(binary=True).execute(
-                    f"SELECT {_COLS}, embedding, seq, TRUE, {_VISIBLE} AND {where}, tokens FROM {t} "
+                    f"SELECT {_COLS}, embedding, seq, TRUE, {_VISIBLE} AND {where}, tokens "
+                    f"FROM {t} "
                     f"WHERE namespace = %(ns)s ORDER BY seq", p).fetchall()
             keys = set(p["hits"])
             keys.update(r[0] for r in conn.execute(
@@ -1519,17 +1537,20 @@ class PostgresMemory(MemoryStore):
             ep = "((metadata::jsonb) -> 'episode')"
             # the rows by their ctid (a TID scan: one heap fetch each, no key index probe),
             # put in write order here (the server would sort the rows with their vectors)
-            side = (f"CROSS JOIN LATERAL (SELECT ctid AS at FROM {t} WHERE namespace = %(ns)s "
-                    f"AND {ep} = c.ep AND seq {{}} c.seq ORDER BY seq {{}} LIMIT %(r)s) x "
+            side = (f"CROSS JOIN LATERAL (SELECT at, key, row_number() OVER (ORDER BY seq "
+                    f"{{1}}) AS d FROM (SELECT ctid AS at, key, seq FROM {t} WHERE namespace = "
+                    f"%(ns)s AND {ep} = c.ep AND seq {{0}} c.seq ORDER BY seq {{1}} "
+                    f"LIMIT 2 * %(r)s) y) x "
                     f"WHERE c.ep IS NOT NULL AND c.ep <> 'null'::jsonb")
             return sorted(conn.cursor(binary=True).execute(
-                f"WITH c AS MATERIALIZED (SELECT ctid AS at, seq, {ep} AS ep FROM {t} "
+                f"WITH c AS MATERIALIZED (SELECT ctid AS at, key, seq, {ep} AS ep FROM {t} "
                 f"WHERE namespace = %(ns)s AND key = ANY(%(keys)s)), "
-                f"nb AS (SELECT at FROM c UNION SELECT x.at FROM c {side.format('<', 'DESC')} "
-                f"UNION SELECT x.at FROM c {side.format('>', 'ASC')}) "
-                f"SELECT {_COLS}, embedding, seq, key = ANY(%(keys)s), "
+                f"nb AS MATERIALIZED (SELECT at, key, 0::int8 AS d FROM c UNION ALL "
+                f"SELECT x.at, x.key, x.d FROM c {side.format('<', 'DESC')} "
+                f"UNION ALL SELECT x.at, x.key, x.d FROM c {side.format('>', 'ASC')}) "
+                f"SELECT {_COLS}, embedding, seq, key IN (SELECT key FROM nb WHERE d <= %(r)s), "
                 f"{_VISIBLE} AND {where}, tokens FROM {t} "
-                f"WHERE namespace = %(ns)s AND ctid = ANY(ARRAY(SELECT at FROM nb))",
+                f"WHERE namespace = %(ns)s AND ctid = ANY(ARRAY(SELECT DISTINCT at FROM nb))",
                 p).fetchall(), key=lambda r: r[_NCOLS + 1])
 
         p["r"] = max(int(w.dense_window), int(w.lexical_window), 0)
