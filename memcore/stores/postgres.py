@@ -96,12 +96,20 @@ rebuilt by :meth:`PostgresMemory.setup` once. A search:
 
 1. candidates in SQL, each source filtered (namespace, expiry, metadata filter): the HNSW
    top-C by the embedding, the own-text BM25 top-C over the query terms' postings with the
-   namespace's statistics (df counted from the postings, so O(matching postings); N and
-   avgdl from ``live`` and ``dl_sum``), the C rows nearest the query among the speakers it
-   names (C = ``candidates``);
+   namespace's statistics (each term's df counted from its postings by an index-only scan,
+   then its postings read again by one and each document's score summed in one hash
+   aggregate, its terms in term order; no copy of the postings is materialised: O(matching
+   postings) twice over an index, once through the aggregate; N and avgdl from ``live`` and
+   ``dl_sum``; without a filter, expired rows are left out by an anti-join with them, from
+   the partial expiry index), the C rows nearest the query among the speakers it names
+   (their distances computed where each row is read, only ``(ctid, key, distance)``
+   sorted) (C = ``candidates``);
 2. each candidate's episode neighbours, ``2 r`` before and after it in episode order (``r =
-   max(dense_window, lexical_window)``; one index probe each way), in one REPEATABLE READ
-   snapshot, vectors in binary, with the rows' stored BM25 tokens;
+   max(dense_window, lexical_window)``; one index probe each way, giving the rows'
+   ``ctid``), the rows then read by ``ctid`` (a TID scan, no key index probe) and put in
+   write order in the process, in one REPEATABLE READ snapshot with ``work_mem`` raised for
+   it (the BM25 aggregate holds one entry per matching document), vectors and the moment
+   sums in binary, with the rows' stored BM25 tokens;
 3. those rows indexed in write order in a per-query
    :class:`~memcore.recall.index.HybridIndex` (:mod:`memcore.stores.pg_pool`: no store around
    it) and the candidates ranked by the candidates kernel
@@ -123,7 +131,12 @@ sums of the query's (alpha, radius) are kept, else from one pass in the server (
 window average over every row's similarity, as the embedded index passes over the rows of a
 filter), the BM25 ones over the visible rows from the query terms' postings (for the
 default index structure, ``stem`` and ``dates`` on; another structure ranks with the
-statistics of the rows read) -- tested against the embedded store over the whole namespace;
+statistics of the rows read) -- tested against the embedded store over the whole namespace
+(the SQL sums are float8: a document's BM25 score, which only chooses the BM25 candidates,
+adds its terms in term order, so documents with the same terms, tf and dl tie exactly and
+are cut at the C-th place by key; the z sums add the documents in the aggregate's order; so
+they equal the embedded store's within float8 rounding, and documents whose scores differ
+only there may be cut at the C-th place otherwise than the embedded store would);
 but **the window BM25's df, avgdl and z statistics are those of the rows read, not of the
 namespace**, and memories neither candidates nor within ``r`` of one are not considered;
 no bound proves the top-k and nothing widens (an approximation, measured in
@@ -268,6 +281,10 @@ MIN_CANDIDATES = 400
 #: Candidates of each source of the stateless hybrid search (``replica=False``): HNSW top-C,
 #: BM25 top-C and up to C speaker rows; a namespace of at most this many rows is read whole.
 HYBRID_CANDIDATES = 100
+#: ``work_mem`` of a stateless hybrid search's transaction: its BM25 hash aggregate holds one
+#: entry per document matching a query term (~1.2e5 at 1e6 rows for a speaker name and two
+#: words: 12 MB), which spilled to disk batches at the server's default of 4 MB.
+_SEARCH_WORK_MEM = "64MB"
 #: pgvector's upper limit of ``hnsw.ef_search``.
 MAX_CANDIDATES = 1000
 #: Recency exponent clamp (``0.5 ** 1000`` is normal float8; PostgreSQL raises on underflow).
@@ -1473,8 +1490,10 @@ class PostgresMemory(MemoryStore):
         p["k1"], p["b"] = float(w.k1), float(w.b)
 
         def run(conn):
-            # one snapshot; the HNSW settings in the same round trip (used above C rows)
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ" + (
+            # one snapshot; the memory of its hash tables and the HNSW settings in the same
+            # round trip (used above C rows)
+            conn.execute(f"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; "
+                         f"SET LOCAL work_mem = '{_SEARCH_WORK_MEM}'" + (
                 f"; SET LOCAL hnsw.ef_search = {min(int(c), MAX_CANDIDATES)}; "
                 f"SET LOCAL hnsw.iterative_scan = strict_order" if self.hnsw else ""))
             live = conn.execute(
@@ -1505,30 +1524,34 @@ class PostgresMemory(MemoryStore):
                 # those from the speaker index (one probe per distinct value), then their
                 # rows by the index (a LATERAL probe per value), not a pass over the
                 # namespace; materialised, so the order is exact (never the HNSW index's),
-                # in table order as a pass reads them (equal distances cut as it cut them)
+                # in table order as a pass reads them (equal distances cut as it cut them),
+                # each row's distance computed in the probe (the sort moves no vectors)
                 keys.update(r[0] for r in conn.execute(
                     f"{_distinct_speakers(t)}, r AS MATERIALIZED (SELECT x.* FROM s CROSS "
-                    f"JOIN LATERAL (SELECT ctid AS at, key, embedding FROM {t} WHERE {vis} "
-                    f"AND {_SPEAKER} = s.v OFFSET 0) x "
+                    f"JOIN LATERAL (SELECT ctid AS at, key, embedding <#> %(q)s AS d FROM {t} "
+                    f"WHERE {vis} AND {_SPEAKER} = s.v OFFSET 0) x "
                     f"WHERE lower(s.v) = ANY(%(spk)s) ORDER BY x.at) "
-                    f"SELECT key FROM r ORDER BY embedding <#> %(q)s LIMIT %(c)s",
+                    f"SELECT key FROM r ORDER BY d LIMIT %(c)s",
                     p).fetchall())
             p["keys"] = sorted(keys)
             ep = "((metadata::jsonb) -> 'episode')"
-            side = (f"CROSS JOIN LATERAL (SELECT key, row_number() OVER (ORDER BY seq {{1}}) "
-                    f"AS d FROM (SELECT key, seq FROM {t} WHERE namespace = %(ns)s AND "
-                    f"{ep} = c.ep AND seq {{0}} c.seq ORDER BY seq {{1}} LIMIT 2 * %(r)s) y) x "
+            # the rows by their ctid (a TID scan: one heap fetch each, no key index probe),
+            # put in write order here (the server would sort the rows with their vectors)
+            side = (f"CROSS JOIN LATERAL (SELECT at, key, row_number() OVER (ORDER BY seq "
+                    f"{{1}}) AS d FROM (SELECT ctid AS at, key, seq FROM {t} WHERE namespace = "
+                    f"%(ns)s AND {ep} = c.ep AND seq {{0}} c.seq ORDER BY seq {{1}} "
+                    f"LIMIT 2 * %(r)s) y) x "
                     f"WHERE c.ep IS NOT NULL AND c.ep <> 'null'::jsonb")
-            return conn.cursor(binary=True).execute(
-                f"WITH c AS MATERIALIZED (SELECT key, seq, {ep} AS ep FROM {t} "
+            return sorted(conn.cursor(binary=True).execute(
+                f"WITH c AS MATERIALIZED (SELECT ctid AS at, key, seq, {ep} AS ep FROM {t} "
                 f"WHERE namespace = %(ns)s AND key = ANY(%(keys)s)), "
-                f"nb AS MATERIALIZED (SELECT key, 0::int8 AS d FROM c UNION ALL "
-                f"SELECT x.key, x.d FROM c {side.format('<', 'DESC')} "
-                f"UNION ALL SELECT x.key, x.d FROM c {side.format('>', 'ASC')}) "
+                f"nb AS MATERIALIZED (SELECT at, key, 0::int8 AS d FROM c UNION ALL "
+                f"SELECT x.at, x.key, x.d FROM c {side.format('<', 'DESC')} "
+                f"UNION ALL SELECT x.at, x.key, x.d FROM c {side.format('>', 'ASC')}) "
                 f"SELECT {_COLS}, embedding, seq, key IN (SELECT key FROM nb WHERE d <= %(r)s), "
                 f"{_VISIBLE} AND {where}, tokens FROM {t} "
-                f"WHERE namespace = %(ns)s AND key IN (SELECT key FROM nb) ORDER BY seq",
-                p).fetchall()
+                f"WHERE namespace = %(ns)s AND ctid = ANY(ARRAY(SELECT DISTINCT at FROM nb))",
+                p).fetchall(), key=lambda r: r[_NCOLS + 1])
 
         p["r"] = max(int(w.dense_window), int(w.lexical_window), 0)
         stats: dict = {}           # z statistics of the namespace (rows of the moments)
@@ -1551,19 +1574,27 @@ class PostgresMemory(MemoryStore):
         terms' df, N and avgdl into ``corpus``."""
         w = rq.hybrid
         t = self._t("memcore_memories")
-        check = (f"WHERE EXISTS (SELECT 1 FROM {t} WHERE namespace = %(ns)s AND {_VISIBLE} "
-                 f"AND {where} AND key = s.key)" if visible < live else "")
+        if visible == live:
+            check = ""
+        elif where == "TRUE":       # only expired rows are hidden: an anti-join with them (the
+            # partial expiry index, O(expired rows)), not a probe per matching document
+            check = (f"WHERE NOT EXISTS (SELECT 1 FROM {t} e WHERE e.namespace = %(ns)s AND "
+                     f"e.expires_at > 0 AND e.expires_at <= %(now)s AND e.key = s.key)")
+        else:
+            check = (f"WHERE EXISTS (SELECT 1 FROM {t} WHERE namespace = %(ns)s AND {_VISIBLE} "
+                     f"AND {where} AND key = s.key)")
         pt = self._t("memcore_postings")
         got = conn.execute(
-            f"WITH x AS MATERIALIZED (SELECT term, key, tf, dl FROM {pt} "
-            f"WHERE namespace = %(ns)s AND term = ANY(%(terms)s)), "
-            f"q AS (SELECT u AS term, count(*) AS mult FROM unnest(%(terms)s::int8[]) AS u "
+            f"WITH q AS (SELECT u AS term, count(*) AS mult FROM unnest(%(terms)s::int8[]) AS u "
             f"GROUP BY u), "
-            f"df AS (SELECT term, count(*) AS df FROM x GROUP BY term), "
-            f"wt AS (SELECT df.term, q.mult * ln(1.0::float8 + (%(n)s::float8 - df.df + 0.5) / "
-            f"(df.df + 0.5)) AS idf FROM df JOIN q USING (term)), "
+            f"df AS MATERIALIZED (SELECT q.term, q.mult, d.df FROM q CROSS JOIN LATERAL "
+            f"(SELECT count(*) AS df FROM {pt} WHERE namespace = %(ns)s AND term = q.term) d "
+            f"WHERE d.df > 0 ORDER BY q.term), "
+            f"wt AS MATERIALIZED (SELECT df.term, df.mult * ln(1.0::float8 + (%(n)s::float8 - "
+            f"df.df + 0.5) / (df.df + 0.5)) AS idf FROM df ORDER BY df.term), "
             f"s AS (SELECT x.key, sum(wt.idf * x.tf / (x.tf + %(k1)s * (1 - %(b)s + %(b)s * "
-            f"x.dl / %(avgdl)s))) AS score FROM x JOIN wt USING (term) GROUP BY x.key), "
+            f"x.dl / %(avgdl)s))) AS score FROM wt CROSS JOIN LATERAL (SELECT key, tf, dl "
+            f"FROM {pt} WHERE namespace = %(ns)s AND term = wt.term) x GROUP BY x.key), "
             f"v AS MATERIALIZED (SELECT key, score FROM s {check}), "
             f"top AS (SELECT key, score FROM v ORDER BY score DESC, key LIMIT %(c)s) "
             f"SELECT 0, key, score, NULL::float8 FROM top "
@@ -1586,9 +1617,9 @@ class PostgresMemory(MemoryStore):
         one pass in the server (:meth:`_dense_moments`), as the embedded index does."""
         if visible == live and where == "TRUE":
             a, r = _moments.key_of(rq.hybrid)
-            got = conn.execute(f"SELECT c1, c2 FROM {self._t('memcore_moments')} WHERE "
-                               f"namespace = %s AND alpha = %s AND radius = %s",
-                               [p["ns"], a, r]).fetchone()
+            got = conn.cursor(binary=True).execute(       # 1.2 MB at dim 384: not as hex
+                f"SELECT c1, c2 FROM {self._t('memcore_moments')} WHERE namespace = %s AND "
+                f"alpha = %s AND radius = %s", [p["ns"], a, r]).fetchone()
             if got is not None:
                 sums = (np.frombuffer(got[0], np.float64),
                         np.frombuffer(got[1], np.float64).reshape(self.dim, self.dim))
