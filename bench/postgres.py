@@ -8,22 +8,47 @@ Protocol (one run, one machine, a server from :class:`memcore.stores.pg_local.Lo
    embedder; queries are LoCoMo dev questions (:func:`bench.datasets.scale_questions`).
 2. **load** per n: ``put_many`` in chunks of 1,000 into an on-disk
    :class:`~memcore.LongTermMemory` (durability ``flush``) and into PostgreSQL without the HNSW
-   index, then the index is built (``CREATE INDEX``, opening with ``hnsw=True``); the clock
-   advances an hour per chunk so recency varies.
+   index (the binary COPY path) by a ``replica=False`` store (its writes create the moment
+   sums the stateless search reads; every later writer keeps them), then the index is built
+   (``CREATE INDEX``, opening with ``hnsw=True``, ``maintenance_work_mem`` =
+   ``--index-memory``); the clock advances an hour per chunk so recency varies. Reported:
+   load s, rows/s, build s, rows/s with the build.
 3. **put**: ``--puts`` single ``put`` calls of new keys with precomputed vectors (the store's
    cost, not the embedder's), alternating between the stores; median and p99 ms.
 4. **search**: ``--queries`` questions, ``top_k=10``, ``touch=False``, query vectors
    precomputed, stores interleaved per query: similarity preset, decay preset (default
    :class:`~memcore.DecayWeights`), hybrid (``HybridWeights.no_model()``); PostgreSQL ranked by
    the exact ORDER BY (``exact_max_rows`` above n) and from HNSW candidates with the bound
-   (``exact_max_rows=1``). Agreement = share of queries whose top-10 keys equal the embedded
-   store's; same scores = the ten fused scores equal within 1e-5 (ties may swap keys).
-5. **writers**: 1, 4 and 8 processes, ``--writer-puts`` each, ``put_many`` batches of 50 with
+   (``exact_max_rows=1``); in the hybrid preset ``postgres-exact`` is the replica path and,
+   with ``--stateless``, ``postgres-stateless`` the stateless one (``replica=False``).
+   Agreement = share of queries whose top-10 keys equal the embedded store's; same scores =
+   the ten fused scores equal within 1e-5 (ties may swap keys).
+5. **batch**: one ``put_many`` of ``--batch`` new rows into the loaded namespace with the
+   HNSW index live (a ``replica=False`` store); rows/s.
+6. **fleet** (largest n): ``--fleet`` searcher and writer processes on the namespace for
+   ``--fleet-seconds`` (replica searchers, stateless ones with ``--stateless``), pg_locks
+   sampled for lock waits of reads and writes; searches/s, puts/s, each searcher's first
+   search and RSS.
+7. **fresh searcher** (``--stateless``): a spawned process's ``--fresh-searches`` stateless
+   hybrid searches: the first one's time, RSS before it, after it and after the last.
+8. **writers**: 1, 4 and 8 processes, ``--writer-puts`` each, ``put_many`` batches of 50 with
    precomputed vectors, into one new namespace (HNSW index present); puts/s over the wall time,
    and the count checked.
-6. **locomo** (unless ``--skip-locomo``): :func:`bench.quality.locomo_rankings` for the hybrid
-   runs with the store built by PostgresMemory instead of LongTermMemory; R@10 beside the
-   embedded store's.
+9. **locomo** (unless ``--skip-locomo``): :func:`bench.quality.locomo_rankings` for the hybrid
+   runs with the store built by PostgresMemory instead of LongTermMemory (and by a
+   ``replica=False`` one with ``--stateless``); R@10 beside the embedded store's.
+
+The 1-minute load average is recorded after each phase (the machine may be shared).
+
+**Reuse** (``--reuse``, with ``--server-dir DIR`` or ``--url``): a 1e6 load takes long, so
+each size's schema (``bench_n<n>``) is kept at the end, its load's figures recorded in it
+(``memcore_bench_load``), and a later invocation skips the load and the index build when the
+record is of n rows and the namespace holds exactly the loaded rows once the rows earlier
+runs added (puts, batch, fleet writes: keys other than ``m<i>``) are deleted; a run deletes
+its own at its end too. The report then carries the recorded load figures and when they were
+measured. For example::
+
+    memcore bench postgres --sizes 1000000 --stateless --reuse --server-dir /work/pgdata-1e6
 
 Results: ``bench/results/postgres-<UTC>.{json,md}``.
 """
@@ -644,7 +669,8 @@ def _markdown(p: dict) -> str:
                   "Same top-10 keys: the ten keys in the same order as the embedded store's; "
                   "same scores: the ten scores equal within 1e-5 (a tie at the tenth place "
                   "may be broken by another key: the hashing embedder gives many equal "
-                  "similarities).", "",
+                  "similarities). In the hybrid preset postgres-exact is the replica path "
+                  "(replica=True) and postgres-stateless the stateless one (replica=False).", "",
                   f"HNSW-store search paths: {r['hnsw_paths']}; load average after each "
                   f"phase: {', '.join(f'{k} {v:.1f}' for k, v in r['loadavg'].items())}.", ""]
         fl = r.get("fleet")
