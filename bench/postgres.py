@@ -642,6 +642,24 @@ def _ingest_markdown(r: dict) -> str:
             f"{g['index_memory']}.{reused}")
 
 
+def _targets_markdown(r: dict) -> str:
+    """One size's stateless figures beside the issue's targets (P3)."""
+    st, fr, fl = r["search"]["hybrid"]["postgres-stateless"], r["fresh_searcher"], r.get("fleet")
+    copy = r["ingest"]["rows"] / r["ingest"]["load_s"]
+    rows = [["hybrid search p50 (stateless)", "<= 50 ms", f"{st['median_ms']:.1f} ms"],
+            ["RSS growth, 1st to last search of a fresh searcher", "<= 100 MB",
+             f"{fr['rss_growth_mb']:+.1f} MB ({fr['searches']} searches)"],
+            ["first hybrid search, fresh searcher", "<= 1 s", f"{fr['first_s']:.2f} s" + (
+                f" (fleet's, under load: max {max(fl['first_search_s']):.2f} s)" if fl else "")],
+            ["bulk put_many (COPY, no HNSW), embedding excluded", ">= 10,000 rows/s",
+             f"{copy:,.0f} rows/s"]]
+    if fl and not fl["replica"]:
+        rows.append([f"lock waits on reads, {fl['searchers']} searchers + {fl['writers']} "
+                     f"writers", "none", f"{fl['lock_waits']['read_waits']} in "
+                     f"{fl['lock_waits']['samples']} pg_locks samples"])
+    return markdown_table([f"target (P3), n = {r['n']}", "target", "measured"], rows)
+
+
 def _markdown(p: dict) -> str:
     f = lambda x: f"{x:.2f}"   # noqa: E731
     lines = [f"# memcore bench postgres ({p['env'].get('date', '')})", "",
@@ -701,7 +719,8 @@ def _markdown(p: dict) -> str:
                           [[f(fr["first_s"]), f(fr["search_ms"]["median_ms"]),
                             f(fr["search_ms"]["p99_ms"]), f"{fr['rss_before_mb']:.0f}",
                             f"{fr['rss_first_mb']:.0f}", f"{fr['rss_last_mb']:.0f}",
-                            f"{fr['rss_growth_mb']:+.1f}", f"{fr['loadavg']:.1f}"]]), ""]
+                            f"{fr['rss_growth_mb']:+.1f}", f"{fr['loadavg']:.1f}"]]), "",
+                      _targets_markdown(r), ""]
     lines += [] if not p["writers"] else [
               "## Writer processes (one namespace, put_many of 50, precomputed vectors)", "",
               markdown_table(["writers", "puts", "wall s", "puts/s", "all present"],
