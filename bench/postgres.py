@@ -91,6 +91,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="hybrid searches per searcher process at most (RSS after them)")
     p.add_argument("--locomo-runs", default="memcore-hybrid-hashing,memcore-hybrid",
                    help="bench.quality LoCoMo runs to repeat on PostgreSQL")
+    p.add_argument("--presets", default="similarity,decay,hybrid",
+                   help="search presets timed (at 1e6 the exact ORDER BY of similarity and "
+                        "decay takes seconds a query: --presets hybrid)")
     p.add_argument("--stateless", action="store_true",
                    help="also the stateless hybrid path (PostgresMemory(replica=False)): a "
                         "postgres-stateless row in the hybrid search, the fleet's searchers "
@@ -408,6 +411,9 @@ def _fresh_searcher(url, schema, now, qtexts, qvecs, searches, out):
             lat.append(time.perf_counter() - t0)
             if i == 0:
                 rss1 = _rss_mb()
+            if (i + 1) % 100 == 0:      # progress in the log, should the run be cut short
+                print(f"fresh searcher: {i + 1} searches, RSS {_rss_mb():.0f} MB, median "
+                      f"{1e3 * np.median(lat):.0f} ms", file=sys.stderr, flush=True)
         out.put({"searches": searches, "first_s": lat[0], "rss_before_mb": rss0,
                  "rss_first_mb": rss1, "rss_last_mb": _rss_mb(),
                  "rss_growth_mb": _rss_mb() - rss1, "search_ms": _ms(lat[1:] or lat),
@@ -484,6 +490,11 @@ def run(args: argparse.Namespace) -> int:
     n_queries, n_puts, per_writer = args.queries, args.puts, args.writer_puts
     fleet = [int(x) for x in args.fleet.split(",")] if args.fleet.strip() else []
     n_batch, n_fresh = args.batch, args.fresh_searches
+    chosen = args.presets.split(",")
+    if not set(chosen) <= {"similarity", "decay", "hybrid"} or (
+            args.stateless and "hybrid" not in chosen):
+        raise ValueError(f"--presets takes similarity, decay and hybrid (hybrid with "
+                         f"--stateless), got {args.presets!r}")
     if args.quick:
         sizes, n_queries, n_puts, per_writer, n_batch, n_fresh = [500], 10, 10, 50, 100, 20
         fleet = [2, 1] if fleet else []
@@ -541,7 +552,8 @@ def run(args: argparse.Namespace) -> int:
             hq = [(q, emb.encode([ltm.prepare(NS, q, hybrid=presets["hybrid"]["hybrid"]
                                               ).dense])[0]) for q in qtexts]
             hq = [(q, v) for q, v in hq if v.any()]
-            for pname, kw in presets.items():
+            for pname in chosen:
+                kw = presets[pname]
                 stores = {"embedded": ltm, "postgres-exact": exact}
                 if pname != "hybrid":
                     stores["postgres-hnsw"] = hnsw
