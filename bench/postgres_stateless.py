@@ -106,8 +106,8 @@ def locomo(candidates: int) -> dict:
 
     srv = LocalServer(tempfile.mkdtemp(prefix="memcore-pgst-")).start()
     try:
-        return _locomo(srv.url, ["memcore-hybrid-hashing"], None, replica=False,
-                       candidates=candidates)
+        return _locomo(srv.url, ["memcore-hybrid-hashing"], None,
+                       {"postgres": {"replica": False, "candidates": candidates}})
     finally:
         srv.stop()
 

@@ -32,8 +32,10 @@ def _available() -> None:
 @pytest.mark.data("locomo")
 def test_quick_run_reports_every_field(tmp_path, shared):
     _available()
+    server_dir = tmp_path / "pg"
     code = harness.main(["postgres", "--quick", "--data", str(shared), "--out", str(tmp_path),
-                         "--writers", "1,2"])
+                         "--writers", "1,2", "--stateless", "--reuse", "--server-dir",
+                         str(server_dir)])
     assert code == 0
     (result,) = tmp_path.glob("postgres-*.json")
     payload = json.loads(result.read_text())
@@ -51,3 +53,23 @@ def test_quick_run_reports_every_field(tmp_path, shared):
     assert (fleet["searchers"], fleet["writers"]) == (2, 1) and fleet["exitcodes"] == [0, 0, 0]
     assert fleet["searches"] >= 1 and fleet["puts"] > 0 and fleet["lock_waits"]["samples"] > 0
     assert all(len(r) == 4 and r[2] > 0 for r in fleet["rss_mb"])
+    assert fleet["replica"] is False
+    stateless = size["search"]["hybrid"]["postgres-stateless"]
+    assert stateless["median_ms"] > 0 and 0 <= stateless["same_top10"] <= 1
+    fresh = size["fresh_searcher"]
+    assert fresh["exitcode"] == 0 and fresh["searches"] == 20 and fresh["first_s"] > 0
+    assert fresh["rss_last_mb"] >= fresh["rss_first_mb"] > 0 < fresh["rss_before_mb"]
+    ingest = size["ingest"]
+    assert not ingest["reused"] and ingest["batch"]["rows"] == 100
+    assert ingest["load_s"] > 0 and ingest["index_s"] > 0 and ingest["batch"]["rows_per_s"] > 0
+    assert size["removed_after"] == 10 + 100 + fleet["puts"]   # puts, batch, fleet writes
+
+    # a second invocation on the kept server directory finds the load and skips it
+    out2 = tmp_path / "again"
+    assert harness.main(["postgres", "--quick", "--data", str(shared), "--out", str(out2),
+                         "--writers", "", "--fleet", "", "--reuse", "--server-dir",
+                         str(server_dir)]) == 0
+    (again,) = json.loads(next(out2.glob("postgres-*.json")).read_text())["sizes"]
+    assert again["ingest"]["reused"] and again["ingest"]["removed_before"] == 0
+    assert again["ingest"]["load_s"] == ingest["load_s"]
+    assert again["search"]["hybrid"]["postgres-exact"]["same_scores"] == 1.0
