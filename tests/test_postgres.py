@@ -1314,8 +1314,8 @@ def test_stateless_ranks_the_window_neighbours_of_the_candidates():
 def test_a_store_made_before_loses_the_postings_foreign_key_and_gains_tokens(url):
     """A schema made before 2026-12-06 (postings with a foreign key to their memories, rows
     without stored tokens) opens: the key is dropped, the tokens column added; its rows
-    rank as before (their texts tokenised by the searcher) and a clear still empties the
-    postings."""
+    rank as before (their texts tokenised by the searcher), ``fill_tokens`` stores their
+    tokens as a writer would, and a clear still empties the postings."""
     hw = HybridWeights.no_model()
     clock = FakeClock()
     pg = pg_server.store(clock, emb(), hybrid=hw, replica=False)
@@ -1335,6 +1335,18 @@ def test_a_store_made_before_loses_the_postings_foreign_key_and_gains_tokens(url
         f"SELECT count(*) FROM {t('memcore_memories')} WHERE tokens IS NULL").fetchone()[0]) == 12
     assert [(h.key, h.score) for h in again.search("chat", "dog paris 3", top_k=5,
                                                    touch=False)] == want
+    assert again.fill_tokens(batch_size=5) == 12          # in batches, resumable
+    assert again.fill_tokens() == 0
+    stored = again._run(lambda conn: conn.execute(
+        f"SELECT text, metadata, created_at, tokens FROM {t('memcore_memories')}").fetchall())
+    for text, meta, created, toks in stored:
+        want_toks = pg_terms.document_tokens([text], [meta], [created])[0]
+        assert np.array_equal(pg_terms.from_bytes(toks), want_toks.view(np.uint64))
+    assert [(h.key, h.score) for h in again.search("chat", "dog paris 2", top_k=5,
+                                                   touch=False)] == \
+        [(h.key, h.score) for h in pg.search("chat", "dog paris 2", top_k=5, touch=False)]
+    with pytest.raises(ValueError):
+        again.fill_tokens(batch_size=0)
     again.clear("chat")
     assert again._run(lambda conn: conn.execute(
         f"SELECT count(*) FROM {t('memcore_postings')}").fetchone()[0]) == 0

@@ -1321,6 +1321,50 @@ class PostgresMemory(MemoryStore):
         returns how many rows were dropped."""
         return self.sweep(namespace)
 
+    def fill_tokens(self, *, batch_size: int = 4096) -> int:
+        """Store the BM25 document tokens of the memories written before they were kept
+        (``tokens`` NULL: a stateless searcher tokenises and stems those rows' texts each
+        time it reads them); returns how many rows got them.
+
+        In key order, ``batch_size`` rows a transaction, each batch's rows locked (in key
+        order, as every statement here) so a concurrent write of one of them is not
+        undone; safe beside writers and searchers, and resumable.
+
+        Raises
+        ------
+        InvalidArgumentError
+            If ``batch_size`` is not an int >= 1.
+        StoreClosedError, PostgresUnavailableError
+            As any write.
+        """
+        self._check_write()
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InvalidArgumentError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        t = self._t("memcore_memories")
+        done, after = 0, ("", "")
+
+        def run(conn):
+            got = conn.execute(
+                f"SELECT namespace, key, text, metadata, created_at FROM {t} WHERE tokens IS "
+                f"NULL AND (namespace, key) > (%s, %s) ORDER BY namespace, key LIMIT %s "
+                f"FOR UPDATE", [*after, batch_size]).fetchall()
+            if got:
+                toks = document_tokens([r[2] for r in got], [r[3] for r in got],
+                                       [r[4] for r in got])
+                conn.execute(f"UPDATE {t} AS m SET tokens = v.tokens FROM unnest(%s::text[], "
+                             f"%s::text[], %s::bytea[]) AS v(namespace, key, tokens) "
+                             f"WHERE m.namespace = v.namespace AND m.key = v.key",
+                             [[r[0] for r in got], [r[1] for r in got],
+                              [_terms.to_bytes(x) for x in toks]])
+            return got
+
+        while True:
+            got = self._run(run)
+            done += len(got)
+            if len(got) < batch_size:
+                return done
+            after = (got[-1][0], got[-1][1])
+
     # ------------------------------------------------------------------ search
     def signals(self, rq: ResolvedQuery):
         """Hybrid signals from the namespace's synchronised replica, or with ``replica=False``
