@@ -68,8 +68,9 @@ def test_quick_run_reports_every_field(tmp_path, shared):
     out2 = tmp_path / "again"
     assert harness.main(["postgres", "--quick", "--data", str(shared), "--out", str(out2),
                          "--writers", "", "--fleet", "", "--reuse", "--server-dir",
-                         str(server_dir)]) == 0
+                         str(server_dir), "--presets", "hybrid"]) == 0
     (again,) = json.loads(next(out2.glob("postgres-*.json")).read_text())["sizes"]
     assert again["ingest"]["reused"] and again["ingest"]["removed_before"] == 0
     assert again["ingest"]["load_s"] == ingest["load_s"]
+    assert list(again["search"]) == ["hybrid"]
     assert again["search"]["hybrid"]["postgres-exact"]["same_scores"] == 1.0
