@@ -10,11 +10,12 @@ only).
 A pool row is one SQL row: the store's ``_COLS`` (key, text, importance, metadata,
 created_at, updated_at, last_accessed_at, access_count, expires_at, ttl), then the embedding,
 ``seq``, whether the row may be a hit (a candidate or within the window radius of one; a
-row read only for such a row's window is not), whether it is visible to the query (not expired, matching the filter) and its BM25
-document's tokens as the writer stored them (:func:`memcore.stores.pg_terms.to_bytes`; None
-for a row written before they were kept). With the index structure of the stored tokens
-(:data:`~memcore.stores.pg_terms.STRUCTURE`, the default's) a row's document is read from
-them, not tokenised or stemmed again (the same hashes: the writer ran the same code).
+row read only for such a row's window is not), whether it is visible to the query (not
+expired, matching the filter) and its BM25 document's tokens as the writer stored them
+(:func:`memcore.stores.pg_terms.to_bytes`; None for a row written before they were kept).
+With the index structure of the stored tokens (:data:`~memcore.stores.pg_terms.STRUCTURE`,
+the default's) a row's document is read from them, not tokenised or stemmed again (the same
+hashes: the writer ran the same code).
 
 The z statistics are those of the visible rows read (:meth:`HybridIndex.moments` over them),
 with any row replaced by the namespace's statistics the caller computed in SQL
